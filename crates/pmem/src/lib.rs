@@ -1,1 +1,36 @@
-//! placeholder
+//! `ferrite-pmem`: the bottom layer of Ferrite.
+//!
+//! - [`Pool`]: a checksummed, versioned, locked pool file (or in-memory /
+//!   simulated image) with a root offset ([`header`] documents the format).
+//! - [`Domain`]: the durability domain, chosen at open time, and the
+//!   [`Medium`]'s persister that implements flush / fence / persist and
+//!   persistent copies for it — the one door to the medium.
+//! - [`Region`]: the safe, bounds-checked window components live in, and
+//!   [`POff`], typed pool-relative offsets.
+//! - [`Counters`]: always-on per-thread fence/flush/non-temporal/msync/media
+//!   block counters.
+//! - [`SimObserver`]: the hook through which `ferrite-crash` simulates power
+//!   failures on the same code paths.
+//!
+//! `unsafe` code lives only in [`arch`] (instructions) and [`map`] (raw
+//! memory); everything else is safe Rust.
+
+pub mod arch;
+pub mod counters;
+pub mod domain;
+pub mod error;
+pub mod header;
+pub mod map;
+pub mod persist;
+pub mod pool;
+pub mod region;
+
+pub use arch::{CACHE_LINE, FlushKind};
+pub use counters::{Counters, MEDIA_BLOCK, PerOp};
+pub use domain::{CrashModel, Domain};
+pub use error::PoolError;
+pub use header::{HEADER_SIZE, Header};
+pub use map::{Mapping, OutOfBounds, PAGE};
+pub use persist::{Medium, PersistConfig, SimObserver};
+pub use pool::{Pool, PoolOptions};
+pub use region::{POff, Region};
