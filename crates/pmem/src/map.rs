@@ -221,7 +221,10 @@ impl Mapping {
     #[inline]
     #[track_caller]
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0, "atomic word at unaligned offset {off}");
+        assert!(
+            off.is_multiple_of(8),
+            "atomic word at unaligned offset {off}"
+        );
         let p = self.at(off, 8);
         // SAFETY: `p` is in bounds, 8-byte aligned (mapping is page aligned
         // and `off` is a multiple of 8), and lives as long as `self`.

@@ -194,10 +194,14 @@ impl Pool {
         let medium = Arc::new(Medium::new(map, cfg, None));
         write_header(&medium, &header);
         file.sync_all().map_err(|e| io_err(path, e))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
+        // Make the new directory entry durable too (best effort: some file
+        // systems refuse fsync on directories).
+        if let Some(d) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .and_then(|d| File::open(d).ok())
+        {
+            let _ = d.sync_all();
         }
         Ok(Pool {
             medium,

@@ -215,7 +215,7 @@ impl Region {
 
     /// True when `off` (relative to this region) starts a cache line of the pool.
     pub fn is_line_aligned(&self, off: usize) -> bool {
-        (self.base + off) % CACHE_LINE == 0
+        (self.base + off).is_multiple_of(CACHE_LINE)
     }
 }
 
@@ -259,7 +259,7 @@ impl<T: ?Sized> POff<T> {
     }
 
     /// `self + bytes`, checked.
-    pub fn add(self, bytes: u64) -> Option<POff<T>> {
+    pub fn checked_add(self, bytes: u64) -> Option<POff<T>> {
         self.raw.checked_add(bytes).map(POff::new)
     }
 
