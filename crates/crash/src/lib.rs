@@ -1,1 +1,19 @@
-//! placeholder
+//! `ferrite-crash`: simulated power failures for any Ferrite component.
+//!
+//! - [`sim`]: the simulated medium ([`SimMedium`]), a [`ferrite_pmem::SimObserver`]
+//!   that keeps the durable image beside the live one and injects crashes.
+//! - [`explorer`]: the [`Explorer`] that crashes a workload at every fence
+//!   (or a seeded sample), enumerates post-crash images, recovers and checks
+//!   each, crashes recovery too, and reports reproducible violations.
+//! - [`selftest`]: the explorer proven on a correct and two broken
+//!   append-then-publish protocols.
+//!
+//! A normal dependency of nothing in production; a dev-dependency of every
+//! crate's tests and the engine of `ferrite check`.
+
+pub mod explorer;
+pub mod selftest;
+pub mod sim;
+
+pub use explorer::{Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation};
+pub use sim::{CrashAt, CrashState, SimMedium};

@@ -34,10 +34,13 @@ pub const DEFAULT_NT_THRESHOLD: usize = 256;
 /// back (by a flush or by non-temporal stores) *after* the bytes are in the
 /// mapping, so the observer can capture the content in flight; `fenced` is
 /// called for every fence before it takes effect. Either may end the workload
-/// by unwinding (`std::panic::resume_unwind`) to inject a crash.
+/// by unwinding (`std::panic::resume_unwind`) to inject a crash. `storing`
+/// is called before every ordinary store made through a [`Region`](crate::Region),
+/// so a crash can also fall between two stores.
 pub trait SimObserver: Send + Sync {
     fn flushed(&self, map: &Mapping, off: usize, len: usize);
     fn fenced(&self, map: &Mapping);
+    fn storing(&self, _map: &Mapping, _off: usize, _len: usize) {}
 }
 
 /// How a medium persists, fixed when it is opened.
@@ -117,6 +120,14 @@ impl Medium {
     /// True when this medium is watched by the crash simulator.
     pub fn is_simulated(&self) -> bool {
         self.observer.is_some()
+    }
+
+    /// Tells the simulator (if any) that `off..off+len` is about to be stored to.
+    #[inline(always)]
+    pub fn before_store(&self, off: usize, len: usize) {
+        if let Some(o) = &self.observer {
+            o.storing(&self.map, off, len);
+        }
     }
 
     /// Writes back the lines overlapping `off..off+len`; they are durable only
@@ -214,6 +225,7 @@ impl Medium {
     /// (PMDK's `PMEM_F_MEM_NODRAIN`). Uses non-temporal stores at or above the
     /// threshold in the domains where that helps.
     pub fn copy_nodrain(&self, off: usize, src: &[u8]) {
+        self.before_store(off, src.len());
         let nt_domain = matches!(
             self.cfg.domain,
             Domain::Adr | Domain::Eadr | Domain::Pdram | Domain::PdramLite
@@ -229,6 +241,7 @@ impl Medium {
 
     /// Fills `len` bytes with `byte` and writes them back, without the fence.
     pub fn fill_nodrain(&self, off: usize, len: usize, byte: u8) {
+        self.before_store(off, len);
         let nt_domain = matches!(
             self.cfg.domain,
             Domain::Adr | Domain::Eadr | Domain::Pdram | Domain::PdramLite
@@ -245,6 +258,7 @@ impl Medium {
     /// Copies with non-temporal stores regardless of size (the unaligned head
     /// and tail are flushed); durable after the next fence.
     pub fn copy_nt(&self, off: usize, src: &[u8]) {
+        self.before_store(off, src.len());
         match self.cfg.domain {
             Domain::Msync | Domain::Volatile => {
                 self.map.write(off, src);

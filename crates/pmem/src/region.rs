@@ -101,12 +101,16 @@ impl Region {
     #[inline]
     #[track_caller]
     pub fn write(&self, off: usize, src: &[u8]) {
-        self.medium.map().write(self.abs(off, src.len()), src)
+        let a = self.abs(off, src.len());
+        self.medium.before_store(a, src.len());
+        self.medium.map().write(a, src)
     }
 
     #[track_caller]
     pub fn fill(&self, off: usize, len: usize, byte: u8) {
-        self.medium.map().fill(self.abs(off, len), len, byte)
+        let a = self.abs(off, len);
+        self.medium.before_store(a, len);
+        self.medium.map().fill(a, len, byte)
     }
 
     /// Atomic 8-byte load; `off` must be 8-aligned within the pool.
@@ -122,21 +126,25 @@ impl Region {
     #[inline]
     #[track_caller]
     pub fn store_u64(&self, off: usize, v: u64) {
-        self.medium
-            .map()
-            .store_u64(self.abs(off, 8), v, Ordering::Release)
+        let a = self.abs(off, 8);
+        self.medium.before_store(a, 8);
+        self.medium.map().store_u64(a, v, Ordering::Release)
     }
 
     #[inline]
     #[track_caller]
     pub fn cas_u64(&self, off: usize, current: u64, new: u64) -> Result<u64, u64> {
-        self.medium.map().cas_u64(self.abs(off, 8), current, new)
+        let a = self.abs(off, 8);
+        self.medium.before_store(a, 8);
+        self.medium.map().cas_u64(a, current, new)
     }
 
     #[inline]
     #[track_caller]
     pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
-        self.medium.map().fetch_add_u64(self.abs(off, 8), v)
+        let a = self.abs(off, 8);
+        self.medium.before_store(a, 8);
+        self.medium.map().fetch_add_u64(a, v)
     }
 
     /// Little-endian u32 read (not atomic).
