@@ -13,7 +13,7 @@
 //!
 //! # How libpmem picks the flush path
 //!
-//! Every PMDK pool, and every [`PmemMap`], asks `pmem_is_pmem()` once when it
+//! Every PMDK pool, and every `PmemMap`, asks `pmem_is_pmem()` once when it
 //! is mapped. If the answer is yes, persisting is `CLWB`/`CLFLUSHOPT` (or
 //! non-temporal stores) plus `SFENCE`, entirely in user space; if no, it is
 //! `msync(2)`. A file on `/dev/shm` (tmpfs) is never detected as pmem, so the
@@ -23,16 +23,21 @@
 //!
 //! libpmem 1.12 reads that variable **lazily, once**: on the first call to
 //! `pmem_is_pmem()` in the process (made by `pmem_map_file`, by every pool
-//! create/open, or by [`is_pmem`] itself), not in its load-time constructor.
+//! create/open, or by `is_pmem` itself), not in its load-time constructor.
 //! The answer it finds then (always / never / detect) holds for the rest of
 //! the process. So:
 //!
 //! * setting the variable before the first PMDK mapping works — see
-//!   [`force_pmem`] — and so does exporting it before the process starts
+//!   `force_pmem` — and so does exporting it before the process starts
 //!   (or having the CLI re-exec itself with it set);
 //! * setting it after the first mapping has no effect at all;
-//! * [`pmem_forced`] tells whether it is in effect, and itself counts as a
+//! * `pmem_forced` tells whether it is in effect, and itself counts as a
 //!   first use.
+//!
+//! `tests/force.rs` demonstrates each of these in a fresh child process.
+//! (libpmem's other tuning variables, such as `PMEM_NO_CLWB`,
+//! `PMEM_NO_MOVNT` and `PMEM_MOVNT_THRESHOLD`, are different: its load-time
+//! constructor reads them, so they must be in the environment at exec.)
 
 #[cfg(feature = "link")]
 mod blk;
@@ -54,6 +59,8 @@ pub use error::{Error, Result};
 #[cfg(feature = "link")]
 pub use log::PmemLog;
 #[cfg(feature = "link")]
-pub use mem::{PMEM_IS_PMEM_FORCE, PmemMap, SHM_DIR, flush_path_in, force_pmem, is_pmem, pmem_forced};
+pub use mem::{
+    PMEM_IS_PMEM_FORCE, PmemMap, SHM_DIR, flush_path_in, force_pmem, is_pmem, pmem_forced,
+};
 #[cfg(feature = "link")]
 pub use obj::{Oid, PmemObj};
