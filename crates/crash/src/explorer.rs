@@ -504,14 +504,9 @@ impl<'a> Explorer<'a> {
             points = vec![only.at];
         }
         let budget = self.cfg.budget.max(1);
-        let primary = if self.cfg.nested && self.cfg.only.is_none() {
-            (budget * 3 / 4).max(1)
-        } else {
-            budget
-        };
         let mut rng = ChaCha8Rng::seed_from_u64(mix(&[self.cfg.seed, 0x9017]));
         // At least two images per point: sample the points when they are too many.
-        let max_points = (primary / 2).max(1);
+        let max_points = (budget / 2).max(1);
         if points.len() > max_points {
             let end = points.pop();
             let keep = max_points.saturating_sub(1);
@@ -525,7 +520,9 @@ impl<'a> Explorer<'a> {
             points.extend(end);
         }
         report.crash_points = points.len();
-        let quota = (primary / points.len()).max(1) as u128;
+        // Set once a recovery is seen to fence: each image then costs two
+        // states (itself and one nested crash of its recovery).
+        let mut nested_cost = 1usize;
 
         let mut last_progress = Instant::now();
         for (pi, &at) in points.iter().enumerate() {
@@ -563,6 +560,9 @@ impl<'a> Explorer<'a> {
                 }
             };
             report.max_in_flight = report.max_in_flight.max(state.units.len());
+            // Budget left over by points with few images flows to later ones.
+            let quota = (budget.saturating_sub(report.states) / (points.len() - pi) / nested_cost)
+                .max(1) as u128;
             let count = state.image_count();
             let images: Vec<ImageSel> = if let Some(only) = self.cfg.only {
                 vec![only.image]
@@ -606,6 +606,7 @@ impl<'a> Explorer<'a> {
                             && rec_fences > 0
                             && report.states < budget
                         {
+                            nested_cost = 2;
                             let j = rng.random_range(1..=rec_fences);
                             let sel2 = ImageSel::Sampled(rng.random_range(0..1u64 << 32));
                             let nested = Some((CrashAt::Fence(j), sel2));

@@ -1,0 +1,90 @@
+//! The registry of `ferrite check` targets: name → crash exploration.
+//!
+//! Each target splits its budget across the variants it covers and returns
+//! one report per variant; the command sums them into the closing line
+//! `checked TARGET: <S> crash states, <V> violations`.
+
+use ferrite_crash::selftest::{self, Variant};
+use ferrite_crash::{Config, Report};
+
+/// One explored variant of a target.
+pub struct Outcome {
+    pub variant: String,
+    pub report: Report,
+}
+
+type Runner = fn(&Config) -> Result<Vec<Outcome>, String>;
+
+/// Every target: (name, what it checks, whether it is expected to pass, runner).
+pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
+    (
+        "selftest",
+        "append-then-publish protocol, correct (adr lines, adr 8-byte tearing, eadr, msync)",
+        true,
+        run_selftest,
+    ),
+    (
+        "selftest-broken",
+        "the same protocol publishing before its data is durable, and with a fence missing: must be caught",
+        false,
+        run_selftest_broken,
+    ),
+];
+
+/// Budget per variant when a target covers `n` variants.
+pub fn split(cfg: &Config, n: usize) -> Config {
+    let mut c = cfg.clone();
+    c.budget = (cfg.budget / n.max(1)).max(1);
+    c
+}
+
+fn explore_selftest(name: &str, cfg: Config, v: Variant) -> Result<Outcome, String> {
+    let report = selftest::explore(cfg, v, 150).map_err(|e| e.to_string())?;
+    Ok(Outcome {
+        variant: name.to_string(),
+        report,
+    })
+}
+
+fn run_selftest(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    use ferrite_pmem::Domain;
+    // The domain is part of what the target covers unless the user chose one.
+    let variants: Vec<(String, Config)> = if cfg.domain != Domain::Adr || cfg.tearing {
+        vec![(
+            format!(
+                "{}{}",
+                cfg.domain,
+                if cfg.tearing { "-tearing" } else { "" }
+            ),
+            cfg.clone(),
+        )]
+    } else {
+        vec![
+            ("adr".into(), cfg.clone()),
+            ("adr-tearing".into(), cfg.clone().tearing(true)),
+            (
+                "eadr".into(),
+                cfg.clone().domain(Domain::Eadr).crash_on_store(true),
+            ),
+            ("msync".into(), cfg.clone().domain(Domain::Msync)),
+        ]
+    };
+    let n = variants.len();
+    variants
+        .into_iter()
+        .map(|(name, c)| {
+            let mut c = split(&c, n);
+            if cfg.only.is_some() {
+                c.only = cfg.only;
+            }
+            explore_selftest(&name, c, Variant::Correct)
+        })
+        .collect()
+}
+
+fn run_selftest_broken(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    Ok(vec![
+        explore_selftest("publish-first", split(cfg, 2), Variant::PublishFirst)?,
+        explore_selftest("missing-fence", split(cfg, 2), Variant::MissingFence)?,
+    ])
+}
