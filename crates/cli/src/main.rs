@@ -33,7 +33,8 @@ enum Cmd {
     },
     /// Run a benchmark suite (`ferrite bench list` shows them).
     Bench {
-        /// Suite name, or `list`.
+        /// Suite name, `all` (every suite) or `list`.
+        #[arg(default_value = "all")]
         suite: String,
         /// Quick scale (the default).
         #[arg(long, conflicts_with = "full")]
