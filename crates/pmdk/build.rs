@@ -1,0 +1,29 @@
+//! Build script for `ferrite-pmdk`.
+//!
+//! Does nothing unless the `link` feature is on, so the crate builds on
+//! machines without PMDK. With `link`, it compiles `csrc/shim.c` (the code
+//! that has to be C because PMDK's transaction macros use `setjmp`) and links
+//! the four PMDK 1.12 libraries.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=csrc/shim.c");
+
+    if std::env::var_os("CARGO_FEATURE_LINK").is_none() {
+        return;
+    }
+
+    cc::Build::new()
+        .file("csrc/shim.c")
+        .warnings(true)
+        .extra_warnings(true)
+        .flag_if_supported("-std=gnu11")
+        .compile("ferrite_pmdk_shim");
+
+    // The shim is a static library that refers to PMDK symbols, so the
+    // shared libraries must come after it on the link line; cc already
+    // emitted the shim's own directive above.
+    for lib in ["pmemobj", "pmemblk", "pmemlog", "pmem"] {
+        println!("cargo:rustc-link-lib=dylib={lib}");
+    }
+}
