@@ -11,7 +11,7 @@
 //!   fence), the physical limit techniques are stated against.
 //! - [`row`] / [`table`]: JSON lines and the aligned stdout table.
 //! - [`registry`]: the suites by name ([`suites`], [`run_suite`]).
-//! - [`probe`]: what this machine's persistence primitives cost [P0 §2].
+//! - [`mod@probe`]: what this machine's persistence primitives cost [P0 §2].
 //!
 //! Every flush and fence in every suite goes through a ferrite-pmem
 //! `Region`, so the counters in the rows are exact (rule 1, rule 6).

@@ -292,6 +292,48 @@ fn bench(
     json: Option<PathBuf>,
     reps: Option<usize>,
 ) -> Result<ExitCode, String> {
-    let _ = (suites, full, json, reps);
-    Err("benchmarks are wired in once the harness lands".into())
+    use ferrite_bench::{BenchCtx, Scale};
+    if suites.len() == 1 && suites[0] == "list" {
+        for (name, what) in ferrite_bench::suites() {
+            println!("{name:<10} {what}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    #[cfg(feature = "pmdk")]
+    force_pmdk_flush_path()?;
+    let mut ctx = BenchCtx::new(if full { Scale::Full } else { Scale::Quick }).with_progress(true);
+    if let Some(r) = reps {
+        ctx = ctx.with_reps(r.max(1));
+    }
+    if let Some(j) = json {
+        ctx = ctx.with_json(j);
+    }
+    let names: Vec<String> = if suites.len() == 1 && suites[0] == "all" {
+        ferrite_bench::suites()
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect()
+    } else {
+        suites.to_vec()
+    };
+    for name in &names {
+        eprintln!("== bench {name} ({})", ctx.scale.name());
+        let rows = ferrite_bench::run_suite(name, &ctx).map_err(|e| e.to_string())?;
+        ferrite_bench::report(&rows, &ctx).map_err(|e| e.to_string())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// PMDK decides flush-vs-msync once per process, at its first
+/// `pmem_is_pmem`; pools on /dev/shm take the flush path (like Ferrite's
+/// `adr`) only with `PMEM_IS_PMEM_FORCE=1` set before that.
+#[cfg(feature = "pmdk")]
+fn force_pmdk_flush_path() -> Result<(), String> {
+    // SAFETY: called from the main thread before the benchmark starts any
+    // thread, so no other thread reads the environment concurrently.
+    if unsafe { ferrite_pmdk::force_pmem() } {
+        Ok(())
+    } else {
+        Err("PMDK does not take its flush path on /dev/shm even with PMEM_IS_PMEM_FORCE=1; its rows would measure msync".into())
+    }
 }

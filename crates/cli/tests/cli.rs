@@ -3,7 +3,10 @@
 use std::process::{Command, Output};
 
 fn ferrite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ferrite")).args(args).output().expect("run ferrite")
+    Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .output()
+        .expect("run ferrite")
 }
 
 fn stdout(o: &Output) -> String {
@@ -17,9 +20,14 @@ fn stderr(o: &Output) -> String {
 fn closing_counts(out: &str, target: &str) -> (usize, usize) {
     let line = out.lines().last().expect("output");
     let prefix = format!("checked {target}: ");
-    let rest = line.strip_prefix(&prefix).unwrap_or_else(|| panic!("closing line: {line}"));
+    let rest = line
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("closing line: {line}"));
     let (s, v) = rest.split_once(" crash states, ").unwrap();
-    (s.parse().unwrap(), v.trim_end_matches(" violations").parse().unwrap())
+    (
+        s.parse().unwrap(),
+        v.trim_end_matches(" violations").parse().unwrap(),
+    )
 }
 
 #[test]
@@ -36,7 +44,14 @@ fn check_selftest_passes_and_broken_is_caught() {
     assert!(violations > 0);
     // The printed reproducer replays a violation on its own.
     let out = stdout(&o);
-    let repro = out.split("--at ").nth(1).unwrap().split(')').next().unwrap().to_string();
+    let repro = out
+        .split("--at ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
     let o = ferrite(&["check", "selftest-broken", "--at", &repro]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
 }
@@ -55,14 +70,20 @@ fn pool_create_info_check_and_corruption() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("p.pool");
     let ps = p.to_str().unwrap();
-    let o = ferrite(&["pool", "create", ps, "--size", "1M", "--layout", "demo", "--domain", "msync"]);
+    let o = ferrite(&[
+        "pool", "create", ps, "--size", "1M", "--layout", "demo", "--domain", "msync",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = ferrite(&["pool", "info", ps, "--json"]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["layout"], "demo");
     assert_eq!(v["size"], 1 << 20);
-    assert!(ferrite(&["pool", "check", ps, "--layout", "demo"]).status.success());
+    assert!(
+        ferrite(&["pool", "check", ps, "--layout", "demo"])
+            .status
+            .success()
+    );
     let o = ferrite(&["pool", "check", ps, "--layout", "other"]);
     assert_eq!(o.status.code(), Some(1));
 
@@ -87,5 +108,9 @@ fn pool_create_info_check_and_corruption() {
     assert!(stderr(&ferrite(&["pool", "info", ps])).contains("not a Ferrite pool"));
     assert!(stderr(&ferrite(&["pool", "info", "/nonexistent/x"])).contains("no such pool file"));
     // Bad size argument.
-    assert!(!ferrite(&["pool", "create", ps, "--size", "12Q"]).status.success());
+    assert!(
+        !ferrite(&["pool", "create", ps, "--size", "12Q"])
+            .status
+            .success()
+    );
 }

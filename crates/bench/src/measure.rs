@@ -1,0 +1,288 @@
+//! The interleaved runner: how every number in a row is obtained.
+//!
+//! An experiment is a group of [`Variant`]s — closures that each perform a
+//! batch of operations — measured together by [`run_interleaved`]:
+//!
+//! 1. each variant runs one untimed warm-up batch (page faults, caches,
+//!    branch predictors, lazily built state), in order;
+//! 2. then `ctx.reps` rounds run the variants interleaved, A B C A B C …,
+//!    each timing one batch of the variant's `ops` operations with
+//!    [`Instant`] and taking the delta of the calling thread's
+//!    [`Counters::snapshot`] (of every worker thread, summed, for threaded
+//!    variants) around it;
+//! 3. a row reports the **median** ns/op over the repetitions, the spread
+//!    `(max-min)/median`, and the counters summed over all timed
+//!    repetitions divided by the operations they ran.
+//!
+//! Interleaving puts every variant under the same background noise (other
+//! tenants, frequency changes), so ratios between rows of one group are
+//! meaningful on shared machines even when absolute numbers drift.
+//! Snapshots are taken outside the timed interval; the closure call itself
+//! is inside it, once per batch, so per-op overhead is only what the
+//! closure's own loop adds.
+
+use crate::ctx::BenchCtx;
+use crate::row::{Row, set_ratios};
+use ferrite_pmem::Counters;
+use std::sync::Barrier;
+use std::time::Instant;
+
+enum Body<'a> {
+    /// Runs `ops` operations on the calling thread.
+    Single(Box<dyn FnMut(u64) + 'a>),
+    /// Runs `ops` operations on each of `threads` threads: `f(thread, ops)`.
+    Threads {
+        threads: usize,
+        f: Box<dyn Fn(usize, u64) + Sync + 'a>,
+    },
+}
+
+/// One thing to measure: a name, its parameters and a batch closure.
+pub struct Variant<'a> {
+    name: String,
+    params: serde_json::Value,
+    ops: u64,
+    warmup_ops: u64,
+    baseline: Option<String>,
+    bytes_per_op: Option<u64>,
+    body: Body<'a>,
+}
+
+impl<'a> Variant<'a> {
+    /// A single-threaded variant: `body(n)` must perform exactly `n`
+    /// operations (keeping any state — a rotating offset, an RNG — in the
+    /// closure). Each timed repetition calls it with `ops`.
+    pub fn new(
+        name: impl Into<String>,
+        params: serde_json::Value,
+        ops: u64,
+        body: impl FnMut(u64) + 'a,
+    ) -> Variant<'a> {
+        Variant {
+            name: name.into(),
+            params,
+            ops: ops.max(1),
+            warmup_ops: ops.max(1),
+            baseline: None,
+            bytes_per_op: None,
+            body: Body::Single(Box::new(body)),
+        }
+    }
+
+    /// A variant run by `threads` threads at once: each calls
+    /// `body(thread_index, ops_per_thread)`. The row's `ops` is the total
+    /// over threads and its time is the wall time from a common start
+    /// barrier to the last thread's end.
+    pub fn threaded(
+        name: impl Into<String>,
+        params: serde_json::Value,
+        threads: usize,
+        ops_per_thread: u64,
+        body: impl Fn(usize, u64) + Sync + 'a,
+    ) -> Variant<'a> {
+        Variant {
+            name: name.into(),
+            params,
+            ops: ops_per_thread.max(1),
+            warmup_ops: ops_per_thread.max(1),
+            baseline: None,
+            bytes_per_op: None,
+            body: Body::Threads {
+                threads: threads.max(1),
+                f: Box::new(body),
+            },
+        }
+    }
+
+    /// Compares this variant's throughput against variant `name` of the same group.
+    pub fn baseline(mut self, name: impl Into<String>) -> Variant<'a> {
+        self.baseline = Some(name.into());
+        self
+    }
+
+    /// Operations in the warm-up batch (default: the timed batch size; 0
+    /// skips the warm-up).
+    pub fn warmup(mut self, ops: u64) -> Variant<'a> {
+        self.warmup_ops = ops;
+        self
+    }
+
+    /// Bytes moved per operation: the row gets `extra.gb_per_s`
+    /// (`bytes_per_op / ns_per_op`, decimal GB/s).
+    pub fn bytes_per_op(mut self, bytes: u64) -> Variant<'a> {
+        self.bytes_per_op = Some(bytes);
+        self
+    }
+
+    /// Renames the variant.
+    pub fn named(mut self, name: impl Into<String>) -> Variant<'a> {
+        self.name = name.into();
+        self
+    }
+
+    /// Adds `params[key] = value`.
+    pub fn param(mut self, key: &str, value: impl Into<serde_json::Value>) -> Variant<'a> {
+        if !self.params.is_object() {
+            self.params = serde_json::Value::Object(Default::default());
+        }
+        if let Some(m) = self.params.as_object_mut() {
+            m.insert(key.to_string(), value.into());
+        }
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn threads(&self) -> usize {
+        match &self.body {
+            Body::Single(_) => 1,
+            Body::Threads { threads, .. } => *threads,
+        }
+    }
+
+    /// Runs one batch of `ops` (per thread); returns wall seconds and the
+    /// counter delta of every thread that ran it.
+    fn batch(&mut self, ops: u64) -> (f64, Counters) {
+        match &mut self.body {
+            Body::Single(f) => {
+                let c0 = Counters::snapshot();
+                let t0 = Instant::now();
+                f(ops);
+                let secs = t0.elapsed().as_secs_f64();
+                (secs, Counters::snapshot() - c0)
+            }
+            Body::Threads { threads, f } => {
+                let f: &(dyn Fn(usize, u64) + Sync) = &**f;
+                let n = *threads;
+                let start = Barrier::new(n + 1);
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..n)
+                        .map(|t| {
+                            let start = &start;
+                            s.spawn(move || {
+                                let c0 = Counters::snapshot();
+                                start.wait();
+                                f(t, ops);
+                                Counters::snapshot() - c0
+                            })
+                        })
+                        .collect();
+                    start.wait();
+                    let t0 = Instant::now();
+                    let deltas: Vec<Counters> = handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect();
+                    let secs = t0.elapsed().as_secs_f64();
+                    let sum = deltas.iter().fold(Counters::default(), |acc, d| acc.add(d));
+                    (secs, sum)
+                })
+            }
+        }
+    }
+}
+
+/// Median of a non-empty slice (mean of the two middle values for even lengths).
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+/// `(max - min) / median`: the relative spread of repeated measurements.
+pub fn spread(v: &[f64]) -> f64 {
+    let med = median(v);
+    if v.is_empty() || med <= 0.0 {
+        return 0.0;
+    }
+    let max = v.iter().copied().fold(f64::MIN, f64::max);
+    let min = v.iter().copied().fold(f64::MAX, f64::min);
+    (max - min) / med
+}
+
+/// Measures `variants` interleaved (see the module documentation) and
+/// returns one row per variant, in order, with ratios against their
+/// baselines filled in (baselines are looked up within this group).
+pub fn run_interleaved(ctx: &BenchCtx, suite: &str, variants: &mut [Variant<'_>]) -> Vec<Row> {
+    let reps = ctx.reps.max(1);
+    if variants.is_empty() {
+        return Vec::new();
+    }
+    let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+    ctx.note(format!(
+        "[{suite}] {} variants x {reps} reps: {}",
+        variants.len(),
+        names.join(" | ")
+    ));
+    let started = Instant::now();
+    for v in variants.iter_mut() {
+        if v.warmup_ops > 0 {
+            let w = v.warmup_ops;
+            v.batch(w);
+        }
+    }
+    let mut ns: Vec<Vec<f64>> = vec![Vec::with_capacity(reps); variants.len()];
+    let mut counters = vec![Counters::default(); variants.len()];
+    for rep in 0..reps {
+        for (i, v) in variants.iter_mut().enumerate() {
+            let ops = v.ops;
+            let (secs, delta) = v.batch(ops);
+            let total_ops = ops * v.threads() as u64;
+            ns[i].push(secs * 1e9 / total_ops as f64);
+            counters[i] = counters[i].add(&delta);
+        }
+        ctx.note(format!(
+            "[{suite}]   rep {}/{reps} done ({:.1} s)",
+            rep + 1,
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    let mut rows: Vec<Row> = variants
+        .iter()
+        .zip(ns.iter().zip(&counters))
+        .map(|(v, (samples, c))| {
+            let ops = v.ops * v.threads() as u64;
+            let ns_per_op = median(samples);
+            let secs = ns_per_op * ops as f64 / 1e9;
+            let all_ops = (ops * reps as u64) as f64;
+            let mut row = Row::empty(suite, &v.name, v.params.clone());
+            row.threads = v.threads();
+            row.ops = ops;
+            row.secs = secs;
+            row.ops_per_s = if ns_per_op > 0.0 {
+                1e9 / ns_per_op
+            } else {
+                0.0
+            };
+            row.ns_per_op = ns_per_op;
+            row.ns_per_op_spread = spread(samples);
+            row.reps = reps;
+            row.fences_per_op = c.fences as f64 / all_ops;
+            row.flushes_per_op = c.flush_insns as f64 / all_ops;
+            row.lines_per_op = c.lines_flushed as f64 / all_ops;
+            row.blocks_per_op = c.blocks_written as f64 / all_ops;
+            row.nt_bytes_per_op = c.nt_bytes as f64 / all_ops;
+            row.msyncs_per_op = c.msync_calls as f64 / all_ops;
+            row.msync_bytes_per_op = c.msync_bytes as f64 / all_ops;
+            row.baseline = v.baseline.clone();
+            if let Some(b) = v.bytes_per_op
+                && ns_per_op > 0.0
+            {
+                row.set_extra("gb_per_s", b as f64 / ns_per_op);
+            }
+            row
+        })
+        .collect();
+    set_ratios(&mut rows);
+    rows
+}

@@ -1,0 +1,51 @@
+//! The suite registry: every suite the CLI can run, by name.
+//!
+//! Adding a suite is one line in [`REGISTRY`]: a name, a one-line
+//! description and a function `fn(&BenchCtx) -> Result<Vec<Row>, BenchError>`.
+
+use crate::ctx::BenchCtx;
+use crate::error::BenchError;
+use crate::row::Row;
+use std::sync::OnceLock;
+
+/// What a suite is: it runs its experiments and yields rows.
+pub type SuiteFn = fn(&BenchCtx) -> Result<Vec<Row>, BenchError>;
+
+/// One registered suite.
+#[derive(Clone, Copy, Debug)]
+pub struct SuiteDef {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub run: SuiteFn,
+}
+
+/// Every suite, in the order `ferrite bench --list` shows them.
+pub const REGISTRY: &[SuiteDef] = &[SuiteDef {
+    name: "probe",
+    description: "persist barriers (clwb/clflushopt/clflush/nt), fence batching, same-line and random persists, load latency, nt bandwidth [P0 §2]",
+    run: crate::probe::probe,
+}];
+
+/// `(name, description)` of every registered suite.
+pub fn suites() -> &'static [(&'static str, &'static str)] {
+    static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    LIST.get_or_init(|| REGISTRY.iter().map(|s| (s.name, s.description)).collect())
+}
+
+/// Runs suite `name` and returns its rows (it neither prints nor writes
+/// JSON: see [`crate::report`]). An unknown name is
+/// [`BenchError::UnknownSuite`], listing the known ones.
+pub fn run_suite(name: &str, ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
+    let def = REGISTRY
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| BenchError::UnknownSuite {
+            name: name.to_string(),
+            known: REGISTRY
+                .iter()
+                .map(|s| s.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    (def.run)(ctx)
+}
