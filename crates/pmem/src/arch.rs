@@ -4,7 +4,7 @@
 //! This is one of the two modules of the crate that contain `unsafe` code (the
 //! other is [`crate::map`]). Nothing outside `ferrite-pmem` calls it: every
 //! flush and fence in Ferrite goes through a pool's
-//! [`Persister`](crate::Persister), which counts it and lets the crash
+//! [`Medium`](crate::Medium) (its persister), which counts it and lets the crash
 //! simulator observe it (ARCHITECTURE.md, rule 1).
 //!
 //! Support is detected with CPUID once and cached. On non-x86_64 targets every

@@ -25,7 +25,6 @@
 //! one before and after an operation and subtract.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
 use std::ops::Sub;
 
 /// Size of an Optane media block (XPLine).
@@ -114,46 +113,66 @@ pub struct PerOp {
     pub blocks_written: f64,
 }
 
-/// Distinct-id set for one fence epoch. Epochs are usually a few lines, so a
-/// linear scan of a small vector beats hashing; large epochs spill to a set.
+/// Distinct ids touched in one fence epoch, as sorted, disjoint, merged
+/// half-open intervals. A persist of one contiguous range — however large —
+/// is one interval, so bookkeeping costs the same for 64 B and for 1 MiB;
+/// the common append-at-the-end case is O(1).
 #[derive(Default)]
-struct DistinctSet {
-    small: Vec<usize>,
-    big: HashSet<usize>,
+struct IntervalSet {
+    iv: Vec<(usize, usize)>,
+    count: usize,
 }
 
-const SPILL: usize = 48;
-
-impl DistinctSet {
+impl IntervalSet {
     #[inline]
-    fn insert(&mut self, id: usize) {
-        if self.big.is_empty() {
-            if self.small.contains(&id) {
-                return;
-            }
-            if self.small.len() < SPILL {
-                self.small.push(id);
-                return;
-            }
-            self.big.extend(self.small.drain(..));
+    fn insert(&mut self, s: usize, e: usize) {
+        if s >= e {
+            return;
         }
-        self.big.insert(id);
+        match self.iv.last_mut() {
+            None => {}
+            // Touches only the last interval: extend it in place.
+            Some(last) if s >= last.0 && s <= last.1 => {
+                if e > last.1 {
+                    self.count += e - last.1;
+                    last.1 = e;
+                }
+                return;
+            }
+            Some(last) if s > last.1 => {}
+            Some(_) => return self.insert_general(s, e),
+        }
+        self.iv.push((s, e));
+        self.count += e - s;
+    }
+
+    fn insert_general(&mut self, s: usize, e: usize) {
+        let i = self.iv.partition_point(|&(_, ie)| ie < s);
+        let (mut ns, mut ne, mut j) = (s, e, i);
+        while j < self.iv.len() && self.iv[j].0 <= ne {
+            ns = ns.min(self.iv[j].0);
+            ne = ne.max(self.iv[j].1);
+            self.count -= self.iv[j].1 - self.iv[j].0;
+            j += 1;
+        }
+        self.iv.splice(i..j, [(ns, ne)]);
+        self.count += ne - ns;
     }
 
     fn len(&self) -> usize {
-        self.small.len() + self.big.len()
+        self.count
     }
 
     fn clear(&mut self) {
-        self.small.clear();
-        self.big.clear();
+        self.iv.clear();
+        self.count = 0;
     }
 }
 
 #[derive(Default)]
 struct Epoch {
-    lines: DistinctSet,
-    blocks: DistinctSet,
+    lines: IntervalSet,
+    blocks: IntervalSet,
 }
 
 #[derive(Default)]
@@ -172,21 +191,24 @@ thread_local! {
     static LOCAL: Local = Local::default();
 }
 
-/// Address-like key for a line: pools are identified by their base address so
-/// equal offsets in two pools do not collide.
+/// Lines are keyed by address so equal offsets in two pools do not collide.
 #[inline]
 pub(crate) fn note_lines_flushed(addr_first_line: usize, lines: usize, insns: bool) {
+    if lines == 0 {
+        return;
+    }
     LOCAL.with(|l| {
         if insns {
             l.flush_insns.set(l.flush_insns.get() + lines as u64);
         }
         let mut e = l.epoch.borrow_mut();
-        for i in 0..lines {
-            let line = addr_first_line / crate::arch::CACHE_LINE + i;
-            e.lines.insert(line);
-            e.blocks
-                .insert(line * crate::arch::CACHE_LINE / MEDIA_BLOCK);
-        }
+        let first = addr_first_line / crate::arch::CACHE_LINE;
+        e.lines.insert(first, first + lines);
+        let end_addr = addr_first_line + lines * crate::arch::CACHE_LINE;
+        e.blocks.insert(
+            addr_first_line / MEDIA_BLOCK,
+            (end_addr - 1) / MEDIA_BLOCK + 1,
+        );
     })
 }
 
@@ -198,10 +220,10 @@ pub(crate) fn note_blocks(addr: usize, len: usize) {
         return;
     }
     LOCAL.with(|l| {
-        let mut e = l.epoch.borrow_mut();
-        for b in addr / MEDIA_BLOCK..=(addr + len - 1) / MEDIA_BLOCK {
-            e.blocks.insert(b);
-        }
+        l.epoch
+            .borrow_mut()
+            .blocks
+            .insert(addr / MEDIA_BLOCK, (addr + len - 1) / MEDIA_BLOCK + 1);
     })
 }
 
@@ -241,15 +263,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn distinct_set_dedups_across_spill() {
-        let mut s = DistinctSet::default();
-        for round in 0..3 {
-            for i in 0..100 {
-                s.insert(i);
+    fn interval_set_counts_distinct_ids_in_any_insertion_order() {
+        use std::collections::BTreeSet;
+        let mut x = 12345u64;
+        for _ in 0..200 {
+            let mut set = IntervalSet::default();
+            let mut model = BTreeSet::new();
+            for _ in 0..30 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let s = (x % 200) as usize;
+                let e = s + (x >> 40) as usize % 12;
+                set.insert(s, e);
+                model.extend(s..e);
+                assert_eq!(set.len(), model.len());
+                assert!(
+                    set.iv.windows(2).all(|w| w[0].1 < w[1].0),
+                    "sorted, disjoint, merged"
+                );
             }
-            assert_eq!(s.len(), 100, "round {round}");
+            set.clear();
+            assert_eq!(set.len(), 0);
         }
-        s.clear();
-        assert_eq!(s.len(), 0);
     }
 }

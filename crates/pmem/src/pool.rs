@@ -55,6 +55,18 @@ impl PoolOptions {
         self
     }
 
+    /// Forces the flush instruction of the `adr` domain.
+    pub fn flush(mut self, k: crate::FlushKind) -> PoolOptions {
+        self.flush = Some(k);
+        self
+    }
+
+    /// Copies of at least `bytes` use non-temporal stores.
+    pub fn nt_threshold(mut self, bytes: usize) -> PoolOptions {
+        self.nt_threshold = bytes;
+        self
+    }
+
     fn persist_config(&self, domain: Domain) -> Result<PersistConfig> {
         let mut cfg = PersistConfig::for_domain(domain).map_err(PoolError::Config)?;
         if let Some(k) = self.flush {
