@@ -19,6 +19,7 @@
 pub mod ctx;
 pub mod error;
 pub mod floor;
+pub mod log;
 pub mod measure;
 pub mod probe;
 pub mod registry;

@@ -24,6 +24,10 @@ pub const REGISTRY: &[SuiteDef] = &[SuiteDef {
     name: "probe",
     description: "persist barriers (clwb/clflushopt/clflush/nt), fence batching, same-line and random persists, load latency, nt bandwidth [P0 §2]",
     run: crate::probe::probe,
+}, SuiteDef {
+    name: "log",
+    description: "log appends: Classic / Header (+dancing) / RAWL / PopLog x layouts x record sizes vs PMDK pmemlog_append and the floor [P0 §3.3, Fig. 8]",
+    run: crate::log::run,
 }];
 
 /// `(name, description)` of every registered suite.

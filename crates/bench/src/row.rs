@@ -58,6 +58,15 @@ pub struct Row {
     pub ns_per_op_spread: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<serde_json::Value>,
+    /// False for peers that flush outside Ferrite (PMDK): their counter
+    /// fields are 0 because nothing was observed, not because nothing was
+    /// flushed. The table prints `n/a` for them.
+    #[serde(default = "observed")]
+    pub counters_observed: bool,
+}
+
+fn observed() -> bool {
+    true
 }
 
 impl Row {
@@ -83,6 +92,7 @@ impl Row {
             msync_bytes_per_op: 0.0,
             reps: 0,
             ns_per_op_spread: 0.0,
+            counters_observed: true,
             extra: None,
         }
     }

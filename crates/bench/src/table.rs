@@ -66,6 +66,11 @@ fn ns(v: f64) -> String {
 }
 
 /// A per-op counter: integers print as integers, fractions with 2 decimals.
+/// A counter cell, or `n/a` for a peer whose flushes Ferrite cannot see.
+fn observed(r: &Row, v: f64) -> String {
+    if r.counters_observed { count(v) } else { "n/a".into() }
+}
+
 fn count(v: f64) -> String {
     if v == v.trunc() && v.abs() < 1e15 {
         format!("{}", v as i64)
@@ -152,11 +157,11 @@ fn cells(r: &Row) -> [String; 14] {
         si(r.ops_per_s),
         ns(r.ns_per_op),
         format!("{:.1}%", r.ns_per_op_spread * 100.0),
-        count(r.fences_per_op),
-        count(r.flushes_per_op),
-        count(r.lines_per_op),
-        count(r.blocks_per_op),
-        count(r.nt_bytes_per_op),
+        observed(r, r.fences_per_op),
+        observed(r, r.flushes_per_op),
+        observed(r, r.lines_per_op),
+        observed(r, r.blocks_per_op),
+        observed(r, r.nt_bytes_per_op),
         r.ratio_vs_baseline.map(ratio).unwrap_or_else(|| "-".into()),
         notes(r.extra.as_ref()),
     ]
