@@ -4,6 +4,7 @@
 //! one report per variant; the command sums them into the closing line
 //! `checked TARGET: <S> crash states, <V> violations`.
 
+use ferrite_blocks::log::Algorithm;
 use ferrite_crash::selftest::{self, Variant};
 use ferrite_crash::{Config, Report};
 
@@ -29,7 +30,39 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         false,
         run_selftest_broken,
     ),
+    (
+        "log-classic",
+        "Classic log (packed, padded): appends, batches, truncation, wrap-around [P0 §3.3]",
+        true,
+        |c| run_log(Algorithm::Classic, c),
+    ),
+    (
+        "log-header",
+        "Header log (packed, padded, dancing size slots) [P0 §3.3]",
+        true,
+        |c| run_log(Algorithm::Header, c),
+    ),
+    (
+        "log-rawl",
+        "RAWL log (packed, padded), 8-byte tearing [P0 §3.3]",
+        true,
+        |c| run_log(Algorithm::Rawl, c),
+    ),
+    (
+        "log-poplog",
+        "PopLog (packed, padded, staged non-temporal) [P0 §3.3]",
+        true,
+        |c| run_log(Algorithm::PopLog, c),
+    ),
 ];
+
+fn run_log(alg: Algorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_blocks::checks::check_log(alg, cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
 
 /// Budget per variant when a target covers `n` variants.
 pub fn split(cfg: &Config, n: usize) -> Config {

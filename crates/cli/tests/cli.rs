@@ -57,6 +57,17 @@ fn check_selftest_passes_and_broken_is_caught() {
 }
 
 #[test]
+fn every_log_target_passes_a_small_budget() {
+    for t in ["log-classic", "log-header", "log-rawl", "log-poplog"] {
+        let o = ferrite(&["check", t, "--budget", "300"]);
+        assert!(o.status.success(), "{t}: {}{}", stdout(&o), stderr(&o));
+        let (states, violations) = closing_counts(&stdout(&o), t);
+        assert!(states >= 250, "{t}: {states} states");
+        assert_eq!(violations, 0);
+    }
+}
+
+#[test]
 fn unknown_target_is_one_line_and_nonzero() {
     let o = ferrite(&["check", "no-such-target"]);
     assert_eq!(o.status.code(), Some(1));
