@@ -259,6 +259,28 @@ impl Mapping {
         self.word(off).fetch_add(v, Ordering::AcqRel)
     }
 
+    /// Hints the CPU to bring the cache line holding byte `off` into all
+    /// cache levels (`prefetcht0`). Not a persistence operation: it neither
+    /// reads into Rust-visible memory nor stores, so the persister and the
+    /// crash simulator need not see it. Used to overlap the memory latency
+    /// of several interleaved operations [P0 §3.5]. A no-op off x86_64.
+    #[inline]
+    #[track_caller]
+    pub fn prefetch(&self, off: usize) {
+        let p = self.at(off, 1);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `_mm_prefetch` only needs SSE, which every x86_64 CPU has;
+        // a prefetch never faults, never writes and has no effect visible
+        // to Rust, and `p` is inside the mapping anyway (checked by `at`).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p as *const i8,
+            )
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// Non-temporal copy; returns the sub-range written non-temporally.
     #[track_caller]
     pub(crate) fn nt_copy(&self, off: usize, src: &[u8]) -> (usize, usize) {
@@ -390,6 +412,18 @@ mod tests {
     fn out_of_bounds_write_panics_not_ub() {
         let m = Mapping::anonymous(4096).unwrap();
         m.write(4095, b"ab");
+    }
+
+    #[test]
+    fn prefetch_is_a_bounds_checked_hint() {
+        let m = Mapping::anonymous(4096).unwrap();
+        m.write(0, b"x");
+        m.prefetch(0);
+        m.prefetch(4095);
+        assert!(std::panic::catch_unwind(|| m.prefetch(4096)).is_err());
+        let mut b = [0u8; 1];
+        m.read(0, &mut b);
+        assert_eq!(&b, b"x", "a prefetch changes nothing");
     }
 
     #[test]

@@ -147,6 +147,15 @@ impl Region {
         self.medium.map().fetch_add_u64(a, v)
     }
 
+    /// Prefetch hint for the cache line holding byte `off` (see
+    /// [`Mapping::prefetch`](crate::Mapping::prefetch)): a read-latency hint,
+    /// not a persistence operation, so it needs no flush or fence.
+    #[inline]
+    #[track_caller]
+    pub fn prefetch(&self, off: usize) {
+        self.medium.map().prefetch(self.abs(off, 1))
+    }
+
     /// Little-endian u32 read (not atomic).
     #[track_caller]
     pub fn read_u32(&self, off: usize) -> u32 {
