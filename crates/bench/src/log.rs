@@ -39,8 +39,14 @@ const LOG_BYTES: usize = 32 << 20;
 pub const PMDK: &str = "pmdk-pmemlog";
 
 fn log_pool() -> Result<Pool, BenchError> {
-    let domain = if FlushKind::best().is_some() { Domain::Adr } else { Domain::Eadr };
-    Ok(Pool::create_in_memory(&PoolOptions::new("bench-log", (LOG_BYTES + (1 << 20)) as u64).domain(domain))?)
+    let domain = if FlushKind::best().is_some() {
+        Domain::Adr
+    } else {
+        Domain::Eadr
+    };
+    Ok(Pool::create_in_memory(
+        &PoolOptions::new("bench-log", (LOG_BYTES + (1 << 20)) as u64).domain(domain),
+    )?)
 }
 
 fn append_or_wrap(log: &mut Log, rec: &[u8]) {
@@ -61,7 +67,9 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let mut all = Vec::new();
     for &size in sizes(ctx.scale) {
         ctx.note(format!("record size {size} B"));
-        let rec: Vec<u8> = (0..size).map(|i| (i as u8).wrapping_mul(7).wrapping_add(1)).collect();
+        let rec: Vec<u8> = (0..size)
+            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(1))
+            .collect();
         let rec = &rec;
 
         let mut pools = Vec::new();
@@ -69,7 +77,8 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         for alg in Algorithm::ALL {
             for &v in alg.variants() {
                 let pool = log_pool()?;
-                let log = Log::create(pool.data(), v).map_err(|e| BenchError::Unsupported(format!("{v}: {e}")))?;
+                let log = Log::create(pool.data(), v)
+                    .map_err(|e| BenchError::Unsupported(format!("{v}: {e}")))?;
                 pools.push(pool);
                 logs.push((v, log));
             }
@@ -85,25 +94,35 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         for (v, log) in logs.iter_mut() {
             let name = v.name();
             variants.push(
-                Variant::new(name, json!({ "bytes": size, "algorithm": v.algorithm.name(), "padded": v.padded() }), ops, move |n| {
-                    for _ in 0..n {
-                        append_or_wrap(log, rec);
-                    }
-                })
+                Variant::new(
+                    name,
+                    json!({ "bytes": size, "algorithm": v.algorithm.name(), "padded": v.padded() }),
+                    ops,
+                    move |n| {
+                        for _ in 0..n {
+                            append_or_wrap(log, rec);
+                        }
+                    },
+                )
                 .bytes_per_op(size as u64)
                 .baseline(baseline),
             );
         }
         #[cfg(feature = "pmdk")]
         variants.push(
-            Variant::new(PMDK, json!({ "bytes": size, "pmem_is_pmem_forced": true }), ops, move |n| {
-                for _ in 0..n {
-                    if pmdk.append(rec).is_err() {
-                        pmdk.rewind();
-                        pmdk.append(rec).expect("pmemlog_append into a rewound log");
+            Variant::new(
+                PMDK,
+                json!({ "bytes": size, "pmem_is_pmem_forced": true }),
+                ops,
+                move |n| {
+                    for _ in 0..n {
+                        if pmdk.append(rec).is_err() {
+                            pmdk.rewind();
+                            pmdk.append(rec).expect("pmemlog_append into a rewound log");
+                        }
                     }
-                }
-            })
+                },
+            )
             .bytes_per_op(size as u64),
         );
         variants.push(floor_variant(&floor_region, size, ops));
@@ -137,14 +156,22 @@ fn fig8_row(rows: &[Row]) -> Row {
             a.push(json!([size, r.ops_per_s]));
         }
     }
-    let mut row = Row::empty("log", "fig8-series", json!({ "figure": "P0 Fig. 8", "x": "record bytes", "y": "appends/s" }));
+    let mut row = Row::empty(
+        "log",
+        "fig8-series",
+        json!({ "figure": "P0 Fig. 8", "x": "record bytes", "y": "appends/s" }),
+    );
     row.set_extra("series", serde_json::Value::Object(series));
     row
 }
 
 #[cfg(feature = "pmdk")]
 fn pmdk_log(size: usize) -> Result<(std::path::PathBuf, ferrite_pmdk::PmemLog), BenchError> {
-    let path = std::path::PathBuf::from(format!("{}/ferrite-bench-pmemlog-{}-{size}", ferrite_pmdk::SHM_DIR, std::process::id()));
+    let path = std::path::PathBuf::from(format!(
+        "{}/ferrite-bench-pmemlog-{}-{size}",
+        ferrite_pmdk::SHM_DIR,
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&path);
     let log = ferrite_pmdk::PmemLog::create(&path, LOG_BYTES + (1 << 20))
         .map_err(|e| BenchError::Unsupported(format!("pmemlog_create {}: {e}", path.display())))?;

@@ -20,15 +20,23 @@ pub struct SuiteDef {
 }
 
 /// Every suite, in the order `ferrite bench --list` shows them.
-pub const REGISTRY: &[SuiteDef] = &[SuiteDef {
-    name: "probe",
-    description: "persist barriers (clwb/clflushopt/clflush/nt), fence batching, same-line and random persists, load latency, nt bandwidth [P0 §2]",
-    run: crate::probe::probe,
-}, SuiteDef {
-    name: "log",
-    description: "log appends: Classic / Header (+dancing) / RAWL / PopLog x layouts x record sizes vs PMDK pmemlog_append and the floor [P0 §3.3, Fig. 8]",
-    run: crate::log::run,
-}];
+pub const REGISTRY: &[SuiteDef] = &[
+    SuiteDef {
+        name: "probe",
+        description: "persist barriers (clwb/clflushopt/clflush/nt), fence batching, same-line and random persists, load latency, nt bandwidth [P0 §2]",
+        run: crate::probe::probe,
+    },
+    SuiteDef {
+        name: "log",
+        description: "log appends: Classic / Header (+dancing) / RAWL / PopLog x layouts x record sizes vs PMDK pmemlog_append and the floor [P0 §3.3, Fig. 8]",
+        run: crate::log::run,
+    },
+    SuiteDef {
+        name: "cell",
+        description: "failure-atomic cells: CoW / log / FAM x 16-64 B, updates, reads, dependent reads, seq and random [P0 §3.4, Fig. 10]",
+        run: crate::cell_suite::run,
+    },
+];
 
 /// `(name, description)` of every registered suite.
 pub fn suites() -> &'static [(&'static str, &'static str)] {

@@ -68,7 +68,11 @@ fn ns(v: f64) -> String {
 /// A per-op counter: integers print as integers, fractions with 2 decimals.
 /// A counter cell, or `n/a` for a peer whose flushes Ferrite cannot see.
 fn observed(r: &Row, v: f64) -> String {
-    if r.counters_observed { count(v) } else { "n/a".into() }
+    if r.counters_observed {
+        count(v)
+    } else {
+        "n/a".into()
+    }
 }
 
 fn count(v: f64) -> String {

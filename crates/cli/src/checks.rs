@@ -4,6 +4,7 @@
 //! one report per variant; the command sums them into the closing line
 //! `checked TARGET: <S> crash states, <V> violations`.
 
+use ferrite_blocks::cell::CellKind;
 use ferrite_blocks::log::Algorithm;
 use ferrite_crash::selftest::{self, Variant};
 use ferrite_crash::{Config, Report};
@@ -54,7 +55,33 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         true,
         |c| run_log(Algorithm::PopLog, c),
     ),
+    (
+        "cell-cow",
+        "copy-on-write cells (two copies + active flag), 16-64 B [P0 §3.4.1]",
+        true,
+        |c| run_cell(CellKind::Cow, c),
+    ),
+    (
+        "cell-log",
+        "log cells (redo slot, then in place), 16-64 B [P0 §3.4.2]",
+        true,
+        |c| run_cell(CellKind::Log, c),
+    ),
+    (
+        "cell-fam",
+        "FAM cells (versioned 31-bit chunks, one fence), 16-64 B, 8-byte tearing, nested recovery crashes [P0 §3.4.3]",
+        true,
+        |c| run_cell(CellKind::Fam, c),
+    ),
 ];
+
+fn run_cell(kind: CellKind, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_blocks::checks::check_cell(kind, cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
 
 fn run_log(alg: Algorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_blocks::checks::check_log(alg, cfg.clone()).map_err(|e| e.to_string())?;
