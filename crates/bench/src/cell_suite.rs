@@ -38,13 +38,17 @@ fn bench_err(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Unsupported(format!("{what}: {e}"))
 }
 
+/// A filled array: its pool, the array, and the cycle it holds (`perm[i]` is
+/// the cell after `i`).
+type Built = (Pool, Box<dyn CellArray>, Vec<u64>);
+
 /// An array whose values form one random cycle: value `i` starts with the
 /// index of the cell after `i` (Sattolo's algorithm).
 fn build(
     kind: CellKind,
     size: ValueSize,
     bytes: usize,
-) -> Result<(Pool, Box<dyn CellArray>, Vec<u64>), BenchError> {
+) -> Result<Built, BenchError> {
     let count = bytes / kind.stride(size);
     let len = kind
         .region_len(size, count)
@@ -70,8 +74,8 @@ fn build(
         perm.swap(i, j);
     }
     let mut v = vec![0u8; size.bytes()];
-    for i in 0..count {
-        v[..8].copy_from_slice(&perm[i].to_le_bytes());
+    for (i, next) in perm.iter().enumerate() {
+        v[..8].copy_from_slice(&next.to_le_bytes());
         arr.update(i, &v).map_err(|e| bench_err("fill cells", e))?;
     }
     Ok((pool, arr, perm))
