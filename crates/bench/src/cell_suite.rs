@@ -44,11 +44,7 @@ type Built = (Pool, Box<dyn CellArray>, Vec<u64>);
 
 /// An array whose values form one random cycle: value `i` starts with the
 /// index of the cell after `i` (Sattolo's algorithm).
-fn build(
-    kind: CellKind,
-    size: ValueSize,
-    bytes: usize,
-) -> Result<Built, BenchError> {
+fn build(kind: CellKind, size: ValueSize, bytes: usize) -> Result<Built, BenchError> {
     let count = bytes / kind.stride(size);
     let len = kind
         .region_len(size, count)
