@@ -16,6 +16,7 @@
 //! Every flush and fence in every suite goes through a ferrite-pmem
 //! `Region`, so the counters in the rows are exact (rule 1, rule 6).
 
+pub mod alloc_suite;
 pub mod cell_suite;
 pub mod ctx;
 pub mod error;

@@ -36,6 +36,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         description: "failure-atomic cells: CoW / log / FAM x 16-64 B, updates, reads, dependent reads, seq and random [P0 §3.4, Fig. 10]",
         run: crate::cell_suite::run,
     },
+    SuiteDef {
+        name: "alloc",
+        description: "persistent allocators: reserve+publish+free of 64 B-4 KiB and mixed sizes, 1-2 threads, vs pmemobj_alloc/free; recovery time [P2 §2.2]",
+        run: crate::alloc_suite::run,
+    },
 ];
 
 /// `(name, description)` of every registered suite.

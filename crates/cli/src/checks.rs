@@ -73,7 +73,21 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         true,
         |c| run_cell(CellKind::Fam, c),
     ),
+    (
+        "alloc",
+        "persistent allocators (Ferrite heap, single-lock heap): reserve/publish/free/cancel from 3 simulated threads [P2 §2.2]",
+        true,
+        run_alloc,
+    ),
 ];
+
+fn run_alloc(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_alloc::checks::check_alloc(cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
 
 fn run_cell(kind: CellKind, cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_blocks::checks::check_cell(kind, cfg.clone()).map_err(|e| e.to_string())?;

@@ -1,0 +1,1169 @@
+//! The Ferrite heap: size-class runs with persistent bitmaps, per-thread
+//! runs and lanes, page extents, lane-logged publish, and recovery from the
+//! bitmaps alone [P2 §2.2].
+//!
+//! # Design
+//!
+//! - **Pages and descriptors.** The data area is cut into 4 KiB pages. Each
+//!   page has a 64-byte *descriptor* line in a separate metadata area: a
+//!   header word (meaningful on the first page of a run or extent) and a
+//!   256-bit *share* of a run's allocation bitmap. Keeping metadata out of
+//!   band means a stray write past the end of a block (the nvm_malloc bug
+//!   P2 §3 describes) cannot hit it, and recovery reads only the
+//!   descriptors, never user data.
+//! - **Runs** ([`crate::class`]): `P ≥ 4` pages of one size class. Block `i`
+//!   of a run is bit `i / P` of page `i mod P`'s share, so consecutive
+//!   allocations set bits on *different* cache lines, and a lane's record,
+//!   its marker and the next record are also three distinct lines: two
+//!   consecutive operations never flush the same line (NVAlloc's lesson).
+//! - **Thread handles** ([`HeapThread`], from [`Heap::attach`]): each owns a
+//!   lane and one current run per size class. A reserve finds a free block
+//!   in its own run with a compare-and-swap on a DRAM state word — no lock.
+//!   When a run is full the handle takes a partial run from the shared
+//!   per-class list or carves a new run from free pages (one mutex, at most
+//!   once per 16 allocations). Any thread may free any block; a free that
+//!   makes an unowned full run usable again lists it.
+//! - **Extents**: requests above 16 KiB get whole pages (best fit over free
+//!   page ranges, under the mutex); their header word is their allocation
+//!   record.
+//! - **Out of pages**: empty runs stay with their size class (so an
+//!   alloc/free cycle does not create and retire a run each time) until
+//!   pages run out; then the handle gives back its own current runs, empty
+//!   unowned runs are retired under one fence, and only if that frees
+//!   nothing large enough is [`AllocError::OutOfSpace`] returned.
+//! - **Reserve → publish.** [`reserve`](crate::AllocThread::reserve) touches
+//!   only DRAM. [`publish`](crate::AllocThread::publish) makes any number of
+//!   allocations and frees durable together with the caller's links: one
+//!   [`MetaOp`] per changed bitmap word, header and link, committed through
+//!   the handle's lane ([`crate::lane`]: record, fence, apply, fence) — two
+//!   fences however many blocks are published; one fence, no log, when the
+//!   publish is a single word (an allocation or free without a link).
+//!   [`prepare`](crate::AllocThread::prepare) hands the same operations to a
+//!   transaction so they ride on its commit instead.
+//! - **Recovery** ([`Heap::open`]): replay the newest record of each lane if
+//!   it was committed but not applied, then walk the descriptors once and
+//!   rebuild all volatile state — runs, free counts, the per-class lists,
+//!   free page ranges — from the header words and bitmaps. There is no
+//!   garbage-collection pass and user data is never read, so recovery time
+//!   depends on the heap's size, not on what it holds.
+//!
+//! # On-media format (version 1, little-endian)
+//!
+//! The heap lives in a [`Region`] starting on a 4 KiB boundary of the pool.
+//! Offsets are from the region's start:
+//!
+//! | offset                 | bytes            | content                                    |
+//! |------------------------|------------------|--------------------------------------------|
+//! | 0                      | 64               | superblock — written once at creation      |
+//! | 64                     | 64               | root line: root object pool offset, u64 (0 = none); rest zero |
+//! | 128                    | lanes·lane_bytes | lanes ([`crate::lane`] documents their format) |
+//! | desc_off = 128 + lanes·lane_bytes | 64·pages | page descriptors                   |
+//! | data_off (4 KiB aligned) | 4096·pages     | pages                                      |
+//!
+//! Superblock:
+//!
+//! | bytes  | field                                                             |
+//! |--------|-------------------------------------------------------------------|
+//! | 0..8   | magic `FERRHEAP`                                                  |
+//! | 8..10  | format version, u16 = 1                                           |
+//! | 10..12 | lanes, u16 (1..=1024)                                             |
+//! | 12..16 | lane_bytes, u32 (multiple of 64, ≥ 768)                           |
+//! | 16..24 | pages, u64                                                        |
+//! | 24..32 | desc_off, u64                                                     |
+//! | 32..40 | data_off, u64                                                     |
+//! | 40..48 | region length, u64                                                |
+//! | 48..56 | nonce, u64, random per heap (keys every checksum)                 |
+//! | 56..60 | flags, u32 = 0 (unknown bits are refused)                         |
+//! | 60..64 | crc32c of bytes 0..60                                             |
+//!
+//! Page descriptor (one 64-byte line per page):
+//!
+//! | bytes  | field                                                             |
+//! |--------|-------------------------------------------------------------------|
+//! | 0..8   | header word: 0 for a free page or a page inside a run or extent   |
+//! | 8..40  | bitmap share, four u64 words: bit `r` of word `r / 64` is block `r·P + s` of the run this page is page `s` of; zero outside runs |
+//! | 40..64 | reserved, zero                                                    |
+//!
+//! Header word (non-zero only on the first page of a run or extent):
+//!
+//! | bits   | field                                                             |
+//! |--------|-------------------------------------------------------------------|
+//! | 0..2   | kind: 1 run, 2 extent                                             |
+//! | 2..8   | size class (runs; 0 for extents)                                  |
+//! | 8..32  | pages spanned (runs: the class's P; extents: 1..2²⁴)              |
+//! | 32..64 | crc32c(nonce ‖ page number u64 ‖ bits 0..32 as u32)               |
+//!
+//! A header is one 8-byte word, so it is written failure-atomically and
+//! needs no ordering against itself; its checksum binds it to its page and
+//! heap. A block is allocated exactly when its bit is set; an extent
+//! exactly when its header word is.
+//!
+//! # Invariants
+//!
+//! 1. The descriptor line of every page that is not in a run is zero except
+//!    an extent's header word. (Creation zeroes; a run is retired only when
+//!    its bitmap is all zero; freeing an extent clears its header.)
+//! 2. A run's header is durable before any bit of its bitmap is set: a run
+//!    is created with its own fence, before any of its blocks is reserved.
+//! 3. A block or extent is in the DRAM free state only when its free state
+//!    is durable: a free is applied and fenced before the DRAM state says
+//!    free, so it can be reserved again only then.
+//! 4. At most one publish per lane is between its two fences, and a lane's
+//!    newest entry is the only one recovery reads.
+//!
+//! # Bad input
+//!
+//! [`Heap::open`] validates the superblock (magic, version, checksum,
+//! geometry against the region), every header word (checksum, kind, size,
+//! bounds, overlap), and every descriptor bit (no bits on free or extent
+//! pages, none past a run's last block), and reports the first problem as
+//! an [`AllocError`]; it never repairs or reuses a heap it cannot trust.
+
+mod format;
+mod thread;
+
+pub use thread::HeapThread;
+
+use crate::class::{CLASSES, NUM_CLASSES};
+use crate::error::{AllocError, Result};
+use crate::lane::{Cursor, Lane, Latest};
+use crate::ops::{MetaOp, OpKind, flush_words};
+use crate::{AllocStats, AllocThread, PAllocator, RecoveryReport};
+use ferrite_pmem::{HEADER_SIZE, PAGE, POff, Region};
+use format::{
+    DESC, Geometry, LANES_OFF, MAX_EXTENT_PAGES, PageHdr, ROOT_OFF, SHARE_OFF, SHARE_WORDS,
+    Superblock,
+};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Planted protocol bugs, to show the crash checks catch them. Not part of
+/// the supported API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fault {
+    #[default]
+    None,
+    /// Publish flushes its lane record but does not fence before applying.
+    NoLogFence,
+    /// Publish never writes the marker of a completed record.
+    NoMarker,
+    /// Recovery does not replay committed records.
+    NoReplay,
+}
+
+/// How to create a heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapOptions {
+    /// Lanes, i.e. thread handles that can be attached at once (1..=1024).
+    pub lanes: u16,
+    /// Bytes per lane ring (multiple of 64, ≥ 768). A publish may log
+    /// about `lane_bytes / 48` operations.
+    pub lane_bytes: u32,
+    /// Fixed nonce (for reproducible images); random when `None`.
+    pub nonce: Option<u64>,
+}
+
+impl Default for HeapOptions {
+    fn default() -> Self {
+        HeapOptions {
+            lanes: 32,
+            lane_bytes: 8192,
+            nonce: None,
+        }
+    }
+}
+
+impl HeapOptions {
+    pub fn lanes(mut self, n: u16) -> Self {
+        self.lanes = n;
+        self
+    }
+    pub fn lane_bytes(mut self, n: u32) -> Self {
+        self.lane_bytes = n;
+        self
+    }
+    pub fn nonce(mut self, n: u64) -> Self {
+        self.nonce = Some(n);
+        self
+    }
+}
+
+// ---- volatile state -------------------------------------------------------------------
+
+/// Volatile page word: kind in bits 0..8, class in 8..16, and in 32..64 the
+/// run's first page (run pages) or the extent's page count (extent heads).
+const V_FREE: u64 = 0;
+const V_RUN: u64 = 1;
+const V_EXT: u64 = 2;
+const V_EXT_RESERVED: u64 = 3;
+const V_EXT_FREEING: u64 = 4;
+
+fn v_run(class: usize, start: u32) -> u64 {
+    V_RUN | ((class as u64) << 8) | (u64::from(start) << 32)
+}
+fn v_ext(kind: u64, pages: u32) -> u64 {
+    kind | (u64::from(pages) << 32)
+}
+fn v_kind(w: u64) -> u64 {
+    w & 0xff
+}
+fn v_class(w: u64) -> usize {
+    ((w >> 8) & 0xff) as usize
+}
+fn v_hi(w: u64) -> u32 {
+    (w >> 32) as u32
+}
+
+/// Run head `aux` word: free-block count in bits 0..32, flags above.
+const FREE_MASK: u64 = 0xffff_ffff;
+/// A thread handle allocates from the run.
+const OWNED: u64 = 1 << 32;
+/// The run is on its class's list of partial runs.
+const LISTED: u64 = 1 << 33;
+
+/// Two-bit block states in the DRAM state words, one pair per bitmap row.
+const ST_RESERVED: u64 = 0b01;
+const ST_ALLOC: u64 = 0b10;
+const ST_FREEING: u64 = 0b11;
+const PAIRS_LOW: u64 = 0x5555_5555_5555_5555;
+/// State words per page: 256 rows, 32 per word.
+const ST_WORDS: usize = 8;
+
+/// DRAM mirror of one page. On a run's pages, `st` holds the states of the
+/// blocks whose bits live in this page's share; the first page's `aux`
+/// holds the run's free count and ownership.
+#[derive(Default)]
+struct PageV {
+    word: AtomicU64,
+    aux: AtomicU64,
+    st: [AtomicU64; ST_WORDS],
+}
+
+/// Pairs that are free (`00`): the low bit of each such pair.
+#[inline]
+fn free_pairs(x: u64) -> u64 {
+    !(x | (x >> 1)) & PAIRS_LOW
+}
+
+/// Spreads the 32 bits of `b` to the low bits of 32 pairs.
+#[inline]
+fn spread(b: u32) -> u64 {
+    let mut x = u64::from(b);
+    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    x = (x | (x << 2)) & 0x3333_3333_3333_3333;
+    (x | (x << 1)) & PAIRS_LOW
+}
+
+/// Rows of share `s` that hold blocks, as a pair mask for state word `wi`.
+#[inline]
+fn valid_pairs(blocks: u32, pages: u32, s: u32, wi: usize) -> u64 {
+    let rows = if s < blocks {
+        (blocks - s).div_ceil(pages) as usize
+    } else {
+        0
+    };
+    let n = rows.saturating_sub(32 * wi).min(32);
+    if n == 32 {
+        PAIRS_LOW
+    } else {
+        PAIRS_LOW & ((1u64 << (2 * n)) - 1)
+    }
+}
+
+/// Per-lane counters (one cache line each, written by the lane's handle).
+#[repr(align(64))]
+#[derive(Default)]
+struct LaneStats {
+    in_use: AtomicI64,
+    blocks: AtomicI64,
+    meta_lines: AtomicU64,
+    fences: AtomicU64,
+}
+
+/// State shared by all threads, behind one mutex (never on the reserve
+/// fast path).
+struct Central {
+    /// Free page ranges: start → length, and (length, start) for best fit.
+    free: BTreeMap<u32, u32>,
+    by_len: BTreeSet<(u32, u32)>,
+    free_pages: u64,
+    /// Per class: first pages of unowned runs with free blocks.
+    lists: Vec<Vec<u32>>,
+    /// Cursors of the lanes not attached to a handle.
+    cursors: Vec<Option<Cursor>>,
+    /// Attach counter (handle identities).
+    attaches: u64,
+}
+
+static NEXT_HEAP_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A Ferrite heap. See the module documentation.
+pub struct Heap {
+    region: Region,
+    /// The whole pool: links and operations are addressed by pool offset.
+    pool: Region,
+    geo: Geometry,
+    nonce: u64,
+    /// Identity of this open heap (reservations carry it).
+    id: u64,
+    pages: Box<[PageV]>,
+    central: Mutex<Central>,
+    /// One per lane, plus one for work done under the central mutex.
+    stats: Box<[LaneStats]>,
+    claimed_pages: AtomicU64,
+    root_lock: Mutex<()>,
+    recovery: RecoveryReport,
+    fault: Fault,
+}
+
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap")
+            .field("base", &self.region.base())
+            .field("pages", &self.geo.pages)
+            .field("lanes", &self.geo.lanes)
+            .finish()
+    }
+}
+
+/// A block or extent found from its offset.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Found {
+    Block {
+        start: u32,
+        class: usize,
+        /// Page whose share holds the block's bit, and its row there.
+        page: u32,
+        row: u32,
+    },
+    Extent {
+        page: u32,
+        pages: u32,
+        kind: u64,
+    },
+}
+
+impl Heap {
+    /// Formats `region` as an empty heap and opens it. The region must
+    /// start on a 4 KiB boundary of its pool. Anything in the region is
+    /// lost. A crash while formatting leaves a region that is not a heap
+    /// ([`AllocError::NotAHeap`] or a checksum error on open), never a heap
+    /// with stale content.
+    pub fn create(region: Region, opts: HeapOptions) -> Result<Heap> {
+        if !region.base().is_multiple_of(PAGE) {
+            return Err(AllocError::Misaligned {
+                base: region.base(),
+                align: PAGE,
+            });
+        }
+        let geo = Geometry::compute(region.len(), opts.lanes, opts.lane_bytes)?;
+        let nonce = opts.nonce.unwrap_or_else(|| {
+            let u = ferrite_pmem::header::new_uuid();
+            u64::from_le_bytes(u[..8].try_into().expect("8 bytes"))
+        });
+        // Invalidate first, so a crash below cannot leave an old superblock
+        // vouching for half-zeroed metadata.
+        region.fill_persist(0, DESC, 0);
+        region.fill_nodrain(DESC, geo.data_off - DESC, 0);
+        region.fence();
+        let sb = Superblock { geo, nonce };
+        region.write(0, &sb.encode());
+        region.persist(0, DESC);
+        Heap::open(region)
+    }
+
+    /// Opens (recovers) the heap in `region`. See the module documentation
+    /// for what is validated and repaired.
+    pub fn open(region: Region) -> Result<Heap> {
+        Heap::open_with_fault(region, Fault::None)
+    }
+
+    /// [`Heap::open`] with a planted bug that stays active for the heap's
+    /// lifetime. Not part of the supported API.
+    #[doc(hidden)]
+    pub fn open_with_fault(region: Region, fault: Fault) -> Result<Heap> {
+        let t0 = Instant::now();
+        if !region.base().is_multiple_of(PAGE) {
+            return Err(AllocError::Misaligned {
+                base: region.base(),
+                align: PAGE,
+            });
+        }
+        if region.len() < DESC {
+            return Err(AllocError::RegionTooSmall {
+                len: region.len(),
+                min: 5 * PAGE,
+            });
+        }
+        let sb = Superblock::decode(&region.read_vec(0, DESC), region.len())?;
+        let geo = sb.geo;
+        let pool = Region::whole(region.medium().clone());
+        let pages: Box<[PageV]> = (0..geo.pages).map(|_| PageV::default()).collect();
+        let mut heap = Heap {
+            region,
+            pool,
+            geo,
+            nonce: sb.nonce,
+            id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
+            pages,
+            central: Mutex::new(Central {
+                free: BTreeMap::new(),
+                by_len: BTreeSet::new(),
+                free_pages: 0,
+                lists: vec![Vec::new(); NUM_CLASSES],
+                cursors: vec![None; geo.lanes as usize],
+                attaches: 0,
+            }),
+            stats: (0..=geo.lanes).map(|_| LaneStats::default()).collect(),
+            claimed_pages: AtomicU64::new(0),
+            root_lock: Mutex::new(()),
+            recovery: RecoveryReport::default(),
+            fault,
+        };
+        let mut report = RecoveryReport::default();
+        heap.replay_lanes(&mut report)?;
+        heap.walk(&mut report)?;
+        report.elapsed = t0.elapsed();
+        heap.recovery = report;
+        Ok(heap)
+    }
+
+    fn lane(&self, i: usize) -> Lane {
+        Lane {
+            off: LANES_OFF + i * self.geo.lane_bytes as usize,
+            len: self.geo.lane_bytes as usize,
+            index: i as u32,
+        }
+    }
+
+    /// Pool offset of page 0.
+    #[inline]
+    fn data_pool(&self) -> u64 {
+        (self.region.base() + self.geo.data_off) as u64
+    }
+
+    /// Pool offset of page `p`'s header word.
+    #[inline]
+    fn head_word(&self, p: u32) -> u64 {
+        (self.region.base() + self.geo.desc(p)) as u64
+    }
+
+    /// Pool offset of the bitmap word holding row `row` of page `p`'s share.
+    #[inline]
+    fn share_word(&self, p: u32, row: u32) -> u64 {
+        self.head_word(p) + (SHARE_OFF + 8 * (row as usize / 64)) as u64
+    }
+
+    fn root_word(&self) -> u64 {
+        (self.region.base() + ROOT_OFF) as u64
+    }
+
+    // ---- recovery --------------------------------------------------------------------
+
+    /// Checks that a logged operation targets a word a publish can change.
+    fn validate_op(&self, op: &MetaOp) -> Result<()> {
+        let a = op.off as usize;
+        let bad = |why: &str| {
+            Err(AllocError::Corrupt(format!(
+                "lane record operation {op:?} {why}"
+            )))
+        };
+        if a < HEADER_SIZE || a + 8 > self.pool.len() {
+            return bad("is outside the pool's data area");
+        }
+        let base = self.region.base();
+        if a < base || a >= base + self.geo.data_off {
+            return if op.kind == OpKind::Set {
+                Ok(())
+            } else {
+                bad("changes bits outside the heap's bitmaps")
+            };
+        }
+        let rel = a - base;
+        if rel == ROOT_OFF && op.kind == OpKind::Set {
+            return Ok(());
+        }
+        let desc_end = self.geo.desc_off + self.geo.pages as usize * DESC;
+        if rel < self.geo.desc_off || rel >= desc_end {
+            return bad("targets heap metadata that is never logged");
+        }
+        let page = ((rel - self.geo.desc_off) / DESC) as u32;
+        match ((rel - self.geo.desc_off) % DESC, op.kind) {
+            (0, OpKind::Set) => match PageHdr::decode(op.val, page, self.nonce)? {
+                PageHdr::Run { .. } => bad("creates a run (runs are never logged)"),
+                _ => Ok(()),
+            },
+            (w, OpKind::Or | OpKind::AndNot)
+                if (SHARE_OFF..SHARE_OFF + 8 * SHARE_WORDS).contains(&w) =>
+            {
+                Ok(())
+            }
+            _ => bad("does not fit the descriptor word it targets"),
+        }
+    }
+
+    /// Finishes every committed publish and marks every lane's newest record.
+    fn replay_lanes(&mut self, report: &mut RecoveryReport) -> Result<()> {
+        let mut records = Vec::new();
+        {
+            let mut c = self.central.lock();
+            for i in 0..self.geo.lanes as usize {
+                let lane = self.lane(i);
+                let (latest, cur) = lane.scan(&self.region, self.nonce)?;
+                if let Latest::Record { pos, len, seq, ops } = latest {
+                    for op in &ops {
+                        self.validate_op(op)?;
+                    }
+                    records.push((lane, pos, len, seq, ops));
+                }
+                c.cursors[i] = Some(cur);
+            }
+        }
+        // Judge every record on the image as the crash left it, before
+        // replaying any: replaying one lane's free can make another lane's
+        // completed (but unmarked) allocation of the same block look
+        // unapplied, and replaying that would resurrect the block. Records
+        // still unapplied at the crash were all between their two fences at
+        // once, so none depends on another and their order does not matter.
+        let unapplied: Vec<bool> = records
+            .iter()
+            .map(|(_, _, _, _, ops)| !ops.iter().all(|o| o.is_applied(&self.pool)))
+            .collect();
+        let mut lines = Vec::new();
+        for ((_, _, _, _, ops), todo) in records.iter().zip(unapplied) {
+            if todo && self.fault != Fault::NoReplay {
+                for op in ops {
+                    op.apply(&self.pool);
+                }
+                flush_words(&self.pool, ops, &mut lines);
+                report.replayed += 1;
+            }
+        }
+        if report.replayed > 0 {
+            // The replayed words must be durable before any marker says so.
+            self.region.fence();
+        }
+        for (lane, pos, len, seq, _) in &records {
+            lane.mark_recovered(&self.region, self.nonce, *pos, *len, *seq);
+            report.marked += 1;
+        }
+        if report.marked > 0 {
+            self.region.fence();
+        }
+        Ok(())
+    }
+
+    /// Walks the descriptors, validating them, and builds the volatile state.
+    fn walk(&mut self, report: &mut RecoveryReport) -> Result<()> {
+        let pages = self.geo.pages as u32;
+        let mut c = self.central.lock();
+        let mut line = [0u8; DESC];
+        let word = |line: &[u8; DESC], i: usize| {
+            u64::from_le_bytes(line[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+        };
+        let mut in_use: i64 = 0;
+        let mut blocks: i64 = 0;
+        let mut claimed = 0u64;
+        let mut free_start: Option<u32> = None;
+        let mut p = 0u32;
+        while p < pages {
+            self.region.read(self.geo.desc(p), &mut line);
+            let hdr = PageHdr::decode(word(&line, 0), p, self.nonce)?;
+            if hdr != PageHdr::Free
+                && let Some(s) = free_start.take()
+            {
+                give_range(&mut c, s, p - s);
+            }
+            match hdr {
+                PageHdr::Free => {
+                    if line.iter().any(|&b| b != 0) {
+                        return Err(AllocError::Corrupt(format!(
+                            "free page {p} has allocation bits set"
+                        )));
+                    }
+                    free_start.get_or_insert(p);
+                    p += 1;
+                }
+                PageHdr::Run { class } => {
+                    let class = class as usize;
+                    let info = CLASSES[class];
+                    if p as u64 + info.pages as u64 > pages as u64 {
+                        return Err(AllocError::Corrupt(format!(
+                            "run at page {p} runs past the end of the heap"
+                        )));
+                    }
+                    let mut set = 0u32;
+                    for s in 0..info.pages {
+                        let q = p + s;
+                        if s > 0 {
+                            self.region.read(self.geo.desc(q), &mut line);
+                            if word(&line, 0) != 0 {
+                                return Err(AllocError::Corrupt(format!(
+                                    "page {q} has a header inside the run at page {p}"
+                                )));
+                            }
+                        }
+                        if line[SHARE_OFF + 8 * SHARE_WORDS..].iter().any(|&b| b != 0) {
+                            return Err(AllocError::Corrupt(format!(
+                                "page {q} has reserved descriptor bytes set"
+                            )));
+                        }
+                        let pv = &self.pages[q as usize];
+                        pv.word.store(v_run(class, p), Ordering::Relaxed);
+                        for w in 0..SHARE_WORDS {
+                            let bits = word(&line, 1 + w);
+                            for half in 0..2 {
+                                let wi = 2 * w + half;
+                                let b = (bits >> (32 * half)) as u32;
+                                let st = spread(b);
+                                if st & !valid_pairs(info.blocks, info.pages, s, wi) != 0 {
+                                    return Err(AllocError::Corrupt(format!(
+                                        "page {q} has bits set past the last block of its run"
+                                    )));
+                                }
+                                pv.st[wi].store(st << 1, Ordering::Relaxed);
+                                set += b.count_ones();
+                            }
+                        }
+                    }
+                    let free = info.blocks - set;
+                    let head = &self.pages[p as usize];
+                    if free > 0 {
+                        head.aux.store(u64::from(free) | LISTED, Ordering::Relaxed);
+                        c.lists[class].push(p);
+                    }
+                    in_use += i64::from(set) * i64::from(info.size);
+                    blocks += i64::from(set);
+                    claimed += u64::from(info.pages);
+                    report.runs += 1;
+                    p += info.pages;
+                }
+                PageHdr::Extent { pages: n } => {
+                    if p as u64 + n as u64 > pages as u64 || n > MAX_EXTENT_PAGES {
+                        return Err(AllocError::Corrupt(format!(
+                            "extent at page {p} runs past the end of the heap"
+                        )));
+                    }
+                    if line[8..].iter().any(|&b| b != 0) {
+                        return Err(AllocError::Corrupt(format!(
+                            "extent page {p} has allocation bits set"
+                        )));
+                    }
+                    for q in p + 1..p + n {
+                        self.region.read(self.geo.desc(q), &mut line);
+                        if line.iter().any(|&b| b != 0) {
+                            return Err(AllocError::Corrupt(format!(
+                                "page {q} inside the extent at page {p} has a non-zero descriptor"
+                            )));
+                        }
+                    }
+                    self.pages[p as usize]
+                        .word
+                        .store(v_ext(V_EXT, n), Ordering::Relaxed);
+                    in_use += i64::from(n) * PAGE as i64;
+                    blocks += 1;
+                    claimed += u64::from(n);
+                    report.extents += 1;
+                    p += n;
+                }
+            }
+        }
+        if let Some(s) = free_start {
+            give_range(&mut c, s, pages - s);
+        }
+        drop(c);
+        let central = &self.stats[self.geo.lanes as usize];
+        central.in_use.store(in_use, Ordering::Relaxed);
+        central.blocks.store(blocks, Ordering::Relaxed);
+        self.claimed_pages.store(claimed, Ordering::Relaxed);
+        report.blocks = blocks as u64;
+        Ok(())
+    }
+
+    // ---- pages, runs and extents (under the central mutex) ------------------------------
+
+    /// Takes `n` contiguous free pages (best fit), retiring empty runs if
+    /// nothing fits.
+    fn take_pages(&self, c: &mut Central, n: u32) -> Option<u32> {
+        if let Some(s) = take_range(c, n) {
+            return Some(s);
+        }
+        if self.retire_empty_runs(c) {
+            return take_range(c, n);
+        }
+        None
+    }
+
+    /// Returns every empty, unowned run's pages to the free ranges (one
+    /// fence for all of them). Runs stay allocated while empty so that an
+    /// alloc/free cycle does not create and retire a run each time; they
+    /// are retired only when pages run out.
+    fn retire_empty_runs(&self, c: &mut Central) -> bool {
+        let mut retired = Vec::new();
+        for (class, (info, list)) in CLASSES.iter().zip(c.lists.iter_mut()).enumerate() {
+            let blocks = u64::from(info.blocks);
+            let pages = &self.pages;
+            list.retain(|&r| {
+                let head = &pages[r as usize];
+                // Listed runs are not owned, so nobody can reserve from them
+                // and no free is pending: an all-free count is stable.
+                if head.aux.load(Ordering::Acquire) & FREE_MASK == blocks {
+                    retired.push((r, class));
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        if retired.is_empty() {
+            return false;
+        }
+        for &(r, _) in &retired {
+            let off = self.geo.desc(r);
+            self.region.store_u64(off, 0);
+            self.region.flush(off, 8);
+        }
+        self.region.fence();
+        let st = &self.stats[self.geo.lanes as usize];
+        st.fences.fetch_add(1, Ordering::Relaxed);
+        st.meta_lines
+            .fetch_add(retired.len() as u64, Ordering::Relaxed);
+        for (r, class) in retired {
+            let n = CLASSES[class].pages;
+            for q in r..r + n {
+                let pv = &self.pages[q as usize];
+                pv.word.store(V_FREE, Ordering::Release);
+                pv.aux.store(0, Ordering::Relaxed);
+            }
+            give_range(c, r, n);
+            self.claimed_pages
+                .fetch_sub(u64::from(n), Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// A run of `class` for a handle: a listed partial run, or a new one.
+    fn acquire_run(&self, class: usize) -> Result<u32> {
+        let mut c = self.central.lock();
+        if let Some(r) = c.lists[class].pop() {
+            // LISTED → OWNED in one step: concurrent frees only add to the count.
+            self.pages[r as usize]
+                .aux
+                .fetch_xor(LISTED | OWNED, Ordering::AcqRel);
+            return Ok(r);
+        }
+        let info = CLASSES[class];
+        let Some(start) = self.take_pages(&mut c, info.pages) else {
+            return Err(AllocError::OutOfSpace {
+                size: info.size as usize,
+                free: c.free_pages * PAGE as u64,
+            });
+        };
+        for q in start..start + info.pages {
+            self.pages[q as usize]
+                .word
+                .store(v_run(class, start), Ordering::Release);
+        }
+        self.pages[start as usize]
+            .aux
+            .store(u64::from(info.blocks) | OWNED, Ordering::Release);
+        // Invariant 2: the header is durable before any bit can be set, and
+        // with its own fence, so it does not depend on which thread fences
+        // next.
+        let off = self.geo.desc(start);
+        self.region.store_u64(
+            off,
+            PageHdr::Run { class: class as u8 }.encode(start, self.nonce),
+        );
+        self.region.persist(off, 8);
+        let st = &self.stats[self.geo.lanes as usize];
+        st.fences.fetch_add(1, Ordering::Relaxed);
+        st.meta_lines.fetch_add(1, Ordering::Relaxed);
+        self.claimed_pages
+            .fetch_add(u64::from(info.pages), Ordering::Relaxed);
+        Ok(start)
+    }
+
+    /// The owner stops allocating from run `start`; lists it if it has room.
+    fn release_run(&self, start: u32) {
+        let old = self.pages[start as usize]
+            .aux
+            .fetch_and(!OWNED, Ordering::AcqRel);
+        if old & FREE_MASK > 0 {
+            self.try_list(start);
+        }
+    }
+
+    /// Lists run `start` unless it is owned, listed or full.
+    fn try_list(&self, start: u32) {
+        let head = &self.pages[start as usize];
+        let mut cur = head.aux.load(Ordering::Acquire);
+        loop {
+            if cur & (OWNED | LISTED) != 0 || cur & FREE_MASK == 0 {
+                return;
+            }
+            match head.aux.compare_exchange_weak(
+                cur,
+                cur | LISTED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) => cur = seen,
+            }
+        }
+        let class = v_class(self.pages[start as usize].word.load(Ordering::Acquire));
+        self.central.lock().lists[class].push(start);
+    }
+
+    /// A block became free (cancelled or freed durably) in run `start`.
+    fn block_freed(&self, start: u32) {
+        let old = self.pages[start as usize]
+            .aux
+            .fetch_add(1, Ordering::AcqRel);
+        if old & (OWNED | LISTED) == 0 {
+            self.try_list(start);
+        }
+    }
+
+    /// Reserves a free block of `class` in run `start`, starting the search
+    /// at block `hint`. Returns (block index, share page, row).
+    fn take_block(&self, start: u32, class: usize, hint: &mut u32) -> Option<(u32, u32, u32)> {
+        let head = &self.pages[start as usize];
+        if head.aux.load(Ordering::Acquire) & FREE_MASK == 0 {
+            return None;
+        }
+        let info = CLASSES[class];
+        let np = info.pages;
+        let rows = info.rows as usize;
+        let words = rows.div_ceil(32);
+        let start_row = if *hint >= info.blocks {
+            0
+        } else {
+            (*hint / np) as usize
+        };
+        let sh = 2 * (start_row % 32);
+        for step in 0..=words {
+            let wi = (start_row / 32 + step) % words;
+            let window = if step == 0 {
+                !0u64 << sh
+            } else if step == words {
+                if sh == 0 {
+                    break;
+                }
+                (1u64 << sh) - 1
+            } else {
+                !0u64
+            };
+            loop {
+                let mut best: Option<(u32, u32, u64)> = None;
+                for s in 0..np {
+                    let x = self.pages[(start + s) as usize].st[wi].load(Ordering::Acquire);
+                    let m = free_pairs(x) & valid_pairs(info.blocks, np, s, wi) & window;
+                    if m != 0 {
+                        let b = m.trailing_zeros();
+                        if best.is_none_or(|(bb, _, _)| b < bb) {
+                            best = Some((b, s, x));
+                        }
+                    }
+                }
+                let Some((b, s, x)) = best else { break };
+                let w = &self.pages[(start + s) as usize].st[wi];
+                if w.compare_exchange(
+                    x,
+                    x | (ST_RESERVED << b),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+                {
+                    head.aux.fetch_sub(1, Ordering::AcqRel);
+                    let row = (wi * 32) as u32 + b / 2;
+                    let idx = row * np + s;
+                    *hint = idx + 1;
+                    return Some((idx, start + s, row));
+                }
+                // A free changed another pair of the word: look again.
+            }
+        }
+        None
+    }
+
+    /// Reserves an extent of `n` pages.
+    fn reserve_extent(&self, n: u32) -> Result<u32> {
+        let mut c = self.central.lock();
+        let Some(start) = self.take_pages(&mut c, n) else {
+            return Err(AllocError::OutOfSpace {
+                size: n as usize * PAGE,
+                free: c.free_pages * PAGE as u64,
+            });
+        };
+        self.pages[start as usize]
+            .word
+            .store(v_ext(V_EXT_RESERVED, n), Ordering::Release);
+        self.claimed_pages
+            .fetch_add(u64::from(n), Ordering::Relaxed);
+        Ok(start)
+    }
+
+    /// Returns an extent's pages (cancelled, or freed durably).
+    fn release_extent(&self, start: u32, n: u32) {
+        let mut c = self.central.lock();
+        self.pages[start as usize]
+            .word
+            .store(V_FREE, Ordering::Release);
+        give_range(&mut c, start, n);
+        self.claimed_pages
+            .fetch_sub(u64::from(n), Ordering::Relaxed);
+    }
+
+    // ---- lookups ---------------------------------------------------------------------
+
+    /// Finds the block or extent that starts at pool offset `off`.
+    pub(crate) fn locate(&self, off: u64) -> Result<Found> {
+        let bad = AllocError::NotAllocated { off };
+        let rel = off.checked_sub(self.data_pool()).ok_or(bad)?;
+        let page = rel / PAGE as u64;
+        if page >= self.geo.pages {
+            return Err(AllocError::NotAllocated { off });
+        }
+        let w = self.pages[page as usize].word.load(Ordering::Acquire);
+        match v_kind(w) {
+            V_RUN => {
+                let start = v_hi(w);
+                let class = v_class(w);
+                let info = CLASSES[class];
+                let boff = rel - u64::from(start) * PAGE as u64;
+                if !boff.is_multiple_of(u64::from(info.size)) {
+                    return Err(AllocError::NotAllocated { off });
+                }
+                let idx = (boff / u64::from(info.size)) as u32;
+                if idx >= info.blocks {
+                    return Err(AllocError::NotAllocated { off });
+                }
+                Ok(Found::Block {
+                    start,
+                    class,
+                    page: start + idx % info.pages,
+                    row: idx / info.pages,
+                })
+            }
+            V_EXT | V_EXT_RESERVED | V_EXT_FREEING if rel.is_multiple_of(PAGE as u64) => {
+                Ok(Found::Extent {
+                    page: page as u32,
+                    pages: v_hi(w),
+                    kind: v_kind(w),
+                })
+            }
+            _ => Err(AllocError::NotAllocated { off }),
+        }
+    }
+
+    fn block_state(&self, page: u32, row: u32) -> u64 {
+        let w = self.pages[page as usize].st[row as usize / 32].load(Ordering::Acquire);
+        (w >> (2 * (row % 32))) & 0b11
+    }
+
+    /// Checks that a link target is a word the caller may own.
+    fn check_link(&self, at: POff<u64>) -> Result<()> {
+        let a = at.raw();
+        let base = self.region.base() as u64;
+        let ok = a.is_multiple_of(8)
+            && a >= HEADER_SIZE as u64
+            && a + 8 <= self.pool.len() as u64
+            && (a < base || a >= base + self.geo.data_off as u64 || a == self.root_word());
+        if ok {
+            Ok(())
+        } else {
+            Err(AllocError::BadLink { off: a })
+        }
+    }
+
+    // ---- public API ------------------------------------------------------------------
+
+    /// Attaches a thread handle (the per-thread setup hook): it takes a free
+    /// lane. Dropping the handle detaches it.
+    pub fn attach(&self) -> Result<HeapThread<'_>> {
+        let mut c = self.central.lock();
+        let Some(idx) = c.cursors.iter().position(Option::is_some) else {
+            return Err(AllocError::NoLane {
+                lanes: self.geo.lanes as usize,
+            });
+        };
+        let cur = c.cursors[idx].take().expect("position found it");
+        c.attaches += 1;
+        let id = (c.attaches << 16) | idx as u64;
+        drop(c);
+        Ok(HeapThread::new(self, idx, self.lane(idx), id, cur))
+    }
+
+    /// The heap's region.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Pool bytes the heap can hand out (its pages).
+    pub fn capacity(&self) -> u64 {
+        self.geo.pages * PAGE as u64
+    }
+
+    /// What the last [`open`](Self::open) did.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The largest request this heap could ever satisfy.
+    pub fn max_alloc(&self) -> usize {
+        (self.geo.pages.min(u64::from(MAX_EXTENT_PAGES)) as usize) * PAGE
+    }
+
+    fn stats_now(&self) -> AllocStats {
+        let (mut in_use, mut blocks, mut lines, mut fences) = (0i64, 0i64, 0u64, 0u64);
+        for s in self.stats.iter() {
+            in_use += s.in_use.load(Ordering::Relaxed);
+            blocks += s.blocks.load(Ordering::Relaxed);
+            lines += s.meta_lines.load(Ordering::Relaxed);
+            fences += s.fences.load(Ordering::Relaxed);
+        }
+        let (free_pages, largest) = {
+            let c = self.central.lock();
+            (
+                c.free_pages,
+                c.by_len.last().map_or(0, |&(l, _)| u64::from(l)),
+            )
+        };
+        let capacity = self.capacity();
+        let in_use = in_use.max(0) as u64;
+        let claimed = self.claimed_pages.load(Ordering::Relaxed) * PAGE as u64;
+        AllocStats {
+            capacity,
+            in_use,
+            free: capacity.saturating_sub(in_use),
+            blocks: blocks.max(0) as u64,
+            claimed,
+            fragmentation: if claimed > 0 {
+                1.0 - in_use as f64 / claimed as f64
+            } else {
+                0.0
+            },
+            external_fragmentation: if free_pages > 0 {
+                1.0 - largest as f64 / free_pages as f64
+            } else {
+                0.0
+            },
+            largest_free: largest * PAGE as u64,
+            meta_lines: lines,
+            fences,
+        }
+    }
+}
+
+fn take_range(c: &mut Central, n: u32) -> Option<u32> {
+    let &(len, start) = c.by_len.range((n, 0)..).next()?;
+    c.by_len.remove(&(len, start));
+    c.free.remove(&start);
+    if len > n {
+        c.free.insert(start + n, len - n);
+        c.by_len.insert((len - n, start + n));
+    }
+    c.free_pages -= u64::from(n);
+    Some(start)
+}
+
+fn give_range(c: &mut Central, mut start: u32, mut n: u32) {
+    c.free_pages += u64::from(n);
+    if let Some((&ps, &pl)) = c.free.range(..start).next_back()
+        && ps + pl == start
+    {
+        c.free.remove(&ps);
+        c.by_len.remove(&(pl, ps));
+        start = ps;
+        n += pl;
+    }
+    if let Some(nl) = c.free.remove(&(start + n)) {
+        c.by_len.remove(&(nl, start + n));
+        n += nl;
+    }
+    c.free.insert(start, n);
+    c.by_len.insert((n, start));
+}
+
+impl PAllocator for Heap {
+    fn name(&self) -> &'static str {
+        "ferrite"
+    }
+
+    fn thread(&self) -> Result<Box<dyn AllocThread + '_>> {
+        Ok(Box::new(self.attach()?))
+    }
+
+    fn usable_size(&self, off: POff<u8>) -> Result<usize> {
+        match self.locate(off.raw())? {
+            Found::Block {
+                class, page, row, ..
+            } if self.block_state(page, row) & ST_ALLOC != 0 => Ok(CLASSES[class].size as usize),
+            Found::Extent { pages, kind, .. } if kind == V_EXT || kind == V_EXT_FREEING => {
+                Ok(pages as usize * PAGE)
+            }
+            _ => Err(AllocError::NotAllocated { off: off.raw() }),
+        }
+    }
+
+    fn root(&self) -> POff<u8> {
+        POff::new(self.pool.load_u64(self.root_word() as usize))
+    }
+
+    fn stats(&self) -> AllocStats {
+        self.stats_now()
+    }
+
+    fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    fn for_each_allocated(&self, f: &mut dyn FnMut(POff<u8>, usize)) {
+        let data = self.data_pool();
+        let mut p = 0u32;
+        while (p as u64) < self.geo.pages {
+            let w = self.pages[p as usize].word.load(Ordering::Acquire);
+            match v_kind(w) {
+                V_RUN if v_hi(w) == p => {
+                    let class = v_class(w);
+                    let info = CLASSES[class];
+                    for idx in 0..info.blocks {
+                        let (q, row) = (p + idx % info.pages, idx / info.pages);
+                        if self.block_state(q, row) & ST_ALLOC != 0 {
+                            let off = data
+                                + u64::from(p) * PAGE as u64
+                                + u64::from(idx) * u64::from(info.size);
+                            f(POff::new(off), info.size as usize);
+                        }
+                    }
+                    p += info.pages;
+                }
+                V_EXT | V_EXT_FREEING => {
+                    let n = v_hi(w);
+                    f(
+                        POff::new(data + u64::from(p) * PAGE as u64),
+                        n as usize * PAGE,
+                    );
+                    p += n;
+                }
+                V_EXT_RESERVED => p += v_hi(w),
+                _ => p += 1,
+            }
+        }
+    }
+
+    fn max_publish_ops(&self) -> usize {
+        self.lane(0).max_ops()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,502 @@
+//! Thread handles of the Ferrite heap: reserve, cancel, publish, prepare.
+
+use super::{
+    Fault, Found, Heap, ST_ALLOC, ST_FREEING, ST_RESERVED, V_EXT, V_EXT_FREEING, V_EXT_RESERVED,
+    format::MAX_EXTENT_PAGES, format::PageHdr, v_ext, v_kind,
+};
+use crate::class::{CLASSES, MAX_SMALL, NUM_CLASSES, class_of};
+use crate::error::{AllocError, Result};
+use crate::lane::{Cursor, Lane};
+use crate::ops::{MetaOp, flush_words, push_merged};
+use crate::{AllocThread, Link, Loc, Publish, Reservation};
+use ferrite_pmem::{PAGE, POff};
+use std::sync::atomic::Ordering;
+
+/// A thread's handle on a [`Heap`]: its lane, its current run per size
+/// class, and scratch buffers, so the fast path allocates nothing.
+///
+/// Use one handle per thread (all its methods take `&mut self`; it can be
+/// moved to another thread). Reservations
+/// must be published or cancelled through the handle that made them before
+/// it is dropped; any left over stay reserved until the heap is reopened
+/// (nothing about them is durable, so reopening reclaims them).
+pub struct HeapThread<'h> {
+    heap: &'h Heap,
+    lane_idx: usize,
+    lane: Lane,
+    id: u64,
+    pub(super) cur: Cursor,
+    /// Current run per class: first page + 1 (0 = none).
+    runs: [u32; NUM_CLASSES],
+    /// Next block index to try per class.
+    hints: [u32; NUM_CLASSES],
+    ops: Vec<MetaOp>,
+    buf: Vec<u8>,
+    lines: Vec<u64>,
+}
+
+impl std::fmt::Debug for HeapThread<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeapThread")
+            .field("lane", &self.lane_idx)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl<'h> HeapThread<'h> {
+    pub(super) fn new(
+        heap: &'h Heap,
+        lane_idx: usize,
+        lane: Lane,
+        id: u64,
+        cur: Cursor,
+    ) -> HeapThread<'h> {
+        HeapThread {
+            heap,
+            lane_idx,
+            lane,
+            id,
+            cur,
+            runs: [0; NUM_CLASSES],
+            hints: [0; NUM_CLASSES],
+            ops: Vec::with_capacity(16),
+            buf: Vec::with_capacity(256),
+            lines: Vec::with_capacity(16),
+        }
+    }
+
+    /// The heap this handle allocates from.
+    pub fn heap(&self) -> &'h Heap {
+        self.heap
+    }
+
+    /// The lane this handle logs its publishes in.
+    pub fn lane(&self) -> usize {
+        self.lane_idx
+    }
+
+    fn reserve_small(&mut self, class: usize) -> Result<Reservation> {
+        let heap = self.heap;
+        loop {
+            let r = self.runs[class];
+            if r != 0 {
+                let start = r - 1;
+                if let Some((idx, page, row)) =
+                    heap.take_block(start, class, &mut self.hints[class])
+                {
+                    let info = CLASSES[class];
+                    return Ok(Reservation {
+                        heap: heap.id,
+                        owner: self.id,
+                        off: heap.data_pool()
+                            + u64::from(start) * PAGE as u64
+                            + u64::from(idx) * u64::from(info.size),
+                        size: u64::from(info.size),
+                        loc: Loc::Block { start, page, row },
+                    });
+                }
+                heap.release_run(start);
+                self.runs[class] = 0;
+            }
+            let start = match heap.acquire_run(class) {
+                Err(AllocError::OutOfSpace { .. }) if self.release_runs() => continue,
+                r => r?,
+            };
+            self.runs[class] = start + 1;
+            self.hints[class] = 0;
+        }
+    }
+
+    /// Gives back every current run of this handle (empty ones can then be
+    /// retired for other sizes). Returns whether there was any: the caller
+    /// retries once when it ran out of pages.
+    fn release_runs(&mut self) -> bool {
+        let mut any = false;
+        for r in self.runs.iter_mut() {
+            if *r != 0 {
+                self.heap.release_run(*r - 1);
+                *r = 0;
+                any = true;
+            }
+        }
+        any
+    }
+
+    fn check_mine(&self, r: &Reservation) -> Result<()> {
+        if r.heap != self.heap.id {
+            return Err(AllocError::Foreign { what: "heap" });
+        }
+        if r.owner != self.id {
+            return Err(AllocError::Foreign {
+                what: "thread handle",
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks that `r` is reserved by this handle and still unpublished.
+    fn check_reserved(&self, r: &Reservation) -> Result<()> {
+        self.check_mine(r)?;
+        let ok = match r.loc {
+            Loc::Block { page, row, .. } => self.heap.block_state(page, row) == ST_RESERVED,
+            Loc::Extent { page, .. } => {
+                v_kind(self.heap.pages[page as usize].word.load(Ordering::Acquire))
+                    == V_EXT_RESERVED
+            }
+            Loc::Header { .. } => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(AllocError::StaleReservation { off: r.off })
+        }
+    }
+
+    /// Marks a published block or extent as being freed (so nobody else
+    /// frees it too) and returns where it is.
+    fn claim_free(&self, off: POff<u8>) -> Result<Found> {
+        let heap = self.heap;
+        let off = off.raw();
+        let found = heap.locate(off)?;
+        match found {
+            Found::Block { page, row, .. } => {
+                let w = &heap.pages[page as usize].st[row as usize / 32];
+                let sh = 2 * (row % 32);
+                let mut x = w.load(Ordering::Acquire);
+                loop {
+                    match (x >> sh) & 0b11 {
+                        ST_ALLOC => {}
+                        ST_FREEING => return Err(AllocError::DoubleFree { off }),
+                        _ => return Err(AllocError::NotAllocated { off }),
+                    }
+                    match w.compare_exchange_weak(
+                        x,
+                        x | (ST_FREEING << sh),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return Ok(found),
+                        Err(seen) => x = seen,
+                    }
+                }
+            }
+            Found::Extent { page, pages, kind } => {
+                let w = &heap.pages[page as usize].word;
+                match kind {
+                    V_EXT => {
+                        match w.compare_exchange(
+                            v_ext(V_EXT, pages),
+                            v_ext(V_EXT_FREEING, pages),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => Ok(found),
+                            Err(seen) if v_kind(seen) == V_EXT_FREEING => {
+                                Err(AllocError::DoubleFree { off })
+                            }
+                            Err(_) => Err(AllocError::NotAllocated { off }),
+                        }
+                    }
+                    V_EXT_FREEING => Err(AllocError::DoubleFree { off }),
+                    _ => Err(AllocError::NotAllocated { off }),
+                }
+            }
+        }
+    }
+
+    /// Undoes [`claim_free`](Self::claim_free) (the publish failed or was aborted).
+    fn unclaim_free(&self, off: POff<u8>) {
+        match self.heap.locate(off.raw()) {
+            Ok(Found::Block { page, row, .. }) => {
+                self.heap.pages[page as usize].st[row as usize / 32]
+                    .fetch_and(!(ST_RESERVED << (2 * (row % 32))), Ordering::AcqRel);
+            }
+            Ok(Found::Extent { page, pages, .. }) => {
+                self.heap.pages[page as usize]
+                    .word
+                    .store(v_ext(V_EXT, pages), Ordering::Release);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Validates `p`, claims its frees and builds its operations in
+    /// `self.ops` (or appends them to `out`). On error nothing is claimed.
+    fn stage(&mut self, p: &Publish<'_>, out: Option<&mut Vec<MetaOp>>) -> Result<()> {
+        for r in p.allocs {
+            self.check_reserved(r)?;
+        }
+        for l in p.links {
+            self.heap.check_link(l.at)?;
+        }
+        let mut claimed = 0;
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
+        let mut result = Ok(());
+        for &f in p.frees {
+            match self.claim_free(f) {
+                Ok(found) => {
+                    claimed += 1;
+                    match found {
+                        Found::Block { page, row, .. } => push_merged(
+                            &mut ops,
+                            MetaOp::and_not(self.heap.share_word(page, row), 1 << (row % 64)),
+                        ),
+                        Found::Extent { page, .. } => {
+                            ops.push(MetaOp::set(self.heap.head_word(page), 0))
+                        }
+                    }
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            for r in p.allocs {
+                match r.loc {
+                    Loc::Block { page, row, .. } => push_merged(
+                        &mut ops,
+                        MetaOp::or(self.heap.share_word(page, row), 1 << (row % 64)),
+                    ),
+                    Loc::Extent { page, pages } => ops.push(MetaOp::set(
+                        self.heap.head_word(page),
+                        PageHdr::Extent { pages }.encode(page, self.heap.nonce),
+                    )),
+                    Loc::Header { .. } => unreachable!("checked by check_reserved"),
+                }
+            }
+            for l in p.links {
+                ops.push(MetaOp::set(l.at.raw(), l.value));
+            }
+            let max = self.lane.max_ops();
+            if out.is_none() && ops.len() > max {
+                result = Err(AllocError::BatchTooLarge {
+                    ops: ops.len(),
+                    max,
+                });
+            }
+        }
+        if let Err(e) = result {
+            for &f in &p.frees[..claimed] {
+                self.unclaim_free(f);
+            }
+            self.ops = ops;
+            return Err(e);
+        }
+        if let Some(out) = out {
+            out.extend_from_slice(&ops);
+        }
+        self.ops = ops;
+        Ok(())
+    }
+
+    /// Makes `self.ops` durable: one fence for a single word, else the lane
+    /// protocol's two.
+    fn persist_ops(&mut self) {
+        let heap = self.heap;
+        let st = &heap.stats[self.lane_idx];
+        let ops = &self.ops;
+        if ops.is_empty() {
+            return;
+        }
+        if ops.len() == 1 {
+            // One 8-byte store is failure atomic by itself: no log needed.
+            ops[0].apply(&heap.pool);
+            heap.pool.flush(ops[0].off as usize, 8);
+            heap.region.fence();
+            st.fences.fetch_add(1, Ordering::Relaxed);
+            st.meta_lines.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let (rec, lines) =
+            self.lane
+                .commit(&heap.region, heap.nonce, &self.cur, ops, &mut self.buf);
+        if heap.fault != Fault::NoLogFence {
+            heap.region.fence();
+        }
+        for op in ops {
+            op.apply(&heap.pool);
+        }
+        let touched = flush_words(&heap.pool, ops, &mut self.lines);
+        heap.region.fence();
+        if heap.fault == Fault::NoMarker {
+            let mut scratch = self.cur;
+            self.lane.advance(&mut scratch, rec);
+            self.cur = scratch;
+        } else {
+            self.lane.mark(&heap.region, heap.nonce, &mut self.cur, rec);
+        }
+        st.fences.fetch_add(2, Ordering::Relaxed);
+        st.meta_lines
+            .fetch_add((lines + touched + 1) as u64, Ordering::Relaxed);
+    }
+
+    /// Volatile bookkeeping once the publish is durable.
+    fn finish(&mut self, p: &Publish<'_>) {
+        let heap = self.heap;
+        let st = &heap.stats[self.lane_idx];
+        let mut delta: i64 = 0;
+        for r in p.allocs {
+            match r.loc {
+                Loc::Block { page, row, .. } => {
+                    // 01 → 10: only this handle changes its reserved pairs.
+                    heap.pages[page as usize].st[row as usize / 32]
+                        .fetch_xor(0b11 << (2 * (row % 32)), Ordering::AcqRel);
+                }
+                Loc::Extent { page, pages } => heap.pages[page as usize]
+                    .word
+                    .store(v_ext(V_EXT, pages), Ordering::Release),
+                Loc::Header { .. } => {}
+            }
+            delta += r.size as i64;
+        }
+        for &f in p.frees {
+            match heap.locate(f.raw()) {
+                Ok(Found::Block {
+                    start,
+                    class,
+                    page,
+                    row,
+                }) => {
+                    heap.pages[page as usize].st[row as usize / 32]
+                        .fetch_and(!(0b11 << (2 * (row % 32))), Ordering::AcqRel);
+                    heap.block_freed(start);
+                    delta -= i64::from(CLASSES[class].size);
+                }
+                Ok(Found::Extent { page, pages, .. }) => {
+                    heap.release_extent(page, pages);
+                    delta -= pages as i64 * PAGE as i64;
+                }
+                Err(_) => unreachable!("a claimed free stays locatable"),
+            }
+        }
+        st.in_use.fetch_add(delta, Ordering::Relaxed);
+        st.blocks.fetch_add(
+            p.allocs.len() as i64 - p.frees.len() as i64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl AllocThread for HeapThread<'_> {
+    fn reserve(&mut self, size: usize) -> Result<Reservation> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        if size <= MAX_SMALL {
+            return self.reserve_small(class_of(size));
+        }
+        let heap = self.heap;
+        let pages = size.div_ceil(PAGE);
+        if pages as u64 > heap.geo.pages || pages > MAX_EXTENT_PAGES as usize {
+            return Err(AllocError::TooLarge {
+                size,
+                max: heap.max_alloc(),
+            });
+        }
+        let pages = pages as u32;
+        let start = match heap.reserve_extent(pages) {
+            Err(AllocError::OutOfSpace { .. }) if self.release_runs() => {
+                heap.reserve_extent(pages)?
+            }
+            r => r?,
+        };
+        Ok(Reservation {
+            heap: heap.id,
+            owner: self.id,
+            off: heap.data_pool() + u64::from(start) * PAGE as u64,
+            size: u64::from(pages) * PAGE as u64,
+            loc: Loc::Extent { page: start, pages },
+        })
+    }
+
+    fn cancel(&mut self, r: Reservation) -> Result<()> {
+        self.check_reserved(&r)?;
+        let heap = self.heap;
+        match r.loc {
+            Loc::Block { start, page, row } => {
+                heap.pages[page as usize].st[row as usize / 32]
+                    .fetch_and(!(ST_RESERVED << (2 * (row % 32))), Ordering::AcqRel);
+                heap.block_freed(start);
+            }
+            Loc::Extent { page, pages } => heap.release_extent(page, pages),
+            Loc::Header { .. } => unreachable!("checked by check_reserved"),
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, p: &Publish<'_>) -> Result<()> {
+        self.stage(p, None)?;
+        self.persist_ops();
+        self.finish(p);
+        Ok(())
+    }
+
+    fn prepare(&mut self, p: &Publish<'_>, out: &mut Vec<MetaOp>) -> Result<()> {
+        self.stage(p, Some(out))
+    }
+
+    fn commit_prepared(&mut self, p: &Publish<'_>) {
+        self.finish(p);
+    }
+
+    fn abort_prepared(&mut self, p: &Publish<'_>) {
+        for &f in p.frees {
+            self.unclaim_free(f);
+        }
+    }
+
+    fn root(&mut self, size: usize) -> Result<POff<u8>> {
+        let heap = self.heap;
+        let _g = heap.root_lock.lock();
+        let cur = crate::PAllocator::root(heap);
+        if !cur.is_null() {
+            let have = crate::PAllocator::usable_size(heap, cur)?;
+            if have < size {
+                return Err(AllocError::BadOption(format!(
+                    "the root object has {have} bytes, {size} requested"
+                )));
+            }
+            return Ok(cur);
+        }
+        let r = self.reserve(size)?;
+        // Zeroed before it is linked: the publish's first fence covers it.
+        heap.pool.fill_nodrain(r.off as usize, size, 0);
+        let link = Link {
+            at: POff::new(heap.root_word()),
+            value: r.off,
+        };
+        let off = r.off();
+        let allocs = [r];
+        let res = self.publish(&Publish {
+            allocs: &allocs,
+            frees: &[],
+            links: &[link],
+        });
+        if let Err(e) = res {
+            let [r] = allocs;
+            let _ = self.cancel(r);
+            return Err(e);
+        }
+        Ok(off)
+    }
+
+    fn max_publish_ops(&self) -> usize {
+        self.lane.max_ops()
+    }
+}
+
+impl Drop for HeapThread<'_> {
+    /// The per-thread teardown hook: gives the runs back, returns the lane
+    /// and fences, so this thread's last marker is durable before the lane
+    /// can be reused.
+    fn drop(&mut self) {
+        let heap = self.heap;
+        self.release_runs();
+        heap.region.fence();
+        heap.central.lock().cursors[self.lane_idx] = Some(self.cur);
+    }
+}
