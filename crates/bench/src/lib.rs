@@ -23,6 +23,7 @@ pub mod error;
 pub mod floor;
 pub mod log;
 pub mod measure;
+pub mod page_suite;
 pub mod probe;
 pub mod registry;
 pub mod row;

@@ -32,6 +32,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         run: crate::log::run,
     },
     SuiteDef {
+        name: "page",
+        description: "page propagation: CoW+pvn / micro-log / hybrid x dirty lines x threads vs PMDK pmemblk_write and the floor [P0 §3.2]",
+        run: crate::page_suite::run,
+    },
+    SuiteDef {
         name: "cell",
         description: "failure-atomic cells: CoW / log / FAM x 16-64 B, updates, reads, dependent reads, seq and random [P0 §3.4, Fig. 10]",
         run: crate::cell_suite::run,

@@ -4,6 +4,8 @@
 //!   RAWL and PopLog [P0 §3.3] — behind one API, with recovery and crash checks.
 //! - [`cell`]: failure-atomic in-place updates of 16–64 B values — CoW, log
 //!   and FAM (scalar and AVX2) [P0 §3.4, App. A].
+//! - [`page`]: failure-atomic page propagation — copy-on-write with page
+//!   version numbers, the micro-log, and the hybrid [P0 §3.2].
 //! - [`checks`] (feature `checks`): crash-exploration scenarios for
 //!   `ferrite check`, one function per family.
 //!
@@ -14,10 +16,12 @@
 
 pub mod cell;
 pub mod log;
+pub mod page;
 
 /// Crash checks of the building blocks, run through `ferrite-crash`.
 #[cfg(any(test, feature = "checks"))]
 pub mod checks {
     pub use crate::cell::checks::{check_cell, check_cell_fault};
     pub use crate::log::checks::{CheckError, check_log, check_run, check_variant, run_names};
+    pub use crate::page::checks::{PageCheckError, check_page, check_page_run};
 }

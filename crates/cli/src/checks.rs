@@ -6,6 +6,7 @@
 
 use ferrite_blocks::cell::CellKind;
 use ferrite_blocks::log::Algorithm;
+use ferrite_blocks::page::PageAlgorithm;
 use ferrite_crash::selftest::{self, Variant};
 use ferrite_crash::{Config, Report};
 
@@ -56,6 +57,24 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         |c| run_log(Algorithm::PopLog, c),
     ),
     (
+        "page-cow",
+        "page store, copy-on-write with store-unique page version numbers, 4 and 16 KiB pages [P0 §3.2.2]",
+        true,
+        |c| run_page(PageAlgorithm::Cow, c),
+    ),
+    (
+        "page-microlog",
+        "page store, micro-log of dirty lines then in place [P0 §3.2.3]",
+        true,
+        |c| run_page(PageAlgorithm::MicroLog, c),
+    ),
+    (
+        "page-hybrid",
+        "page store, CoW or micro-log per write by the calibrated crossover [P0 Fig. 7]",
+        true,
+        |c| run_page(PageAlgorithm::Hybrid, c),
+    ),
+    (
         "cell-cow",
         "copy-on-write cells (two copies + active flag), 16-64 B [P0 §3.4.1]",
         true,
@@ -83,6 +102,14 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
 
 fn run_alloc(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_alloc::checks::check_alloc(cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
+
+fn run_page(alg: PageAlgorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_blocks::checks::check_page(alg, cfg.clone()).map_err(|e| e.to_string())?;
     Ok(runs
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })
