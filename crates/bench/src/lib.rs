@@ -21,6 +21,7 @@ pub mod cell_suite;
 pub mod ctx;
 pub mod error;
 pub mod floor;
+pub mod group_suite;
 pub mod log;
 pub mod measure;
 pub mod page_suite;

@@ -42,6 +42,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         run: crate::cell_suite::run,
     },
     SuiteDef {
+        name: "group",
+        description: "FP-Tree leaf inserts and lookups interleaved in groups of 1..64 [P0 §3.5, Fig. 12]",
+        run: crate::group_suite::run,
+    },
+    SuiteDef {
         name: "alloc",
         description: "persistent allocators: reserve+publish+free of 64 B-4 KiB and mixed sizes, 1-2 threads, vs pmemobj_alloc/free; recovery time [P2 §2.2]",
         run: crate::alloc_suite::run,

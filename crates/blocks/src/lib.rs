@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod cell;
+pub mod group;
 pub mod log;
 pub mod page;
 

@@ -93,6 +93,12 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         |c| run_cell(CellKind::Fam, c),
     ),
     (
+        "fptree-group",
+        "FP-Tree leaf inserts interleaved in groups of 1, 4, 16 sharing fences [P0 §3.5]",
+        true,
+        run_group,
+    ),
+    (
         "alloc",
         "persistent allocators (Ferrite heap, single-lock heap): reserve/publish/free/cancel from 3 simulated threads [P2 §2.2]",
         true,
@@ -110,6 +116,15 @@ fn run_alloc(cfg: &Config) -> Result<Vec<Outcome>, String> {
 
 fn run_page(alg: PageAlgorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_blocks::checks::check_page(alg, cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
+
+fn run_group(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_blocks::group::checks::check_fptree_group(cfg.clone())
+        .map_err(|e| e.to_string())?;
     Ok(runs
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })

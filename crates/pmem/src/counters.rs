@@ -113,37 +113,65 @@ pub struct PerOp {
     pub blocks_written: f64,
 }
 
-/// Distinct ids touched in one fence epoch, as sorted, disjoint, merged
-/// half-open intervals. A persist of one contiguous range — however large —
-/// is one interval, so bookkeeping costs the same for 64 B and for 1 MiB;
-/// the common append-at-the-end case is O(1).
+/// Distinct ids touched in one fence epoch, kept in two parts whose union
+/// is counted:
+///
+/// - `iv`: sorted, disjoint, merged half-open intervals, for ranges longer
+///   than [`SHORT`] ids, for ranges that start inside or right after the
+///   last interval, and for every range while `iv` holds fewer than
+///   [`FEW`] intervals. A persist of one contiguous range — however large —
+///   is one interval, so bookkeeping costs the same for 64 B and for 1 MiB,
+///   and sequential writes extend the last interval in O(1).
+/// - a hash set of single ids (open addressing, `table` holds id + 1, 0 is
+///   empty; `used` lists the filled slots), for the other short ranges:
+///   random lines — e.g. the flushes of an interleaved group sharing one
+///   fence — cost O(1) each instead of a search and a memmove in `iv`.
+///   Cleared through `used`, so clearing costs what was inserted.
+///
+/// An id may be in both parts; [`IntervalSet::len`] counts it once.
 #[derive(Default)]
 struct IntervalSet {
     iv: Vec<(usize, usize)>,
-    count: usize,
+    /// Ids covered by `iv`.
+    iv_count: usize,
+    table: Vec<usize>,
+    used: Vec<usize>,
 }
 
+/// Ranges of at most this many ids go to the hash set …
+const SHORT: usize = 4;
+/// … once the epoch holds this many intervals. Two keeps the small epochs
+/// of one-at-a-time persists (a data line, then a flag line) on the
+/// interval path, where they cost a push each.
+const FEW: usize = 2;
+
 impl IntervalSet {
-    #[inline]
+    /// Inlined into every flush: the common cases are a few compares.
+    #[inline(always)]
     fn insert(&mut self, s: usize, e: usize) {
         if s >= e {
             return;
         }
+        let hash_short = e - s <= SHORT && self.iv.len() >= FEW;
         match self.iv.last_mut() {
-            None => {}
             // Touches only the last interval: extend it in place.
             Some(last) if s >= last.0 && s <= last.1 => {
                 if e > last.1 {
-                    self.count += e - last.1;
+                    self.iv_count += e - last.1;
                     last.1 = e;
                 }
                 return;
             }
+            // A short range once the epoch has a few intervals: hash it.
+            // (Below that, searching and shifting a handful of intervals is
+            // cheaper than hashing, and small epochs stay as they were.)
+            _ if hash_short => return self.insert_ids(s, e),
             Some(last) if s > last.1 => {}
+            None => {}
             Some(_) => return self.insert_general(s, e),
         }
         self.iv.push((s, e));
-        self.count += e - s;
+        self.iv_count += e - s;
     }
 
     fn insert_general(&mut self, s: usize, e: usize) {
@@ -152,20 +180,99 @@ impl IntervalSet {
         while j < self.iv.len() && self.iv[j].0 <= ne {
             ns = ns.min(self.iv[j].0);
             ne = ne.max(self.iv[j].1);
-            self.count -= self.iv[j].1 - self.iv[j].0;
+            self.iv_count -= self.iv[j].1 - self.iv[j].0;
             j += 1;
         }
-        self.iv.splice(i..j, [(ns, ne)]);
-        self.count += ne - ns;
+        if i == j {
+            self.iv.insert(i, (ns, ne));
+        } else {
+            self.iv[i] = (ns, ne);
+            self.iv.drain(i + 1..j);
+        }
+        self.iv_count += ne - ns;
     }
 
+    /// Out of line, so that `insert` stays small enough to inline into
+    /// every flush.
+    #[inline(never)]
+    fn insert_ids(&mut self, s: usize, e: usize) {
+        for id in s..e {
+            self.insert_id(id);
+        }
+    }
+
+    #[inline]
+    fn insert_id(&mut self, id: usize) {
+        if 2 * (self.used.len() + 1) > self.table.len() {
+            self.grow();
+        }
+        let mask = self.table.len() - 1;
+        let key = id.wrapping_add(1);
+        let mut i = Self::home(id, mask);
+        loop {
+            match self.table[i] {
+                0 => {
+                    self.table[i] = key;
+                    self.used.push(i);
+                    return;
+                }
+                k if k == key => return,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// Multiplicative hashing: consecutive ids spread over the table.
+    #[inline]
+    fn home(id: usize, mask: usize) -> usize {
+        ((id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask
+    }
+
+    /// Doubles the table (at least 64 slots), keeping it at most half full.
+    fn grow(&mut self) {
+        let cap = (2 * self.table.len()).max(64);
+        let old: Vec<usize> = self.used.iter().map(|&i| self.table[i]).collect();
+        self.table.clear();
+        self.table.resize(cap, 0);
+        self.used.clear();
+        for key in old {
+            self.insert_id(key - 1);
+        }
+    }
+
+    #[inline]
     fn len(&self) -> usize {
-        self.count
+        if self.used.is_empty() {
+            return self.iv_count;
+        }
+        self.len_with_ids()
     }
 
+    fn len_with_ids(&self) -> usize {
+        let ids = if self.iv.is_empty() {
+            self.used.len()
+        } else {
+            // Count hashed ids that no interval covers.
+            self.used
+                .iter()
+                .filter(|&&slot| {
+                    let id = self.table[slot] - 1;
+                    let i = self.iv.partition_point(|&(_, ie)| ie <= id);
+                    i == self.iv.len() || self.iv[i].0 > id
+                })
+                .count()
+        };
+        self.iv_count + ids
+    }
+
+    #[inline]
     fn clear(&mut self) {
+        for &slot in &self.used {
+            self.table[slot] = 0;
+        }
+        self.used.clear();
         self.iv.clear();
-        self.count = 0;
+        self.iv_count = 0;
     }
 }
 
@@ -280,11 +387,59 @@ mod tests {
                 assert_eq!(set.len(), model.len());
                 assert!(
                     set.iv.windows(2).all(|w| w[0].1 < w[1].0),
-                    "sorted, disjoint, merged"
+                    "intervals sorted, disjoint, merged"
                 );
             }
             set.clear();
             assert_eq!(set.len(), 0);
         }
+    }
+
+    #[test]
+    fn random_short_ranges_and_long_ranges_mix_exactly() {
+        use std::collections::BTreeSet;
+        let mut set = IntervalSet::default();
+        let mut x = 99u64;
+        for epoch in 0..50 {
+            let mut model = BTreeSet::new();
+            for i in 0..2000usize {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let s = (x >> 33) as usize % 20_000;
+                // Mostly single ids, now and then a long range over them.
+                let len = if i % 97 == 0 {
+                    50 + (x >> 20) as usize % 500
+                } else {
+                    1 + i % 3
+                };
+                set.insert(s, s + len);
+                model.extend(s..s + len);
+                if i % 251 == 0 {
+                    assert_eq!(set.len(), model.len(), "epoch {epoch}, insert {i}");
+                }
+            }
+            assert_eq!(set.len(), model.len());
+            set.clear();
+            assert_eq!(set.len(), 0);
+            assert!(set.table.iter().all(|&k| k == 0), "clear empties the table");
+        }
+        // A sequential run of single ids is one interval; so is a run that
+        // continues a long range, whatever was flushed in between.
+        for l in 1000..1100 {
+            set.insert(l, l + 1);
+        }
+        assert_eq!((set.iv.len(), set.len()), (1, 100));
+        set.insert(500, 600);
+        for l in 600..700 {
+            set.insert(l, l + 1);
+        }
+        assert_eq!((set.iv.len(), set.len()), (2, 300));
+        // Random single ids past `FEW` intervals go to the hash set.
+        for l in (2000..2400).step_by(7) {
+            set.insert(l, l + 1);
+        }
+        assert!(set.iv.len() <= FEW && !set.used.is_empty());
+        assert_eq!(set.len(), 300 + (2000..2400).step_by(7).count());
     }
 }
