@@ -318,7 +318,8 @@ fn mix(parts: &[u64]) -> u64 {
     h
 }
 
-fn at_key(at: CrashAt) -> u64 {
+/// A stable number for a crash point, used to salt sampled images.
+pub fn crash_point_key(at: CrashAt) -> u64 {
     match at {
         CrashAt::Fence(n) => n << 2,
         CrashAt::Flush(n) => (n << 2) | 1,
@@ -327,8 +328,12 @@ fn at_key(at: CrashAt) -> u64 {
     }
 }
 
-/// Builds the image `sel` of crash state `st`; `salt` identifies the state.
-fn build_image(st: &CrashState, sel: ImageSel, seed: u64, salt: &[u64]) -> Vec<u8> {
+/// Builds the image `sel` of crash state `st`; `salt` identifies the state
+/// (the explorer salts with the crash point, see [`crash_point_key`]), so
+/// `(seed, salt, sel)` always names the same image. Public so that checks
+/// which drive their own crash points (e.g. several simulated threads) use
+/// exactly the explorer's image conventions.
+pub fn build_image(st: &CrashState, sel: ImageSel, seed: u64, salt: &[u64]) -> Vec<u8> {
     match sel {
         ImageSel::Exhaustive(mut i) => st.build(|_, u| {
             let radix = 1 + u.candidates.len() as u128;
@@ -440,7 +445,7 @@ impl<'a> Explorer<'a> {
             image = match end {
                 RunEnd::Crashed(st, _) | RunEnd::Finished(st, _) => {
                     let mut s = salt.to_vec();
-                    s.extend_from_slice(&[at_key(at), 0xdead]);
+                    s.extend_from_slice(&[crash_point_key(at), 0xdead]);
                     build_image(&st, sel, self.cfg.seed, &s)
                 }
                 RunEnd::Panicked(m) => return Err(format!("first recovery: {m}")),
@@ -573,7 +578,7 @@ impl<'a> Explorer<'a> {
                 report.sampled_points += 1;
                 (0..quota as u64).map(ImageSel::Sampled).collect()
             };
-            let salt = [at_key(at)];
+            let salt = [crash_point_key(at)];
             for sel in images {
                 if report.states >= budget {
                     break;

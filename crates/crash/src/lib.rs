@@ -15,5 +15,8 @@ pub mod explorer;
 pub mod selftest;
 pub mod sim;
 
-pub use explorer::{Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation};
+pub use explorer::{
+    Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation, build_image,
+    crash_point_key,
+};
 pub use sim::{CrashAt, CrashState, SimMedium};
