@@ -8,8 +8,9 @@
 //!    it — **fence** — the publish is now committed: recovery will finish it;
 //! 2. apply the operations to their words and flush them — **fence** — the
 //!    publish is complete;
-//! 3. write a **marker** on the line after the record and flush it, with no
-//!    fence of its own: it becomes durable with the thread's next fence.
+//! 3. write a **marker** on the line after the record, and return. The
+//!    marker is *not* flushed here: the allocator makes it durable with a
+//!    later fence (see below), so a publish costs two fences.
 //!
 //! Recovery looks only at the newest entry of each lane. If it is a marker,
 //! there is nothing to do. If it is a record, the publish may have crashed
@@ -20,16 +21,27 @@
 //!
 //! **Why the marker.** A record whose publish completed stays the newest
 //! entry of its lane until the lane publishes again. Without a marker, a
-//! later free of the same block by *another* lane (which clears the bit the
-//! record set) would make the record look unapplied, and a crash would
-//! replay it — resurrecting a freed block. The marker is flushed before the
-//! publishing thread issues any further fence, so it is durable before any
-//! later publish of that thread commits; on the simulated medium (one
-//! thread) before any later publish at all. On real hardware a *different*
-//! thread's fence does not order this thread's pending flush, so there is a
-//! window of one flush's latency in which a concurrent conflicting publish
-//! could become durable first — the same window PMDK's `ulog_clobber` with
-//! `PMEMOBJ_F_MEM_NODRAIN` leaves. Detaching a thread fences, closing it.
+//! later publish that changes one of the record's words — another lane
+//! freeing the block the record allocated (clearing its bit), reallocating
+//! the extent it freed (setting the header it cleared), rewriting a link
+//! it stored — would make the record look unapplied, and a crash would
+//! replay it over that later publish: a freed block resurrected, an
+//! acknowledged allocation lost, bits on a page whose header says free.
+//!
+//! **When the marker is durable.** It must be durable before any such
+//! later publish changes the media — or a newer record of the same lane
+//! must be, which supersedes the old one. A fence completes only the
+//! write-backs of the thread that issues it (x86 `sfence` orders the
+//! issuing core's `clwb`s, not another core's), so a marker flushed by its
+//! own thread and left for that thread's next fence could still be in
+//! flight when another thread's conflicting publish is durable — the
+//! window PMDK's lazy log clobber leaves. So the marker is left unflushed
+//! and its allocator records it as *pending*; a later publish of any
+//! thread that may change the record's words first flushes the pending
+//! markers itself, so that a fence of its own completes them before it
+//! changes anything ([`crate::heap`] states the rule as its invariant 5 and
+//! argues it; [`crate::lock`] has the single-lane version). Recovery's
+//! markers are flushed and fenced at once.
 //!
 //! **Placement.** The marker sits on its own line so that consecutive
 //! operations never flush the same line twice in a row (NVAlloc's lesson
@@ -95,6 +107,15 @@ pub(crate) struct Pending {
     pos: usize,
     len: usize,
     seq: u64,
+}
+
+/// A marker written by [`Lane::mark`], not yet flushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Marker {
+    /// Ring line of the marker (below 2¹⁴: rings are at most 1 MiB).
+    pub line: usize,
+    /// Its sequence number.
+    pub seq: u64,
 }
 
 /// The newest entry of a lane found by [`Lane::scan`].
@@ -204,9 +225,10 @@ impl Lane {
         )
     }
 
-    /// Writes and flushes (no fence) the marker of `rec`, whose publish is
-    /// complete, and advances the cursor past the group.
-    pub fn mark(&self, region: &Region, nonce: u64, cur: &mut Cursor, rec: Pending) {
+    /// Writes (does not flush) the marker of `rec`, whose publish is
+    /// complete, and advances the cursor past the group. Returns the
+    /// marker, which the caller makes durable.
+    pub fn mark(&self, region: &Region, nonce: u64, cur: &mut Cursor, rec: Pending) -> Marker {
         let mut b = [0u8; PREFIX + ENTRY_HEADER];
         b[..PREFIX].copy_from_slice(&prefix(nonce, self.index));
         b[PREFIX..].copy_from_slice(&header(rec.seq + 1, 0, KIND_MARKER));
@@ -214,12 +236,20 @@ impl Lane {
         b[PREFIX + 12..].copy_from_slice(&crc.to_le_bytes());
         let at = self.off + rec.pos + rec.len;
         region.write(at, &b[PREFIX..]);
-        region.flush(at, ENTRY_HEADER);
         *cur = Cursor {
             prev_start: rec.pos,
             prev_len: rec.len + CACHE_LINE,
             next_seq: rec.seq + 2,
         };
+        Marker {
+            line: (rec.pos + rec.len) / CACHE_LINE,
+            seq: rec.seq + 1,
+        }
+    }
+
+    /// Region offset of `m`'s line (to flush it).
+    pub fn marker_off(&self, m: Marker) -> usize {
+        self.off + m.line * CACHE_LINE
     }
 
     /// Advances the cursor past `rec` without writing its marker (only for
@@ -312,10 +342,11 @@ impl Lane {
     }
 
     /// Recovery: writes the marker of the newest record found by
-    /// [`scan`](Self::scan) (flushed, not fenced).
+    /// [`scan`](Self::scan) and flushes it; the caller fences.
     pub fn mark_recovered(&self, region: &Region, nonce: u64, pos: usize, len: usize, seq: u64) {
         let mut cur = Cursor::default();
-        self.mark(region, nonce, &mut cur, Pending { pos, len, seq });
+        let m = self.mark(region, nonce, &mut cur, Pending { pos, len, seq });
+        region.flush(self.marker_off(m), ENTRY_HEADER);
     }
 }
 

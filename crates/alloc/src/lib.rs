@@ -44,9 +44,9 @@
 //!
 //! | operation                                               | Ferrite heap | lock heap |
 //! |---------------------------------------------------------|--------------|-----------|
-//! | reserve                                                 | 0 (a new run: 1, at most once per 16 blocks) | 0, or 2 when it splits a block |
+//! | reserve                                                 | 0 (a new run: 1, or 2 when a marker is pending; at most once per 16 blocks) | 0, or 2 when it splits a block |
 //! | cancel                                                  | 0            | 0         |
-//! | publish of one word (alloc or free without a link)      | 1            | 1         |
+//! | publish of one word (alloc or free without a link)      | 1, or 2 when a marker is pending | 1, or 2 when the marker is pending |
 //! | publish of anything else (any number of blocks + links) | 2            | 2         |
 //! | prepare (the transaction's commit covers it)            | 0            | 0         |
 //!
@@ -56,7 +56,13 @@
 //! the transaction's own fences. Two is the floor for a standalone publish
 //! of more than one word: the redo record must be durable before any of
 //! its words is, and the words before the publish returns
-//! ([`lane`] explains the protocol and its marker).
+//! ([`lane`] explains the protocol and its marker). A multi-word publish
+//! leaves its lane's marker *pending*, to be completed by the next change
+//! that could conflict with its record, on whichever thread
+//! ([`heap`], "Markers across threads"); a one-word publish that finds a
+//! marker pending completes it with a fence of its own first, so a
+//! one-word publish costs a second fence at most once per multi-word
+//! publish.
 //!
 //! # Invariant proved by the crash checks
 //!
@@ -65,7 +71,9 @@
 //! the root, every reachable block is allocated, no block is linked twice,
 //! no two live blocks overlap, a publish is all or nothing, and the
 //! accounting ([`AllocStats`]) adds up. `checks::check_alloc` (feature
-//! `checks`) explores it for both allocators; `ferrite check alloc` runs it.
+//! `checks`) explores it for both allocators — on the crash simulator's
+//! medium, and under a model in which a fence completes only its own
+//! thread's flushes, as on real hardware; `ferrite check alloc` runs it.
 
 #![deny(unsafe_code)]
 
@@ -254,6 +262,22 @@ pub trait AllocThread {
     /// with the same `p` — or [`abort_prepared`](Self::abort_prepared) if
     /// it does not commit. Operations are idempotent, so a redo log may
     /// replay them.
+    ///
+    /// `prepare` also flushes (without a fence) the lane markers still
+    /// pending, whose records the operations may conflict with
+    /// ([`heap`], "Markers across threads"). So the caller must:
+    /// - fence, on the thread that called `prepare`, after `prepare` and
+    ///   before any of the operations can reach the media (its commit
+    ///   fence does, when it applies the operations only after its commit;
+    ///   an undo record's fence does too);
+    /// - in recovery, open the allocator (which judges its lane records on
+    ///   the image as the crash left it) before replaying the operations of
+    ///   a committed transaction: the commit may have become durable with
+    ///   the same fence as those markers, without them, and a replayed
+    ///   operation would make a complete record look unapplied. (Then open
+    ///   it again, so that its state reflects the replay.) Rolling a
+    ///   transaction back needs no such order: its operations were applied
+    ///   after that fence.
     fn prepare(&mut self, p: &Publish<'_>, out: &mut Vec<crate::MetaOp>) -> Result<()>;
 
     /// Volatile bookkeeping after a prepared publish is durable.

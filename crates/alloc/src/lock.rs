@@ -18,6 +18,16 @@
 //! - **publish** logs `Set` operations (headers marked allocated or free,
 //!   coalesced with free neighbours, and the links) in the heap's single
 //!   lane ([`crate::lane`], two fences; one when it is a single word).
+//!   The lane's marker is written unflushed and kept *pending* (under the
+//!   lock). A multi-word publish needs nothing for it: its record, once
+//!   durable, is the lane's newest entry, and it applies nothing before
+//!   that. A one-word publish writes no record, and its word may be one of
+//!   the newest record's: it flushes a pending marker and fences before its
+//!   store (two fences then). A prepared publish flushes it too, and the
+//!   transaction's commit fence completes it before the operations are
+//!   applied. (The heap module's invariant 5 and "Markers across threads":
+//!   a fence completes only its own thread's flushes, so the marker's own
+//!   thread cannot be left to complete it.)
 //! - **recovery** replays the lane, then **walks every block header** from
 //!   the start of the arena to rebuild the free lists: its time grows with
 //!   the number of blocks, which is the trade-off the Ferrite heap's
@@ -64,7 +74,7 @@
 
 use crate::error::{AllocError, Result};
 use crate::heap::Fault;
-use crate::lane::{Cursor, Lane, Latest, MIN_LANE_BYTES};
+use crate::lane::{Cursor, ENTRY_HEADER, Lane, Latest, MIN_LANE_BYTES};
 use crate::ops::{MetaOp, OpKind, flush_words};
 use crate::{AllocStats, AllocThread, Link, Loc, PAllocator, Publish, RecoveryReport, Reservation};
 use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, POff, Region};
@@ -133,6 +143,10 @@ struct Inner {
     /// Reserved, unpublished blocks (arena offsets).
     reserved: HashSet<u64>,
     cur: Cursor,
+    /// The lane's marker if it is pending (not known durable): its region
+    /// offset and the handle that wrote it. One-word and prepared publishes
+    /// flush it; a multi-word publish supersedes it.
+    marker: Option<(usize, u64)>,
     in_use: u64,
     blocks: u64,
     claimed: u64,
@@ -314,6 +328,7 @@ impl LockHeap {
                 by_len: BTreeSet::new(),
                 reserved: HashSet::new(),
                 cur: Lane::fresh(),
+                marker: None,
                 in_use: 0,
                 blocks: 0,
                 claimed: 0,
@@ -475,26 +490,54 @@ impl LockHeap {
         &self.region
     }
 
-    /// Makes `inner.ops` durable: one fence for one word, two otherwise.
-    fn persist_ops(&self, inner: &mut Inner) {
-        let Inner {
-            ops,
-            cur,
-            buf,
-            lines,
-            ..
-        } = inner;
-        if ops.is_empty() {
+    /// Flushes (no fence) the lane's pending marker for handle `id`, if
+    /// there is one (under [`Fault::LocalMarkers`] only its writer's own).
+    /// Returns whether it did: the marker is durable after the next fence.
+    fn flush_marker(&self, inner: &Inner, id: u64) -> bool {
+        match inner.marker {
+            Some((off, writer)) if self.fault != Fault::LocalMarkers || writer == id => {
+                self.region.flush(off, ENTRY_HEADER);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Makes `inner.ops` durable for handle `id`: one fence for one word
+    /// (two when the lane's marker is pending), two otherwise.
+    fn persist_ops(&self, inner: &mut Inner, id: u64) {
+        if inner.ops.is_empty() {
             return;
         }
-        if ops.len() == 1 {
-            ops[0].apply(&self.pool);
-            self.pool.flush(ops[0].off as usize, 8);
+        if inner.ops.len() == 1 {
+            // No record supersedes the lane's newest one, whose words this
+            // one may be: its pending marker is completed by a fence of its
+            // own before the store.
+            if self.flush_marker(inner, id) {
+                self.region.fence();
+                inner.marker = None;
+                inner.fences += 1;
+                inner.meta_lines += 1;
+            }
+            let op = inner.ops[0];
+            op.apply(&self.pool);
+            self.pool.flush(op.off as usize, 8);
             self.region.fence();
             inner.fences += 1;
             inner.meta_lines += 1;
             return;
         }
+        // The lane's pending marker needs no flush: once this record is
+        // durable it is the lane's newest entry, and the old record is never
+        // read again; until then nothing of this publish is written.
+        let Inner {
+            ops,
+            cur,
+            buf,
+            lines,
+            marker,
+            ..
+        } = inner;
         let (rec, n) = self.lane.commit(&self.region, self.nonce, cur, ops, buf);
         if self.fault != Fault::NoLogFence {
             self.region.fence();
@@ -506,11 +549,13 @@ impl LockHeap {
         self.region.fence();
         if self.fault == Fault::NoMarker {
             self.lane.advance(cur, rec);
+            *marker = None;
         } else {
-            self.lane.mark(&self.region, self.nonce, cur, rec);
+            let m = self.lane.mark(&self.region, self.nonce, cur, rec);
+            *marker = Some((self.lane.marker_off(m), id));
         }
         inner.fences += 2;
-        inner.meta_lines += (n + touched + 1) as u64;
+        inner.meta_lines += (n + touched) as u64;
     }
 }
 
@@ -706,7 +751,7 @@ impl AllocThread for LockThread<'_> {
         let heap = self.heap;
         let mut inner = heap.inner.lock();
         stage(heap, &mut inner, self.id, p, true)?;
-        heap.persist_ops(&mut inner);
+        heap.persist_ops(&mut inner, self.id);
         finish(heap, &mut inner, p);
         Ok(())
     }
@@ -717,6 +762,14 @@ impl AllocThread for LockThread<'_> {
         let mut g = heap.inner.lock();
         stage(heap, &mut g, self.id, p, false)?;
         out.extend_from_slice(&g.ops);
+        // The transaction writes none of the lane: the lane's newest record
+        // stays newest, so its marker must be durable before any word of
+        // the transaction is — the caller's commit fence completes it. It
+        // stays pending (this handle cannot see that fence): a later
+        // one-word publish flushes it again.
+        if heap.flush_marker(&g, self.id) {
+            g.meta_lines += 1;
+        }
         self.held = Some(g);
         Ok(())
     }

@@ -37,11 +37,13 @@
 //!   [`MetaOp`] per changed bitmap word, header and link, committed through
 //!   the handle's lane ([`crate::lane`]: record, fence, apply, fence) — two
 //!   fences however many blocks are published; one fence, no log, when the
-//!   publish is a single word (an allocation or free without a link).
+//!   publish is a single word (an allocation or free without a link) and
+//!   no lane's marker is pending, else two (see "Markers across threads").
 //!   [`prepare`](crate::AllocThread::prepare) hands the same operations to a
 //!   transaction so they ride on its commit instead.
 //! - **Recovery** ([`Heap::open`]): replay the newest record of each lane if
-//!   it was committed but not applied, then walk the descriptors once and
+//!   it was committed but not applied (after marking the complete ones:
+//!   invariant 5), then walk the descriptors once and
 //!   rebuild all volatile state — runs, free counts, the per-class lists,
 //!   free page ranges — from the header words and bitmaps. There is no
 //!   garbage-collection pass and user data is never read, so recovery time
@@ -110,6 +112,81 @@
 //!    free, so it can be reserved again only then.
 //! 4. At most one publish per lane is between its two fences, and a lane's
 //!    newest entry is the only one recovery reads.
+//! 5. No word of a lane's newest record changes on the media — not even
+//!    in flight, before a fence — until that record's marker is durable or
+//!    a newer record of the same lane is. So a record found unmarked after
+//!    a crash shows all its effects unless its own publish was in flight,
+//!    and recovery's judgement "unapplied, replay it" is right.
+//!
+//! # Markers across threads
+//!
+//! Invariant 5 is what the lane markers are for, and a fence completes only
+//! the flushes of the thread that issues it (x86 `sfence` orders the
+//! issuing core's `clwb`s). A marker flushed by its own thread with no
+//! fence, left for that thread's next fence, may still be in flight when
+//! another thread's conflicting publish is durable — a crash then replays
+//! the completed record over the acknowledged publish (a freed block
+//! resurrected, a reallocated extent freed, bits on a page whose header
+//! says free). PMDK's lazy log clobber leaves the same window. Instead:
+//!
+//! - A multi-word publish writes its marker without flushing it and then
+//!   stores the marker's tag (sequence number and ring line) in its lane's
+//!   *pending* slot in DRAM (release), before it updates the blocks' DRAM
+//!   states and returns.
+//! - Every change of the media that may be a word of some lane's record
+//!   first flushes, itself, the marker line of every pending slot (acquire
+//!   loads of the slots of the lanes ever attached), so that a fence *of
+//!   its own thread* completes them before the change can reach the media:
+//!   - a multi-word publish: its record fence, before it applies anything
+//!     (its own lane's marker needs nothing: the new record supersedes the
+//!     old one once durable, and nothing is applied before that);
+//!   - a one-word publish: a fence of its own before its store, only when
+//!     some marker (its own lane's too) is pending;
+//!   - a prepared publish: the transaction's commit fence, which comes
+//!     before it applies the operations ([`crate::AllocThread::prepare`]);
+//!   - a run's creation, whose header word may be one that a record freeing
+//!     an extent set to zero: a fence of its own, when a marker is pending.
+//! - After that fence the thread clears the slots it flushed, each with a
+//!   compare-and-swap on the tag it read (a newer marker of the lane, with
+//!   another tag, stays pending). A prepared publish clears none: its
+//!   handle does not see the caller's fence. Detaching flushes and fences
+//!   the handle's own pending marker.
+//!
+//! **Why none is missed.** A publish P changes a word of another lane's
+//! record R only if it learned of R's effect: a free claims the block's
+//! DRAM state that R's publish set to allocated, a reuse reserves a block
+//! or pages that R's publish released (a DRAM state or the central
+//! mutex), a link word is the caller's and handed over by its own
+//! synchronisation — all after R's publish returned, so after R's thread
+//! stored the tag (and, earlier, attached its lane). P's acquire load of
+//! R's slot therefore sees that tag or a later value of the slot: zero,
+//! stored by a thread that flushed this marker and fenced first; or a
+//! newer tag of R's lane, stored after a newer record of the lane was
+//! durable. Either R's marker is flushed by P and completed by P's fence,
+//! or it is already durable, or R is superseded. Recovery keeps invariant
+//! 5 too: it marks the records it finds complete, durably, before it
+//! replays any other record over their words.
+//!
+//! **Cost.** No fence is added to a multi-word or a prepared publish. A
+//! marker line is flushed by whichever thread needs it first — never by
+//! its own thread while it keeps publishing multi-word (one line per
+//! publish fewer than flushing it at once) — and again only by prepared
+//! publishes before a standalone one clears it. A one-word publish pays a
+//! second fence only when a marker is pending, which clears it: at most
+//! once per multi-word publish; so does a run's creation. The slots read
+//! are those of the lanes ever attached since open, one line each.
+//!
+//! **Left to the caller.** The heap orders only its own stores. A word a
+//! publish linked must change through a later publish (a
+//! [`Link`](crate::Link)), not by a store the caller persists itself —
+//! unless a standalone publish that happened after the linking publish
+//! returned has returned before that store (it completed the marker);
+//! otherwise a crash may replay the link over the caller's store. A thread
+//! that publishes a change of a linked word must have learned of the link
+//! through synchronisation with the linking thread, as any data-race-free
+//! program does (the argument above relies on it). A transaction's recovery
+//! must let the heap judge its lane records before it replays the
+//! transaction's operations ([`crate::AllocThread::prepare`]).
 //!
 //! # Bad input
 //!
@@ -126,17 +203,17 @@ pub use thread::HeapThread;
 
 use crate::class::{CLASSES, NUM_CLASSES};
 use crate::error::{AllocError, Result};
-use crate::lane::{Cursor, Lane, Latest};
+use crate::lane::{Cursor, ENTRY_HEADER, Lane, Latest, Marker};
 use crate::ops::{MetaOp, OpKind, flush_words};
 use crate::{AllocStats, AllocThread, PAllocator, RecoveryReport};
-use ferrite_pmem::{HEADER_SIZE, PAGE, POff, Region};
+use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, PAGE, POff, Region};
 use format::{
     DESC, Geometry, LANES_OFF, MAX_EXTENT_PAGES, PageHdr, ROOT_OFF, SHARE_OFF, SHARE_WORDS,
     Superblock,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// Planted protocol bugs, to show the crash checks catch them. Not part of
@@ -152,6 +229,10 @@ pub enum Fault {
     NoMarker,
     /// Recovery does not replay committed records.
     NoReplay,
+    /// Publishes make durable only the pending markers their own thread
+    /// wrote: the guarantee before markers were flushed across threads (a
+    /// marker durable only at its own thread's next fence).
+    LocalMarkers,
 }
 
 /// How to create a heap.
@@ -285,6 +366,27 @@ struct LaneStats {
     fences: AtomicU64,
 }
 
+/// A lane's pending marker (see "Markers across threads"): 0 when none,
+/// else a tag, [`PENDING`] | sequence number (low 47 bits) << 16 | ring
+/// line. The line says which line to flush; the sequence number makes the
+/// tag unique, so a thread that flushed one marker cannot clear a newer
+/// marker the lane has since written on the same line (its
+/// compare-and-swap fails). Written by the lane's handle, cleared by
+/// whichever thread made the marker durable; one line per slot, so that
+/// handles writing their own slots do not disturb each other.
+#[repr(align(64))]
+#[derive(Default)]
+struct MarkerSlot(AtomicU64);
+
+/// Set in every tag, so that no tag is 0.
+const PENDING: u64 = 1 << 63;
+const TAG_SEQ_MASK: u64 = (1 << 47) - 1;
+
+fn marker_tag(m: Marker) -> u64 {
+    debug_assert!(m.line < 1 << 16);
+    PENDING | (m.seq & TAG_SEQ_MASK) << 16 | m.line as u64
+}
+
 /// State shared by all threads, behind one mutex (never on the reserve
 /// fast path).
 struct Central {
@@ -298,6 +400,8 @@ struct Central {
     cursors: Vec<Option<Cursor>>,
     /// Attach counter (handle identities).
     attaches: u64,
+    /// Markers flushed by a run's creation, cleared after its fence.
+    markers: Vec<(usize, u64)>,
 }
 
 static NEXT_HEAP_ID: AtomicU64 = AtomicU64::new(1);
@@ -315,6 +419,11 @@ pub struct Heap {
     central: Mutex<Central>,
     /// One per lane, plus one for work done under the central mutex.
     stats: Box<[LaneStats]>,
+    /// One per lane: its pending marker.
+    markers: Box<[MarkerSlot]>,
+    /// One more than the highest lane ever attached since open: lanes
+    /// above it have no pending marker.
+    lanes_used: AtomicUsize,
     claimed_pages: AtomicU64,
     root_lock: Mutex<()>,
     recovery: RecoveryReport,
@@ -418,8 +527,11 @@ impl Heap {
                 lists: vec![Vec::new(); NUM_CLASSES],
                 cursors: vec![None; geo.lanes as usize],
                 attaches: 0,
+                markers: Vec::new(),
             }),
             stats: (0..=geo.lanes).map(|_| LaneStats::default()).collect(),
+            markers: (0..geo.lanes).map(|_| MarkerSlot::default()).collect(),
+            lanes_used: AtomicUsize::new(0),
             claimed_pages: AtomicU64::new(0),
             root_lock: Mutex::new(()),
             recovery: RecoveryReport::default(),
@@ -527,32 +639,52 @@ impl Heap {
         // Judge every record on the image as the crash left it, before
         // replaying any: replaying one lane's free can make another lane's
         // completed (but unmarked) allocation of the same block look
-        // unapplied, and replaying that would resurrect the block. Records
-        // still unapplied at the crash were all between their two fences at
-        // once, so none depends on another and their order does not matter.
+        // unapplied, and replaying that would resurrect the block. By
+        // invariant 5 a record whose marker is not durable still shows all
+        // its effects unless its publish was in flight, so the unapplied
+        // records were all between their two fences at once: none depends
+        // on another, and their order does not matter.
         let unapplied: Vec<bool> = records
             .iter()
             .map(|(_, _, _, _, ops)| !ops.iter().all(|o| o.is_applied(&self.pool)))
             .collect();
-        let mut lines = Vec::new();
-        for ((_, _, _, _, ops), todo) in records.iter().zip(unapplied) {
-            if todo && self.fault != Fault::NoReplay {
-                for op in ops {
-                    op.apply(&self.pool);
-                }
-                flush_words(&self.pool, ops, &mut lines);
-                report.replayed += 1;
+        let replaying = self.fault != Fault::NoReplay && unapplied.contains(&true);
+        // Invariant 5 holds for recovery too: the complete records are
+        // marked durably before a replay changes their words, or a crash of
+        // recovery would leave them unmarked and seemingly unapplied.
+        let mut marks_unfenced = false;
+        for ((lane, pos, len, seq, _), &todo) in records.iter().zip(&unapplied) {
+            if !(todo && replaying) {
+                lane.mark_recovered(&self.region, self.nonce, *pos, *len, *seq);
+                report.marked += 1;
+                marks_unfenced = true;
             }
         }
-        if report.replayed > 0 {
+        if replaying {
+            if marks_unfenced {
+                self.region.fence();
+            }
+            let mut lines = Vec::new();
+            for ((_, _, _, _, ops), &todo) in records.iter().zip(&unapplied) {
+                if todo {
+                    for op in ops {
+                        op.apply(&self.pool);
+                    }
+                    flush_words(&self.pool, ops, &mut lines);
+                    report.replayed += 1;
+                }
+            }
             // The replayed words must be durable before any marker says so.
             self.region.fence();
+            for ((lane, pos, len, seq, _), &todo) in records.iter().zip(&unapplied) {
+                if todo {
+                    lane.mark_recovered(&self.region, self.nonce, *pos, *len, *seq);
+                    report.marked += 1;
+                }
+            }
+            marks_unfenced = true;
         }
-        for (lane, pos, len, seq, _) in &records {
-            lane.mark_recovered(&self.region, self.nonce, *pos, *len, *seq);
-            report.marked += 1;
-        }
-        if report.marked > 0 {
+        if marks_unfenced {
             self.region.fence();
         }
         Ok(())
@@ -747,8 +879,9 @@ impl Heap {
         true
     }
 
-    /// A run of `class` for a handle: a listed partial run, or a new one.
-    fn acquire_run(&self, class: usize) -> Result<u32> {
+    /// A run of `class` for the handle of lane `own`: a listed partial
+    /// run, or a new one.
+    fn acquire_run(&self, class: usize, own: usize) -> Result<u32> {
         let mut c = self.central.lock();
         if let Some(r) = c.lists[class].pop() {
             // LISTED → OWNED in one step: concurrent frees only add to the count.
@@ -772,6 +905,21 @@ impl Heap {
         self.pages[start as usize]
             .aux
             .store(u64::from(info.blocks) | OWNED, Ordering::Release);
+        // The pages may be an extent's that a record with a pending marker
+        // freed: the header word is that record's (invariant 5), so the
+        // markers are made durable first (a fence only when there are any;
+        // runs are created once per 16 or more allocations).
+        let st = &self.stats[self.geo.lanes as usize];
+        let mut flushed = std::mem::take(&mut c.markers);
+        let n = self.flush_markers(own, true, &mut flushed);
+        if n > 0 {
+            self.region.fence();
+            self.clear_markers(&flushed);
+            flushed.clear();
+            st.fences.fetch_add(1, Ordering::Relaxed);
+            st.meta_lines.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        c.markers = flushed;
         // Invariant 2: the header is durable before any bit can be set, and
         // with its own fence, so it does not depend on which thread fences
         // next.
@@ -781,7 +929,6 @@ impl Heap {
             PageHdr::Run { class: class as u8 }.encode(start, self.nonce),
         );
         self.region.persist(off, 8);
-        let st = &self.stats[self.geo.lanes as usize];
         st.fences.fetch_add(1, Ordering::Relaxed);
         st.meta_lines.fetch_add(1, Ordering::Relaxed);
         self.claimed_pages
@@ -922,6 +1069,58 @@ impl Heap {
             .fetch_sub(u64::from(n), Ordering::Relaxed);
     }
 
+    // ---- markers ---------------------------------------------------------------------
+
+    /// Records the marker lane `lane` just wrote as pending (the marker is
+    /// stored; this must come before the publish returns).
+    fn marker_written(&self, lane: usize, m: Marker) {
+        self.markers[lane].0.store(marker_tag(m), Ordering::Release);
+    }
+
+    /// Flushes (no fence) the line of every pending marker — but lane
+    /// `own`'s only if `with_own`, and only lane `own`'s under
+    /// [`Fault::LocalMarkers`] — and appends (lane, tag) to `out` for
+    /// [`clear_markers`](Self::clear_markers). Returns how many.
+    fn flush_markers(&self, own: usize, with_own: bool, out: &mut Vec<(usize, u64)>) -> usize {
+        let used = self.lanes_used.load(Ordering::Acquire);
+        let mut n = 0;
+        for (i, slot) in self.markers[..used].iter().enumerate() {
+            let skip = if i == own {
+                !with_own
+            } else {
+                self.fault == Fault::LocalMarkers
+            };
+            if skip {
+                continue;
+            }
+            let tag = slot.0.load(Ordering::Acquire);
+            if tag != 0 {
+                self.flush_marker(i, tag);
+                out.push((i, tag));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Flushes (no fence) the marker line that `tag` of lane `lane` names.
+    fn flush_marker(&self, lane: usize, tag: u64) {
+        let line = (tag & 0xffff) as usize;
+        self.region
+            .flush(self.lane(lane).off + line * CACHE_LINE, ENTRY_HEADER);
+    }
+
+    /// After a fence that followed [`flush_markers`](Self::flush_markers):
+    /// those markers are durable, so their lanes stop being pending —
+    /// unless a lane has written a newer marker since (its tag differs).
+    fn clear_markers(&self, flushed: &[(usize, u64)]) {
+        for &(i, tag) in flushed {
+            let _ = self.markers[i]
+                .0
+                .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
     // ---- lookups ---------------------------------------------------------------------
 
     /// Finds the block or extent that starts at pool offset `off`.
@@ -996,6 +1195,9 @@ impl Heap {
             });
         };
         let cur = c.cursors[idx].take().expect("position found it");
+        // Before the handle can write a marker: a publish that must see the
+        // marker happens after this (through the data it conflicts on).
+        self.lanes_used.fetch_max(idx + 1, Ordering::AcqRel);
         c.attaches += 1;
         let id = (c.attaches << 16) | idx as u64;
         drop(c);

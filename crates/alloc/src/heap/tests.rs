@@ -210,6 +210,23 @@ fn fences_per_publish() {
         2,
         "a batch of 8 with links"
     );
+    // The batch left this lane's marker pending. A one-word publish
+    // completes it with a fence of its own before its store; the next
+    // finds none pending.
+    assert_eq!(
+        count(&mut || {
+            t.alloc(64, None).unwrap();
+        }),
+        2,
+        "one word after a multi-word publish"
+    );
+    assert_eq!(
+        count(&mut || {
+            t.alloc(64, None).unwrap();
+        }),
+        1,
+        "one word, no marker pending"
+    );
     // Prepared for a transaction: none.
     let r = t.reserve(64).unwrap();
     let allocs = [r];
@@ -518,4 +535,50 @@ fn a_committed_unapplied_record_is_replayed() {
     let h = Heap::open(heap_region(&p)).unwrap();
     assert_eq!(h.recovery().replayed, 0, "marked: not replayed again");
     assert_eq!(h.recovery().marked, 0);
+}
+
+#[test]
+fn a_publish_completes_the_pending_markers_of_other_lanes() {
+    let p = pool(4 << 20);
+    let h = Heap::create(heap_region(&p), opts()).unwrap();
+    let mut a = h.attach().unwrap();
+    let mut b = h.attach().unwrap();
+    let pending = |lane: usize| h.markers[lane].0.load(Ordering::Acquire) != 0;
+    let x = a.alloc(64, Some(slot(&p, 0))).unwrap();
+    assert!(pending(a.lane()), "a's marker is written, not flushed");
+    // b's free of a's block flushes a's marker before its record fence and
+    // clears it after; b's own marker is then pending.
+    b.free(x, Some(slot(&p, 0))).unwrap();
+    assert!(!pending(a.lane()));
+    assert!(pending(b.lane()));
+    // a's next multi-word publish supersedes nothing of b's: b's marker is
+    // completed by a's record fence as well.
+    a.alloc(64, Some(slot(&p, 1))).unwrap();
+    assert!(!pending(b.lane()) && pending(a.lane()));
+    // Detaching completes the handle's own marker.
+    let la = a.lane();
+    drop(a);
+    assert!(!pending(la));
+    // A prepared publish flushes the pending markers, which the caller's
+    // fence completes; they stay pending (the handle cannot see that
+    // fence) until a standalone publish completes and clears them.
+    b.alloc(64, Some(slot(&p, 2))).unwrap();
+    let r = b.reserve(64).unwrap();
+    let allocs = [r];
+    let pb = Publish {
+        allocs: &allocs,
+        ..Publish::default()
+    };
+    let mut ops = Vec::new();
+    b.prepare(&pb, &mut ops).unwrap();
+    let pool_region = Region::whole(p.medium().clone());
+    pool_region.fence();
+    for op in &ops {
+        op.apply(&pool_region);
+    }
+    pool_region.fence();
+    b.commit_prepared(&pb);
+    assert!(pending(b.lane()));
+    b.alloc(64, None).unwrap();
+    assert!(!pending(b.lane()));
 }

@@ -33,6 +33,8 @@ pub struct HeapThread<'h> {
     ops: Vec<MetaOp>,
     buf: Vec<u8>,
     lines: Vec<u64>,
+    /// Pending markers a publish flushed, to clear after its fence.
+    flushed: Vec<(usize, u64)>,
 }
 
 impl std::fmt::Debug for HeapThread<'_> {
@@ -63,6 +65,7 @@ impl<'h> HeapThread<'h> {
             ops: Vec::with_capacity(16),
             buf: Vec::with_capacity(256),
             lines: Vec::with_capacity(16),
+            flushed: Vec::with_capacity(8),
         }
     }
 
@@ -99,7 +102,7 @@ impl<'h> HeapThread<'h> {
                 heap.release_run(start);
                 self.runs[class] = 0;
             }
-            let start = match heap.acquire_run(class) {
+            let start = match heap.acquire_run(class, self.lane_idx) {
                 Err(AllocError::OutOfSpace { .. }) if self.release_runs() => continue,
                 r => r?,
             };
@@ -293,8 +296,9 @@ impl<'h> HeapThread<'h> {
         Ok(())
     }
 
-    /// Makes `self.ops` durable: one fence for a single word, else the lane
-    /// protocol's two.
+    /// Makes `self.ops` durable: one fence for a single word (two when a
+    /// marker is pending), else the lane protocol's two. Pending markers
+    /// are durable before any word of the publish changes (invariant 5).
     fn persist_ops(&mut self) {
         let heap = self.heap;
         let st = &heap.stats[self.lane_idx];
@@ -302,8 +306,20 @@ impl<'h> HeapThread<'h> {
         if ops.is_empty() {
             return;
         }
+        self.flushed.clear();
         if ops.len() == 1 {
             // One 8-byte store is failure atomic by itself: no log needed.
+            // But no record supersedes this lane's newest one, and the word
+            // may be a word of any lane's pending record: every pending
+            // marker, this lane's too, is completed by a fence of its own
+            // before the store.
+            let markers = heap.flush_markers(self.lane_idx, true, &mut self.flushed);
+            if markers > 0 {
+                heap.region.fence();
+                heap.clear_markers(&self.flushed);
+                st.fences.fetch_add(1, Ordering::Relaxed);
+                st.meta_lines.fetch_add(markers as u64, Ordering::Relaxed);
+            }
             ops[0].apply(&heap.pool);
             heap.pool.flush(ops[0].off as usize, 8);
             heap.region.fence();
@@ -311,27 +327,39 @@ impl<'h> HeapThread<'h> {
             st.meta_lines.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // The other lanes' pending markers ride on the record's fence. This
+        // lane's own needs nothing: once the new record is durable it is
+        // the lane's newest entry, and the old record is never read again.
+        let markers = heap.flush_markers(self.lane_idx, false, &mut self.flushed);
         let (rec, lines) =
             self.lane
                 .commit(&heap.region, heap.nonce, &self.cur, ops, &mut self.buf);
-        if heap.fault != Fault::NoLogFence {
+        let log_fence = heap.fault != Fault::NoLogFence;
+        if log_fence {
+            // Commits the record and completes the markers, before any
+            // word of this publish is written.
             heap.region.fence();
+            heap.clear_markers(&self.flushed);
         }
         for op in ops {
             op.apply(&heap.pool);
         }
         let touched = flush_words(&heap.pool, ops, &mut self.lines);
         heap.region.fence();
+        if !log_fence {
+            heap.clear_markers(&self.flushed);
+        }
         if heap.fault == Fault::NoMarker {
             let mut scratch = self.cur;
             self.lane.advance(&mut scratch, rec);
             self.cur = scratch;
         } else {
-            self.lane.mark(&heap.region, heap.nonce, &mut self.cur, rec);
+            let m = self.lane.mark(&heap.region, heap.nonce, &mut self.cur, rec);
+            heap.marker_written(self.lane_idx, m);
         }
         st.fences.fetch_add(2, Ordering::Relaxed);
         st.meta_lines
-            .fetch_add((lines + touched + 1) as u64, Ordering::Relaxed);
+            .fetch_add((lines + touched + markers) as u64, Ordering::Relaxed);
     }
 
     /// Volatile bookkeeping once the publish is durable.
@@ -436,7 +464,22 @@ impl AllocThread for HeapThread<'_> {
     }
 
     fn prepare(&mut self, p: &Publish<'_>, out: &mut Vec<MetaOp>) -> Result<()> {
-        self.stage(p, Some(out))
+        self.stage(p, Some(out))?;
+        // The caller fences (commits) before it applies the operations:
+        // that fence completes these flushes, so the pending markers are
+        // durable before any word of the transaction is (invariant 5).
+        // They stay pending all the same: this handle cannot see that
+        // fence, and clearing them before it would reopen the window for
+        // every other thread. A later publish flushes them again, and
+        // clears them after its own fence.
+        self.flushed.clear();
+        let n = self
+            .heap
+            .flush_markers(self.lane_idx, true, &mut self.flushed);
+        self.heap.stats[self.lane_idx]
+            .meta_lines
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     fn commit_prepared(&mut self, p: &Publish<'_>) {
@@ -490,13 +533,20 @@ impl AllocThread for HeapThread<'_> {
 }
 
 impl Drop for HeapThread<'_> {
-    /// The per-thread teardown hook: gives the runs back, returns the lane
-    /// and fences, so this thread's last marker is durable before the lane
-    /// can be reused.
+    /// The per-thread teardown hook: gives the runs back, makes this
+    /// lane's marker durable (flush and fence, unless another thread's
+    /// publish already did) and returns the lane, with no pending marker.
     fn drop(&mut self) {
         let heap = self.heap;
         self.release_runs();
+        let tag = heap.markers[self.lane_idx].0.load(Ordering::Acquire);
+        if tag != 0 {
+            heap.flush_marker(self.lane_idx, tag);
+        }
         heap.region.fence();
+        if tag != 0 {
+            heap.clear_markers(&[(self.lane_idx, tag)]);
+        }
         heap.central.lock().cursors[self.lane_idx] = Some(self.cur);
     }
 }
