@@ -19,4 +19,4 @@ pub use explorer::{
     Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation, build_image,
     crash_point_key,
 };
-pub use sim::{CrashAt, CrashState, SimMedium};
+pub use sim::{CrashAt, CrashState, SimMedium, SimThread};

@@ -12,13 +12,60 @@
 //!   *in-flight units*: units flushed but not fenced (with their flushed
 //!   content) and units whose live content differs from durable (with live
 //!   content — the hardware may evict any dirty line at any time).
+//! - Several *simulated threads* (one OS thread switching with
+//!   [`SimThread::enter`]) each have their own pending set: a fence completes
+//!   only the flushes of the thread that issues it, as `sfence` orders only
+//!   its own core's write-backs. A capture never overwrites newer durable
+//!   content (coherence: a line written back after a newer one became durable
+//!   carries content at least that new), so stale captures are dropped.
+//!   Workloads that never switch threads run on thread 0 and see exactly the
+//!   single-thread semantics above.
 //! - A unit is a cache line, an aligned 8-byte word in tearing mode, or a
 //!   4 KiB page for `msync`. For `eadr`/`pdram`/`pdram-lite` the image is the
 //!   live image at the crash point.
 
 use ferrite_pmem::{CACHE_LINE, CrashModel, Domain, Mapping, SimObserver};
-use std::collections::BTreeMap;
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+
+thread_local! {
+    static SIM_THREAD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Makes this OS thread act as simulated thread `id` until the guard drops
+/// (the previous id is restored). Flushes and fences are attributed to the
+/// current simulated thread.
+pub struct SimThread {
+    prev: u32,
+}
+
+impl SimThread {
+    pub fn enter(id: u32) -> SimThread {
+        SimThread {
+            prev: SIM_THREAD.with(|t| t.replace(id)),
+        }
+    }
+
+    /// The simulated thread this OS thread currently acts as.
+    pub fn current() -> u32 {
+        SIM_THREAD.with(|t| t.get())
+    }
+}
+
+impl Drop for SimThread {
+    fn drop(&mut self) {
+        SIM_THREAD.with(|t| t.set(self.prev));
+    }
+}
+
+/// A unit's content captured by a flush of simulated thread `thread`;
+/// `seq` orders captures globally.
+struct Capture {
+    thread: u32,
+    seq: u64,
+    content: Vec<u8>,
+}
 
 /// Where to crash: the n-th fence or the n-th flush (1-based).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,8 +160,11 @@ pub struct Crashed;
 struct State {
     model: CrashModel,
     durable: Vec<u8>,
-    /// Unit index → content captured at flush time, not yet fenced.
-    pending: BTreeMap<usize, Vec<u8>>,
+    /// Unit index → captures not yet fenced (at most one per thread).
+    pending: BTreeMap<usize, Vec<Capture>>,
+    /// Unit index → `seq` of the capture that made it durable.
+    durable_seq: HashMap<usize, u64>,
+    next_seq: u64,
     fences: u64,
     flushes: u64,
     stores: u64,
@@ -142,6 +192,8 @@ impl SimMedium {
                 model: domain.crash_model(tearing),
                 durable: initial,
                 pending: BTreeMap::new(),
+                durable_seq: HashMap::new(),
+                next_seq: 0,
                 fences: 0,
                 flushes: 0,
                 stores: 0,
@@ -208,17 +260,18 @@ fn capture(s: &State, map: &Mapping, at: CrashAt) -> CrashState {
         CrashModel::InFlight { unit } => {
             let mut units = Vec::new();
             for (idx, (l, d)) in live.chunks(unit).zip(s.durable.chunks(unit)).enumerate() {
-                let flushed = s.pending.get(&idx).filter(|p| p.as_slice() != d);
-                let dirty = l != d && flushed.is_none_or(|f| f.as_slice() != l);
-                if flushed.is_none() && !dirty {
+                // Flushed contents in capture order, then the live content
+                // (any dirty line may be evicted), each once and only where
+                // it differs from what is durable.
+                let mut candidates: Vec<Vec<u8>> = Vec::new();
+                let captured = s.pending.get(&idx).map(|v| v.as_slice()).unwrap_or(&[]);
+                for c in captured.iter().map(|c| c.content.as_slice()).chain([l]) {
+                    if c != d && !candidates.iter().any(|x| x.as_slice() == c) {
+                        candidates.push(c.to_vec());
+                    }
+                }
+                if candidates.is_empty() {
                     continue;
-                }
-                let mut candidates = Vec::with_capacity(2);
-                if let Some(f) = flushed {
-                    candidates.push(f.clone());
-                }
-                if dirty {
-                    candidates.push(l.to_vec());
                 }
                 units.push(InFlight {
                     offset: idx * unit,
@@ -256,7 +309,15 @@ impl SimObserver for SimMedium {
         let mut u = start;
         while u < end {
             map.read(u, &mut buf);
-            s.pending.insert(u / unit, buf.clone());
+            let (thread, seq) = (SimThread::current(), s.next_seq);
+            s.next_seq += 1;
+            let caps = s.pending.entry(u / unit).or_default();
+            caps.retain(|c| c.thread != thread);
+            caps.push(Capture {
+                thread,
+                seq,
+                content: buf.clone(),
+            });
             u += unit;
         }
     }
@@ -278,10 +339,22 @@ impl SimObserver for SimMedium {
             self.crash(s, map, CrashAt::Fence(n));
         }
         if let CrashModel::InFlight { unit } = s.model {
-            let pending = std::mem::take(&mut s.pending);
-            for (idx, content) in pending {
-                s.durable[idx * unit..idx * unit + content.len()].copy_from_slice(&content);
-            }
+            let thread = SimThread::current();
+            let st = &mut *s;
+            st.pending.retain(|&idx, caps| {
+                if let Some(i) = caps.iter().position(|c| c.thread == thread) {
+                    let c = caps.swap_remove(i);
+                    let newest = st.durable_seq.get(&idx).copied();
+                    if newest.is_none_or(|n| c.seq > n) {
+                        st.durable[idx * unit..idx * unit + c.content.len()]
+                            .copy_from_slice(&c.content);
+                        st.durable_seq.insert(idx, c.seq);
+                        // Older captures of other threads can never land now.
+                        caps.retain(|o| o.seq > c.seq);
+                    }
+                }
+                !caps.is_empty()
+            });
         }
     }
 }
@@ -354,6 +427,64 @@ mod tests {
         let st = sim.capture_now(p.medium().map(), CrashAt::End);
         assert_eq!(st.units.len(), 2);
         assert_eq!(st.units[0].candidates[0].len(), 4096);
+    }
+
+    #[test]
+    fn a_fence_completes_only_its_own_threads_flushes() {
+        let (p, sim) = sim_pool(Domain::Adr, false);
+        let r = p.data();
+        {
+            let _a = SimThread::enter(1);
+            r.write(0, &[1; 8]);
+            r.flush(0, 8); // thread 1 never fences
+        }
+        {
+            let _b = SimThread::enter(2);
+            r.write(64, &[2; 8]);
+            r.persist(64, 8);
+        }
+        let st = sim.capture_now(p.medium().map(), CrashAt::End);
+        assert_eq!(
+            &st.durable[4096 + 64..4096 + 72],
+            &[2; 8],
+            "thread 2's own flush is durable"
+        );
+        assert_eq!(st.units.len(), 1, "thread 1's flush is still in flight");
+        assert_eq!(st.units[0].offset, 4096);
+        {
+            let _a = SimThread::enter(1);
+            r.fence();
+        }
+        assert!(
+            sim.capture_now(p.medium().map(), CrashAt::End)
+                .units
+                .is_empty()
+        );
+        assert_eq!(
+            SimThread::current(),
+            0,
+            "guards restore the previous thread"
+        );
+    }
+
+    #[test]
+    fn a_stale_capture_never_overwrites_newer_durable_content() {
+        let (p, sim) = sim_pool(Domain::Adr, false);
+        let r = p.data();
+        let a = SimThread::enter(1);
+        r.write(0, &[1; 8]);
+        r.flush(0, 8); // captures [1; 8]
+        drop(a);
+        {
+            let _b = SimThread::enter(2);
+            r.write(0, &[2; 8]);
+            r.persist(0, 8); // [2; 8] durable
+        }
+        let _a = SimThread::enter(1);
+        r.fence(); // must not bring [1; 8] back
+        let st = sim.capture_now(p.medium().map(), CrashAt::End);
+        assert_eq!(&st.durable[4096..4104], &[2; 8]);
+        assert!(st.units.is_empty());
     }
 
     #[test]
