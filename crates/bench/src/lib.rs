@@ -29,6 +29,7 @@ pub mod probe;
 pub mod registry;
 pub mod row;
 pub mod table;
+pub mod tx_suite;
 
 pub use ctx::{BenchCtx, Scale};
 pub use error::BenchError;

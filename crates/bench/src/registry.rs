@@ -51,6 +51,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         description: "persistent allocators: reserve+publish+free of 64 B-4 KiB and mixed sizes, 1-2 threads, vs pmemobj_alloc/free; recovery time [P2 §2.2]",
         run: crate::alloc_suite::run,
     },
+    SuiteDef {
+        name: "tx",
+        description: "failure-atomic transactions: undo / redo / clobber x hashmap / B+tree / skiplist / rbtree, YCSB-load inserts, vs PMDK pmemobj tx [P1 ch3]",
+        run: crate::tx_suite::run,
+    },
 ];
 
 /// `(name, description)` of every registered suite.

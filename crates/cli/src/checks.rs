@@ -9,6 +9,8 @@ use ferrite_blocks::log::Algorithm;
 use ferrite_blocks::page::PageAlgorithm;
 use ferrite_crash::selftest::{self, Variant};
 use ferrite_crash::{Config, Report};
+use ferrite_tx::Strategy;
+use ferrite_tx::ds::Structure;
 
 /// One explored variant of a target.
 pub struct Outcome {
@@ -99,6 +101,78 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         run_group,
     ),
     (
+        "tx-undo-hashmap",
+        "undo-logged transactions on the hash map (256 buckets, 8 B keys, 256 B values): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Undo, Structure::HashMap, c),
+    ),
+    (
+        "tx-undo-bptree",
+        "undo-logged transactions on the B+tree (32 B keys): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Undo, Structure::BpTree, c),
+    ),
+    (
+        "tx-undo-skiplist",
+        "undo-logged transactions on the skiplist (32 levels): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Undo, Structure::SkipList, c),
+    ),
+    (
+        "tx-undo-rbtree",
+        "undo-logged transactions on the red-black tree: random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Undo, Structure::RbTree, c),
+    ),
+    (
+        "tx-redo-hashmap",
+        "redo-logged transactions on the hash map (256 buckets, 8 B keys, 256 B values): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Redo, Structure::HashMap, c),
+    ),
+    (
+        "tx-redo-bptree",
+        "redo-logged transactions on the B+tree (32 B keys): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Redo, Structure::BpTree, c),
+    ),
+    (
+        "tx-redo-skiplist",
+        "redo-logged transactions on the skiplist (32 levels): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Redo, Structure::SkipList, c),
+    ),
+    (
+        "tx-redo-rbtree",
+        "redo-logged transactions on the red-black tree: random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Redo, Structure::RbTree, c),
+    ),
+    (
+        "tx-clobber-hashmap",
+        "clobber-logged transactions on the hash map (256 buckets, 8 B keys, 256 B values): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Clobber, Structure::HashMap, c),
+    ),
+    (
+        "tx-clobber-bptree",
+        "clobber-logged transactions on the B+tree (32 B keys): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Clobber, Structure::BpTree, c),
+    ),
+    (
+        "tx-clobber-skiplist",
+        "clobber-logged transactions on the skiplist (32 levels): random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Clobber, Structure::SkipList, c),
+    ),
+    (
+        "tx-clobber-rbtree",
+        "clobber-logged transactions on the red-black tree: random inserts/updates/deletes, nested recovery crashes [P1 ch3]",
+        true,
+        |c| run_tx(Strategy::Clobber, Structure::RbTree, c),
+    ),
+    (
         "alloc",
         "persistent allocators (Ferrite heap, single-lock heap): reserve/publish/free/cancel from 3 simulated threads [P2 §2.2]",
         true,
@@ -125,6 +199,14 @@ fn run_page(alg: PageAlgorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
 fn run_group(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_blocks::group::checks::check_fptree_group(cfg.clone())
         .map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
+
+fn run_tx(strategy: Strategy, s: Structure, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_tx::checks::check_tx(strategy, s, cfg.clone()).map_err(|e| e.to_string())?;
     Ok(runs
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })

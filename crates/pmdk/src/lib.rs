@@ -51,6 +51,7 @@ mod log;
 mod mem;
 #[cfg(feature = "link")]
 mod obj;
+pub mod txmap;
 
 #[cfg(feature = "link")]
 pub use blk::PmemBlk;

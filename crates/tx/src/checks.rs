@@ -1,0 +1,724 @@
+//! Crash checks of transactions on the data structures, run through the
+//! `ferrite-crash` explorer (feature `checks`; also compiled for this
+//! crate's tests). `ferrite check tx-<strategy>-<structure>` calls
+//! [`check_tx`].
+//!
+//! # Workload
+//!
+//! A transactional pool (two log slots) in a 512 KiB simulated pool holds
+//! one structure (small values and nodes, so splits, rehashes and
+//! rebalancing happen within a few dozen operations). Two *simulated
+//! threads* — two [`TxThread`]s on the one OS thread the explorer requires,
+//! alternating by a seeded script, each a [`SimThread`] whose fences
+//! complete only its own flushes — insert new keys, update and remove
+//! existing ones (a key space of 40, so all three happen), remove missing
+//! keys and look keys up, checking each lookup against the model. Every
+//! operation is one transaction; the model records what each returned.
+//!
+//! # Invariant (after recovery from every crash state, nested crashes too)
+//!
+//! - the pool opens: undo transactions are rolled back, redo records
+//!   replayed, clobber transactions restored and re-executed, and no
+//!   re-execution diverged from the crashed run (non-determinism);
+//! - the structure is well formed ([`KvMap::shape`]: ordering, balance,
+//!   counts, links, every block allocated and large enough);
+//! - its contents equal the model of acknowledged operations, plus the
+//!   operation in flight if it took effect. Under clobber logging this is
+//!   exact: the operation in flight took effect if and only if recovery
+//!   re-executed it ("committed plus re-executed");
+//! - nothing leaks and nothing is shared: the heap's allocated blocks are
+//!   exactly the structure's blocks;
+//! - the recovered pool works: a new key can be inserted, found and
+//!   removed, leaving the structure well formed.
+//!
+//! # Runs
+//!
+//! The budget is split between: the main workload (line granularity), the
+//! same in tearing mode (8-byte failure atomicity), and a *restart* run
+//! that crashes the main workload at a seeded point, recovers a seeded
+//! image of it and explores a second workload on top. Budget left over
+//! goes to main runs with new seeds.
+
+use crate::ds::{self, DsOptions, Shape, Structure};
+use crate::pool::{Fault, Strategy, TxOptions, TxPool};
+use crate::{TxRecovery, TxThread};
+use ferrite_alloc::PAllocator;
+use ferrite_crash::sim::{Crashed, SimMedium, SimThread};
+use ferrite_crash::{Config, CrashAt, ExploreError, Explorer, Report};
+use ferrite_pmem::{Pool, PoolOptions};
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Size of the simulated pool every check uses.
+pub const CHECK_POOL_SIZE: u64 = 512 * 1024;
+/// Keys the script draws from.
+pub const KEYS: u64 = 40;
+/// Bytes of each value in the checks.
+pub const VALUE_LEN: usize = 24;
+const MAIN_STEPS: usize = 36;
+const RESTART_STEPS: usize = 14;
+const MAIN_SCRIPT: u64 = 0x6d61_696e;
+const RESTART_SCRIPT: u64 = 0x7265_7374;
+const MAX_EXTRA: u64 = 16;
+const NONCE: u64 = 0x7e57_7a11_5eed_0001;
+/// Accesses one transaction of the checks may make: far above what the
+/// small structures need, low enough that a transaction looping over a
+/// structure a planted bug corrupted fails fast instead of hanging.
+const ACCESS_LIMIT: u64 = 20_000;
+
+/// Why a check could not run (a violation is not an error: it is in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("explorer: {0}")]
+    Explore(#[from] ExploreError),
+    #[error("setup: {0}")]
+    Setup(String),
+    #[error("no-log is not failure-atomic: there is nothing to check")]
+    NoLog,
+}
+
+/// Structure options of the checks: small values, two buckets per
+/// sub-map and four sub-maps (rehashes), fanout 4 (splits), 6 levels.
+pub fn check_options() -> DsOptions {
+    DsOptions {
+        value_len: VALUE_LEN,
+        subs: 4,
+        buckets: 2,
+        fanout: 4,
+        levels: 6,
+    }
+}
+
+fn pool_opts() -> PoolOptions {
+    PoolOptions::new("tx-check", CHECK_POOL_SIZE)
+}
+
+fn tx_opts(s: Strategy) -> TxOptions {
+    TxOptions::new(s).slots(2).area_bytes(8192).nonce(NONCE)
+}
+
+/// Deterministic value of `key` at `version`.
+pub fn value(key: u64, version: u64) -> Vec<u8> {
+    let mut x = ds::mix64(key.wrapping_mul(31).wrapping_add(version));
+    (0..VALUE_LEN)
+        .map(|_| {
+            x = ds::mix64(x);
+            x as u8
+        })
+        .collect()
+}
+
+/// One scripted operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Insert { key: u64, version: u64 },
+    Remove { key: u64 },
+    Get { key: u64 },
+}
+
+impl Op {
+    /// True when a re-executed transaction's v_log buffers (arguments
+    /// `[header, key]`, then the value for inserts) are this operation's.
+    /// (Two removes of one key are indistinguishable, and equivalent.)
+    fn is(&self, bufs: &[Vec<u8>]) -> bool {
+        let key_of = |b: &[Vec<u8>]| (b[0].len() >= 16).then(|| ds::le(&b[0], 8));
+        if bufs.is_empty() {
+            return false;
+        }
+        match *self {
+            Op::Insert { key, version } => {
+                bufs.len() == 2 && key_of(bufs) == Some(key) && bufs[1] == value(key, version)
+            }
+            Op::Remove { key } => bufs.len() == 1 && key_of(bufs) == Some(key),
+            Op::Get { .. } => false,
+        }
+    }
+
+    fn apply(&self, m: &mut BTreeMap<u64, Vec<u8>>) {
+        match *self {
+            Op::Insert { key, version } => {
+                m.insert(key, value(key, version));
+            }
+            Op::Remove { key } => {
+                m.remove(&key);
+            }
+            Op::Get { .. } => {}
+        }
+    }
+}
+
+/// What the workload saw acknowledged.
+#[derive(Debug, Default)]
+pub struct Model {
+    pub committed: BTreeMap<u64, Vec<u8>>,
+    /// The operation that was running when the crash came.
+    pub inflight: Option<Op>,
+    pub ops: usize,
+    /// Clobber v_log fences completed so far ([`TxThread::set_witness`]),
+    /// and their number when the operation in flight began: when it grew,
+    /// that operation's v_log was durable and it must take effect.
+    pub witness: Arc<AtomicU64>,
+    pub witness_at_start: u64,
+}
+
+/// splitmix64 stream for the scripts.
+struct Script(u64);
+
+impl Script {
+    fn next(&mut self, m: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        ds::mix64(self.0) % m
+    }
+}
+
+/// Runs `steps` scripted operations of `seed` on the structure in `pool`.
+fn run_script(
+    pool: &Pool,
+    strategy: Strategy,
+    s: Structure,
+    fault: Fault,
+    seed: u64,
+    steps: usize,
+    model: &mut Model,
+) {
+    let txp = TxPool::open_inner(pool, ds::registry(), Some(strategy), fault, ACCESS_LIMIT)
+        .unwrap_or_else(|e| panic!("open: {e}"));
+    let map = ds::open(s, &txp, txp.root()).unwrap_or_else(|e| panic!("open {s}: {e}"));
+    let mut th: Vec<TxThread<'_>> = (0..2)
+        .map(|_| {
+            let mut t = txp.thread().unwrap_or_else(|e| panic!("attach: {e}"));
+            t.set_witness(model.witness.clone());
+            t
+        })
+        .collect();
+    let mut rng = Script(seed);
+    let mut versions: BTreeMap<u64, u64> = BTreeMap::new();
+    for _ in 0..steps {
+        let t = rng.next(2) as usize;
+        let key = rng.next(KEYS);
+        let op = match rng.next(10) {
+            0..=5 => {
+                let v = versions.entry(key).or_insert(0);
+                *v += 1;
+                Op::Insert { key, version: *v }
+            }
+            6..=8 => Op::Remove { key },
+            _ => Op::Get { key },
+        };
+        model.inflight = Some(op);
+        model.witness_at_start = model.witness.load(Ordering::Acquire);
+        // Each handle is its own simulated thread: its fences complete only
+        // its own flushes (what `sfence` does), so completion hand-offs
+        // between slots must work as the real hardware would.
+        let _sim = SimThread::enter(t as u32);
+        match op {
+            Op::Insert { key, version } => {
+                let new = map
+                    .insert(&mut th[t], key, &value(key, version))
+                    .unwrap_or_else(|e| panic!("insert {key}: {e}"));
+                assert_eq!(
+                    new,
+                    !model.committed.contains_key(&key),
+                    "insert {key}: 'new' disagrees with the model"
+                );
+            }
+            Op::Remove { key } => {
+                let was = map
+                    .remove(&mut th[t], key)
+                    .unwrap_or_else(|e| panic!("remove {key}: {e}"));
+                assert_eq!(
+                    was,
+                    model.committed.contains_key(&key),
+                    "remove {key}: disagrees with the model"
+                );
+            }
+            Op::Get { key } => {
+                let got = map.get(key).unwrap_or_else(|e| panic!("get {key}: {e}"));
+                assert_eq!(got.as_ref(), model.committed.get(&key), "get {key}");
+            }
+        }
+        op.apply(&mut model.committed);
+        model.inflight = None;
+        model.ops += 1;
+    }
+}
+
+/// What recovery left, for the invariant check.
+#[derive(Debug)]
+pub struct Recovered {
+    pub report: TxRecovery,
+    pub shape: Shape,
+    /// Allocated blocks: offset → usable size.
+    pub allocated: BTreeMap<u64, usize>,
+}
+
+/// Recovery as every crash state runs it: open (recover), walk the
+/// structure, and use it once.
+pub fn recover(
+    pool: &Pool,
+    strategy: Strategy,
+    s: Structure,
+    fault: Fault,
+) -> Result<Recovered, String> {
+    let txp = TxPool::open_inner(pool, ds::registry(), Some(strategy), fault, ACCESS_LIMIT)
+        .map_err(|e| format!("open: {e}"))?;
+    let report = txp.recovery().clone();
+    let map = ds::open(s, &txp, txp.root()).map_err(|e| format!("open {s}: {e}"))?;
+    let k = KEYS + 1000;
+    let mut before = map.shape().map_err(|e| format!("malformed {s}: {e}"))?;
+    // The recovered pool must work: remove, insert, find and remove a key
+    // outside the script's. (A nested crash may have interrupted this very
+    // step in an earlier recovery, so the key may be there already.)
+    {
+        let mut th = txp.thread().map_err(|e| format!("attach: {e}"))?;
+        map.remove(&mut th, k)
+            .map_err(|e| format!("remove after recovery: {e}"))?;
+        let v = value(k, 0);
+        let new = map
+            .insert(&mut th, k, &v)
+            .map_err(|e| format!("insert after recovery: {e}"))?;
+        if !new || map.get(k).map_err(|e| e.to_string())? != Some(v) {
+            return Err("insert after recovery did not take".into());
+        }
+        if !map.remove(&mut th, k).map_err(|e| e.to_string())? {
+            return Err("remove after recovery did not find the key".into());
+        }
+    }
+    let shape = map
+        .shape()
+        .map_err(|e| format!("malformed {s} after using the recovered pool: {e}"))?;
+    before.entries.remove(&k);
+    if before.entries != shape.entries {
+        return Err("using the recovered pool changed its contents".into());
+    }
+    let mut allocated = BTreeMap::new();
+    txp.heap().for_each_allocated(&mut |off, n| {
+        allocated.insert(off.raw(), n);
+    });
+    Ok(Recovered {
+        report,
+        shape,
+        allocated,
+    })
+}
+
+/// The invariant.
+pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String> {
+    if let Some(d) = r.report.nondeterministic.first() {
+        return Err(format!("re-execution diverged: {d}"));
+    }
+    let got = &r.shape.entries;
+    let mut with = m.committed.clone();
+    let reexecuted = m.inflight.is_some_and(|op| {
+        r.report
+            .reexecuted_inputs
+            .iter()
+            .any(|(_, bufs)| op.is(bufs))
+    });
+    if let Some(op) = m.inflight {
+        op.apply(&mut with);
+    }
+    // A clobber transaction whose v_log is durable has begun and is never
+    // rolled back: it must have taken effect (re-executed now, or by an
+    // earlier recovery that a nested crash interrupted later).
+    let begun = m.inflight.is_some() && m.witness.load(Ordering::Acquire) > m.witness_at_start;
+    let ok = match strategy {
+        Strategy::Clobber if reexecuted || begun => *got == with,
+        _ => *got == m.committed || *got == with,
+    };
+    if !ok {
+        let diff = |a: &BTreeMap<u64, Vec<u8>>, b: &BTreeMap<u64, Vec<u8>>| {
+            a.iter()
+                .filter(|(k, v)| b.get(k) != Some(v))
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
+        };
+        return Err(format!(
+            "contents differ from the model after {} ops (in flight {:?}, begun {begun}, re-executed {}): \
+             keys wrong or extra {:?}, keys missing or stale {:?}",
+            m.ops,
+            m.inflight,
+            reexecuted,
+            diff(got, &m.committed),
+            diff(&m.committed, got)
+        ));
+    }
+    let mut blocks: BTreeMap<u64, u64> = BTreeMap::new();
+    for &(off, n) in &r.shape.blocks {
+        if blocks.insert(off, n).is_some() {
+            return Err(format!("block {off:#x} is referenced twice"));
+        }
+    }
+    for (&off, &n) in &r.allocated {
+        if !blocks.contains_key(&off) {
+            return Err(format!(
+                "block {off:#x} ({n} bytes) is allocated but unreachable (leak)"
+            ));
+        }
+    }
+    for &off in blocks.keys() {
+        if !r.allocated.contains_key(&off) {
+            return Err(format!("block {off:#x} is reachable but not allocated"));
+        }
+    }
+    Ok(())
+}
+
+/// The durable starting image: an empty structure of kind `s`.
+fn setup(pool: &Pool, strategy: Strategy, s: Structure) {
+    let txp = TxPool::create(pool, &tx_opts(strategy), ds::registry())
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    let mut th = txp.thread().expect("a slot");
+    ds::create(s, &mut th, check_options()).unwrap_or_else(|e| panic!("create {s}: {e}"));
+}
+
+fn explorer<'a>(cfg: Config, strategy: Strategy, s: Structure) -> Explorer<'a> {
+    let mut cfg = cfg;
+    cfg.layout = "tx-check".into();
+    cfg.pool_size = CHECK_POOL_SIZE;
+    Explorer::new(cfg).setup(move |p| setup(p, strategy, s))
+}
+
+/// Explores `steps` operations of script `seed` with a planted `fault`.
+pub fn check_fault(
+    strategy: Strategy,
+    s: Structure,
+    cfg: Config,
+    fault: Fault,
+    seed: u64,
+    steps: usize,
+) -> Result<Report, CheckError> {
+    if strategy == Strategy::NoLog {
+        return Err(CheckError::NoLog);
+    }
+    Ok(explorer(cfg, strategy, s).explore(
+        |pool: &Pool, m: &mut Model| run_script(pool, strategy, s, fault, seed, steps, m),
+        |pool| recover(pool, strategy, s, fault),
+        |_, r, m| check(strategy, r, m),
+    )?)
+}
+
+/// The restart run: crashes the main workload at a seeded fence, picks a
+/// seeded image of that crash, recovers it, and explores a second
+/// workload on top of the recovered pool.
+fn check_restart(
+    strategy: Strategy,
+    s: Structure,
+    cfg: Config,
+    seed: u64,
+) -> Result<Report, CheckError> {
+    // Count the main workload's fences, then crash it at one of them.
+    let base = {
+        let p = Pool::create_in_memory(&pool_opts().domain(cfg.domain))
+            .map_err(|e| CheckError::Setup(e.to_string()))?;
+        setup(&p, strategy, s);
+        p.image()
+    };
+    let run = |at: Option<CrashAt>| -> Result<(Arc<SimMedium>, Model), CheckError> {
+        let sim = Arc::new(SimMedium::new(cfg.domain, cfg.tearing, base.clone(), at));
+        let pool = Pool::open_image(&base, &pool_opts(), cfg.domain, Some(sim.clone()))
+            .map_err(|e| CheckError::Setup(e.to_string()))?;
+        let mut m = Model::default();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            run_script(&pool, strategy, s, Fault::None, seed, MAIN_STEPS, &mut m)
+        }));
+        match r {
+            Ok(()) => Ok((sim, m)),
+            Err(p) if p.is::<Crashed>() => Ok((sim, m)),
+            Err(_) => Err(CheckError::Setup("the main workload panicked".into())),
+        }
+    };
+    let (sim, _) = run(None)?;
+    let fences = sim.counts().fences.max(1);
+    let mut rng = Script(seed ^ 0xc4a5);
+    let at = CrashAt::Fence(1 + rng.next(fences));
+    let (sim, _) = run(Some(at))?;
+    let state = sim
+        .take_captured()
+        .ok_or_else(|| CheckError::Setup("the crash point was not reached".into()))?;
+    // A sampled image: usually some of what was in flight survived.
+    let image = state.build(|_, u| (rng.next(2) as usize) * u.candidates.len().min(1));
+    let recovered = {
+        let p = Pool::open_image(&image, &pool_opts(), cfg.domain, None)
+            .map_err(|e| CheckError::Setup(e.to_string()))?;
+        recover(&p, strategy, s, Fault::None)
+            .map_err(|e| CheckError::Setup(format!("recovering the restart image: {e}")))?;
+        p.image()
+    };
+    let mut c = cfg;
+    c.layout = "tx-check".into();
+    c.pool_size = CHECK_POOL_SIZE;
+    let start = recovered.clone();
+    Ok(Explorer::new(c)
+        .setup(move |p| {
+            let whole = ferrite_pmem::Region::whole(p.medium().clone());
+            whole.write(0, &start);
+            whole.persist(0, start.len());
+        })
+        .explore(
+            |pool: &Pool, m: &mut Model| {
+                // The model starts from what the recovered pool holds.
+                let txp = TxPool::open(pool, ds::registry(), Some(strategy)).expect("open");
+                let map = ds::open(s, &txp, txp.root()).expect("open structure");
+                m.committed = map.shape().expect("recovered shape").entries;
+                drop(map);
+                drop(txp);
+                run_script(
+                    pool,
+                    strategy,
+                    s,
+                    Fault::None,
+                    seed ^ RESTART_SCRIPT,
+                    RESTART_STEPS,
+                    m,
+                )
+            },
+            |pool| recover(pool, strategy, s, Fault::None),
+            |_, r, m| check(strategy, r, m),
+        )?)
+}
+
+/// The runs a check of `strategy` on `s` consists of.
+pub fn run_names(cfg: &Config) -> Vec<String> {
+    let mut v = vec!["main".to_string()];
+    if !cfg.tearing {
+        v.push("tearing".into());
+    }
+    v.push("restart".into());
+    v
+}
+
+/// Checks transactions with `strategy` on structure `s`: every run of
+/// [`run_names`], the budget split between them, leftover budget spent on
+/// main runs with new seeds. Returns one report per run.
+pub fn check_tx(
+    strategy: Strategy,
+    s: Structure,
+    cfg: Config,
+) -> Result<Vec<(String, Report)>, CheckError> {
+    if strategy == Strategy::NoLog {
+        return Err(CheckError::NoLog);
+    }
+    let names = run_names(&cfg);
+    let share = (cfg.budget / names.len()).max(1);
+    let mut out = Vec::new();
+    let mut spent = 0usize;
+    for name in &names {
+        let mut c = cfg.clone();
+        c.budget = share;
+        let rep = match name.as_str() {
+            "main" => check_fault(
+                strategy,
+                s,
+                c,
+                Fault::None,
+                cfg.seed ^ MAIN_SCRIPT,
+                MAIN_STEPS,
+            )?,
+            "tearing" => check_fault(
+                strategy,
+                s,
+                c.tearing(true),
+                Fault::None,
+                cfg.seed ^ MAIN_SCRIPT,
+                MAIN_STEPS,
+            )?,
+            _ => check_restart(strategy, s, c, cfg.seed)?,
+        };
+        spent += rep.states;
+        out.push((name.clone(), rep));
+    }
+    let mut extra = 0u64;
+    while cfg.only.is_none() && spent < cfg.budget && extra < MAX_EXTRA {
+        extra += 1;
+        let mut c = cfg.clone();
+        c.budget = cfg.budget - spent;
+        c.seed = cfg.seed.wrapping_add(extra);
+        let rep = check_fault(
+            strategy,
+            s,
+            c,
+            Fault::None,
+            (cfg.seed + extra) ^ MAIN_SCRIPT,
+            MAIN_STEPS,
+        )?;
+        if rep.states == 0 {
+            break;
+        }
+        spent += rep.states;
+        out.push((format!("extra-{extra}"), rep));
+    }
+    Ok(out)
+}
+
+/// A planted bug the check of `strategy` must catch.
+pub fn planted_fault(strategy: Strategy) -> Fault {
+    match strategy {
+        Strategy::Undo => Fault::UndoNoFence,
+        Strategy::Redo => Fault::RedoApplyEarly,
+        Strategy::Clobber | Strategy::NoLog => Fault::ClobberNoInputLog,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_check_workload_runs_clean_without_crashes() {
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let p =
+                    Pool::create_in_memory(&pool_opts().domain(ferrite_pmem::Domain::Adr)).unwrap();
+                setup(&p, strategy, s);
+                let mut m = Model::default();
+                run_script(
+                    &p,
+                    strategy,
+                    s,
+                    Fault::None,
+                    MAIN_SCRIPT,
+                    MAIN_STEPS,
+                    &mut m,
+                );
+                let r = recover(&p, strategy, s, Fault::None).unwrap();
+                check(strategy, &r, &m).unwrap();
+                assert_eq!(r.shape.entries, m.committed);
+                assert!(m.committed.len() >= 8, "{s}: {} keys", m.committed.len());
+                match s {
+                    // Some sub-map outgrew its two initial buckets: rehashes
+                    // are part of what is crashed.
+                    Structure::HashMap => assert!(r.shape.blocks.iter().any(|&(_, n)| n == 8 * 4)),
+                    // More than one node: splits are too.
+                    Structure::BpTree => assert!(
+                        r.shape
+                            .blocks
+                            .iter()
+                            .filter(|&&(_, n)| n == 32 + 32 * 4 + 8 * 5)
+                            .count()
+                            > 2
+                    ),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn cfg(budget: usize) -> Config {
+        Config::new("tx-check").budget(budget)
+    }
+
+    fn assert_clean(what: &str, runs: &[(String, Report)]) {
+        for (name, r) in runs {
+            assert!(r.ok(), "{what} {name}: {r}");
+        }
+    }
+
+    #[test]
+    fn every_structure_survives_every_crash_under_every_strategy() {
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let runs = check_tx(strategy, s, cfg(300)).unwrap();
+                assert_clean(&format!("{strategy}-{s}"), &runs);
+                let states: usize = runs.iter().map(|(_, r)| r.states).sum();
+                assert!(states >= 300, "{strategy}-{s}: {states} states");
+                assert!(runs.iter().any(|(_, r)| r.nested_states > 0));
+            }
+        }
+    }
+
+    /// Every `tx-<strategy>-<structure>` check catches its strategy's
+    /// planted bug (and clobber's also a recovery that does not re-execute).
+    #[test]
+    fn planted_bugs_are_caught_on_every_structure() {
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let mut faults = vec![planted_fault(strategy)];
+                if strategy == Strategy::Clobber {
+                    faults.push(Fault::NoReexecute);
+                }
+                for fault in faults {
+                    let r =
+                        check_fault(strategy, s, cfg(400), fault, MAIN_SCRIPT, MAIN_STEPS).unwrap();
+                    assert!(!r.ok(), "{strategy}-{s}: planted {fault:?} not caught: {r}");
+                }
+            }
+        }
+    }
+
+    /// `cargo test --release -p ferrite-tx -- --ignored --nocapture budget_5000`
+    /// (set FERRITE_TX_CHECK=strategy-structure to pick one pair).
+    #[test]
+    #[ignore]
+    fn budget_5000() {
+        let only = std::env::var("FERRITE_TX_CHECK").ok();
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let name = format!("{strategy}-{s}");
+                if only.as_deref().is_some_and(|o| o != name) {
+                    continue;
+                }
+                let t0 = std::time::Instant::now();
+                let seed = std::env::var("FERRITE_TX_SEED").map_or(1, |v| v.parse().unwrap());
+                let runs = match check_tx(strategy, s, cfg(5000).seed(seed)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        println!("tx-{name}: {e}");
+                        continue;
+                    }
+                };
+                let states: usize = runs.iter().map(|(_, r)| r.states).sum();
+                let v: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
+                println!(
+                    "tx-{name}: {states} states, {v} violations, {:.1?}",
+                    t0.elapsed()
+                );
+                for (n, r) in &runs {
+                    if !r.ok() {
+                        println!("  {n}: {r}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[ignore]
+    fn repro() {
+        let at: ferrite_crash::Repro = std::env::var("REPRO").unwrap().parse().unwrap();
+        let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+        let extra = seed - 1;
+        let mut c = cfg(5000);
+        c.seed = seed;
+        c.only = Some(at);
+        let strategy = Strategy::parse(&std::env::var("STRATEGY").unwrap()).unwrap();
+        let s = Structure::parse(&std::env::var("STRUCTURE").unwrap_or("hashmap".into())).unwrap();
+        let r = match std::env::var("RUN").as_deref() {
+            Ok("restart") => check_restart(strategy, s, c, seed).unwrap(),
+            Ok("tearing") => check_fault(
+                strategy,
+                s,
+                c.tearing(true),
+                Fault::None,
+                seed ^ MAIN_SCRIPT,
+                MAIN_STEPS,
+            )
+            .unwrap(),
+            Ok("main") => {
+                check_fault(strategy, s, c, Fault::None, seed ^ MAIN_SCRIPT, MAIN_STEPS).unwrap()
+            }
+            _ => check_fault(
+                strategy,
+                s,
+                c,
+                Fault::None,
+                (1 + extra) ^ MAIN_SCRIPT,
+                MAIN_STEPS,
+            )
+            .unwrap(),
+        };
+        println!("{r}");
+    }
+}

@@ -1,0 +1,192 @@
+//! Persistent data structures on transactions [P1 §3.4.2], each usable
+//! with any [`Strategy`](crate::Strategy): the same registered functions
+//! run under undo, redo, clobber and no-log.
+//!
+//! - [`hashmap`]: 256 sub-maps (PMDK's `hashmap_tx`, rehashing), one
+//!   reader-writer lock each; 8-byte keys.
+//! - [`bptree`]: a B+tree with 32-byte keys and per-node reader-writer
+//!   locks.
+//! - [`skiplist`]: 32 levels, one lock; 8-byte keys.
+//! - [`rbtree`]: a red-black tree (parent pointers, Linux-style
+//!   rebalancing), one reader-writer lock; 8-byte keys.
+//!
+//! All store fixed-size values (256 bytes by default) and share the
+//! [`KvMap`] interface the checks and benchmarks drive. Keys are given as
+//! `u64`; the B+tree widens them to 32 bytes ([`bptree::key32`]).
+
+pub mod bptree;
+pub mod hashmap;
+pub mod rbtree;
+pub mod skiplist;
+
+use crate::error::Result;
+use crate::registry::Registry;
+use crate::tx::TxThread;
+use std::collections::BTreeMap;
+
+/// Which structure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Structure {
+    HashMap,
+    BpTree,
+    SkipList,
+    RbTree,
+}
+
+impl Structure {
+    pub const ALL: [Structure; 4] = [
+        Structure::HashMap,
+        Structure::BpTree,
+        Structure::SkipList,
+        Structure::RbTree,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Structure::HashMap => "hashmap",
+            Structure::BpTree => "bptree",
+            Structure::SkipList => "skiplist",
+            Structure::RbTree => "rbtree",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Structure> {
+        Structure::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+impl std::fmt::Display for Structure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a structure holds, read back by walking it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Key → value.
+    pub entries: BTreeMap<u64, Vec<u8>>,
+    /// Every block the structure references: (pool offset, bytes it needs).
+    pub blocks: Vec<(u64, u64)>,
+}
+
+/// The interface the checks and benchmarks drive.
+pub trait KvMap: Send + Sync {
+    fn structure(&self) -> Structure;
+    /// Inserts or updates; true when the key was new.
+    fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool>;
+    /// Removes; true when the key was there.
+    fn remove(&self, th: &mut TxThread<'_>, key: u64) -> Result<bool>;
+    /// Looks a key up (under the structure's read locks, no transaction).
+    fn get(&self, key: u64) -> Result<Option<Vec<u8>>>;
+    /// Walks the whole structure checking every invariant; returns its
+    /// contents and blocks, or what is wrong.
+    fn shape(&self) -> std::result::Result<Shape, String>;
+    /// Pool offset of the structure's header block.
+    fn header(&self) -> u64;
+    /// Bytes of every value.
+    fn value_len(&self) -> usize;
+}
+
+/// Options shared by the structures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DsOptions {
+    /// Bytes of every value (1..=4096).
+    pub value_len: usize,
+    /// Hash map: sub-maps (a power of two, at most 256).
+    pub subs: usize,
+    /// Hash map: initial buckets per sub-map (a power of two).
+    pub buckets: usize,
+    /// B+tree: keys per node (3..=64).
+    pub fanout: usize,
+    /// Skiplist: levels (1..=32).
+    pub levels: usize,
+}
+
+impl Default for DsOptions {
+    fn default() -> Self {
+        DsOptions {
+            value_len: 256,
+            subs: 256,
+            buckets: 16,
+            fanout: 16,
+            levels: 32,
+        }
+    }
+}
+
+/// Every structure's transaction functions.
+pub fn registry() -> Registry {
+    let mut r = Registry::new();
+    for f in hashmap::FUNCS
+        .iter()
+        .chain(bptree::FUNCS.iter())
+        .chain(skiplist::FUNCS.iter())
+        .chain(rbtree::FUNCS.iter())
+    {
+        r.register(f).expect("structure function ids are distinct");
+    }
+    r
+}
+
+/// Creates an empty structure of kind `s` and makes it the pool's root.
+pub fn create<'p>(
+    s: Structure,
+    th: &mut TxThread<'p>,
+    opts: DsOptions,
+) -> Result<Box<dyn KvMap + 'p>> {
+    Ok(match s {
+        Structure::HashMap => Box::new(hashmap::HashMap::create(th, opts)?),
+        Structure::BpTree => Box::new(bptree::BpTree::create(th, opts)?),
+        Structure::SkipList => Box::new(skiplist::SkipList::create(th, opts)?),
+        Structure::RbTree => Box::new(rbtree::RbTree::create(th, opts)?),
+    })
+}
+
+/// Opens the structure of kind `s` whose header is at pool offset `header`.
+pub fn open<'p>(s: Structure, txp: &'p crate::TxPool, header: u64) -> Result<Box<dyn KvMap + 'p>> {
+    Ok(match s {
+        Structure::HashMap => Box::new(hashmap::HashMap::open(txp, header)?),
+        Structure::BpTree => Box::new(bptree::BpTree::open(txp, header)?),
+        Structure::SkipList => Box::new(skiplist::SkipList::open(txp, header)?),
+        Structure::RbTree => Box::new(rbtree::RbTree::open(txp, header)?),
+    })
+}
+
+/// splitmix64: the keys' hash (deterministic, so recovery and the PMDK
+/// baseline agree with it).
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Little-endian u64 at byte `i` of `b`.
+pub fn le(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads `n` bytes at pool offset `off` outside a transaction.
+pub(crate) fn peek(txp: &crate::TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
+    let mut v = vec![0u8; n];
+    txp.read(off, &mut v)?;
+    Ok(v)
+}
+
+/// Checks the header magic of a structure and returns the header bytes.
+pub(crate) fn header_bytes(
+    txp: &crate::TxPool,
+    header: u64,
+    magic: &[u8; 8],
+    n: usize,
+) -> Result<Vec<u8>> {
+    let h = peek(txp, header, n)?;
+    if &h[0..8] != magic {
+        return Err(crate::TxError::Corrupt(format!(
+            "no {} at {header:#x}",
+            String::from_utf8_lossy(magic)
+        )));
+    }
+    Ok(h)
+}

@@ -1,0 +1,504 @@
+//! Transactional pools: creation, opening (with recovery) and thread slots.
+
+use crate::error::{Result, TxError};
+use crate::format::{self, MAX_SLOTS, MIN_AREA, Superblock};
+use crate::recovery::{self, TxRecovery};
+use crate::registry::Registry;
+use crate::tx::TxThread;
+use ferrite_alloc::{Heap, HeapOptions};
+use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, PAGE, POff, Pool, Region};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// How a transaction makes its writes failure-atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Log the old bytes of each location before its first write, with a
+    /// fence each, write in place; roll back after a crash (PMDK).
+    Undo,
+    /// Buffer writes in DRAM (reads see them), persist them as one redo
+    /// record, then apply in place; replay after a crash (Mnemosyne).
+    Redo,
+    /// Log the transaction's inputs (v_log) and the old values of the
+    /// locations it reads before overwriting (clobbered inputs), write in
+    /// place; after a crash restore the inputs and re-execute [P1 §3.2].
+    Clobber,
+    /// Write in place, flush and fence at commit, log nothing: the
+    /// benchmarks' baseline. Not failure-atomic.
+    NoLog,
+}
+
+impl Strategy {
+    /// The three failure-atomic strategies.
+    pub const LOGGED: [Strategy; 3] = [Strategy::Undo, Strategy::Redo, Strategy::Clobber];
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Undo,
+        Strategy::Redo,
+        Strategy::Clobber,
+        Strategy::NoLog,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Undo => "undo",
+            Strategy::Redo => "redo",
+            Strategy::Clobber => "clobber",
+            Strategy::NoLog => "nolog",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    pub(crate) fn code(self) -> u16 {
+        match self {
+            Strategy::Undo => 1,
+            Strategy::Redo => 2,
+            Strategy::Clobber => 3,
+            Strategy::NoLog => 4,
+        }
+    }
+
+    pub(crate) fn from_code(c: u16) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|x| x.code() == c)
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to create a transactional pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxOptions {
+    /// Strategy recorded as the pool's default (each open may override it).
+    pub strategy: Strategy,
+    /// Log slots: threads that can run transactions at once (1..=64).
+    pub slots: u16,
+    /// Bytes of each of a slot's two log areas: the largest transaction's
+    /// log (v_log and records) must fit in one.
+    pub area_bytes: u32,
+    /// Fixed nonce (reproducible images); random when `None`.
+    pub nonce: Option<u64>,
+}
+
+impl TxOptions {
+    pub fn new(strategy: Strategy) -> TxOptions {
+        TxOptions {
+            strategy,
+            slots: 8,
+            area_bytes: 256 << 10,
+            nonce: None,
+        }
+    }
+    pub fn slots(mut self, n: u16) -> TxOptions {
+        self.slots = n;
+        self
+    }
+    pub fn area_bytes(mut self, n: u32) -> TxOptions {
+        self.area_bytes = n;
+        self
+    }
+    pub fn nonce(mut self, n: u64) -> TxOptions {
+        self.nonce = Some(n);
+        self
+    }
+}
+
+/// Planted protocol bugs, to show the crash checks catch them. Not part of
+/// the supported API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fault {
+    #[default]
+    None,
+    /// Undo: a snapshot record is flushed but not fenced before the write.
+    UndoNoFence,
+    /// Redo: writes are applied in place before the redo record is fenced.
+    RedoApplyEarly,
+    /// Clobber: clobbered inputs are not logged (the v_log still is).
+    ClobberNoInputLog,
+    /// Recovery restores clobbered inputs but does not re-execute.
+    NoReexecute,
+}
+
+/// Where things live, in pool offsets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub sb: Superblock,
+    /// Pool offset of the root word.
+    pub root_word: u64,
+    /// Heap data pages: the bytes transactions may read and write.
+    pub data_lo: u64,
+    pub data_hi: u64,
+    /// Heap metadata (descriptors): where allocator operations may point.
+    pub meta_lo: u64,
+}
+
+impl Layout {
+    pub fn slot_off(&self, i: u16) -> u64 {
+        self.sb.slot_off(i)
+    }
+
+    /// Pool offset of the group area.
+    pub fn group_off(&self) -> u64 {
+        self.sb.slots_off - format::GROUP_BYTES as u64
+    }
+
+    /// Pool offset of area `a` of slot `i`.
+    pub fn area_off(&self, i: u16, a: u64) -> u64 {
+        self.slot_off(i) + CACHE_LINE as u64 + a * u64::from(self.sb.area_bytes)
+    }
+
+    /// True when a transaction may touch `off..off+len`.
+    #[inline]
+    pub fn may_touch(&self, off: u64, len: u64) -> bool {
+        match off.checked_add(len) {
+            Some(end) => {
+                (off >= self.data_lo && end <= self.data_hi)
+                    || (off >= self.root_word && end <= self.root_word + 8)
+            }
+            None => false,
+        }
+    }
+
+    /// True when an allocator operation may target word `off`.
+    pub fn op_target_ok(&self, off: u64) -> bool {
+        off.is_multiple_of(8) && off >= self.meta_lo && off + 8 <= self.data_lo
+    }
+}
+
+/// Per-slot DRAM state: the next epoch, or `None` while a thread holds it.
+pub(crate) struct Slots {
+    pub next_epoch: Vec<Option<u64>>,
+}
+
+/// A pool opened for transactions. See the crate documentation.
+pub struct TxPool {
+    /// The whole pool: records, data and operations are addressed by pool offset.
+    pub(crate) region: Region,
+    pub(crate) layout: Layout,
+    pub(crate) heap: Heap,
+    pub(crate) strategy: Strategy,
+    pub(crate) registry: Registry,
+    pub(crate) slots: Mutex<Slots>,
+    /// Bit `i`: slot `i` wrote its `done` word after its last fence; every
+    /// fence point flushes those lines first (see [`crate::tx`]).
+    pub(crate) pending: AtomicU64,
+    /// Global order of finished transactions across slots.
+    pub(crate) ticket: AtomicU64,
+    pub(crate) poisoned: AtomicBool,
+    pub(crate) recovery: TxRecovery,
+    pub(crate) fault: Fault,
+    /// Record checksum seed (crc32c of the nonce).
+    pub(crate) seed: u32,
+    /// Most reads and writes one transaction may make.
+    pub(crate) access_limit: AtomicU64,
+}
+
+impl std::fmt::Debug for TxPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxPool")
+            .field("strategy", &self.strategy)
+            .field("slots", &self.layout.sb.slots)
+            .field("area_bytes", &self.layout.sb.area_bytes)
+            .finish()
+    }
+}
+
+/// Reads the heap geometry the layout needs from the heap superblock
+/// (documented in [`ferrite_alloc::heap`]: pages at 16..24, desc_off at
+/// 24..32, data_off at 32..40).
+fn heap_bounds(region: &Region, sb: &Superblock) -> Result<(u64, u64, u64)> {
+    let h = sb.heap_off as usize;
+    let pages = region.load_u64(h + 16);
+    let desc_off = region.load_u64(h + 24);
+    let data_off = region.load_u64(h + 32);
+    let lo = sb.heap_off.checked_add(data_off);
+    let hi = pages
+        .checked_mul(PAGE as u64)
+        .and_then(|n| lo.and_then(|l| l.checked_add(n)));
+    match (lo, hi) {
+        (Some(lo), Some(hi)) if hi <= sb.heap_off + sb.heap_len && desc_off < data_off => {
+            Ok((sb.heap_off + desc_off, lo, hi))
+        }
+        _ => Err(TxError::Corrupt("heap geometry out of bounds".into())),
+    }
+}
+
+impl TxPool {
+    /// Formats `pool`'s data area as an empty transactional pool and opens
+    /// it. Anything in the data area is lost. A crash while formatting
+    /// leaves a pool without a root, which [`TxPool::open`] refuses.
+    pub fn create(pool: &Pool, opts: &TxOptions, registry: Registry) -> Result<TxPool> {
+        if opts.slots == 0 || opts.slots > MAX_SLOTS {
+            return Err(TxError::BadOption(format!(
+                "slots must be 1..={MAX_SLOTS}, not {}",
+                opts.slots
+            )));
+        }
+        if opts.area_bytes < MIN_AREA || !(opts.area_bytes as usize).is_multiple_of(CACHE_LINE) {
+            return Err(TxError::BadOption(format!(
+                "area_bytes must be a multiple of 64 and at least {MIN_AREA}, not {}",
+                opts.area_bytes
+            )));
+        }
+        let whole = Region::whole(pool.medium().clone());
+        let len = whole.len() as u64;
+        let at = HEADER_SIZE as u64;
+        let slots_off = at + format::SLOTS_REL;
+        let slot_bytes = CACHE_LINE as u64 + 2 * u64::from(opts.area_bytes);
+        let heap_off =
+            (slots_off + u64::from(opts.slots) * slot_bytes).next_multiple_of(PAGE as u64);
+        if heap_off >= len {
+            return Err(TxError::BadOption(format!(
+                "{} log slots of {} bytes do not fit in a pool of {len} bytes",
+                opts.slots, slot_bytes
+            )));
+        }
+        let nonce = opts.nonce.unwrap_or_else(|| {
+            let u = ferrite_pmem::header::new_uuid();
+            u64::from_le_bytes(u[..8].try_into().expect("8 bytes"))
+        });
+        let sb = Superblock {
+            strategy: opts.strategy.code(),
+            slots: opts.slots,
+            area_bytes: opts.area_bytes,
+            slots_off,
+            heap_off,
+            heap_len: len - heap_off,
+            nonce,
+        };
+        // Unpublish first: a crash below must not leave an old root
+        // pointing at a half-formatted pool.
+        pool.set_root::<u8>(POff::NULL)?;
+        whole.fill_nodrain(at as usize, (heap_off - at) as usize, 0);
+        whole.fence();
+        let heap_region = whole.sub(heap_off as usize, (len - heap_off) as usize)?;
+        let lanes = opts.slots.max(2);
+        drop(Heap::create(
+            heap_region,
+            HeapOptions::default().lanes(lanes).lane_bytes(1024),
+        )?);
+        whole.write(at as usize, &sb.encode());
+        whole.persist(at as usize, CACHE_LINE);
+        pool.set_root::<u8>(POff::new(at))?;
+        TxPool::open(pool, registry, Some(opts.strategy))
+    }
+
+    /// Opens (recovers) the transactional pool in `pool`, running
+    /// transactions with `strategy` (the pool's default when `None`).
+    /// Recovery rolls back interrupted undo transactions, replays
+    /// committed redo records, restores the clobbered inputs of
+    /// interrupted clobber transactions and re-executes them with the
+    /// functions in `registry` — whatever strategy wrote the logs.
+    pub fn open(pool: &Pool, registry: Registry, strategy: Option<Strategy>) -> Result<TxPool> {
+        TxPool::open_with_fault(pool, registry, strategy, Fault::None)
+    }
+
+    /// [`TxPool::open`] with an access limit ([`TxPool::set_access_limit`])
+    /// that also bounds recovery's re-executions.
+    pub fn open_limited(
+        pool: &Pool,
+        registry: Registry,
+        strategy: Option<Strategy>,
+        limit: u64,
+    ) -> Result<TxPool> {
+        TxPool::open_inner(pool, registry, strategy, Fault::None, limit)
+    }
+
+    /// [`TxPool::open`] with a planted bug that stays active for the
+    /// pool's lifetime. Not part of the supported API.
+    #[doc(hidden)]
+    pub fn open_with_fault(
+        pool: &Pool,
+        registry: Registry,
+        strategy: Option<Strategy>,
+        fault: Fault,
+    ) -> Result<TxPool> {
+        TxPool::open_inner(pool, registry, strategy, fault, u64::MAX)
+    }
+
+    /// [`TxPool::open_with_fault`] with an access limit. Not part of the
+    /// supported API.
+    #[doc(hidden)]
+    pub fn open_inner(
+        pool: &Pool,
+        registry: Registry,
+        strategy: Option<Strategy>,
+        fault: Fault,
+        limit: u64,
+    ) -> Result<TxPool> {
+        let t0 = std::time::Instant::now();
+        let whole = Region::whole(pool.medium().clone());
+        let at = pool.root::<u8>().raw();
+        if at == 0 {
+            return Err(TxError::NotATxPool("the pool has no root".into()));
+        }
+        if at
+            .checked_add(format::SLOTS_REL)
+            .is_none_or(|e| e > whole.len() as u64)
+        {
+            return Err(TxError::NotATxPool("root outside the pool".into()));
+        }
+        let sb = Superblock::decode(
+            &whole.read_vec(at as usize, CACHE_LINE),
+            at,
+            whole.len() as u64,
+        )?;
+        let default = Strategy::from_code(sb.strategy)
+            .ok_or_else(|| TxError::Corrupt("unknown strategy".into()))?;
+        let (meta_lo, data_lo, data_hi) = heap_bounds(&whole, &sb)?;
+        let layout = Layout {
+            sb,
+            root_word: at + CACHE_LINE as u64,
+            data_lo,
+            data_hi,
+            meta_lo,
+        };
+        // Undo, redo and the restoring half of clobber recovery work on
+        // the raw image, before the heap reads its bitmaps.
+        recovery::roll_group_forward(&whole, &layout)?;
+        let found = recovery::scan(&whole, &layout)?;
+        let mut report = recovery::restore(&whole, &layout, &found)?;
+        let heap_region = whole.sub(sb.heap_off as usize, sb.heap_len as usize)?;
+        let heap = Heap::open(heap_region)?;
+        let next_epoch = (0..sb.slots).map(|i| Some(found.next_epoch(i))).collect();
+        let mut txp = TxPool {
+            region: whole,
+            layout,
+            heap,
+            strategy: strategy.unwrap_or(default),
+            registry,
+            slots: Mutex::new(Slots { next_epoch }),
+            pending: AtomicU64::new(0),
+            ticket: AtomicU64::new(found.max_ticket + 1),
+            poisoned: AtomicBool::new(false),
+            recovery: TxRecovery::default(),
+            fault,
+            seed: format::crc_seed(sb.nonce),
+            access_limit: AtomicU64::new(limit.max(1)),
+        };
+        if fault != Fault::NoReexecute {
+            recovery::reexecute(&txp, &found, &mut report)?;
+        }
+        recovery::complete(&txp, &found)?;
+        report.elapsed = t0.elapsed();
+        report.heap = txp.heap.recovery().clone();
+        txp.recovery = report;
+        Ok(txp)
+    }
+
+    /// Attaches the calling thread: it takes a free log slot and an
+    /// allocator handle. Each thread uses its own; dropping it detaches.
+    pub fn thread(&self) -> Result<TxThread<'_>> {
+        let slot = {
+            let s = self.slots.lock();
+            s.next_epoch
+                .iter()
+                .position(Option::is_some)
+                .ok_or(TxError::NoSlot {
+                    slots: s.next_epoch.len(),
+                })?
+        };
+        TxThread::attach(self, slot as u16, self.strategy)
+    }
+
+    /// Most reads and writes one transaction may make from now on; a
+    /// function that exceeds it fails with [`TxError::Runaway`] (a loop
+    /// over corrupt data, or one that never ends). Unlimited by default.
+    /// Recovery re-executes with the limit set before the pool was opened
+    /// only through [`TxPool::open_limited`].
+    pub fn set_access_limit(&self, n: u64) {
+        self.access_limit.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// The strategy transactions of this open pool use.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The application's root pool offset (0 = none). Set it in a
+    /// transaction with [`crate::Tx::set_root`].
+    pub fn root(&self) -> u64 {
+        self.region.load_u64(self.layout.root_word as usize)
+    }
+
+    /// The allocator transactions allocate from.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// What recovery did when the pool was opened.
+    pub fn recovery(&self) -> &TxRecovery {
+        &self.recovery
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Bytes of each log area (the largest transaction log).
+    pub fn area_bytes(&self) -> usize {
+        self.layout.sb.area_bytes as usize
+    }
+
+    /// Reads persistent data outside any transaction, for lookups under the
+    /// caller's read locks (strict 2PL makes committed data stable while
+    /// they are held). Writers must use transactions.
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        if !self.layout.may_touch(off, dst.len() as u64) {
+            return Err(TxError::OutOfBounds {
+                what: "read",
+                off,
+                len: dst.len() as u64,
+            });
+        }
+        self.region.read(off as usize, dst);
+        Ok(())
+    }
+
+    /// [`read`](Self::read) of one aligned little-endian word.
+    pub fn read_u64(&self, off: u64) -> Result<u64> {
+        if !self.layout.may_touch(off, 8) || !off.is_multiple_of(8) {
+            return Err(TxError::OutOfBounds {
+                what: "read",
+                off,
+                len: 8,
+            });
+        }
+        Ok(self.region.load_u64(off as usize))
+    }
+
+    /// Bounds of the bytes transactions may touch (heap data pages).
+    pub fn data_bounds(&self) -> (u64, u64) {
+        (self.layout.data_lo, self.layout.data_hi)
+    }
+
+    pub(crate) fn done_off(&self, slot: u16) -> usize {
+        self.layout.slot_off(slot) as usize
+    }
+
+    pub(crate) fn area_len(&self) -> usize {
+        self.layout.sb.area_bytes as usize
+    }
+
+    /// Flushes the `done` line of every slot whose completion is pending.
+    /// Returns the mask that was flushed.
+    pub(crate) fn flush_pending(&self) -> u64 {
+        let m = self.pending.load(Ordering::Acquire);
+        let mut bits = m;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as u16;
+            bits &= bits - 1;
+            self.region.flush(self.done_off(i), 8);
+        }
+        m
+    }
+}
+
+/// Sanity: the record header is what the format documents.
+const _: () = assert!(format::REC_HDR == 32);

@@ -1,0 +1,132 @@
+//! Registered transaction functions and their inputs.
+//!
+//! Every transaction is a *registered function* [P1 §3.3.1]: a plain `fn`
+//! with a stable numeric id, so that recovery can find it again after a
+//! crash and re-execute it from its logged inputs. The same functions run
+//! under every strategy; only clobber logging ever re-executes one.
+
+use crate::error::{Result, TxError};
+use crate::tx::Tx;
+
+/// The body of a transaction: reads and writes persistent data only
+/// through `tx`, takes its volatile inputs only from `inputs`, and returns
+/// a result word to the caller (re-execution discards it).
+pub type TxBody = fn(&mut Tx<'_, '_>, &Inputs<'_>) -> Result<u64>;
+
+/// A registered transaction function.
+#[derive(Debug)]
+pub struct TxFunc {
+    /// Stable identity, written into the v_log; never reuse an id for a
+    /// function that does something else.
+    pub id: u32,
+    /// For messages.
+    pub name: &'static str,
+    pub body: TxBody,
+}
+
+/// The functions a pool may run and, after a crash, re-execute.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    funcs: Vec<&'static TxFunc>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Adds `f`. Registering the same function twice is harmless; another
+    /// function with the same id is [`TxError::DuplicateId`].
+    pub fn register(&mut self, f: &'static TxFunc) -> Result<()> {
+        match self.funcs.binary_search_by_key(&f.id, |g| g.id) {
+            Ok(i) if std::ptr::eq(self.funcs[i], f) => Ok(()),
+            Ok(i) => Err(TxError::DuplicateId {
+                id: f.id,
+                first: self.funcs[i].name,
+                second: f.name,
+            }),
+            Err(i) => {
+                self.funcs.insert(i, f);
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds every function of `fs`.
+    pub fn with(mut self, fs: &[&'static TxFunc]) -> Result<Registry> {
+        for f in fs {
+            self.register(f)?;
+        }
+        Ok(self)
+    }
+
+    pub fn get(&self, id: u32) -> Option<&'static TxFunc> {
+        self.funcs
+            .binary_search_by_key(&id, |g| g.id)
+            .ok()
+            .map(|i| self.funcs[i])
+    }
+
+    /// `Ok` when `f` itself (not only its id) is registered.
+    pub fn check(&self, f: &'static TxFunc) -> Result<()> {
+        match self.get(f.id) {
+            Some(g) if std::ptr::eq(g, f) => Ok(()),
+            _ => Err(TxError::Unregistered {
+                id: f.id,
+                name: f.name,
+            }),
+        }
+    }
+}
+
+/// A transaction's volatile inputs: its arguments and the DRAM buffers it
+/// names (P1's `vlog_preserve`). Under clobber logging they are copied into
+/// the v_log before the transaction's first write, and re-execution gets
+/// them back from there.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    args: &'a [u8],
+    bufs: &'a [&'a [u8]],
+}
+
+impl<'a> Inputs<'a> {
+    pub fn new(args: &'a [u8], bufs: &'a [&'a [u8]]) -> Inputs<'a> {
+        Inputs { args, bufs }
+    }
+
+    pub fn args(&self) -> &'a [u8] {
+        self.args
+    }
+
+    /// Preserved buffer `i` (an empty slice if there is none: a function
+    /// that needs a buffer checks its length).
+    pub fn buf(&self, i: usize) -> &'a [u8] {
+        self.bufs.get(i).copied().unwrap_or(&[])
+    }
+
+    pub fn bufs(&self) -> &'a [&'a [u8]] {
+        self.bufs
+    }
+
+    /// Little-endian u64 number `i` of the arguments (0 past their end).
+    pub fn arg_u64(&self, i: usize) -> u64 {
+        self.args
+            .get(8 * i..8 * i + 8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// Bytes the v_log needs for these inputs (payload only).
+    pub fn vlog_len(&self) -> usize {
+        8 + self.args.len().next_multiple_of(8)
+            + self
+                .bufs
+                .iter()
+                .map(|b| 8 + b.len().next_multiple_of(8))
+                .sum::<usize>()
+    }
+}
+
+/// Packs u64 arguments little-endian (for [`Inputs::arg_u64`]).
+pub fn pack_args(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
