@@ -67,7 +67,7 @@ use crate::{AllocError, AllocThread, Link, PAllocator, Publish, Reservation};
 use ferrite_crash::sim::{Counts, Crashed, SimMedium};
 use ferrite_crash::{
     Config, CrashAt, CrashState, ExploreError, Explorer, ImageSel, Report, Repro, Violation,
-    build_image, crash_point_key,
+    build_image, crash_point_key, spend_budget,
 };
 use ferrite_pmem::{
     CACHE_LINE, HEADER_SIZE, Mapping, POff, Pool, PoolError, PoolOptions, Region, SimObserver,
@@ -1303,39 +1303,21 @@ pub fn check_target(
     cfg: Config,
     fault: Fault,
 ) -> Result<Vec<(String, Report)>, CheckError> {
-    let cfg = &cfg;
-    let plan = plan(target, cfg);
-    let mut left = cfg.budget;
-    let mut weight: usize = plan.iter().map(|(_, w)| w).sum();
-    let mut out = Vec::new();
-    for (spec, w) in plan {
-        let share = (left * w / weight).max(1);
-        weight -= w;
-        let rep = run_one(spec, &cfg.clone().budget(share), fault)?;
-        left = left.saturating_sub(rep.states);
-        out.push((spec.name(), rep));
-    }
+    // Leftover budget: main runs with new seeds that also crash between stores.
     let modes: &[bool] = if cfg.tearing { &[true] } else { &[false, true] };
-    let mut extra = 0u64;
-    while left > 0 && cfg.only.is_none() && extra < MAX_EXTRA {
-        let spec = RunSpec {
-            torn: modes[extra as usize % modes.len()],
-            store: true,
-            ..RunSpec::new(target)
-        };
-        let c = cfg
-            .clone()
-            .budget(left)
-            .seed(cfg.seed.wrapping_add(1 + extra));
-        let rep = run_one(spec, &c, fault)?;
-        extra += 1;
-        if rep.states == 0 {
-            break;
-        }
-        left = left.saturating_sub(rep.states);
-        out.push((spec.name(), rep));
-    }
-    Ok(out)
+    let extra = |i: u64| RunSpec {
+        torn: modes[i as usize % modes.len()],
+        store: true,
+        ..RunSpec::new(target)
+    };
+    spend_budget(
+        &cfg,
+        plan(target, &cfg),
+        MAX_EXTRA,
+        extra,
+        RunSpec::name,
+        |spec, c| run_one(spec, c, fault),
+    )
 }
 
 /// `ferrite check alloc`: the Ferrite heap (about three quarters of the

@@ -662,6 +662,49 @@ impl<'a> Explorer<'a> {
     }
 }
 
+/// Runs a check made of several explorer runs under one budget.
+///
+/// Each run of `plan` gets `left · weight / remaining weight` crash states
+/// (at least 1), so budget a run leaves unused flows to the later ones.
+/// What is still left goes to extra runs: `extra(i)` is made with seed
+/// `cfg.seed + 1 + i`, until the budget is spent, `max_extra` runs were
+/// made, or a run explores nothing. No extra runs when `cfg.only` replays
+/// one state. Returns `(name(run), report)` per run.
+pub fn spend_budget<S, E>(
+    cfg: &Config,
+    plan: Vec<(S, usize)>,
+    max_extra: u64,
+    extra: impl Fn(u64) -> S,
+    name: impl Fn(&S) -> String,
+    mut run: impl FnMut(S, &Config) -> Result<Report, E>,
+) -> Result<Vec<(String, Report)>, E> {
+    let mut left = cfg.budget;
+    let mut weight: usize = plan.iter().map(|(_, w)| w).sum();
+    let mut out = Vec::new();
+    for (spec, w) in plan {
+        let share = (left * w / weight).max(1);
+        weight -= w;
+        let n = name(&spec);
+        let rep = run(spec, &cfg.clone().budget(share))?;
+        left = left.saturating_sub(rep.states);
+        out.push((n, rep));
+    }
+    let mut i = 0u64;
+    while left > 0 && cfg.only.is_none() && i < max_extra {
+        let spec = extra(i);
+        let n = name(&spec);
+        let c = cfg.clone().budget(left).seed(cfg.seed.wrapping_add(1 + i));
+        let rep = run(spec, &c)?;
+        i += 1;
+        if rep.states == 0 {
+            break;
+        }
+        left = left.saturating_sub(rep.states);
+        out.push((n, rep));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

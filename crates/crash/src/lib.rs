@@ -17,6 +17,6 @@ pub mod sim;
 
 pub use explorer::{
     Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation, build_image,
-    crash_point_key,
+    crash_point_key, spend_budget,
 };
 pub use sim::{CrashAt, CrashState, SimMedium, SimThread};

@@ -42,7 +42,9 @@ use super::{
     PageStoreOptions,
 };
 use ferrite_crash::sim::{Crashed, SimMedium};
-use ferrite_crash::{Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation};
+use ferrite_crash::{
+    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
+};
 use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -539,43 +541,24 @@ pub fn check_page_with_fault(
     cfg: Config,
     fault: Fault,
 ) -> Result<Vec<(String, Report)>, PageCheckError> {
-    let cfg = &cfg;
-    let runs = plan_runs(alg, cfg);
-    let mut left = cfg.budget;
-    let mut weight: usize = runs.iter().map(|(_, w)| w).sum();
-    let mut out = Vec::new();
-    for (spec, w) in runs {
-        let share = (left * w / weight).max(1);
-        weight -= w;
-        let rep = run_one(spec, &cfg.clone().budget(share), fault)?;
-        left = left.saturating_sub(rep.states);
-        out.push((spec.name(), rep));
-    }
     // Spend what is left on main runs with new seeds that also crash
     // between stores (new crash points, not repeats of the ones above).
     let modes: &[bool] = if cfg.tearing { &[true] } else { &[false, true] };
-    let mut extra = 0u64;
-    while left > 0 && cfg.only.is_none() && extra < MAX_EXTRA {
-        let spec = RunSpec {
-            alg,
-            shape: SHAPE_4K,
-            torn: modes[extra as usize % modes.len()],
-            store: true,
-            restart: None,
-        };
-        let c = cfg
-            .clone()
-            .budget(left)
-            .seed(cfg.seed.wrapping_add(1 + extra));
-        let rep = run_one(spec, &c, fault)?;
-        extra += 1;
-        if rep.states == 0 {
-            break;
-        }
-        left = left.saturating_sub(rep.states);
-        out.push((spec.name(), rep));
-    }
-    Ok(out)
+    let extra = |i: u64| RunSpec {
+        alg,
+        shape: SHAPE_4K,
+        torn: modes[i as usize % modes.len()],
+        store: true,
+        restart: None,
+    };
+    spend_budget(
+        &cfg,
+        plan_runs(alg, &cfg),
+        MAX_EXTRA,
+        extra,
+        RunSpec::name,
+        |spec, c| run_one(spec, c, fault),
+    )
 }
 
 /// Replays one run by name (`hybrid/4k/torn/restart1`), e.g. with
