@@ -20,7 +20,7 @@
 //! - the pool opens: undo transactions are rolled back, redo records
 //!   replayed, clobber transactions restored and re-executed, and no
 //!   re-execution diverged from the crashed run (non-determinism);
-//! - the structure is well formed ([`KvMap::shape`]: ordering, balance,
+//! - the structure is well formed ([`crate::ds::KvMap::shape`]: ordering, balance,
 //!   counts, links, every block allocated and large enough);
 //! - its contents equal the model of acknowledged operations, plus the
 //!   operation in flight if it took effect. Under clobber logging this is
@@ -33,16 +33,18 @@
 //!
 //! # Runs
 //!
-//! The budget is split between: the main workload (line granularity), the
-//! same in tearing mode (8-byte failure atomicity), and a *restart* run
-//! that crashes the main workload at a seeded point, recovers a seeded
-//! image of it and explores a second workload on top. Budget left over
-//! goes to main runs with new seeds.
+//! The budget is split ([`ferrite_crash::explorer::spend_budget`]) between:
+//! the main workload (line granularity, weight 2), the same in tearing
+//! mode (8-byte failure atomicity), and a *restart* run that crashes the
+//! main workload at a seeded point, recovers a seeded image of it and
+//! explores a second workload on top. Budget left over goes to main runs
+//! with new seeds. The run's seed picks the script.
 
 use crate::ds::{self, DsOptions, Shape, Structure};
 use crate::pool::{Fault, Strategy, TxOptions, TxPool};
 use crate::{TxRecovery, TxThread};
 use ferrite_alloc::PAllocator;
+use ferrite_crash::explorer::spend_budget;
 use ferrite_crash::sim::{Crashed, SimMedium, SimThread};
 use ferrite_crash::{Config, CrashAt, ExploreError, Explorer, Report};
 use ferrite_pmem::{Pool, PoolOptions};
@@ -407,8 +409,9 @@ fn check_restart(
     strategy: Strategy,
     s: Structure,
     cfg: Config,
-    seed: u64,
+    fault: Fault,
 ) -> Result<Report, CheckError> {
+    let seed = cfg.seed;
     // Count the main workload's fences, then crash it at one of them.
     let base = {
         let p = Pool::create_in_memory(&pool_opts().domain(cfg.domain))
@@ -469,88 +472,109 @@ fn check_restart(
                     pool,
                     strategy,
                     s,
-                    Fault::None,
+                    fault,
                     seed ^ RESTART_SCRIPT,
                     RESTART_STEPS,
                     m,
                 )
             },
-            |pool| recover(pool, strategy, s, Fault::None),
+            |pool| recover(pool, strategy, s, fault),
             |_, r, m| check(strategy, r, m),
         )?)
 }
 
-/// The runs a check of `strategy` on `s` consists of.
-pub fn run_names(cfg: &Config) -> Vec<String> {
-    let mut v = vec!["main".to_string()];
-    if !cfg.tearing {
-        v.push("tearing".into());
+/// One run of a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// The main workload, line granularity.
+    Main,
+    /// The main workload, 8-byte failure atomicity.
+    Tearing,
+    /// A second workload on a recovered crash image of the main one.
+    Restart,
+}
+
+impl Run {
+    pub fn name(self) -> &'static str {
+        match self {
+            Run::Main => "main",
+            Run::Tearing => "tearing",
+            Run::Restart => "restart",
+        }
     }
-    v.push("restart".into());
+}
+
+/// The runs a check starts with, and their weights in the budget (extra
+/// runs are [`Run::Main`] with new seeds).
+pub fn plan(cfg: &Config) -> Vec<(Run, usize)> {
+    let mut v = vec![(Run::Main, 2)];
+    if !cfg.tearing {
+        v.push((Run::Tearing, 1));
+    }
+    v.push((Run::Restart, 1));
     v
 }
 
-/// Checks transactions with `strategy` on structure `s`: every run of
-/// [`run_names`], the budget split between them, leftover budget spent on
-/// main runs with new seeds. Returns one report per run.
+/// The run names [`check_tx`] starts with for `cfg`.
+pub fn run_names(cfg: &Config) -> Vec<String> {
+    plan(cfg)
+        .iter()
+        .map(|(r, _)| r.name().to_string())
+        .collect()
+}
+
+/// Explores one run with `cfg` (its seed picks the script) and a planted
+/// `fault` ([`Fault::None`] for the real thing).
+pub fn check_run(
+    strategy: Strategy,
+    s: Structure,
+    run: Run,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Report, CheckError> {
+    let script = cfg.seed ^ MAIN_SCRIPT;
+    match run {
+        Run::Main => check_fault(strategy, s, cfg, fault, script, MAIN_STEPS),
+        Run::Tearing => check_fault(strategy, s, cfg.tearing(true), fault, script, MAIN_STEPS),
+        Run::Restart => check_restart(strategy, s, cfg, fault),
+    }
+}
+
+/// `ferrite check tx-<strategy>-<structure>`: transactions with
+/// `strategy` on structure `s`, `cfg.budget` crash states split over the
+/// runs of [`plan`] (leftover budget: main runs with seeds `cfg.seed + 1`,
+/// `+ 2`, …), with a planted `fault` or [`Fault::None`]. The pool size and
+/// layout of `cfg` are replaced; its domain, tearing, crash points, seed,
+/// nesting, progress and `only` are used (`only` replays one state in
+/// every run; a violation of an extra run replays with its own seed).
+/// Returns one report per run.
+pub fn check_tx_fault(
+    strategy: Strategy,
+    s: Structure,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Vec<(String, Report)>, CheckError> {
+    if strategy == Strategy::NoLog {
+        return Err(CheckError::NoLog);
+    }
+    spend_budget(
+        &cfg,
+        plan(&cfg),
+        MAX_EXTRA,
+        |_| Run::Main,
+        |r| r.name().to_string(),
+        |r, c| check_run(strategy, s, r, c.clone(), fault),
+    )
+}
+
+/// [`check_tx_fault`] without a planted bug: what `ferrite check
+/// tx-<strategy>-<structure>` runs.
 pub fn check_tx(
     strategy: Strategy,
     s: Structure,
     cfg: Config,
 ) -> Result<Vec<(String, Report)>, CheckError> {
-    if strategy == Strategy::NoLog {
-        return Err(CheckError::NoLog);
-    }
-    let names = run_names(&cfg);
-    let share = (cfg.budget / names.len()).max(1);
-    let mut out = Vec::new();
-    let mut spent = 0usize;
-    for name in &names {
-        let mut c = cfg.clone();
-        c.budget = share;
-        let rep = match name.as_str() {
-            "main" => check_fault(
-                strategy,
-                s,
-                c,
-                Fault::None,
-                cfg.seed ^ MAIN_SCRIPT,
-                MAIN_STEPS,
-            )?,
-            "tearing" => check_fault(
-                strategy,
-                s,
-                c.tearing(true),
-                Fault::None,
-                cfg.seed ^ MAIN_SCRIPT,
-                MAIN_STEPS,
-            )?,
-            _ => check_restart(strategy, s, c, cfg.seed)?,
-        };
-        spent += rep.states;
-        out.push((name.clone(), rep));
-    }
-    let mut extra = 0u64;
-    while cfg.only.is_none() && spent < cfg.budget && extra < MAX_EXTRA {
-        extra += 1;
-        let mut c = cfg.clone();
-        c.budget = cfg.budget - spent;
-        c.seed = cfg.seed.wrapping_add(extra);
-        let rep = check_fault(
-            strategy,
-            s,
-            c,
-            Fault::None,
-            (cfg.seed + extra) ^ MAIN_SCRIPT,
-            MAIN_STEPS,
-        )?;
-        if rep.states == 0 {
-            break;
-        }
-        spent += rep.states;
-        out.push((format!("extra-{extra}"), rep));
-    }
-    Ok(out)
+    check_tx_fault(strategy, s, cfg, Fault::None)
 }
 
 /// A planted bug the check of `strategy` must catch.
@@ -676,49 +700,11 @@ mod tests {
                     t0.elapsed()
                 );
                 for (n, r) in &runs {
-                    if !r.ok() {
-                        println!("  {n}: {r}");
+                    if !r.ok() || std::env::var("FERRITE_TX_RUNS").is_ok() {
+                        print!("  {n}: {r}");
                     }
                 }
             }
         }
-    }
-
-    #[test]
-    #[ignore]
-    fn repro() {
-        let at: ferrite_crash::Repro = std::env::var("REPRO").unwrap().parse().unwrap();
-        let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-        let extra = seed - 1;
-        let mut c = cfg(5000);
-        c.seed = seed;
-        c.only = Some(at);
-        let strategy = Strategy::parse(&std::env::var("STRATEGY").unwrap()).unwrap();
-        let s = Structure::parse(&std::env::var("STRUCTURE").unwrap_or("hashmap".into())).unwrap();
-        let r = match std::env::var("RUN").as_deref() {
-            Ok("restart") => check_restart(strategy, s, c, seed).unwrap(),
-            Ok("tearing") => check_fault(
-                strategy,
-                s,
-                c.tearing(true),
-                Fault::None,
-                seed ^ MAIN_SCRIPT,
-                MAIN_STEPS,
-            )
-            .unwrap(),
-            Ok("main") => {
-                check_fault(strategy, s, c, Fault::None, seed ^ MAIN_SCRIPT, MAIN_STEPS).unwrap()
-            }
-            _ => check_fault(
-                strategy,
-                s,
-                c,
-                Fault::None,
-                (1 + extra) ^ MAIN_SCRIPT,
-                MAIN_STEPS,
-            )
-            .unwrap(),
-        };
-        println!("{r}");
     }
 }

@@ -5,9 +5,10 @@
 //! of disjoint, merged half-open intervals is compact and fast for those.
 //! A few (a hash-table rehash, a big rebalance) touch thousands of
 //! scattered ranges, where inserting into the middle of a vector is
-//! quadratic; past [`SMALL`] intervals the set moves to a B-tree.
-
-use std::collections::BTreeMap;
+//! quadratic; past `SMALL` (64) intervals the set moves to a hash table of
+//! 64-byte lines, each with a mask of its bytes in the set: every
+//! operation then costs one probe per line it covers. (Iteration order is
+//! then unspecified; queries on a range still answer in address order.)
 
 /// Intervals kept in the vector before switching to the B-tree.
 const SMALL: usize = 64;
@@ -16,8 +17,115 @@ const SMALL: usize = 64;
 #[derive(Clone, Debug, Default)]
 pub struct Ranges {
     iv: Vec<(u64, u64)>,
-    /// start → end, once the set is large (then `iv` is empty).
-    big: Option<BTreeMap<u64, u64>>,
+    /// Once the set is large (then `iv` is empty).
+    big: Option<LineSet>,
+}
+
+/// Open-addressing table: line number + 1 (0 = empty slot) → byte mask.
+#[derive(Clone, Debug, Default)]
+struct LineSet {
+    slots: Vec<(u64, u64)>,
+    used: usize,
+}
+
+/// Mask of the bytes `[s, e)` of line `l` (`s < e`, overlapping the line).
+#[inline]
+fn line_bits(l: u64, s: u64, e: u64) -> u64 {
+    let lo = s.max(l * 64) - l * 64;
+    let hi = e.min(l * 64 + 64) - l * 64;
+    let width = hi - lo;
+    let m = if width == 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
+    m << lo
+}
+
+impl LineSet {
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & (self.slots.len() - 1)
+    }
+
+    fn get(&self, line: u64) -> u64 {
+        if self.slots.is_empty() {
+            return 0;
+        }
+        let key = line + 1;
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            match self.slots[i] {
+                (0, _) => return 0,
+                (k, m) if k == key => return m,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    fn or(&mut self, line: u64, bits: u64) {
+        if 2 * (self.used + 1) > self.slots.len() {
+            self.grow();
+        }
+        let key = line + 1;
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            match self.slots[i] {
+                (0, _) => {
+                    self.slots[i] = (key, bits);
+                    self.used += 1;
+                    return;
+                }
+                (k, ref mut m) if k == key => {
+                    *m |= bits;
+                    return;
+                }
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    fn grow(&mut self) {
+        let cap = (2 * self.slots.len()).max(256);
+        let old = std::mem::replace(&mut self.slots, vec![(0, 0); cap]);
+        self.used = 0;
+        for (k, m) in old {
+            if k != 0 {
+                self.or(k - 1, m);
+            }
+        }
+    }
+
+    /// Runs of set bytes, line by line (adjacent runs across lines are
+    /// not merged).
+    fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.slots
+            .iter()
+            .filter(|s| s.0 != 0)
+            .flat_map(|&(k, m)| mask_runs(k - 1, m, u64::MAX))
+    }
+}
+
+/// The runs of set bits of `m` (line `l`), as byte ranges, restricted to
+/// the bits of `within`.
+fn mask_runs(l: u64, m: u64, within: u64) -> impl Iterator<Item = (u64, u64)> {
+    let mut rest = m & within;
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let lo = rest.trailing_zeros() as u64;
+        let run = (rest >> lo).trailing_ones() as u64;
+        let bits = if run == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << run) - 1) << lo
+        };
+        rest &= !bits;
+        Some((l * 64 + lo, l * 64 + lo + run))
+    })
 }
 
 impl Ranges {
@@ -27,21 +135,14 @@ impl Ranges {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.iv.is_empty() && self.big.as_ref().is_none_or(BTreeMap::is_empty)
+        self.iv.is_empty() && self.big.as_ref().is_none_or(|b| b.used == 0)
     }
 
-    /// Number of intervals.
-    pub fn len(&self) -> usize {
-        self.big.as_ref().map_or(self.iv.len(), BTreeMap::len)
-    }
-
-    /// The intervals, in order.
+    /// The ranges: in address order and merged while the set is small;
+    /// per line, in no particular order, once it is large.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         let small = self.big.is_none().then(|| self.iv.iter().copied());
-        let big = self
-            .big
-            .iter()
-            .flat_map(|m| m.iter().map(|(&a, &b)| (a, b)));
+        let big = self.big.iter().flat_map(LineSet::runs);
         small.into_iter().flatten().chain(big)
     }
 
@@ -50,8 +151,11 @@ impl Ranges {
         if s >= e {
             return;
         }
-        if let Some(m) = self.big.as_mut() {
-            return big_insert(m, s, e);
+        if let Some(b) = self.big.as_mut() {
+            for l in s / 64..e.div_ceil(64) {
+                b.or(l, line_bits(l, s, e));
+            }
+            return;
         }
         // Fast path: at or after the last interval (sequential accesses).
         match self.iv.last_mut() {
@@ -89,21 +193,36 @@ impl Ranges {
 
     fn maybe_grow(&mut self) {
         if self.iv.len() > SMALL {
-            self.big = Some(self.iv.drain(..).collect());
+            let mut b = LineSet::default();
+            for (s, e) in self.iv.drain(..) {
+                for l in s / 64..e.div_ceil(64) {
+                    b.or(l, line_bits(l, s, e));
+                }
+            }
+            self.big = Some(b);
         }
     }
 
-    /// Intervals overlapping `[s, e)`, in order, passed to `f`.
+    /// Maximal runs of the set overlapping `[s, e)`, in address order,
+    /// passed to `f` (clipped to `[s, e)` when the set is large).
     fn each_overlap(&self, s: u64, e: u64, mut f: impl FnMut(u64, u64)) {
-        if let Some(m) = &self.big {
-            // The interval starting at or before `s` may reach into it.
-            if let Some((&a, &b)) = m.range(..=s).next_back()
-                && b > s
-            {
-                f(a, b);
+        if let Some(b) = &self.big {
+            let mut run: Option<(u64, u64)> = None;
+            for l in s / 64..e.div_ceil(64) {
+                for (a, z) in mask_runs(l, b.get(l), line_bits(l, s, e)) {
+                    match run.as_mut() {
+                        Some(r) if r.1 == a => r.1 = z,
+                        _ => {
+                            if let Some((ra, rz)) = run.take() {
+                                f(ra, rz);
+                            }
+                            run = Some((a, z));
+                        }
+                    }
+                }
             }
-            for (&a, &b) in m.range(s + 1..e) {
-                f(a, b);
+            if let Some((ra, rz)) = run {
+                f(ra, rz);
             }
             return;
         }
@@ -115,6 +234,7 @@ impl Ranges {
     }
 
     /// True when some byte of `[s, e)` is in the set.
+    #[inline]
     pub fn overlaps(&self, s: u64, e: u64) -> bool {
         if s >= e {
             return false;
@@ -160,25 +280,6 @@ impl Ranges {
     }
 }
 
-/// [`Ranges::insert`] on the B-tree form.
-fn big_insert(m: &mut BTreeMap<u64, u64>, s: u64, e: u64) {
-    let (mut ns, mut ne) = (s, e);
-    // A predecessor that reaches `s` (touching counts) merges.
-    if let Some((&a, &b)) = m.range(..=s).next_back()
-        && b >= s
-    {
-        ns = a;
-        ne = ne.max(b);
-        m.remove(&a);
-    }
-    // Every interval starting inside `[ns, ne]` merges too.
-    while let Some((&a, &b)) = m.range(ns..=ne).next() {
-        ne = ne.max(b);
-        m.remove(&a);
-    }
-    m.insert(ns, ne);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,7 +294,7 @@ mod tests {
             x ^= x << 17;
             x % m
         };
-        // 40 inserts stay in the vector; 400 move to the B-tree.
+        // 40 inserts stay in the vector; 400 move to the line table.
         for inserts in [40, 400] {
             for _ in 0..60 {
                 let mut r = Ranges::default();
@@ -203,11 +304,13 @@ mod tests {
                     let e = s + next(20);
                     r.insert(s, e);
                     model.extend(s..e);
-                    let v: Vec<_> = r.iter().collect();
-                    assert!(
-                        v.windows(2).all(|w| w[0].1 < w[1].0),
-                        "sorted, disjoint, merged"
-                    );
+                    if r.big.is_none() {
+                        let v: Vec<_> = r.iter().collect();
+                        assert!(
+                            v.windows(2).all(|w| w[0].1 < w[1].0),
+                            "sorted, disjoint, merged"
+                        );
+                    }
                     let (qs, qe) = {
                         let a = next(3200);
                         (a, a + next(40))
@@ -230,7 +333,117 @@ mod tests {
                     model.len() as u64
                 );
                 if inserts == 400 {
-                    assert!(r.big.is_some() && r.len() > SMALL);
+                    assert!(r.big.is_some());
+                }
+            }
+        }
+    }
+}
+
+/// A transaction's read set, optimised for many reads and few writes: a
+/// read is appended to a list (O(1)); a write asks which of its bytes were
+/// read, scanning the list. Past `READ_LOG` (256) entries the list becomes a
+/// [`Ranges`], so big transactions stay linear.
+#[derive(Clone, Debug, Default)]
+pub struct ReadSet {
+    log: Vec<(u64, u64)>,
+    big: Option<Ranges>,
+    scratch: Vec<(u64, u64)>,
+}
+
+/// Reads logged before a [`ReadSet`] switches to a range set.
+const READ_LOG: usize = 256;
+
+impl ReadSet {
+    pub fn clear(&mut self) {
+        self.log.clear();
+        self.big = None;
+    }
+
+    /// Notes that `[s, e)` was read.
+    #[inline]
+    pub fn insert(&mut self, s: u64, e: u64) {
+        if s >= e {
+            return;
+        }
+        if let Some(b) = self.big.as_mut() {
+            return b.insert(s, e);
+        }
+        // Repeated reads of one field (a loop re-reading a pointer) are
+        // common: skip an exact repeat of the last entry.
+        if self.log.last() == Some(&(s, e)) {
+            return;
+        }
+        self.log.push((s, e));
+        if self.log.len() > READ_LOG {
+            let mut b = Ranges::default();
+            for (a, z) in self.log.drain(..) {
+                b.insert(a, z);
+            }
+            self.big = Some(b);
+        }
+    }
+
+    /// Appends to `out` the parts of `[s, e)` that were read, disjoint and
+    /// in address order.
+    pub fn intersect(&mut self, s: u64, e: u64, out: &mut Vec<(u64, u64)>) {
+        if let Some(b) = &self.big {
+            return b.intersect(s, e, out);
+        }
+        let sc = &mut self.scratch;
+        sc.clear();
+        for &(a, z) in &self.log {
+            if a < e && s < z {
+                sc.push((a.max(s), z.min(e)));
+            }
+        }
+        if sc.len() > 1 {
+            sc.sort_unstable();
+        }
+        let mut cur: Option<(u64, u64)> = None;
+        for &(a, z) in sc.iter() {
+            match cur.as_mut() {
+                Some(c) if a <= c.1 => c.1 = c.1.max(z),
+                _ => {
+                    out.extend(cur.take());
+                    cur = Some((a, z));
+                }
+            }
+        }
+        out.extend(cur);
+    }
+}
+
+#[cfg(test)]
+mod read_set_tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn read_set_matches_a_byte_set_model_small_and_large() {
+        let mut x = 11u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for reads in [30, 600] {
+            for _ in 0..40 {
+                let mut r = ReadSet::default();
+                let mut model = BTreeSet::new();
+                for _ in 0..reads {
+                    let s = next(2000);
+                    let e = s + next(24);
+                    r.insert(s, e);
+                    model.extend(s..e);
+                    let q = next(2100);
+                    let qe = q + next(40);
+                    let mut got = Vec::new();
+                    r.intersect(q, qe, &mut got);
+                    assert!(got.windows(2).all(|w| w[0].1 < w[1].0), "disjoint, ordered");
+                    let n: u64 = got.iter().map(|(a, b)| b - a).sum();
+                    assert_eq!(n, (q..qe).filter(|b| model.contains(b)).count() as u64);
                 }
             }
         }

@@ -13,9 +13,11 @@
 //! ```
 //!
 //! A [`TxPool`] lives in a [`ferrite_pmem::Pool`]: a superblock, one log
-//! slot per attachable thread and a Ferrite heap ([`format`] documents the
-//! bytes). The [`Strategy`] is chosen when the pool is opened; recovery
-//! handles whatever strategy wrote the logs. A transaction is a registered
+//! slot per attachable thread and a Ferrite heap ([`mod@format`] documents the
+//! bytes). The [`Strategy`] is chosen when the pool is opened (one per
+//! open: a redo transaction that read a clobber transaction's output could
+//! not be replayed after that one's re-execution allocated differently);
+//! recovery handles whatever strategy wrote the logs. A transaction is a registered
 //! [`TxFunc`] run by [`TxThread::run`] with its arguments and the DRAM
 //! buffers it names; inside, persistent data is read and written only
 //! through [`Tx`] (pool offsets, [`ferrite_pmem::POff`]), and allocation
@@ -65,6 +67,10 @@
 //!   frees of unallocated blocks (the allocator's errors);
 //! - a transaction too large for its log area ([`TxError::LogFull`],
 //!   before anything is written that could not be rolled back);
+//! - a function that never ends — typically a loop over data a bug
+//!   corrupted — once it exceeds the pool's access limit
+//!   ([`TxError::Runaway`], [`TxPool::set_access_limit`]; unlimited unless
+//!   set, and [`TxPool::open_limited`] bounds recovery's re-executions too);
 //! - a clobber function failing after its first write
 //!   ([`TxError::AbortAfterWrite`]): the transaction is left in flight,
 //!   the pool is poisoned ([`TxError::Poisoned`]) and reopening it

@@ -395,23 +395,13 @@ impl TxPool {
     /// Attaches the calling thread: it takes a free log slot and an
     /// allocator handle. Each thread uses its own; dropping it detaches.
     pub fn thread(&self) -> Result<TxThread<'_>> {
-        let slot = {
-            let s = self.slots.lock();
-            s.next_epoch
-                .iter()
-                .position(Option::is_some)
-                .ok_or(TxError::NoSlot {
-                    slots: s.next_epoch.len(),
-                })?
-        };
-        TxThread::attach(self, slot as u16, self.strategy)
+        TxThread::attach(self, None, self.strategy)
     }
 
     /// Most reads and writes one transaction may make from now on; a
     /// function that exceeds it fails with [`TxError::Runaway`] (a loop
-    /// over corrupt data, or one that never ends). Unlimited by default.
-    /// Recovery re-executes with the limit set before the pool was opened
-    /// only through [`TxPool::open_limited`].
+    /// over corrupt data, or one that never ends). Unlimited by default;
+    /// [`TxPool::open_limited`] also bounds recovery's re-executions.
     pub fn set_access_limit(&self, n: u64) {
         self.access_limit.store(n.max(1), Ordering::Relaxed);
     }

@@ -434,7 +434,7 @@ pub(crate) fn reexecute(txp: &TxPool, found: &Found, rep: &mut TxRecovery) -> Re
                 }
             }
         }
-        let mut th = TxThread::attach(txp, c.slot, Strategy::Clobber)?;
+        let mut th = TxThread::attach(txp, Some(c.slot), Strategy::Clobber)?;
         let (diverged, wrote) = th
             .reexecute(
                 f,
@@ -465,7 +465,7 @@ pub(crate) fn reexecute(txp: &TxPool, found: &Found, rep: &mut TxRecovery) -> Re
     // blocks it freed may be reused.
     complete(txp, found)?;
     if !freed.is_empty() {
-        let mut th = TxThread::attach(txp, 0, Strategy::Clobber)?;
+        let mut th = TxThread::attach(txp, None, Strategy::Clobber)?;
         th.release_frees(&freed);
     }
     Ok(())

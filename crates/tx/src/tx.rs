@@ -21,8 +21,10 @@
 //!
 //! Writes into blocks the transaction allocated go in place unlogged under
 //! every strategy (nothing reaches them until the transaction links them),
-//! and are flushed at commit. A transaction that writes nothing costs no
-//! fence and no log.
+//! and are flushed at commit — under redo with the REDO record, which
+//! carries their checksums so that it cannot commit links to bytes that
+//! did not survive ([`crate::format`], tag 4). A transaction that writes
+//! nothing costs no fence and no log.
 //!
 //! Allocation and free go through the allocator's prepare/commit
 //! ([`ferrite_alloc::AllocThread::prepare`]): the allocator's metadata
@@ -63,7 +65,7 @@
 
 use crate::error::{Result, TxError};
 use crate::format::{self, Kind, RecHead};
-use crate::interval::Ranges;
+use crate::interval::{Ranges, ReadSet};
 use crate::pool::{Fault, Strategy, TxPool};
 use crate::registry::{Inputs, TxFunc};
 use ferrite_alloc::{AllocThread, HeapThread, MetaOp, OpKind, PAllocator, Publish, Reservation};
@@ -83,15 +85,18 @@ pub struct TxStats {
     pub aborted: u64,
     /// v_log records (clobber: one per writing transaction).
     pub vlog_entries: u64,
-    /// Bytes of v_log records, headers included.
+    /// Bytes of v_log records and of the END records that complete them,
+    /// headers included.
     pub vlog_bytes: u64,
     /// Logged byte ranges: undo snapshots, redo writes, clobbered inputs.
     pub log_entries: u64,
     /// Logged allocator operations (inverses for undo and clobber).
     pub alloc_entries: u64,
-    /// Bytes of UNDO/REDO/CLOB/END records, headers included.
+    /// Bytes of UNDO/REDO/CLOB records, headers included.
     pub log_bytes: u64,
-    /// Records appended, v_log excluded.
+    /// UNDO/REDO/CLOB records appended: log entries in P1's (and PMDK's)
+    /// sense, each a separately ordered append; one may hold several
+    /// ranges.
     pub records: u64,
     /// Fences issued by the transaction layer (allocator fences excluded).
     pub fences: u64,
@@ -166,7 +171,7 @@ struct State {
     /// Clobber: the v_log record is written.
     vlog: bool,
     /// Bytes read (clobber only).
-    reads: Ranges,
+    reads: ReadSet,
     /// Bytes of existing data written (logged or buffered).
     touched: Ranges,
     /// Bytes written in place, to flush at commit.
@@ -285,16 +290,30 @@ impl std::fmt::Debug for TxThread<'_> {
 }
 
 impl<'p> TxThread<'p> {
-    /// Takes slot `slot` (which must be free).
-    pub(crate) fn attach(pool: &'p TxPool, slot: u16, strategy: Strategy) -> Result<TxThread<'p>> {
-        let next_epoch = {
+    /// Takes slot `slot`, or the first free slot when `None` — found and
+    /// taken under one lock, so concurrent attaches never pick the same one.
+    pub(crate) fn attach(
+        pool: &'p TxPool,
+        slot: Option<u16>,
+        strategy: Strategy,
+    ) -> Result<TxThread<'p>> {
+        let (slot, next_epoch) = {
             let mut s = pool.slots.lock();
-            s.next_epoch
-                .get_mut(slot as usize)
+            let n = s.next_epoch.len();
+            let i = match slot {
+                Some(i) => i as usize,
+                None => s
+                    .next_epoch
+                    .iter()
+                    .position(Option::is_some)
+                    .ok_or(TxError::NoSlot { slots: n })?,
+            };
+            let e = s
+                .next_epoch
+                .get_mut(i)
                 .and_then(Option::take)
-                .ok_or(TxError::NoSlot {
-                    slots: pool.layout.sb.slots as usize,
-                })?
+                .ok_or(TxError::NoSlot { slots: n })?;
+            (i as u16, e)
         };
         let heap = match pool.heap.attach() {
             Ok(h) => h,
@@ -489,12 +508,16 @@ impl<'p> TxThread<'p> {
         st.unflushed.get_or_insert(st.pos);
         st.pos = need;
         let n = st.payload.len() as u64;
-        if kind == Kind::Vlog {
-            self.stats.vlog_entries += 1;
-            self.stats.vlog_bytes += n;
-        } else {
-            self.stats.log_bytes += n;
-            self.stats.records += 1;
+        match kind {
+            Kind::Vlog => {
+                self.stats.vlog_entries += 1;
+                self.stats.vlog_bytes += n;
+            }
+            Kind::End => self.stats.vlog_bytes += n,
+            _ => {
+                self.stats.log_bytes += n;
+                self.stats.records += 1;
+            }
         }
         Ok(())
     }
@@ -911,15 +934,22 @@ impl Tx<'_, '_> {
         match th.strategy {
             // Read your own buffered writes, newest last (`touched` is
             // exactly the buffered bytes under redo).
-            Strategy::Redo if st.touched.overlaps(off, off + len) => {
+            Strategy::Redo if !st.redo.is_empty() && st.touched.overlaps(off, off + len) => {
                 overlay(&st.redo, &st.redo_buf, off, dst)
             }
             Strategy::Redo => {}
             Strategy::Clobber => {
-                if st.staged_set.overlaps(off, off + len) {
+                if !st.staged.is_empty() && st.staged_set.overlaps(off, off + len) {
                     overlay(&st.staged, &st.staged_buf, off, dst);
                 }
-                st.reads.insert(off, off + len);
+                // Bytes of blocks allocated in this transaction are never
+                // clobbered inputs (writes to them are not logged), so
+                // reading them needs no tracking.
+                let fresh = !st.fresh.is_empty()
+                    && st.fresh.iter().any(|&(a, b)| off >= a && off + len <= b);
+                if !fresh {
+                    st.reads.insert(off, off + len);
+                }
                 if let Some(r) = st.replay.as_mut()
                     && !r.dependent
                     && r.earlier.overlaps(off, off + len)
