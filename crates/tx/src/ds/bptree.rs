@@ -436,13 +436,7 @@ impl KvMap for BpTree<'_> {
     }
 
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
-        if value.len() != self.value_len {
-            return Err(TxError::BadOption(format!(
-                "value of {} bytes, the tree stores {}",
-                value.len(),
-                self.value_len
-            )));
-        }
+        super::check_value_len(value, self.value_len, "tree")?;
         let k = key32(key);
         let args = pack_args(&[self.header, key]);
         {

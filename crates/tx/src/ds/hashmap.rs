@@ -238,14 +238,7 @@ impl<'p> HashMap<'p> {
     }
 
     fn check_value(&self, v: &[u8]) -> Result<()> {
-        if v.len() != self.value_len {
-            return Err(TxError::BadOption(format!(
-                "value of {} bytes, the map stores {}",
-                v.len(),
-                self.value_len
-            )));
-        }
-        Ok(())
+        super::check_value_len(v, self.value_len, "map")
     }
 }
 

@@ -155,6 +155,18 @@ pub fn open<'p>(s: Structure, txp: &'p crate::TxPool, header: u64) -> Result<Box
 
 /// splitmix64: the keys' hash (deterministic, so recovery and the PMDK
 /// baseline agree with it).
+/// Refuses a value whose length is not the structure's fixed `expected`
+/// (`what` names the structure in the error: "map", "tree", "list").
+pub fn check_value_len(value: &[u8], expected: usize, what: &str) -> Result<()> {
+    if value.len() != expected {
+        return Err(crate::error::TxError::BadOption(format!(
+            "value of {} bytes, the {what} stores {expected}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 pub fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

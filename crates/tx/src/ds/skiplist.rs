@@ -212,13 +212,7 @@ impl KvMap for SkipList<'_> {
     }
 
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
-        if value.len() != self.value_len {
-            return Err(TxError::BadOption(format!(
-                "value of {} bytes, the list stores {}",
-                value.len(),
-                self.value_len
-            )));
-        }
+        super::check_value_len(value, self.value_len, "list")?;
         let _g = self.lock.write();
         Ok(th.run(&INSERT, &pack_args(&[self.header, key]), &[value])? == 1)
     }
