@@ -294,6 +294,43 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     Ok(all)
 }
 
+/// A fresh Ferrite heap in its own pool, and one ring of live blocks per thread.
+fn ferrite_heap(threads: usize, seed: u64) -> Result<(Pool, Heap, Vec<Mutex<Ring>>), BenchError> {
+    let pool = bench_pool(HEAP_BYTES)?;
+    let heap = Heap::create(heap_region(&pool), HeapOptions::default())
+        .map_err(|e| unsupported("ferrite heap", e))?;
+    let rings = rings(&pool, threads, seed);
+    Ok((pool, heap, rings))
+}
+
+/// A variant whose threads each attach to `heap` and repeat `cycle` on their
+/// own ring.
+#[allow(clippy::too_many_arguments)]
+fn heap_variant<'a>(
+    name: &str,
+    linked: bool,
+    heap: &'a Heap,
+    rings: &'a [Mutex<Ring>],
+    sizes: Sizes,
+    threads: usize,
+    ops: u64,
+    cycle: fn(&mut dyn AllocThread, &mut Ring, Sizes),
+) -> Variant<'a> {
+    Variant::threaded(
+        name,
+        params(sizes, "ferrite", linked),
+        threads,
+        ops,
+        move |t, n| {
+            let mut h = heap.attach().expect("a free lane");
+            let mut ring = rings[t].lock().expect("ring");
+            for _ in 0..n {
+                cycle(&mut h, &mut ring, sizes);
+            }
+        },
+    )
+}
+
 fn throughput_group(
     ctx: &BenchCtx,
     sizes: Sizes,
@@ -307,22 +344,10 @@ fn throughput_group(
     };
     let seed = 0x5eed ^ threads as u64;
 
-    let fp = bench_pool(HEAP_BYTES)?;
-    let fheap = Heap::create(heap_region(&fp), HeapOptions::default())
-        .map_err(|e| unsupported("ferrite heap", e))?;
-    let f_rings = rings(&fp, threads, seed);
-    let rp = bench_pool(HEAP_BYTES)?;
-    let rheap = Heap::create(heap_region(&rp), HeapOptions::default())
-        .map_err(|e| unsupported("ferrite heap", e))?;
-    let r_rings = rings(&rp, threads, seed);
-    let bp = bench_pool(HEAP_BYTES)?;
-    let bheap = Heap::create(heap_region(&bp), HeapOptions::default())
-        .map_err(|e| unsupported("ferrite heap", e))?;
-    let b_rings = rings(&bp, threads, seed);
-    let np = bench_pool(HEAP_BYTES)?;
-    let nheap = Heap::create(heap_region(&np), HeapOptions::default())
-        .map_err(|e| unsupported("ferrite heap", e))?;
-    let n_rings = rings(&np, threads, seed);
+    let (_fp, fheap, f_rings) = ferrite_heap(threads, seed)?;
+    let (_rp, rheap, r_rings) = ferrite_heap(threads, seed)?;
+    let (_bp, bheap, b_rings) = ferrite_heap(threads, seed)?;
+    let (_np, nheap, n_rings) = ferrite_heap(threads, seed)?;
     let lp = bench_pool(HEAP_BYTES)?;
     let lheap = LockHeap::create(heap_region(&lp), LockOptions::default())
         .map_err(|e| unsupported("lock heap", e))?;
@@ -343,44 +368,32 @@ fn throughput_group(
         })
         .collect();
     let mut variants: Vec<Variant<'_>> = Vec::new();
-    {
-        let (heap, rings) = (&fheap, &f_rings);
-        variants.push(
-            Variant::threaded(
-                "ferrite",
-                params(sizes, "ferrite", true),
-                threads,
-                ops,
-                move |t, n| {
-                    let mut h = heap.attach().expect("a free lane");
-                    let mut ring = rings[t].lock().expect("ring");
-                    for _ in 0..n {
-                        cycle_linked(&mut h, &mut ring, sizes);
-                    }
-                },
-            )
-            .baseline(baseline),
-        );
-    }
-    {
-        let (heap, rings) = (&rheap, &r_rings);
-        variants.push(
-            Variant::threaded(
-                "ferrite-replace",
-                params(sizes, "ferrite", true),
-                threads,
-                ops,
-                move |t, n| {
-                    let mut h = heap.attach().expect("a free lane");
-                    let mut ring = rings[t].lock().expect("ring");
-                    for _ in 0..n {
-                        cycle_replace(&mut h, &mut ring, sizes);
-                    }
-                },
-            )
-            .baseline(baseline),
-        );
-    }
+    variants.push(
+        heap_variant(
+            "ferrite",
+            true,
+            &fheap,
+            &f_rings,
+            sizes,
+            threads,
+            ops,
+            cycle_linked,
+        )
+        .baseline(baseline),
+    );
+    variants.push(
+        heap_variant(
+            "ferrite-replace",
+            true,
+            &rheap,
+            &r_rings,
+            sizes,
+            threads,
+            ops,
+            cycle_replace,
+        )
+        .baseline(baseline),
+    );
     {
         let (heap, rings) = (&bheap, &b_rings);
         variants.push(
@@ -404,25 +417,19 @@ fn throughput_group(
             .baseline(baseline),
         );
     }
-    {
-        let (heap, rings) = (&nheap, &n_rings);
-        variants.push(
-            Variant::threaded(
-                "ferrite-nolink",
-                params(sizes, "ferrite", false),
-                threads,
-                ops,
-                move |t, n| {
-                    let mut h = heap.attach().expect("a free lane");
-                    let mut ring = rings[t].lock().expect("ring");
-                    for _ in 0..n {
-                        cycle_unlinked(&mut h, &mut ring, sizes);
-                    }
-                },
-            )
-            .baseline(baseline),
-        );
-    }
+    variants.push(
+        heap_variant(
+            "ferrite-nolink",
+            false,
+            &nheap,
+            &n_rings,
+            sizes,
+            threads,
+            ops,
+            cycle_unlinked,
+        )
+        .baseline(baseline),
+    );
     {
         let (heap, rings) = (&lheap, &l_rings);
         let v = Variant::threaded(
