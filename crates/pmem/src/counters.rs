@@ -146,6 +146,15 @@ const SHORT: usize = 4;
 const FEW: usize = 2;
 
 impl IntervalSet {
+    const fn new() -> IntervalSet {
+        IntervalSet {
+            iv: Vec::new(),
+            iv_count: 0,
+            table: Vec::new(),
+            used: Vec::new(),
+        }
+    }
+
     /// Inlined into every flush: the common cases are a few compares.
     #[inline(always)]
     fn insert(&mut self, s: usize, e: usize) {
@@ -276,13 +285,11 @@ impl IntervalSet {
     }
 }
 
-#[derive(Default)]
 struct Epoch {
     lines: IntervalSet,
     blocks: IntervalSet,
 }
 
-#[derive(Default)]
 struct Local {
     flush_insns: Cell<u64>,
     lines_flushed: Cell<u64>,
@@ -294,8 +301,28 @@ struct Local {
     epoch: RefCell<Epoch>,
 }
 
+impl Local {
+    const fn new() -> Local {
+        Local {
+            flush_insns: Cell::new(0),
+            lines_flushed: Cell::new(0),
+            fences: Cell::new(0),
+            nt_bytes: Cell::new(0),
+            msync_calls: Cell::new(0),
+            msync_bytes: Cell::new(0),
+            blocks_written: Cell::new(0),
+            epoch: RefCell::new(Epoch {
+                lines: IntervalSet::new(),
+                blocks: IntervalSet::new(),
+            }),
+        }
+    }
+}
+
 thread_local! {
-    static LOCAL: Local = Local::default();
+    // Const-initialised: every flush and fence reaches it, and a lazily
+    // initialised thread-local adds a state check to each access.
+    static LOCAL: Local = const { Local::new() };
 }
 
 /// Lines are keyed by address so equal offsets in two pools do not collide.

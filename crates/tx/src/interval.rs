@@ -19,6 +19,10 @@ pub struct Ranges {
     iv: Vec<(u64, u64)>,
     /// Once the set is large (then `iv` is empty).
     big: Option<LineSet>,
+    /// An emptied line table kept for the next time the set grows large
+    /// (a handle's sets are reused by every transaction: big ones — every
+    /// rehash — would otherwise allocate and regrow their table each time).
+    spare: Option<LineSet>,
 }
 
 /// Open-addressing table: line number + 1 (0 = empty slot) → byte mask.
@@ -87,6 +91,16 @@ impl LineSet {
         }
     }
 
+    /// Empties the table, keeping its allocation unless it is very large.
+    fn emptied(mut self) -> Option<LineSet> {
+        if self.slots.len() > 1 << 16 {
+            return None;
+        }
+        self.slots.fill((0, 0));
+        self.used = 0;
+        Some(self)
+    }
+
     fn grow(&mut self) {
         let cap = (2 * self.slots.len()).max(256);
         let old = std::mem::replace(&mut self.slots, vec![(0, 0); cap]);
@@ -131,7 +145,9 @@ fn mask_runs(l: u64, m: u64, within: u64) -> impl Iterator<Item = (u64, u64)> {
 impl Ranges {
     pub fn clear(&mut self) {
         self.iv.clear();
-        self.big = None;
+        if let Some(b) = self.big.take() {
+            self.spare = b.emptied();
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -193,7 +209,7 @@ impl Ranges {
 
     fn maybe_grow(&mut self) {
         if self.iv.len() > SMALL {
-            let mut b = LineSet::default();
+            let mut b = self.spare.take().unwrap_or_default();
             for (s, e) in self.iv.drain(..) {
                 for l in s / 64..e.div_ceil(64) {
                     b.or(l, line_bits(l, s, e));
@@ -295,9 +311,12 @@ mod tests {
             x % m
         };
         // 40 inserts stay in the vector; 400 move to the line table.
-        for inserts in [40, 400] {
+        // One set, cleared between rounds: a cleared large set reuses its
+        // line table, which must come back empty.
+        let mut r = Ranges::default();
+        for inserts in [40, 400, 40, 400] {
             for _ in 0..60 {
-                let mut r = Ranges::default();
+                r.clear();
                 let mut model = BTreeSet::new();
                 for _ in 0..inserts {
                     let s = next(3000);
@@ -343,11 +362,16 @@ mod tests {
 /// A transaction's read set, optimised for many reads and few writes: a
 /// read is appended to a list (O(1)); a write asks which of its bytes were
 /// read, scanning the list. Past `READ_LOG` (256) entries the list becomes a
-/// [`Ranges`], so big transactions stay linear.
+/// [`Ranges`], so big transactions stay linear. (Converting earlier, at the
+/// first write that would scan a long list, measured worse: the skiplist's
+/// insert keeps reading after its first write, and a read into a range set
+/// costs far more than a push.)
 #[derive(Clone, Debug, Default)]
 pub struct ReadSet {
     log: Vec<(u64, u64)>,
-    big: Option<Ranges>,
+    /// The reads once the list was given up (then `log` is empty).
+    set: Ranges,
+    big: bool,
     scratch: Vec<(u64, u64)>,
 }
 
@@ -357,7 +381,10 @@ const READ_LOG: usize = 256;
 impl ReadSet {
     pub fn clear(&mut self) {
         self.log.clear();
-        self.big = None;
+        if self.big {
+            self.set.clear();
+            self.big = false;
+        }
     }
 
     /// Notes that `[s, e)` was read.
@@ -366,8 +393,8 @@ impl ReadSet {
         if s >= e {
             return;
         }
-        if let Some(b) = self.big.as_mut() {
-            return b.insert(s, e);
+        if self.big {
+            return self.set.insert(s, e);
         }
         // Repeated reads of one field (a loop re-reading a pointer) are
         // common: skip an exact repeat of the last entry.
@@ -376,19 +403,22 @@ impl ReadSet {
         }
         self.log.push((s, e));
         if self.log.len() > READ_LOG {
-            let mut b = Ranges::default();
-            for (a, z) in self.log.drain(..) {
-                b.insert(a, z);
-            }
-            self.big = Some(b);
+            self.to_ranges();
         }
+    }
+
+    fn to_ranges(&mut self) {
+        for (a, z) in self.log.drain(..) {
+            self.set.insert(a, z);
+        }
+        self.big = true;
     }
 
     /// Appends to `out` the parts of `[s, e)` that were read, disjoint and
     /// in address order.
     pub fn intersect(&mut self, s: u64, e: u64, out: &mut Vec<(u64, u64)>) {
-        if let Some(b) = &self.big {
-            return b.intersect(s, e, out);
+        if self.big {
+            return self.set.intersect(s, e, out);
         }
         let sc = &mut self.scratch;
         sc.clear();
@@ -428,9 +458,10 @@ mod read_set_tests {
             x ^= x << 17;
             x % m
         };
-        for reads in [30, 600] {
+        let mut r = ReadSet::default();
+        for reads in [30, 600, 30] {
             for _ in 0..40 {
-                let mut r = ReadSet::default();
+                r.clear();
                 let mut model = BTreeSet::new();
                 for _ in 0..reads {
                     let s = next(2000);
