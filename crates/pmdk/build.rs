@@ -1,13 +1,15 @@
 //! Build script for `ferrite-pmdk`.
 //!
 //! Does nothing unless the `link` feature is on, so the crate builds on
-//! machines without PMDK. With `link`, it compiles `csrc/shim.c` (the code
-//! that has to be C because PMDK's transaction macros use `setjmp`) and links
-//! the four PMDK 1.12 libraries.
+//! machines without PMDK. With `link`, it compiles `csrc/shim.c` and
+//! `csrc/txbtree.c` (the code that has to be C because PMDK's transaction
+//! macros use `setjmp`) and links the four PMDK 1.12 libraries.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=csrc/shim.c");
+    for f in ["csrc/shim.c", "csrc/txbtree.c", "csrc/ferrite_pmdk.h"] {
+        println!("cargo:rerun-if-changed={f}");
+    }
 
     if std::env::var_os("CARGO_FEATURE_LINK").is_none() {
         return;
@@ -15,6 +17,7 @@ fn main() {
 
     cc::Build::new()
         .file("csrc/shim.c")
+        .file("csrc/txbtree.c")
         .warnings(true)
         .extra_warnings(true)
         .flag_if_supported("-std=gnu11")

@@ -16,18 +16,23 @@
 //! - `nolog`: the same code writing in place with one flush+fence at
 //!   commit and no log — not failure-atomic; the cost floor of the
 //!   structure itself [P1 Fig. 3.7 "No-log"];
-//! - `pmdk-tx` (hash map, feature `pmdk`): the same map and algorithm in C
-//!   with libpmemobj transactions (`TX_BEGIN`, `pmemobj_tx_add_range_direct`
-//!   before each write, `pmemobj_tx_alloc`), on a pool in `/dev/shm` with
-//!   `PMEM_IS_PMEM_FORCE=1` set by the CLI so it takes the same flush+fence
-//!   path as Ferrite's `adr`. Its counters are not observed (`n/a`).
+//! - `pmdk-tx` (hash map and B+tree, feature `pmdk`): the same structure
+//!   and algorithm in C with libpmemobj transactions (`TX_BEGIN`,
+//!   `pmemobj_tx_add_range_direct` before each write to existing data,
+//!   `pmemobj_tx_alloc` for the value and new nodes) —
+//!   `ferrite_pmdk::txmap` and `ferrite_pmdk::txbtree` (the B+tree with
+//!   Ferrite's node format, 32-byte keys and fanout, and Ferrite's per-node
+//!   locks) — on a pool in `/dev/shm` with `PMEM_IS_PMEM_FORCE=1` set by
+//!   the CLI so it takes the same flush+fence path as Ferrite's `adr`. Its
+//!   counters are not observed (`n/a`).
 //!
 //! Ferrite's pools are in-memory `adr` pools: the same DRAM PMDK's
 //! `/dev/shm` pool lives in. Both are prefaulted before timing (Ferrite's
 //! by touching every page, PMDK's with `prefault.at_create`), so neither
-//! pays for zeroing fresh pages inside the timed loop. Every hash-map row's `ratio_vs_baseline` is
-//! against `pmdk-tx` (against `undo` without the feature); other
-//! structures' rows are against `undo`, the PMDK-style strategy.
+//! pays for zeroing fresh pages inside the timed loop. Every hash-map and
+//! B+tree row's `ratio_vs_baseline` is against `pmdk-tx` (against `undo`
+//! without the feature); the other structures' rows are against `undo`,
+//! the PMDK-style strategy.
 //!
 //! Per operation, besides the counters every row has (`fences_per_op`,
 //! `lines_per_op`, …), `extra` carries the transaction layer's own counts
@@ -185,11 +190,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
 fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<Row>, BenchError> {
     let reps = ctx.reps.max(1) as u64;
     let per_thread = (keys / (reps + 1) / threads as u64).max(1);
-    let baseline = if s == Structure::HashMap && cfg!(feature = "pmdk") {
-        PMDK
-    } else {
-        "undo"
-    };
+    let baseline = if has_pmdk_peer(s) { PMDK } else { "undo" };
     let strategies = [
         Strategy::Undo,
         Strategy::Redo,
@@ -230,11 +231,7 @@ fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<
         .collect();
 
     #[cfg(feature = "pmdk")]
-    let pmdk = if s == Structure::HashMap {
-        Some(pmdk_map(threads, keys)?)
-    } else {
-        None
-    };
+    let pmdk = pmdk_peer(s, threads, keys)?;
     let mut variants: Vec<Variant<'_>> = Vec::new();
     for (i, o) in opened.iter().enumerate() {
         let (txp, map, acc, seq) = (&o.txp, &maps[i], &accs[i], &seqs[i]);
@@ -346,27 +343,72 @@ fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<
     Ok(rows)
 }
 
+/// Whether structure `s` has a `pmdk-tx` row (and it is every other row's
+/// baseline).
+fn has_pmdk_peer(s: Structure) -> bool {
+    cfg!(feature = "pmdk") && matches!(s, Structure::HashMap | Structure::BpTree)
+}
+
+/// The PMDK structure of a `pmdk-tx` row.
 #[cfg(feature = "pmdk")]
-fn pmdk_map(
+enum PmdkPeer {
+    Map(ferrite_pmdk::txmap::PmemTxMap),
+    Tree(ferrite_pmdk::txbtree::PmemTxBtree),
+}
+
+#[cfg(feature = "pmdk")]
+impl PmdkPeer {
+    fn insert(&self, key: u64, value: &[u8]) -> ferrite_pmdk::Result<bool> {
+        match self {
+            PmdkPeer::Map(m) => m.insert(key, value),
+            PmdkPeer::Tree(t) => t.insert(key, value),
+        }
+    }
+}
+
+/// An empty PMDK peer of `s` (if it has one) in a fresh pool in
+/// `/dev/shm`, with the options Ferrite's structure gets.
+#[cfg(feature = "pmdk")]
+fn pmdk_peer(
+    s: Structure,
     threads: usize,
     keys: u64,
-) -> Result<(std::path::PathBuf, ferrite_pmdk::txmap::PmemTxMap), BenchError> {
+) -> Result<Option<(std::path::PathBuf, PmdkPeer)>, BenchError> {
+    if !has_pmdk_peer(s) {
+        return Ok(None);
+    }
     let path = std::path::PathBuf::from(format!(
-        "{}/ferrite-bench-tx-{}-{threads}",
+        "{}/ferrite-bench-tx-{}-{}-{threads}",
         ferrite_pmdk::SHM_DIR,
-        std::process::id()
+        std::process::id(),
+        s.name()
     ));
     let _ = std::fs::remove_file(&path);
     let o = opts();
-    let m = ferrite_pmdk::txmap::PmemTxMap::create(
-        &path,
-        (keys * 400 + 128 * MIB) as usize,
-        o.subs,
-        o.buckets,
-        VALUE_LEN,
-    )
-    .map_err(|e| unsupported(&format!("pmdk map {}", path.display()), e))?;
-    Ok((path, m))
+    let what = |e| unsupported(&format!("pmdk {s} {}", path.display()), e);
+    let peer = if s == Structure::BpTree {
+        PmdkPeer::Tree(
+            ferrite_pmdk::txbtree::PmemTxBtree::create(
+                &path,
+                (keys * 700 + 128 * MIB) as usize,
+                o.fanout,
+                VALUE_LEN,
+            )
+            .map_err(what)?,
+        )
+    } else {
+        PmdkPeer::Map(
+            ferrite_pmdk::txmap::PmemTxMap::create(
+                &path,
+                (keys * 400 + 128 * MIB) as usize,
+                o.subs,
+                o.buckets,
+                VALUE_LEN,
+            )
+            .map_err(what)?,
+        )
+    };
+    Ok(Some((path, peer)))
 }
 
 // ---- recovery -------------------------------------------------------------------------
@@ -518,6 +560,41 @@ mod tests {
         for q in 0..10_000 {
             assert!(s.insert(ycsb_key(q)));
         }
+    }
+
+    /// The PMDK peer widens keys as Ferrite does and, running the same
+    /// algorithm on the same keys, builds a tree of the same height with
+    /// the same keys and values.
+    #[cfg(feature = "pmdk")]
+    #[test]
+    fn pmdk_btree_peer_builds_ferrites_tree() {
+        use ferrite_pmdk::txbtree::key32;
+        for k in [0, 1, ycsb_key(3), u64::MAX] {
+            assert_eq!(key32(k), ds::bptree::key32(k));
+        }
+        let n = 5000u64;
+        let (pool, h) = ferrite_pool(Structure::BpTree, Strategy::Undo, 1, n).unwrap();
+        let txp = TxPool::open(&pool, ds::registry(), Some(Strategy::Undo)).unwrap();
+        let map = ds::open(Structure::BpTree, &txp, h).unwrap();
+        let Some((path, PmdkPeer::Tree(t))) = pmdk_peer(Structure::BpTree, 1, n).unwrap() else {
+            panic!("the B+tree's peer is a PMDK B+tree");
+        };
+        let mut th = txp.thread().unwrap();
+        for q in 0..n {
+            let k = ycsb_key(q);
+            assert!(map.insert(&mut th, k, &value_of(k)).unwrap());
+            assert!(t.insert(k, &value_of(k)).unwrap());
+        }
+        let shape = map.shape().unwrap();
+        assert!(t.check().unwrap().iter().eq(shape.entries.keys()));
+        for (k, v) in &shape.entries {
+            assert_eq!(t.get(*k).unwrap().as_ref(), Some(v));
+        }
+        let height = txp.read_u64(h + 32).unwrap();
+        assert!(height >= 3);
+        assert_eq!(t.height(), height);
+        drop(t);
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]

@@ -21,8 +21,7 @@
 #include <libpmemlog.h>
 #include <libpmemobj.h>
 
-/* Type number given to every object the baseline allocates. */
-#define FERRITE_PMDK_TYPE_NUM 1
+#include "ferrite_pmdk.h"
 
 size_t
 ferrite_pmdk_log_min_pool(void)
@@ -127,15 +126,6 @@ struct ferrite_txmap_entry {
 	PMEMoid next;
 	unsigned char value[];
 };
-
-static uint64_t
-ferrite_mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ULL;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
 
 static struct ferrite_txmap_root *
 ferrite_txmap_root(PMEMobjpool *pop)

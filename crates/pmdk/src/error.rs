@@ -61,6 +61,25 @@ pub enum Error {
     /// pool is not open in this process).
     #[error("object id does not belong to this pool")]
     ForeignOid,
+    /// A structure parameter is outside what the structure supports.
+    #[error("{what} is {value}, must be {min}..={max}")]
+    Param {
+        /// The parameter, e.g. `"txbtree fanout"`.
+        what: &'static str,
+        /// The value passed.
+        value: u64,
+        /// Smallest value allowed.
+        min: u64,
+        /// Largest value allowed.
+        max: u64,
+    },
+    /// A pool does not hold the structure asked for, or the structure
+    /// fails its consistency check.
+    #[error("{what}")]
+    Corrupt {
+        /// What is wrong.
+        what: String,
+    },
 }
 
 impl Error {

@@ -2,8 +2,9 @@
 //!
 //! Safe wrappers over libpmem, libpmemlog, libpmemblk and libpmemobj, so the
 //! harness can time PMDK side by side with Ferrite in the same process.
-//! Transactional operations are written in C (`csrc/shim.c`) because
-//! PMDK's `TX_BEGIN`/`TX_END` are built on `setjmp`.
+//! Transactional operations are written in C (`csrc/shim.c`, and the
+//! B+tree of [`txbtree`] in `csrc/txbtree.c`) because PMDK's
+//! `TX_BEGIN`/`TX_END` are built on `setjmp`.
 //!
 //! Everything is behind the `link` feature. Without it this crate is empty
 //! and builds on machines without PMDK; with it, `build.rs` compiles the
@@ -51,6 +52,7 @@ mod log;
 mod mem;
 #[cfg(feature = "link")]
 mod obj;
+pub mod txbtree;
 pub mod txmap;
 
 #[cfg(feature = "link")]

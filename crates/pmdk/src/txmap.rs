@@ -48,7 +48,7 @@ unsafe extern "C" {
 pub const MAX_SUBS: usize = 256;
 
 /// splitmix64, as the shim and ferrite-tx hash keys.
-fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -195,7 +195,7 @@ impl PmemTxMap {
 }
 
 /// Sets libpmemobj's process-wide `prefault.at_create`.
-fn set_prefault(on: bool) -> Result<()> {
+pub(crate) fn set_prefault(on: bool) -> Result<()> {
     let name = CString::new("prefault.at_create").expect("no NUL");
     let mut arg: c_int = c_int::from(on);
     // SAFETY: a NULL pool addresses the global namespace; the name is a
