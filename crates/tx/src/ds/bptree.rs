@@ -12,14 +12,41 @@
 //! blocks of one size class, so `offset / 2^⌊log2 node size⌋` tells them
 //! apart), plus one lock for the header (root pointer and height). A
 //! writer first descends with read locks on the header and internal nodes
-//! and a write lock on the leaf — enough when the leaf has room; otherwise
-//! it releases everything and write-locks the header and the whole path
-//! (a split may climb to the root). Locks are always taken top-down and
-//! held until the transaction returns, so writers never deadlock and
-//! conflicting transactions never run at once. Readers read-lock the path.
+//! and a write lock on the leaf — enough when only the leaf changes: an
+//! insert into a leaf with room, a remove of a missing key, from a root
+//! leaf, or from a leaf left with at least the minimum ([`min_keys`]).
+//! Otherwise it releases everything and write-locks the header and the
+//! whole path (a split or a merge may climb to the root); a remove also
+//! write-locks, at each level below the root, the path node's siblings
+//! adjacent to it under the same parent (what a borrow or merge there may
+//! change or free). The global lock order is the header, then top-down by
+//! depth, and left to right within a level: every writer and reader takes
+//! its locks in it (one node per level, or a sibling-path-sibling run),
+//! and holds them until the transaction returns, so writers never
+//! deadlock and conflicting transactions never run at once. (Taking the
+//! header's write lock already excludes every other operation, which all
+//! take the header lock first; the node locks make each transaction hold
+//! a write lock on every node it writes all the same.) Readers read-lock
+//! the path: an optimistic writer changes only the leaf it write-locked.
 //!
-//! Deletion removes the key from its leaf without merging underfull
-//! nodes (separators stay valid bounds; an empty leaf stays linked).
+//! # Deletion
+//!
+//! Every node but the root holds at least [`min_keys`] `= ⌊F/2⌋` keys.
+//! A remove that leaves a leaf below it borrows an entry from a sibling
+//! under the same parent (left first) that has more than the minimum, or
+//! merges with a sibling (left first) at the minimum: the right node of
+//! the pair moves into the left one and is freed in the transaction, its
+//! separator leaves the parent, and the parent may underflow in turn, up
+//! to the root. A root left with no key and one child is freed and the
+//! child becomes the root: the height decreases by one. Leaves merge
+//! right into left, so the surviving left leaf takes the right one's
+//! `next`, and no leaf outside the pair links to the freed one. The
+//! value block and the freed nodes are freed before the first write, so
+//! a corrupt pointer fails the transaction before anything changed.
+//! The on-media format is the one trees had before deletion rebalanced;
+//! a tree written by that code may hold underfull nodes, which `shape`
+//! reports and which removals handle without failing (they only fix the
+//! node they shrink).
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
@@ -38,9 +65,10 @@
 //!
 //! Keys in each node strictly increase and lie within the bounds its
 //! parent gives it; every leaf is at depth `height`; internal nodes have
-//! `n ≥ 1` keys and `n + 1` children; following `next` from the leftmost
-//! leaf visits every leaf once, left to right; every node and value block
-//! is allocated and large enough.
+//! `n ≥ 1` keys and `n + 1` children; every node but the root holds at
+//! least [`min_keys`] keys (so no leaf is empty but an empty root);
+//! following `next` from the leftmost leaf visits every leaf once, left
+//! to right; every node and value block is allocated and large enough.
 
 use super::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
 use crate::error::{Result, TxError};
