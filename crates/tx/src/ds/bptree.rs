@@ -104,7 +104,8 @@ pub static INSERT: TxFunc = TxFunc {
     name: "bptree-insert",
     body: tx_insert,
 };
-/// Removes: args `[header, key]`.
+/// Removes and rebalances: args `[header, key]`; the result word says
+/// whether the key was there and how the tree rebalanced (`R_*` below).
 pub static REMOVE: TxFunc = TxFunc {
     id: 0x4203,
     name: "bptree-remove",
@@ -735,14 +736,13 @@ impl<'p> BpTree<'p> {
         Ok(kb.chunks(KEY).position(|c| c == k))
     }
 
-    /// Write-locks everything a rebalancing removal of `k` may change,
-    /// in the global order: top-down, and left to right within a level —
-    /// the root, then at each level below the path's node with the
-    /// siblings adjacent to it under the same parent (a left sibling,
-    /// the path node, a right sibling). Siblings are never descended
-    /// into, so this is a prefix-closed walk in (depth, position) order,
-    /// the order every other lock taker also follows (they lock one node
-    /// per level). The caller holds the header's write lock.
+    /// Write-locks everything a rebalancing removal of `k` may change
+    /// ([`tx_remove`]: the path, and at each level below the root the
+    /// path node's left and right siblings under the same parent), in the
+    /// global order: top-down, and left to right within a level (left
+    /// sibling, path node, right sibling). Each level's nodes are found
+    /// from the parent locked just before them, and siblings are never
+    /// descended into. The caller holds the header's write lock.
     fn lock_for_rebalance(&self, k: &[u8; KEY]) -> Result<Vec<Held<'_>>> {
         let (root, height) = self.root_height()?;
         let mut held = Vec::new();
