@@ -12,14 +12,41 @@
 //! blocks of one size class, so `offset / 2^⌊log2 node size⌋` tells them
 //! apart), plus one lock for the header (root pointer and height). A
 //! writer first descends with read locks on the header and internal nodes
-//! and a write lock on the leaf — enough when the leaf has room; otherwise
-//! it releases everything and write-locks the header and the whole path
-//! (a split may climb to the root). Locks are always taken top-down and
-//! held until the transaction returns, so writers never deadlock and
-//! conflicting transactions never run at once. Readers read-lock the path.
+//! and a write lock on the leaf — enough when only the leaf changes: an
+//! insert into a leaf with room, a remove of a missing key, from a root
+//! leaf, or from a leaf left with at least the minimum ([`min_keys`]).
+//! Otherwise it releases everything and write-locks the header and the
+//! whole path (a split or a merge may climb to the root); a remove also
+//! write-locks, at each level below the root, the path node's siblings
+//! adjacent to it under the same parent (what a borrow or merge there may
+//! change or free). The global lock order is the header, then top-down by
+//! depth, and left to right within a level: every writer and reader takes
+//! its locks in it (one node per level, or a sibling-path-sibling run),
+//! and holds them until the transaction returns, so writers never
+//! deadlock and conflicting transactions never run at once. (Taking the
+//! header's write lock already excludes every other operation, which all
+//! take the header lock first; the node locks make each transaction hold
+//! a write lock on every node it writes all the same.) Readers read-lock
+//! the path: an optimistic writer changes only the leaf it write-locked.
 //!
-//! Deletion removes the key from its leaf without merging underfull
-//! nodes (separators stay valid bounds; an empty leaf stays linked).
+//! # Deletion
+//!
+//! Every node but the root holds at least [`min_keys`] `= ⌊F/2⌋` keys.
+//! A remove that leaves a leaf below it borrows an entry from a sibling
+//! under the same parent (left first) that has more than the minimum, or
+//! merges with a sibling (left first) at the minimum: the right node of
+//! the pair moves into the left one and is freed in the transaction, its
+//! separator leaves the parent, and the parent may underflow in turn, up
+//! to the root. A root left with no key and one child is freed and the
+//! child becomes the root: the height decreases by one. Leaves merge
+//! right into left, so the surviving left leaf takes the right one's
+//! `next`, and no leaf outside the pair links to the freed one. The
+//! value block and the freed nodes are freed before the first write, so
+//! a corrupt pointer fails the transaction before anything changed.
+//! The on-media format is the one trees had before deletion rebalanced;
+//! a tree written by that code may hold underfull nodes, which `shape`
+//! reports and which removals handle without failing (they only fix the
+//! node they shrink).
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
@@ -38,9 +65,10 @@
 //!
 //! Keys in each node strictly increase and lie within the bounds its
 //! parent gives it; every leaf is at depth `height`; internal nodes have
-//! `n ≥ 1` keys and `n + 1` children; following `next` from the leftmost
-//! leaf visits every leaf once, left to right; every node and value block
-//! is allocated and large enough.
+//! `n ≥ 1` keys and `n + 1` children; every node but the root holds at
+//! least [`min_keys`] keys (so no leaf is empty but an empty root);
+//! following `next` from the leftmost leaf visits every leaf once, left
+//! to right; every node and value block is allocated and large enough.
 
 use super::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
 use crate::error::{Result, TxError};
@@ -50,6 +78,7 @@ use crate::tx::{Tx, TxThread};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const MAGIC: [u8; 8] = *b"FERRBPTR";
 /// Bytes of a key.
@@ -75,7 +104,8 @@ pub static INSERT: TxFunc = TxFunc {
     name: "bptree-insert",
     body: tx_insert,
 };
-/// Removes: args `[header, key]`.
+/// Removes and rebalances: args `[header, key]`; the result word says
+/// whether the key was there and how the tree rebalanced (`R_*` below).
 pub static REMOVE: TxFunc = TxFunc {
     id: 0x4203,
     name: "bptree-remove",
@@ -127,6 +157,7 @@ fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
 }
 
 /// A node read into DRAM inside a transaction.
+#[derive(Clone)]
 struct Node {
     off: u64,
     n: usize,
@@ -298,29 +329,247 @@ fn write_new(tx: &mut Tx<'_, '_>, f: u64, nd: &Node, leaf: bool, next: u64) -> R
     tx.write(p64(nd.off), &b)
 }
 
+/// Fewest keys a node other than the root holds: `⌊F/2⌋` (a root leaf
+/// holds 0..=F keys, a root internal node 1..=F).
+///
+/// Why this bound: a split never leaves fewer — a leaf of F+1 keys splits
+/// into `⌊(F+1)/2⌋` and `⌈(F+1)/2⌉`, an internal node of F+1 keys into
+/// `⌊(F+1)/2⌋` and `F−⌊(F+1)/2⌋ = ⌊F/2⌋` around the key that goes up —
+/// and a merge always fits: a node one below the minimum and a sibling
+/// at it hold `2⌊F/2⌋−1 ≤ F` keys (leaves) or, with the separator pulled
+/// down, `2⌊F/2⌋ ≤ F` (internal nodes).
+pub fn min_keys(f: u64) -> usize {
+    (f / 2) as usize
+}
+
+/// Result word of [`REMOVE`]: bit 0 the key was there; bits 8..16 the
+/// merges it did; then one bit each for a borrow from the left sibling,
+/// from the right one, and the root collapsing (the tree lost a level).
+/// Only the caller reads it (recovery ignores results).
+const R_REMOVED: u64 = 1;
+const R_MERGE_SHIFT: u32 = 8;
+const R_BORROW_LEFT: u64 = 1 << 16;
+const R_BORROW_RIGHT: u64 = 1 << 17;
+const R_COLLAPSE: u64 = 1 << 18;
+
+/// Writes the parts of `after` that differ from `before` (the same node
+/// as loaded): keys and pointers from the first changed index, `n` if it
+/// changed. Bytes past `n` are dead, so a shrinking node writes nothing
+/// past its new end. Logging only what changed keeps undo/redo entries
+/// and clobber inputs small.
+fn store_changed(tx: &mut Tx<'_, '_>, f: u64, before: &Node, after: &Node) -> Result<()> {
+    let first = |a: &[[u8; KEY]], b: &[[u8; KEY]]| {
+        (0..b.len())
+            .find(|&i| a.get(i) != Some(&b[i]))
+            .unwrap_or(b.len())
+    };
+    let kf = first(&before.keys, &after.keys);
+    let pf = (0..after.ptrs.len())
+        .find(|&i| before.ptrs.get(i) != Some(&after.ptrs[i]))
+        .unwrap_or(after.ptrs.len());
+    let kb: Vec<u8> = after.keys[kf..].iter().flatten().copied().collect();
+    tx.write(p64(after.off + N_KEYS + (kf * KEY) as u64), &kb)?;
+    let pb: Vec<u8> = after.ptrs[pf..]
+        .iter()
+        .flat_map(|p| p.to_le_bytes())
+        .collect();
+    tx.write(p64(after.off + ptrs_off(f) + 8 * pf as u64), &pb)?;
+    if before.n != after.n {
+        tx.write_u64(p64(after.off + N_N), after.n as u64)?;
+    }
+    Ok(())
+}
+
+/// Everything a removal will change, computed from reads alone before
+/// anything is written (a clobber transaction must not fail after its
+/// first write): nodes as loaded and as they become, leaf `next` links,
+/// blocks to free, and a new (root, height).
+#[derive(Default)]
+struct Plan {
+    nodes: Vec<(Node, Node)>,
+    links: Vec<(u64, u64)>,
+    frees: Vec<u64>,
+    header: Option<(u64, u64)>,
+    result: u64,
+}
+
+/// Removes `key`; rebalances bottom-up while a node other than the root
+/// falls below [`min_keys`]. At each level the underfull node borrows one
+/// entry from its left sibling (same parent) if that has more than the
+/// minimum, else from its right sibling, else merges with the left
+/// sibling (or the right one when it is the leftmost child): the right
+/// node of the pair is emptied into the left, freed, and its separator
+/// leaves the parent, which may underflow in turn. A root left with no
+/// key and one child is freed and that child becomes the root (height
+/// decreases). Leaves merge right-into-left, so the only `next` link to
+/// fix is the surviving left leaf's. Every node touched is the path node,
+/// its parent, or a sibling adjacent to it: the caller's locks
+/// ([`BpTree::remove`]) cover exactly those.
 fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (hdr, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let k = key32(key);
     let mut hb = [0u8; 40];
     tx.read(p64(hdr), &mut hb)?;
     let (f, root, height) = (le(&hb, 8), le(&hb, 24), le(&hb, 32));
+    let mut path: Vec<(Node, usize)> = Vec::new();
     let mut x = root;
     for _ in 1..height {
         let nd = load(tx, x, f, false)?;
-        x = nd.ptrs[child_index(&nd.keys, &k)];
+        let i = child_index(&nd.keys, &k);
+        x = nd.ptrs[i];
+        path.push((nd, i));
     }
-    let mut leaf = load(tx, x, f, true)?;
+    let leaf = load(tx, x, f, true)?;
     let pos = leaf.keys.partition_point(|x| x < &k);
     if pos == leaf.n || leaf.keys[pos] != k {
         return Ok(0);
     }
-    let vb = leaf.ptrs[pos];
-    leaf.keys.remove(pos);
-    leaf.ptrs.remove(pos);
-    leaf.n -= 1;
-    store(tx, f, &leaf, pos, pos)?;
-    tx.free(POff::new(vb))?;
-    Ok(1)
+    let plan = plan_remove(tx, f, height, path, leaf, pos)?;
+    // Frees first: they only record what commit will do, and may fail
+    // (a corrupt pointer) while nothing has been written yet.
+    for &b in &plan.frees {
+        tx.free(POff::new(b))?;
+    }
+    for (before, after) in &plan.nodes {
+        store_changed(tx, f, before, after)?;
+    }
+    for &(l, next) in &plan.links {
+        tx.write_u64(p64(l + N_NEXT), next)?;
+    }
+    if let Some((r, h)) = plan.header {
+        let mut b = [0u8; 16];
+        b[0..8].copy_from_slice(&r.to_le_bytes());
+        b[8..16].copy_from_slice(&h.to_le_bytes());
+        tx.write(p64(hdr + H_ROOT), &b)?;
+    }
+    Ok(plan.result)
+}
+
+/// The reads and decisions of [`tx_remove`] (see there).
+fn plan_remove(
+    tx: &mut Tx<'_, '_>,
+    f: u64,
+    height: u64,
+    mut path: Vec<(Node, usize)>,
+    leaf: Node,
+    pos: usize,
+) -> Result<Plan> {
+    let min = min_keys(f);
+    let mut plan = Plan {
+        frees: vec![leaf.ptrs[pos]],
+        result: R_REMOVED,
+        ..Plan::default()
+    };
+    let mut cur = leaf.clone();
+    cur.keys.remove(pos);
+    cur.ptrs.remove(pos);
+    cur.n -= 1;
+    let mut cur0 = leaf;
+    let mut is_leaf = true;
+    let mut merges = 0u64;
+    let corrupt = |what: &str, off: u64| TxError::Corrupt(format!("B+tree node {off:#x}: {what}"));
+    while let Some((par0, i)) = path.pop() {
+        if cur.n >= min {
+            plan.result |= merges << R_MERGE_SHIFT;
+            plan.nodes.push((cur0, cur));
+            return Ok(plan);
+        }
+        let mut par = par0.clone();
+        let left = match i {
+            0 => None,
+            _ => Some(load(tx, par0.ptrs[i - 1], f, is_leaf)?),
+        };
+        if let Some(l0) = left.as_ref().filter(|l| l.n > min) {
+            // Borrow the left sibling's last entry. A leaf's new first key
+            // becomes the separator; an internal node rotates through the
+            // parent (the separator comes down, the sibling's last key goes up).
+            let mut l = l0.clone();
+            let (lk, lp) = (l.keys.pop(), l.ptrs.pop());
+            let (Some(lk), Some(lp)) = (lk, lp) else {
+                return Err(corrupt("empty sibling", l.off));
+            };
+            l.n -= 1;
+            if is_leaf {
+                cur.keys.insert(0, lk);
+                par.keys[i - 1] = lk;
+            } else {
+                cur.keys.insert(0, par.keys[i - 1]);
+                par.keys[i - 1] = lk;
+            }
+            cur.ptrs.insert(0, lp);
+            cur.n += 1;
+            plan.nodes
+                .extend([(l0.clone(), l), (cur0, cur), (par0, par)]);
+            plan.result |= R_BORROW_LEFT | merges << R_MERGE_SHIFT;
+            return Ok(plan);
+        }
+        let right = if i < par0.n {
+            Some(load(tx, par0.ptrs[i + 1], f, is_leaf)?)
+        } else {
+            None
+        };
+        if let Some(r0) = right.as_ref().filter(|r| r.n > min) {
+            // Borrow the right sibling's first entry (mirror image).
+            let mut r = r0.clone();
+            let (rk, rp) = (r.keys.remove(0), r.ptrs.remove(0));
+            r.n -= 1;
+            if is_leaf {
+                cur.keys.push(rk);
+                par.keys[i] = r.keys[0];
+            } else {
+                cur.keys.push(par.keys[i]);
+                par.keys[i] = rk;
+            }
+            cur.ptrs.push(rp);
+            cur.n += 1;
+            plan.nodes
+                .extend([(cur0, cur), (r0.clone(), r), (par0, par)]);
+            plan.result |= R_BORROW_RIGHT | merges << R_MERGE_SHIFT;
+            return Ok(plan);
+        }
+        // Merge: both candidates are at or below the minimum, so the pair
+        // fits in one node. `s` is the separator between them.
+        let (l0, mut l, r, s) = match (left, right) {
+            (Some(l), _) => (l.clone(), l, cur, i - 1),
+            (None, Some(r)) => (cur0, cur, r, i),
+            (None, None) => return Err(corrupt("internal node without keys", par0.off)),
+        };
+        if l.off == r.off || r.off == par0.off {
+            return Err(corrupt("child listed twice", r.off));
+        }
+        if is_leaf {
+            let next = tx.read_u64(p64(r.off + N_NEXT))?;
+            plan.links.push((l.off, next));
+        } else {
+            l.keys.push(par.keys[s]);
+        }
+        l.keys.extend_from_slice(&r.keys);
+        l.ptrs.extend_from_slice(&r.ptrs);
+        l.n = l.keys.len();
+        if l.n as u64 > f {
+            return Err(corrupt("siblings too full to merge", l.off));
+        }
+        par.keys.remove(s);
+        par.ptrs.remove(s + 1);
+        par.n -= 1;
+        plan.frees.push(r.off);
+        plan.nodes.push((l0, l));
+        merges += 1;
+        cur0 = par0;
+        cur = par;
+        is_leaf = false;
+    }
+    // `cur` is the root.
+    plan.result |= merges << R_MERGE_SHIFT;
+    if !is_leaf && cur.n == 0 {
+        // One child left: it becomes the root, one level up.
+        plan.header = Some((cur.ptrs[0], height - 1));
+        plan.frees.push(cur.off);
+        plan.result |= R_COLLAPSE;
+    } else {
+        plan.nodes.push((cur0, cur));
+    }
+    Ok(plan)
 }
 
 /// A held node lock.
@@ -340,6 +589,24 @@ pub struct BpTree<'p> {
     /// log2 of the stride that tells nodes apart in `locks`.
     shift: u32,
     base: u64,
+    /// What this handle's removals did to rebalance (DRAM only).
+    stats: [AtomicU64; 5],
+}
+
+/// Rebalancing done by one handle's removals since it was opened
+/// ([`BpTree::rebalances`]), read from [`REMOVE`]'s result word.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rebalances {
+    /// An underfull node took an entry from its left sibling.
+    pub borrow_left: u64,
+    /// … from its right sibling.
+    pub borrow_right: u64,
+    /// Two siblings became one (a node freed).
+    pub merges: u64,
+    /// Removals whose merges climbed more than one level.
+    pub cascades: u64,
+    /// Removals that freed the root and lowered the height.
+    pub collapses: u64,
 }
 
 impl<'p> BpTree<'p> {
@@ -377,13 +644,49 @@ impl<'p> BpTree<'p> {
             locks: (0..n).map(|_| RwLock::new(())).collect(),
             shift,
             base,
+            stats: Default::default(),
         })
     }
 
-    fn lock(&self, node: u64) -> Result<&RwLock<()>> {
+    /// Index of `node`'s lock in `locks`.
+    fn lock_index(&self, node: u64) -> Result<usize> {
         node.checked_sub(self.base)
-            .and_then(|d| self.locks.get((d >> self.shift) as usize))
+            .map(|d| (d >> self.shift) as usize)
+            .filter(|&i| i < self.locks.len())
             .ok_or_else(|| TxError::Corrupt(format!("B+tree node {node:#x} outside the heap")))
+    }
+
+    fn lock(&self, node: u64) -> Result<&RwLock<()>> {
+        Ok(&self.locks[self.lock_index(node)?])
+    }
+
+    /// Rebalancing this handle's removals did so far.
+    pub fn rebalances(&self) -> Rebalances {
+        let g = |i: usize| self.stats[i].load(Ordering::Relaxed);
+        Rebalances {
+            borrow_left: g(0),
+            borrow_right: g(1),
+            merges: g(2),
+            cascades: g(3),
+            collapses: g(4),
+        }
+    }
+
+    /// Counts what a [`REMOVE`] result word says it did; true when the
+    /// key was there.
+    fn removed(&self, r: u64) -> bool {
+        let merges = (r >> R_MERGE_SHIFT) & 0xff;
+        let add = |i: usize, n: u64| {
+            if n > 0 {
+                self.stats[i].fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(0, u64::from(r & R_BORROW_LEFT != 0));
+        add(1, u64::from(r & R_BORROW_RIGHT != 0));
+        add(2, merges);
+        add(3, u64::from(merges > 1));
+        add(4, u64::from(r & R_COLLAPSE != 0));
+        r & R_REMOVED != 0
     }
 
     fn root_height(&self) -> Result<(u64, u64)> {
@@ -393,14 +696,84 @@ impl<'p> BpTree<'p> {
         ))
     }
 
+    /// `n` of node `x` (read under its lock), refused above the fanout.
+    fn count(&self, x: u64) -> Result<usize> {
+        let n = self.txp.read_u64(x + N_N)?;
+        if n > self.fanout {
+            return Err(TxError::Corrupt(format!(
+                "B+tree node {x:#x} holds {n} keys"
+            )));
+        }
+        Ok(n as usize)
+    }
+
+    /// Index of the child of internal node `x` covering `k`, and `x`'s `n`
+    /// (read under its lock).
+    fn child_at(&self, x: u64, k: &[u8; KEY]) -> Result<(usize, usize)> {
+        let n = self.count(x)?;
+        let mut kb = vec![0u8; n * KEY];
+        self.txp.read(x + N_KEYS, &mut kb)?;
+        let keys: Vec<[u8; KEY]> = kb.chunks(KEY).map(|c| c.try_into().expect("32")).collect();
+        Ok((child_index(&keys, k), n))
+    }
+
+    /// Pointer `i` of node `x`.
+    fn ptr(&self, x: u64, i: usize) -> Result<u64> {
+        self.txp.read_u64(x + ptrs_off(self.fanout) + 8 * i as u64)
+    }
+
     /// The child of internal node `x` covering `k` (read under its lock).
     fn child(&self, x: u64, k: &[u8; KEY]) -> Result<u64> {
-        let t = self.txp;
-        let n = t.read_u64(x + N_N)? as usize;
+        let (i, _) = self.child_at(x, k)?;
+        self.ptr(x, i)
+    }
+
+    /// Position of `k` in leaf `leaf` (read under its lock).
+    fn find(&self, leaf: u64, k: &[u8; KEY]) -> Result<Option<usize>> {
+        let n = self.count(leaf)?;
         let mut kb = vec![0u8; n * KEY];
-        t.read(x + N_KEYS, &mut kb)?;
-        let keys: Vec<[u8; KEY]> = kb.chunks(KEY).map(|c| c.try_into().expect("32")).collect();
-        t.read_u64(x + ptrs_off(self.fanout) + 8 * child_index(&keys, k) as u64)
+        self.txp.read(leaf + N_KEYS, &mut kb)?;
+        Ok(kb.chunks(KEY).position(|c| c == k))
+    }
+
+    /// Write-locks everything a rebalancing removal of `k` may change
+    /// ([`tx_remove`]: the path, and at each level below the root the
+    /// path node's left and right siblings under the same parent), in the
+    /// global order: top-down, and left to right within a level (left
+    /// sibling, path node, right sibling). Each level's nodes are found
+    /// from the parent locked just before them, and siblings are never
+    /// descended into. The caller holds the header's write lock.
+    fn lock_for_rebalance(&self, k: &[u8; KEY]) -> Result<Vec<Held<'_>>> {
+        let (root, height) = self.root_height()?;
+        let mut held = Vec::new();
+        // Lock indices taken: a corrupt tree naming one node twice must
+        // fail, not deadlock on a lock this thread holds.
+        let mut taken: Vec<usize> = Vec::new();
+        let mut take = |x: u64| -> Result<&RwLock<()>> {
+            let i = self.lock_index(x)?;
+            if taken.contains(&i) {
+                return Err(TxError::Corrupt(format!(
+                    "B+tree node {x:#x} reached twice"
+                )));
+            }
+            taken.push(i);
+            Ok(&self.locks[i])
+        };
+        held.push(Held::W(take(root)?.write()));
+        let mut x = root;
+        for _ in 1..height {
+            let (i, n) = self.child_at(x, k)?;
+            let lo = i.saturating_sub(1);
+            let hi = (i + 1).min(n);
+            let kids = (lo..=hi)
+                .map(|j| self.ptr(x, j))
+                .collect::<Result<Vec<u64>>>()?;
+            for &c in &kids {
+                held.push(Held::W(take(c)?.write()));
+            }
+            x = kids[i - lo];
+        }
+        Ok(held)
     }
 
     /// Locks the path to `k`'s leaf: read locks above it, `leaf_write` on
@@ -455,33 +828,44 @@ impl KvMap for BpTree<'_> {
 
     fn remove(&self, th: &mut TxThread<'_>, key: u64) -> Result<bool> {
         let k = key32(key);
-        let _h = self.head_lock.read();
-        let (_, _held) = self.lock_path(&k, false, true)?;
-        Ok(th.run(&REMOVE, &pack_args(&[self.header, key]), &[])? == 1)
+        let args = pack_args(&[self.header, key]);
+        {
+            // Optimistic: the key is missing, the leaf is the root, or it
+            // keeps at least the minimum — only the leaf changes.
+            let _h = self.head_lock.read();
+            let (leaf, _held) = self.lock_path(&k, false, true)?;
+            let (_, height) = self.root_height()?;
+            if height == 1
+                || self.find(leaf, &k)?.is_none()
+                || self.count(leaf)? > min_keys(self.fanout)
+            {
+                return Ok(self.removed(th.run(&REMOVE, &args, &[])?));
+            }
+        }
+        // The leaf underflows: merges may climb to the root and lower the
+        // height. Write-lock the header, the path and the siblings next to it.
+        let _h = self.head_lock.write();
+        let _held = self.lock_for_rebalance(&k)?;
+        Ok(self.removed(th.run(&REMOVE, &args, &[])?))
     }
 
     fn get(&self, key: u64) -> Result<Option<Vec<u8>>> {
         let k = key32(key);
         let _h = self.head_lock.read();
         let (leaf, _held) = self.lock_path(&k, false, false)?;
-        let t = self.txp;
-        let n = t.read_u64(leaf + N_N)? as usize;
-        for i in 0..n {
-            let mut kb = [0u8; KEY];
-            t.read(leaf + N_KEYS + (KEY * i) as u64, &mut kb)?;
-            if kb == k {
-                let vb = t.read_u64(leaf + ptrs_off(self.fanout) + 8 * i as u64)?;
-                let mut v = vec![0u8; self.value_len];
-                t.read(vb, &mut v)?;
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
+        let Some(i) = self.find(leaf, &k)? else {
+            return Ok(None);
+        };
+        let vb = self.ptr(leaf, i)?;
+        let mut v = vec![0u8; self.value_len];
+        self.txp.read(vb, &mut v)?;
+        Ok(Some(v))
     }
 
     fn shape(&self) -> std::result::Result<Shape, String> {
         let t = self.txp;
         let f = self.fanout;
+        let min = min_keys(f);
         let rd = |off: u64| t.read_u64(off).map_err(|e| e.to_string());
         let mut shape = Shape::default();
         let heap = t.heap();
@@ -516,6 +900,11 @@ impl KvMap for BpTree<'_> {
             if n > f || leaf != u64::from(depth == height) {
                 return Err(format!(
                     "node {x:#x}: leaf {leaf} n {n} at depth {depth}/{height}"
+                ));
+            }
+            if depth > 1 && n < min as u64 {
+                return Err(format!(
+                    "node {x:#x} at depth {depth}/{height}: {n} keys, below the minimum {min}"
                 ));
             }
             let mut kb = vec![0u8; n as usize * KEY];
@@ -571,5 +960,348 @@ impl KvMap for BpTree<'_> {
 
     fn value_len(&self) -> usize {
         self.value_len
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let r = self.rebalances();
+        vec![
+            ("borrow_left", r.borrow_left),
+            ("borrow_right", r.borrow_right),
+            ("merges", r.merges),
+            ("cascades", r.cascades),
+            ("collapses", r.collapses),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ds::{self, KvMap};
+    use crate::{Strategy, TxOptions};
+    use ferrite_pmem::{Domain, Pool, PoolOptions};
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn pool() -> Pool {
+        Pool::create_in_memory(&PoolOptions::new("bptree-test", 8 << 20).domain(Domain::Adr))
+            .unwrap()
+    }
+
+    fn txpool(p: &Pool, strategy: Strategy) -> TxPool {
+        TxPool::create(
+            p,
+            &TxOptions::new(strategy).slots(6).area_bytes(64 << 10),
+            ds::registry(),
+        )
+        .unwrap()
+    }
+
+    fn opts(fanout: usize) -> DsOptions {
+        DsOptions {
+            value_len: 16,
+            fanout,
+            ..DsOptions::default()
+        }
+    }
+
+    fn val(k: u64, v: u64) -> Vec<u8> {
+        (0..16u64)
+            .map(|i| (k ^ v.rotate_left(5) ^ i) as u8)
+            .collect()
+    }
+
+    fn height(t: &BpTree<'_>) -> u64 {
+        t.root_height().unwrap().1
+    }
+
+    /// The tree holds `model`, is well formed (shape, with the occupancy
+    /// minimum), and the heap holds exactly its blocks (once `th` handed
+    /// clobber's held-back frees to the allocator).
+    fn agrees(t: &BpTree<'_>, th: &mut TxThread<'_>, model: &BTreeMap<u64, Vec<u8>>, what: &str) {
+        th.quiesce();
+        let txp = th.pool();
+        let shape = t.shape().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(&shape.entries, model, "{what}");
+        let blocks: BTreeSet<u64> = shape.blocks.iter().map(|b| b.0).collect();
+        let mut alloc = BTreeSet::new();
+        txp.heap().for_each_allocated(&mut |o, _| {
+            alloc.insert(o.raw());
+        });
+        assert_eq!(blocks, alloc, "{what}: allocated blocks = the tree's");
+    }
+
+    /// Random insert/remove mixes against a model with the shape checked
+    /// after every operation, under every strategy and several fanouts:
+    /// grow, churn, delete everything (the root collapses to a leaf),
+    /// reinsert. Every kind of rebalancing happens.
+    #[test]
+    fn removals_rebalance_and_match_a_model() {
+        for strategy in Strategy::ALL {
+            for fanout in [3usize, 4, 5, 8] {
+                let p = pool();
+                let txp = txpool(&p, strategy);
+                let mut th = txp.thread().unwrap();
+                let t = BpTree::create(&mut th, opts(fanout)).unwrap();
+                let mut model = BTreeMap::new();
+                let mut x = fanout as u64;
+                let step = |th: &mut TxThread<'_>,
+                            model: &mut BTreeMap<u64, Vec<u8>>,
+                            ins: bool,
+                            k: u64,
+                            i: u64| {
+                    let what = format!("{strategy} F={fanout} op {i} key {k}");
+                    if ins {
+                        let v = val(k, i);
+                        assert_eq!(
+                            t.insert(th, k, &v).unwrap(),
+                            model.insert(k, v).is_none(),
+                            "{what}"
+                        );
+                    } else {
+                        assert_eq!(
+                            t.remove(th, k).unwrap(),
+                            model.remove(&k).is_some(),
+                            "{what}"
+                        );
+                    }
+                    agrees(&t, th, model, &what);
+                };
+                let mut i = 0u64;
+                for round in 0..2 {
+                    // Grow (mostly inserts), churn (even), shrink (mostly removes).
+                    for (ops, ins_per_10) in [(300, 8), (300, 5), (300, 2)] {
+                        for _ in 0..ops {
+                            x = ds::mix64(x);
+                            i += 1;
+                            step(&mut th, &mut model, x % 10 < ins_per_10, (x >> 8) % 200, i);
+                        }
+                    }
+                    // Delete everything left, in random order.
+                    let mut keys: Vec<u64> = model.keys().copied().collect();
+                    while !keys.is_empty() {
+                        x = ds::mix64(x);
+                        let k = keys.swap_remove((x % keys.len() as u64) as usize);
+                        i += 1;
+                        step(&mut th, &mut model, false, k, i);
+                    }
+                    assert_eq!(
+                        height(&t),
+                        1,
+                        "{strategy} F={fanout} round {round}: empty tree is one leaf"
+                    );
+                    assert_eq!(t.shape().unwrap().blocks.len(), 2, "header and root leaf");
+                }
+                let r = t.rebalances();
+                assert!(
+                    r.borrow_left > 0
+                        && r.borrow_right > 0
+                        && r.merges > 0
+                        && r.cascades > 0
+                        && r.collapses > 0,
+                    "{strategy} F={fanout}: {r:?}"
+                );
+            }
+        }
+    }
+
+    /// Deleting every key gives the space back: the heap's in-use bytes
+    /// return to those of the empty tree, and a second fill-and-empty
+    /// claims no more pages than the first.
+    #[test]
+    fn deleting_everything_gives_space_back() {
+        for strategy in Strategy::ALL {
+            let p = pool();
+            let txp = txpool(&p, strategy);
+            let mut th = txp.thread().unwrap();
+            let t = BpTree::create(&mut th, opts(4)).unwrap();
+            let empty = txp.heap().stats();
+            let mut claimed = Vec::new();
+            for round in 0..3u64 {
+                // mix64 is a bijection: 600 distinct keys in random order.
+                for k in 0..600 {
+                    t.insert(&mut th, ds::mix64(k), &val(k, round)).unwrap();
+                }
+                assert!(height(&t) >= 4, "{strategy}: a deep tree");
+                let full = txp.heap().stats();
+                claimed.push(full.claimed);
+                for k in 0..600 {
+                    assert!(t.remove(&mut th, ds::mix64(k)).unwrap());
+                }
+                th.quiesce();
+                let st = txp.heap().stats();
+                assert_eq!(
+                    (st.in_use, st.blocks),
+                    (empty.in_use, empty.blocks),
+                    "{strategy} round {round}: in use after deleting everything"
+                );
+                assert_eq!(height(&t), 1);
+                t.shape().unwrap();
+            }
+            assert!(
+                claimed[1] <= claimed[0] && claimed[2] <= claimed[0],
+                "{strategy}: freed nodes and values are reused: {claimed:?}"
+            );
+        }
+    }
+
+    /// Sequential deletions in both directions: ascending keys make the
+    /// leftmost leaf underflow (borrow from the right, merge with the right),
+    /// descending the rightmost (borrow from the left, merge with the left).
+    #[test]
+    fn ascending_and_descending_deletions() {
+        for strategy in [Strategy::Undo, Strategy::Clobber] {
+            for desc in [false, true] {
+                let p = pool();
+                let txp = txpool(&p, strategy);
+                let mut th = txp.thread().unwrap();
+                let t = BpTree::create(&mut th, opts(4)).unwrap();
+                let mut model = BTreeMap::new();
+                // Inserted in random order, so nodes are not all at the
+                // minimum (sequential inserts leave every left half there).
+                let mut keys: Vec<u64> = (0..120).collect();
+                keys.sort_by_key(|&k| ds::mix64(k));
+                for k in keys {
+                    t.insert(&mut th, k, &val(k, 0)).unwrap();
+                    model.insert(k, val(k, 0));
+                }
+                let h0 = height(&t);
+                let order: Vec<u64> = if desc {
+                    (0..120).rev().collect()
+                } else {
+                    (0..120).collect()
+                };
+                let mut heights = vec![h0];
+                for k in order {
+                    assert!(t.remove(&mut th, k).unwrap());
+                    model.remove(&k);
+                    agrees(
+                        &t,
+                        &mut th,
+                        &model,
+                        &format!("{strategy} desc {desc} key {k}"),
+                    );
+                    if heights.last() != Some(&height(&t)) {
+                        heights.push(height(&t));
+                    }
+                }
+                // The height only ever decreases, one level at a time, to 1.
+                let want: Vec<u64> = (1..=h0).rev().collect();
+                assert_eq!(heights, want, "{strategy} desc {desc}");
+                let r = t.rebalances();
+                if desc {
+                    assert!(r.borrow_left > 0 && r.merges > 0, "{r:?}");
+                } else {
+                    assert!(r.borrow_right > 0 && r.merges > 0, "{r:?}");
+                }
+                assert_eq!(r.collapses, h0 - 1);
+            }
+        }
+    }
+
+    /// Writers removing and inserting their own keys (forcing merges and
+    /// splits) while readers look up keys nobody touches: every lookup
+    /// finds its value, and the final tree is the writers' models.
+    #[test]
+    fn readers_stay_correct_while_writers_merge() {
+        const W: u64 = 3;
+        for strategy in [Strategy::Undo, Strategy::Redo, Strategy::Clobber] {
+            let p = pool();
+            let txp = txpool(&p, strategy);
+            let t = {
+                let mut th = txp.thread().unwrap();
+                let t = BpTree::create(&mut th, opts(4)).unwrap();
+                // Fixed keys ≡ W (mod W+1), never removed.
+                for k in 0..100u64 {
+                    let k = k * (W + 1) + W;
+                    t.insert(&mut th, k, &val(k, 0)).unwrap();
+                }
+                t
+            };
+            let models: Vec<BTreeMap<u64, Vec<u8>>> = std::thread::scope(|sc| {
+                let (t, txp) = (&t, &txp);
+                let readers: Vec<_> = (0..2u64)
+                    .map(|r| {
+                        sc.spawn(move || {
+                            let mut x = r + 100;
+                            for _ in 0..3000 {
+                                x = ds::mix64(x);
+                                let k = (x % 100) * (W + 1) + W;
+                                assert_eq!(t.get(k).unwrap(), Some(val(k, 0)), "key {k}");
+                            }
+                        })
+                    })
+                    .collect();
+                let writers: Vec<_> = (0..W)
+                    .map(|w| {
+                        sc.spawn(move || {
+                            let mut th = txp.thread().unwrap();
+                            let mut model = BTreeMap::new();
+                            let mut x = w + 1;
+                            for i in 0..800u64 {
+                                x = ds::mix64(x);
+                                let k = (x % 80) * (W + 1) + w;
+                                // Alternate insert-heavy and remove-heavy phases.
+                                if (x >> 16) % 10 < if (i / 100) % 2 == 0 { 8 } else { 2 } {
+                                    let v = val(k, i);
+                                    assert_eq!(
+                                        t.insert(&mut th, k, &v).unwrap(),
+                                        model.insert(k, v).is_none()
+                                    );
+                                } else {
+                                    assert_eq!(
+                                        t.remove(&mut th, k).unwrap(),
+                                        model.remove(&k).is_some()
+                                    );
+                                }
+                            }
+                            model
+                        })
+                    })
+                    .collect();
+                for r in readers {
+                    r.join().unwrap();
+                }
+                writers.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut want: BTreeMap<u64, Vec<u8>> = models.into_iter().flatten().collect();
+            for k in 0..100u64 {
+                let k = k * (W + 1) + W;
+                want.insert(k, val(k, 0));
+            }
+            let mut th = txp.thread().unwrap();
+            agrees(&t, &mut th, &want, &format!("{strategy}"));
+            assert!(
+                t.rebalances().merges > 0,
+                "{strategy}: {:?}",
+                t.rebalances()
+            );
+        }
+    }
+
+    /// `shape` refuses an underfull node and an empty non-root leaf.
+    #[test]
+    fn shape_refuses_underfull_nodes() {
+        let p = pool();
+        let txp = txpool(&p, Strategy::Undo);
+        let mut th = txp.thread().unwrap();
+        let t = BpTree::create(&mut th, opts(4)).unwrap();
+        for k in 0..20u64 {
+            t.insert(&mut th, k, &val(k, 0)).unwrap();
+        }
+        t.shape().unwrap();
+        // Shrink the leftmost leaf's count by hand (outside a transaction).
+        let (root, h) = t.root_height().unwrap();
+        let mut x = root;
+        for _ in 1..h {
+            x = t.ptr(x, 0).unwrap();
+        }
+        let n = t.count(x).unwrap();
+        for bad in [min_keys(4) as u64 - 1, 0] {
+            txp.region.store_u64((x + N_N) as usize, bad);
+            let e = t.shape().unwrap_err();
+            assert!(e.contains("below the minimum"), "{e}");
+        }
+        txp.region.store_u64((x + N_N) as usize, n as u64);
+        t.shape().unwrap();
     }
 }

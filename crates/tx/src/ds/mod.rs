@@ -86,6 +86,11 @@ pub trait KvMap: Send + Sync {
     fn header(&self) -> u64;
     /// Bytes of every value.
     fn value_len(&self) -> usize;
+    /// Named event counters of this handle (DRAM only, since it was
+    /// opened), e.g. the B+tree's rebalancing; none by default.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Options shared by the structures.
