@@ -123,6 +123,9 @@ pub enum Fault {
     ClobberNoInputLog,
     /// Recovery restores clobbered inputs but does not re-execute.
     NoReexecute,
+    /// Recovery replays REDO records' allocator operations before the heap
+    /// has judged its lane records (`tests/mixed_heap.rs`).
+    RedoBeforeHeap,
 }
 
 /// Where things live, in pool offsets.
@@ -363,8 +366,12 @@ impl TxPool {
         // the raw image, before the heap reads its bitmaps.
         recovery::roll_group_forward(&whole, &layout)?;
         let found = recovery::scan(&whole, &layout)?;
-        let mut report = recovery::restore(&whole, &layout, &found)?;
         let heap_region = whole.sub(sb.heap_off as usize, sb.heap_len as usize)?;
+        if fault != Fault::RedoBeforeHeap && found.redo_has_ops()? {
+            // Lane records first, on the crash image (recovery, step 6).
+            drop(Heap::open(heap_region.clone())?);
+        }
+        let mut report = recovery::restore(&whole, &layout, &found)?;
         let heap = Heap::open(heap_region)?;
         let next_epoch = (0..sb.slots).map(|i| Some(found.next_epoch(i))).collect();
         let mut txp = TxPool {

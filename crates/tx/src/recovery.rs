@@ -16,7 +16,16 @@
 //! 5. One fence.
 //! 6. The heap is opened: its bitmaps are now those of a state in which
 //!    no interrupted transaction allocated or freed anything (undo, clobber)
-//!    or every committed one did (redo).
+//!    or every committed one did (redo). When a REDO record with allocator
+//!    operations is interrupted, the heap is also opened once *before*
+//!    step 2 (and dropped): it must judge its own lane records on the
+//!    image as the crash left it. A transaction's `prepare` flushed the
+//!    pending markers of other lanes' records, and its commit fence may
+//!    have made the REDO record durable without them; replaying a free
+//!    first would make such a lane's complete allocation look unapplied,
+//!    and the heap would re-apply it ([`ferrite_alloc::AllocThread::prepare`];
+//!    `tests/mixed_heap.rs` shows the leak). Rollbacks need no such order:
+//!    their operations were applied after that fence.
 //! 7. **Re-execution**: each clobber transaction's function runs again
 //!    from its v_log, in order — finished ones by the ticket of their END
 //!    record, then unfinished ones by slot — to its END record.
@@ -157,6 +166,17 @@ impl Found {
 
     fn by_kind(&self, k: Kind) -> impl Iterator<Item = &Candidate> {
         self.cands.iter().filter(move |c| c.kind == k)
+    }
+
+    /// True when some interrupted REDO record carries allocator operations
+    /// (whether it replays is decided later, by its fresh data).
+    pub(crate) fn redo_has_ops(&self) -> Result<bool> {
+        for c in self.by_kind(Kind::Redo) {
+            if c.items()?.iter().any(|it| matches!(it, Item::Op(_))) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn clobber_order(&self) -> Vec<&Candidate> {
