@@ -207,16 +207,28 @@ impl Ranges {
         }
     }
 
+    /// Moves the set to the line table now, whatever its size (for sets
+    /// about to receive many scattered ranges).
+    pub fn go_big(&mut self) {
+        if self.big.is_none() {
+            self.spill();
+        }
+    }
+
     fn maybe_grow(&mut self) {
         if self.iv.len() > SMALL {
-            let mut b = self.spare.take().unwrap_or_default();
-            for (s, e) in self.iv.drain(..) {
-                for l in s / 64..e.div_ceil(64) {
-                    b.or(l, line_bits(l, s, e));
-                }
-            }
-            self.big = Some(b);
+            self.spill();
         }
+    }
+
+    fn spill(&mut self) {
+        let mut b = self.spare.take().unwrap_or_default();
+        for (s, e) in self.iv.drain(..) {
+            for l in s / 64..e.div_ceil(64) {
+                b.or(l, line_bits(l, s, e));
+            }
+        }
+        self.big = Some(b);
     }
 
     /// Maximal runs of the set overlapping `[s, e)`, in address order,
@@ -408,6 +420,9 @@ impl ReadSet {
     }
 
     fn switch_to_ranges(&mut self) {
+        // Past this size the reads are scattered (a rehash, a rebalance):
+        // straight to the line table.
+        self.set.go_big();
         for (a, z) in self.log.drain(..) {
             self.set.insert(a, z);
         }
