@@ -403,11 +403,11 @@ impl ReadSet {
         }
         self.log.push((s, e));
         if self.log.len() > READ_LOG {
-            self.to_ranges();
+            self.spill_to_ranges();
         }
     }
 
-    fn to_ranges(&mut self) {
+    fn spill_to_ranges(&mut self) {
         for (a, z) in self.log.drain(..) {
             self.set.insert(a, z);
         }
