@@ -386,24 +386,25 @@ struct Node {
 /// Reads a node's `n`, keys and pointers (marks them read).
 fn load(tx: &mut Tx<'_, '_>, off: u64, f: u64, leaf: bool) -> Result<Node> {
     let n = read_n(tx, off, f)?;
-    let mut kb = [0u8; KEY * MAXF];
-    tx.read(p64(off + N_KEYS), &mut kb[..n * KEY])?;
     let np = if leaf { n } else { n + 1 };
-    let mut pb = [0u8; 8 * MAXF];
-    tx.read(p64(off + ptrs_off(f)), &mut pb[..np * 8])?;
-    Ok(Node {
-        off,
-        n,
-        keys: kb[..n * KEY]
-            .chunks_exact(KEY)
-            .map(|c| c.try_into().expect("32 bytes"))
-            .collect(),
-        ptrs: pb[..np * 8].chunks_exact(8).map(|c| le(c, 0)).collect(),
+    with_scratch(f, |kb, pb| {
+        let (kb, pb) = (&mut kb[..n * KEY], &mut pb[..np * 8]);
+        tx.read(p64(off + N_KEYS), kb)?;
+        tx.read(p64(off + ptrs_off(f)), pb)?;
+        Ok(Node {
+            off,
+            n,
+            keys: kb
+                .chunks_exact(KEY)
+                .map(|c| c.try_into().expect("32 bytes"))
+                .collect(),
+            ptrs: pb.chunks_exact(8).map(|c| le(c, 0)).collect(),
+        })
     })
 }
 
 /// Writes keys and pointers of a DRAM image from the given indices on
-/// (staged in stack arrays: a node holds at most F ≤ [`MAX_FANOUT`]).
+/// (a node image holds at most F entries, F+1 pointers: the scratch's size).
 fn write_entries(
     tx: &mut Tx<'_, '_>,
     f: u64,
@@ -413,18 +414,30 @@ fn write_entries(
     ptrs: &[u64],
     pfrom: usize,
 ) -> Result<()> {
-    let mut kb = [0u8; KEY * MAXF];
-    let nk = keys.len().saturating_sub(from).min(MAXF);
-    for (d, s) in kb.chunks_exact_mut(KEY).zip(keys.iter().skip(from)) {
-        d.copy_from_slice(s);
-    }
-    tx.write(p64(key_off(off, from)), &kb[..nk * KEY])?;
-    let mut pb = [0u8; 8 * MAXF];
-    let np = ptrs.len().saturating_sub(pfrom).min(MAXF);
-    for (d, s) in pb.chunks_exact_mut(8).zip(ptrs.iter().skip(pfrom)) {
-        d.copy_from_slice(&s.to_le_bytes());
-    }
-    tx.write(p64(ptr_off(off, f, pfrom)), &pb[..np * 8])
+    with_scratch(f, |kb, pb| {
+        let mut nk = 0;
+        for (d, s) in kb.chunks_exact_mut(KEY).zip(keys.iter().skip(from)) {
+            d.copy_from_slice(s);
+            nk += 1;
+        }
+        debug_assert_eq!(
+            nk,
+            keys.len().saturating_sub(from),
+            "image within the fanout"
+        );
+        tx.write(p64(key_off(off, from)), &kb[..nk * KEY])?;
+        let mut np = 0;
+        for (d, s) in pb.chunks_exact_mut(8).zip(ptrs.iter().skip(pfrom)) {
+            d.copy_from_slice(&s.to_le_bytes());
+            np += 1;
+        }
+        debug_assert_eq!(
+            np,
+            ptrs.len().saturating_sub(pfrom),
+            "image within the fanout"
+        );
+        tx.write(p64(ptr_off(off, f, pfrom)), &pb[..np * 8])
+    })
 }
 
 /// Writes `keys[from..]` and `ptrs[from..]` (and `n`) of a node whose
@@ -589,22 +602,36 @@ fn split_up(
     Ok(1)
 }
 
-/// Writes a whole new node (a block allocated in this transaction).
+/// Writes a whole new node (a block allocated in this transaction),
+/// staged in a stack image sized for the fanout's class (as [`with_scratch`]).
 fn write_new(tx: &mut Tx<'_, '_>, f: u64, nd: &Node, leaf: bool, next: u64) -> Result<()> {
-    let mut b = [0u8; node_bytes(MAX_FANOUT) as usize];
-    let b = &mut b[..node_bytes(f) as usize];
-    b[0..8].copy_from_slice(&u64::from(leaf).to_le_bytes());
-    b[8..16].copy_from_slice(&(nd.n as u64).to_le_bytes());
-    b[16..24].copy_from_slice(&next.to_le_bytes());
-    let po = ptrs_off(f) as usize;
-    let (kpart, ppart) = b[N_KEYS as usize..].split_at_mut(po - N_KEYS as usize);
-    for (d, k) in kpart.chunks_exact_mut(KEY).zip(&nd.keys) {
-        d.copy_from_slice(k);
+    fn run<const B: usize>(
+        tx: &mut Tx<'_, '_>,
+        f: u64,
+        nd: &Node,
+        leaf: bool,
+        next: u64,
+    ) -> Result<()> {
+        let mut b = [0u8; B];
+        let b = &mut b[..node_bytes(f) as usize];
+        b[0..8].copy_from_slice(&u64::from(leaf).to_le_bytes());
+        b[8..16].copy_from_slice(&(nd.n as u64).to_le_bytes());
+        b[16..24].copy_from_slice(&next.to_le_bytes());
+        let po = ptrs_off(f) as usize;
+        let (kpart, ppart) = b[N_KEYS as usize..].split_at_mut(po - N_KEYS as usize);
+        for (d, k) in kpart.chunks_exact_mut(KEY).zip(&nd.keys) {
+            d.copy_from_slice(k);
+        }
+        for (d, p) in ppart.chunks_exact_mut(8).zip(&nd.ptrs) {
+            d.copy_from_slice(&p.to_le_bytes());
+        }
+        tx.write(p64(nd.off), b)
     }
-    for (d, p) in ppart.chunks_exact_mut(8).zip(&nd.ptrs) {
-        d.copy_from_slice(&p.to_le_bytes());
+    if f <= SMALL_FANOUT {
+        run::<{ node_bytes(SMALL_FANOUT) as usize }>(tx, f, nd, leaf, next)
+    } else {
+        run::<{ node_bytes(MAX_FANOUT) as usize }>(tx, f, nd, leaf, next)
     }
-    tx.write(p64(nd.off), b)
 }
 
 /// Fewest keys a node other than the root holds: `⌊F/2⌋` (a root leaf
