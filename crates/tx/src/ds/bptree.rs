@@ -48,6 +48,22 @@
 //! reports and which removals handle without failing (they only fix the
 //! node they shrink).
 //!
+//! # Reading
+//!
+//! Descents (insert, remove, `get` and the lock walks) binary-search
+//! each node in place: `n` once, one key per probe into a stack array,
+//! then only the pointer followed — a few dozen bytes per level, and no
+//! heap allocation, where the whole node is ~650 bytes at F = 16. Inside
+//! a transaction every byte read joins its read set, which clobber
+//! logging intersects with each write, so reading less also logs less.
+//! An insert into a leaf with room reads only the entries it shifts, and
+//! a remove that leaves the leaf at or above the minimum likewise; both
+//! write exactly the bytes a whole-node store of the changed entries
+//! would (the same log records and the same image). Only nodes that
+//! split, borrow or merge are read whole. The fanout is at most
+//! [`MAX_FANOUT`] (checked at create and open, and against the header in
+//! every transaction), so node pieces fit fixed stack arrays.
+//!
 //! # On-media format (pool offsets, little-endian)
 //!
 //! Header block (64 bytes): magic `FERRBPTR`, `fanout` F u64 (most keys
@@ -135,9 +151,11 @@ pub const MAX_FANOUT: u64 = 64;
 /// Smallest fanout: with fewer keys a split could leave a node empty.
 pub const MIN_FANOUT: u64 = 3;
 /// Deepest tree a descent follows; a header claiming more is corrupt.
-/// (Every internal node has at least two children, so a tree of height
-/// 64 would hold more than 2^63 leaves.)
+/// (Every internal node has at least two children, so a taller tree
+/// would hold at least 2^64 leaves.)
 const MAX_HEIGHT: usize = 64;
+/// Entries a node image holds at most: F keys plus the one inserted
+/// before a split, or F+1 pointers.
 const MAXF: usize = MAX_FANOUT as usize + 1;
 /// Fanouts up to this one stage nodes in small scratch ([`with_scratch`]).
 const SMALL_FANOUT: u64 = 16;
