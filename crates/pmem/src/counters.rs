@@ -47,15 +47,15 @@ impl Counters {
     /// current, not yet fenced epoch are included.
     pub fn snapshot() -> Counters {
         LOCAL.with(|l| {
-            let open = l.epoch.borrow();
+            let mut open = l.epoch.borrow_mut();
             Counters {
                 flush_insns: l.flush_insns.get(),
-                lines_flushed: l.lines_flushed.get() + open.lines.len() as u64,
+                lines_flushed: l.lines_flushed.get() + open.lines() as u64,
                 fences: l.fences.get(),
                 nt_bytes: l.nt_bytes.get(),
                 msync_calls: l.msync_calls.get(),
                 msync_bytes: l.msync_bytes.get(),
-                blocks_written: l.blocks_written.get() + open.blocks.len() as u64,
+                blocks_written: l.blocks_written.get() + open.blocks() as u64,
             }
         })
     }
@@ -113,181 +113,133 @@ pub struct PerOp {
     pub blocks_written: f64,
 }
 
-/// Distinct ids touched in one fence epoch, kept in two parts whose union
-/// is counted:
+/// Distinct ids (lines, media blocks) touched in one fence epoch.
 ///
-/// - `iv`: sorted, disjoint, merged half-open intervals, for ranges longer
-///   than [`SHORT`] ids, for ranges that start inside or right after the
-///   last interval, and for every range while `iv` holds fewer than
-///   [`FEW`] intervals. A persist of one contiguous range — however large —
-///   is one interval, so bookkeeping costs the same for 64 B and for 1 MiB,
-///   and sequential writes extend the last interval in O(1).
-/// - a hash set of single ids (open addressing, `table` holds id + 1, 0 is
-///   empty; `used` lists the filled slots), for the other short ranges:
-///   random lines — e.g. the flushes of an interleaved group sharing one
-///   fence — cost O(1) each instead of a search and a memmove in `iv`.
-///   Cleared through `used`, so clearing costs what was inserted.
-///
-/// An id may be in both parts; [`IntervalSet::len`] counts it once.
+/// A flush appends its range in O(1) — extending the last range when it
+/// continues it, as sequential writes do — and the ranges are sorted and
+/// merged only when counted: at the fence that closes the epoch, at a
+/// snapshot, or when the list passes [`COMPACT`] entries (so a long epoch
+/// of repeated flushes stays small). A persist of one contiguous range,
+/// however large, is one entry; random lines (the flushes of an
+/// interleaved group sharing one fence) cost a push each and one sort per
+/// fence. This is the bookkeeping behind every flush of every component,
+/// so the flush path does as little as possible.
 #[derive(Default)]
-struct IntervalSet {
-    iv: Vec<(usize, usize)>,
-    /// Ids covered by `iv`.
-    iv_count: usize,
-    table: Vec<usize>,
-    used: Vec<usize>,
+struct EpochSet {
+    ranges: Vec<(usize, usize)>,
+    /// `ranges[..merged]` is sorted, disjoint and merged (not touching).
+    merged: usize,
 }
 
-/// Ranges of at most this many ids go to the hash set …
-const SHORT: usize = 4;
-/// … once the epoch holds this many intervals. Two keeps the small epochs
-/// of one-at-a-time persists (a data line, then a flag line) on the
-/// interval path, where they cost a push each.
-const FEW: usize = 2;
+/// Entries past which an epoch's list is merged in place.
+const COMPACT: usize = 4096;
 
-impl IntervalSet {
-    const fn new() -> IntervalSet {
-        IntervalSet {
-            iv: Vec::new(),
-            iv_count: 0,
-            table: Vec::new(),
-            used: Vec::new(),
+impl EpochSet {
+    const fn new() -> EpochSet {
+        EpochSet {
+            ranges: Vec::new(),
+            merged: 0,
         }
     }
 
-    /// Inlined into every flush: the common cases are a few compares.
+    /// Inlined into every flush: the common cases are a compare or two.
     #[inline(always)]
     fn insert(&mut self, s: usize, e: usize) {
         if s >= e {
             return;
         }
-        let hash_short = e - s <= SHORT && self.iv.len() >= FEW;
-        match self.iv.last_mut() {
-            // Touches only the last interval: extend it in place.
-            Some(last) if s >= last.0 && s <= last.1 => {
-                if e > last.1 {
-                    self.iv_count += e - last.1;
-                    last.1 = e;
-                }
+        let n = self.ranges.len();
+        if let Some(last) = self.ranges.last_mut() {
+            if s >= last.0 && s <= last.1 {
+                // Continues (or repeats) the last range: the prefix stays
+                // merged, as nothing follows the last range.
+                last.1 = last.1.max(e);
                 return;
             }
-            // A short range once the epoch has a few intervals: hash it.
-            // (Below that, searching and shifting a handful of intervals is
-            // cheaper than hashing, and small epochs stay as they were.)
-            _ if hash_short => return self.insert_ids(s, e),
-            Some(last) if s > last.1 => {}
-            None => {}
-            Some(_) => return self.insert_general(s, e),
-        }
-        self.iv.push((s, e));
-        self.iv_count += e - s;
-    }
-
-    fn insert_general(&mut self, s: usize, e: usize) {
-        let i = self.iv.partition_point(|&(_, ie)| ie < s);
-        let (mut ns, mut ne, mut j) = (s, e, i);
-        while j < self.iv.len() && self.iv[j].0 <= ne {
-            ns = ns.min(self.iv[j].0);
-            ne = ne.max(self.iv[j].1);
-            self.iv_count -= self.iv[j].1 - self.iv[j].0;
-            j += 1;
-        }
-        if i == j {
-            self.iv.insert(i, (ns, ne));
+            if self.merged == n && s > last.1 {
+                self.merged += 1;
+            }
         } else {
-            self.iv[i] = (ns, ne);
-            self.iv.drain(i + 1..j);
+            self.merged = 1;
         }
-        self.iv_count += ne - ns;
+        self.ranges.push((s, e));
+        if self.ranges.len() > COMPACT {
+            self.compact();
+        }
     }
 
-    /// Out of line, so that `insert` stays small enough to inline into
-    /// every flush.
+    /// Sorts and merges the list in place.
     #[inline(never)]
-    fn insert_ids(&mut self, s: usize, e: usize) {
-        for id in s..e {
-            self.insert_id(id);
+    fn compact(&mut self) {
+        if self.merged == self.ranges.len() {
+            return;
         }
-    }
-
-    #[inline]
-    fn insert_id(&mut self, id: usize) {
-        if 2 * (self.used.len() + 1) > self.table.len() {
-            self.grow();
-        }
-        let mask = self.table.len() - 1;
-        let key = id.wrapping_add(1);
-        let mut i = Self::home(id, mask);
-        loop {
-            match self.table[i] {
-                0 => {
-                    self.table[i] = key;
-                    self.used.push(i);
-                    return;
-                }
-                k if k == key => return,
-                _ => i = (i + 1) & mask,
+        self.ranges.sort_unstable();
+        let mut w = 0;
+        for r in 1..self.ranges.len() {
+            let (s, e) = self.ranges[r];
+            if s <= self.ranges[w].1 {
+                self.ranges[w].1 = self.ranges[w].1.max(e);
+            } else {
+                w += 1;
+                self.ranges[w] = (s, e);
             }
         }
+        self.ranges.truncate(w + 1);
+        self.merged = self.ranges.len();
     }
 
-    /// Multiplicative hashing: consecutive ids spread over the table.
-    #[inline]
-    fn home(id: usize, mask: usize) -> usize {
-        ((id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask
-    }
-
-    /// Doubles the table (at least 64 slots), keeping it at most half full.
-    fn grow(&mut self) {
-        let cap = (2 * self.table.len()).max(64);
-        let old: Vec<usize> = self.used.iter().map(|&i| self.table[i]).collect();
-        self.table.clear();
-        self.table.resize(cap, 0);
-        self.used.clear();
-        for key in old {
-            self.insert_id(key - 1);
-        }
-    }
-
-    #[inline]
-    fn len(&self) -> usize {
-        if self.used.is_empty() {
-            return self.iv_count;
-        }
-        self.len_with_ids()
-    }
-
-    fn len_with_ids(&self) -> usize {
-        let ids = if self.iv.is_empty() {
-            self.used.len()
-        } else {
-            // Count hashed ids that no interval covers.
-            self.used
-                .iter()
-                .filter(|&&slot| {
-                    let id = self.table[slot] - 1;
-                    let i = self.iv.partition_point(|&(_, ie)| ie <= id);
-                    i == self.iv.len() || self.iv[i].0 > id
-                })
-                .count()
-        };
-        self.iv_count + ids
+    /// Distinct ids in the set.
+    fn len(&mut self) -> usize {
+        self.compact();
+        self.ranges.iter().map(|&(s, e)| e - s).sum()
     }
 
     #[inline]
     fn clear(&mut self) {
-        for &slot in &self.used {
-            self.table[slot] = 0;
-        }
-        self.used.clear();
-        self.iv.clear();
-        self.iv_count = 0;
+        self.ranges.clear();
+        self.merged = 0;
     }
 }
 
+/// One thread's open fence epoch. Media blocks of flushed lines are not
+/// recorded per flush: they are derived from the lines when counted
+/// (`blocks` holds only those made durable without a flush).
 struct Epoch {
-    lines: IntervalSet,
-    blocks: IntervalSet,
+    lines: EpochSet,
+    blocks: EpochSet,
+}
+
+/// Lines per media block.
+const LINES_PER_BLOCK: usize = MEDIA_BLOCK / crate::arch::CACHE_LINE;
+
+impl Epoch {
+    fn lines(&mut self) -> usize {
+        self.lines.len()
+    }
+
+    /// Distinct blocks: those of the flushed lines and the recorded ones.
+    fn blocks(&mut self) -> usize {
+        self.lines.compact();
+        if self.blocks.ranges.is_empty() {
+            // Block ranges of sorted, disjoint line ranges are sorted and
+            // may only touch or overlap their predecessor.
+            let mut n = 0;
+            let mut prev_end = 0;
+            for &(s, e) in &self.lines.ranges {
+                let (bs, be) = (s / LINES_PER_BLOCK, (e - 1) / LINES_PER_BLOCK + 1);
+                n += be - bs.max(prev_end);
+                prev_end = be;
+            }
+            return n;
+        }
+        for i in 0..self.lines.ranges.len() {
+            let (s, e) = self.lines.ranges[i];
+            self.blocks
+                .insert(s / LINES_PER_BLOCK, (e - 1) / LINES_PER_BLOCK + 1);
+        }
+        self.blocks.len()
+    }
 }
 
 struct Local {
@@ -312,8 +264,8 @@ impl Local {
             msync_bytes: Cell::new(0),
             blocks_written: Cell::new(0),
             epoch: RefCell::new(Epoch {
-                lines: IntervalSet::new(),
-                blocks: IntervalSet::new(),
+                lines: EpochSet::new(),
+                blocks: EpochSet::new(),
             }),
         }
     }
@@ -335,14 +287,8 @@ pub(crate) fn note_lines_flushed(addr_first_line: usize, lines: usize, insns: bo
         if insns {
             l.flush_insns.set(l.flush_insns.get() + lines as u64);
         }
-        let mut e = l.epoch.borrow_mut();
         let first = addr_first_line / crate::arch::CACHE_LINE;
-        e.lines.insert(first, first + lines);
-        let end_addr = addr_first_line + lines * crate::arch::CACHE_LINE;
-        e.blocks.insert(
-            addr_first_line / MEDIA_BLOCK,
-            (end_addr - 1) / MEDIA_BLOCK + 1,
-        );
+        l.epoch.borrow_mut().lines.insert(first, first + lines);
     })
 }
 
@@ -384,9 +330,9 @@ pub(crate) fn note_fence(counted: bool) {
         }
         let mut e = l.epoch.borrow_mut();
         l.lines_flushed
-            .set(l.lines_flushed.get() + e.lines.len() as u64);
+            .set(l.lines_flushed.get() + e.lines() as u64);
         l.blocks_written
-            .set(l.blocks_written.get() + e.blocks.len() as u64);
+            .set(l.blocks_written.get() + e.blocks() as u64);
         e.lines.clear();
         e.blocks.clear();
     })
@@ -395,13 +341,13 @@ pub(crate) fn note_fence(counted: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
-    fn interval_set_counts_distinct_ids_in_any_insertion_order() {
-        use std::collections::BTreeSet;
+    fn epoch_set_counts_distinct_ids_in_any_insertion_order() {
         let mut x = 12345u64;
+        let mut set = EpochSet::default();
         for _ in 0..200 {
-            let mut set = IntervalSet::default();
             let mut model = BTreeSet::new();
             for _ in 0..30 {
                 x ^= x << 13;
@@ -413,8 +359,8 @@ mod tests {
                 model.extend(s..e);
                 assert_eq!(set.len(), model.len());
                 assert!(
-                    set.iv.windows(2).all(|w| w[0].1 < w[1].0),
-                    "intervals sorted, disjoint, merged"
+                    set.ranges.windows(2).all(|w| w[0].1 < w[1].0),
+                    "counted ranges are sorted, disjoint, merged"
                 );
             }
             set.clear();
@@ -424,17 +370,17 @@ mod tests {
 
     #[test]
     fn random_short_ranges_and_long_ranges_mix_exactly() {
-        use std::collections::BTreeSet;
-        let mut set = IntervalSet::default();
+        let mut set = EpochSet::default();
         let mut x = 99u64;
         for epoch in 0..50 {
             let mut model = BTreeSet::new();
-            for i in 0..2000usize {
+            for i in 0..10_000usize {
                 x = x
                     .wrapping_mul(6_364_136_223_846_793_005)
                     .wrapping_add(1_442_695_040_888_963_407);
                 let s = (x >> 33) as usize % 20_000;
-                // Mostly single ids, now and then a long range over them.
+                // Mostly single ids, now and then a long range over them;
+                // more entries than `COMPACT`, so compaction happens.
                 let len = if i % 97 == 0 {
                     50 + (x >> 20) as usize % 500
                 } else {
@@ -442,31 +388,70 @@ mod tests {
                 };
                 set.insert(s, s + len);
                 model.extend(s..s + len);
-                if i % 251 == 0 {
+                assert!(set.ranges.len() <= COMPACT);
+                if i % 1251 == 0 {
                     assert_eq!(set.len(), model.len(), "epoch {epoch}, insert {i}");
                 }
             }
             assert_eq!(set.len(), model.len());
             set.clear();
             assert_eq!(set.len(), 0);
-            assert!(set.table.iter().all(|&k| k == 0), "clear empties the table");
         }
-        // A sequential run of single ids is one interval; so is a run that
-        // continues a long range, whatever was flushed in between.
+        // A sequential run of single ids is one entry; so is a run that
+        // continues the last range.
         for l in 1000..1100 {
             set.insert(l, l + 1);
         }
-        assert_eq!((set.iv.len(), set.len()), (1, 100));
+        assert_eq!((set.ranges.len(), set.merged, set.len()), (1, 1, 100));
         set.insert(500, 600);
         for l in 600..700 {
             set.insert(l, l + 1);
         }
-        assert_eq!((set.iv.len(), set.len()), (2, 300));
-        // Random single ids past `FEW` intervals go to the hash set.
-        for l in (2000..2400).step_by(7) {
-            set.insert(l, l + 1);
+        assert_eq!(set.ranges.len(), 2, "out of order: appended, not merged");
+        assert_eq!(set.len(), 300);
+        assert_eq!(set.ranges, vec![(500, 700), (1000, 1100)]);
+    }
+
+    #[test]
+    fn blocks_derived_from_lines_match_a_model() {
+        let mut x = 7u64;
+        let mut e = Epoch {
+            lines: EpochSet::new(),
+            blocks: EpochSet::new(),
+        };
+        for round in 0..300 {
+            let (mut lines, mut blocks) = (BTreeSet::new(), BTreeSet::new());
+            for _ in 0..40 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let s = (x % 400) as usize;
+                let n = 1 + (x >> 50) as usize % 9;
+                if round % 3 == 0 && x % 5 == 0 {
+                    // A range made durable without a flush (NT store).
+                    e.blocks.insert(s, s + 1);
+                    blocks.insert(s);
+                } else {
+                    e.lines.insert(s, s + n);
+                    lines.extend(s..s + n);
+                    blocks.extend((s..s + n).map(|l| l / LINES_PER_BLOCK));
+                }
+            }
+            assert_eq!(e.lines(), lines.len(), "round {round}");
+            assert_eq!(e.blocks(), blocks.len(), "round {round}");
+            e.lines.clear();
+            e.blocks.clear();
         }
-        assert!(set.iv.len() <= FEW && !set.used.is_empty());
-        assert_eq!(set.len(), 300 + (2000..2400).step_by(7).count());
+    }
+
+    #[test]
+    fn repeated_flushes_of_one_line_count_once() {
+        let mut set = EpochSet::default();
+        for _ in 0..3 {
+            for l in [7, 3, 7, 3, 9] {
+                set.insert(l, l + 1);
+            }
+        }
+        assert_eq!(set.len(), 3);
     }
 }
