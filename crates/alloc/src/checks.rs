@@ -48,13 +48,14 @@
 //! fence orders only its own core's write-backs. Another thread's flush
 //! stays in flight (in any crash image or not) until that thread fences,
 //! so a protocol that counts on another thread's fence — a lane's "record
-//! done" marker left unfenced, made durable only by another thread's
-//! publish — is caught in every run. Nothing is lost against a medium
-//! whose fences complete every thread's flushes: the two differ only after
-//! an operation left flushes unfenced and another thread fenced, and that
-//! medium's images there are among this one's (those units in flight,
-//! with their flushed content). Setup, recovery and the invariant run on
-//! simulated thread 0.
+//! done" marker flushed by its writer but left unfenced, taken as durable
+//! once another thread has fenced — is caught in every run (the planted
+//! [`Fault::UnfencedMarkers`]; on one simulated thread it goes unseen).
+//! Nothing is lost against a medium whose fences complete every thread's
+//! flushes: the two differ only after an operation left flushes unfenced
+//! and another thread fenced, and that medium's images there are among
+//! this one's (those units in flight, with their flushed content). Setup,
+//! recovery and the invariant run on simulated thread 0.
 //!
 //! # Runs
 //!
@@ -1188,6 +1189,26 @@ mod tests {
         }
     }
 
+    /// Markers flushed by their writer and left for its next fence, which
+    /// other threads' publishes count on their own fence to complete (the
+    /// cross-lane marker window): invisible if any fence completed every
+    /// thread's flushes, caught because each workload step runs on its own
+    /// simulated thread.
+    #[test]
+    fn markers_left_unfenced_by_their_writer_are_caught() {
+        for target in [Target::Ferrite, Target::Lock] {
+            for torn in [false, true] {
+                let spec = RunSpec {
+                    xlane: true,
+                    torn,
+                    ..RunSpec::new(target)
+                };
+                let rep = run_one(spec, &cfg(1000), Fault::UnfencedMarkers).unwrap();
+                assert!(rep.violation_count > 0, "{}: not caught", spec.name());
+            }
+        }
+    }
+
     /// A transaction's commit may reach the media with the same fence as
     /// the markers its `prepare` flushed: replaying its log before the heap
     /// has judged its lane records (on the image as the crash left it)
@@ -1301,6 +1322,8 @@ mod tests {
             (Target::Ferrite, Fault::NoReplay),
             (Target::Ferrite, Fault::LocalMarkers),
             (Target::Lock, Fault::LocalMarkers),
+            (Target::Ferrite, Fault::UnfencedMarkers),
+            (Target::Lock, Fault::UnfencedMarkers),
         ] {
             let reps = check_target(target, cfg(10_000), fault).unwrap();
             let states: usize = reps.iter().map(|(_, r)| r.states).sum();
