@@ -6,7 +6,8 @@
 //!
 //! A fresh heap in a 256 KiB simulated pool gets a **root object**: a table
 //! of 48 link slots. Three *simulated threads* — three handles on the one
-//! OS thread the explorer requires — then run one of two workloads.
+//! OS thread the explorer requires, each a [`SimThread`] — then run one of
+//! two workloads.
 //!
 //! - **Main**, interleaved by a seeded script: reserve blocks (five classes
 //!   of 16 B – 2 KiB from runs, 20 KiB extents), publish 1–3 of them at a
@@ -40,43 +41,48 @@
 //!
 //! # Crash models
 //!
-//! The explorer's medium completes, at any fence, every flush issued before
-//! it. Real hardware completes at a fence only the issuing thread's
-//! flushes, so runs named `/threads` use `ThreadFences`, which holds
-//! each simulated thread's flushes back until that thread fences: a
-//! protocol that counts on another thread's fence is caught there. (The
-//! allocators complete every flush they rely on with a fence of the thread
-//! that flushed, so both models must agree.)
+//! Every run uses the explorer's medium with per-thread fences: each step
+//! of a simulated thread runs inside [`SimThread::enter`] (attaching and
+//! detaching its handle too), and the explorer completes at a fence only
+//! the flushes of the simulated thread that fences — as on x86, where a
+//! fence orders only its own core's write-backs. Another thread's flush
+//! stays in flight (in any crash image or not) until that thread fences,
+//! so a protocol that counts on another thread's fence — a lane's "record
+//! done" marker flushed by its writer but left unfenced, taken as durable
+//! once another thread has fenced — is caught in every run (the planted
+//! [`Fault::UnfencedMarkers`]; on one simulated thread it goes unseen).
+//! Nothing is lost against a medium whose fences complete every thread's
+//! flushes: the two differ only after an operation left flushes unfenced
+//! and another thread fenced, and that medium's images there are among
+//! this one's (those units in flight, with their flushed content). Setup,
+//! recovery and the invariant run on simulated thread 0.
 //!
 //! # Runs
 //!
 //! Each allocator (the Ferrite heap, and the single-lock heap) is explored
-//! in several runs, the budget split between them: the main workload, the
-//! same in tearing mode (8-byte failure atomicity), *restart* runs that
-//! crash the main workload at a seeded point, recover a seeded image of it,
-//! and explore a second workload on top (recovery's markers, cursors and
-//! rebuilt free lists are then what the second workload runs on), the
-//! cross-lane workload (`/xlane`, both modes), and both workloads under
-//! the per-thread fence model (`/threads`, no nested crashes). Budget left
-//! over goes to main runs with new seeds that also crash between stores.
+//! in several runs, the budget split between them: the main workload and
+//! the cross-lane workload (`/xlane`), with equal shares, and two
+//! *restart* runs (`/restartN`, half a share each) that crash the main
+//! workload at a seeded point, recover a seeded image of it, and explore a
+//! second workload on top (recovery's markers, cursors and rebuilt free
+//! lists are then what the second workload runs on); all of them with
+//! cache-line units and in tearing mode (`/torn`, 8-byte failure
+//! atomicity). Recovery is crashed too (nested crashes) in every run.
+//! Budget left over goes to main runs with new seeds that also crash
+//! between stores (`/store`).
 
 use crate::heap::{Fault, Heap, HeapOptions};
 use crate::lock::{LockHeap, LockOptions};
 use crate::ops::{MetaOp, OP_BYTES, flush_words};
 use crate::{AllocError, AllocThread, Link, PAllocator, Publish, Reservation};
-use ferrite_crash::sim::{Counts, Crashed, SimMedium};
+use ferrite_crash::sim::{Crashed, SimMedium, SimThread};
 use ferrite_crash::{
-    Config, CrashAt, CrashState, ExploreError, Explorer, ImageSel, Report, Repro, Violation,
-    build_image, crash_point_key, spend_budget,
+    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
 };
-use ferrite_pmem::{
-    CACHE_LINE, HEADER_SIZE, Mapping, POff, Pool, PoolError, PoolOptions, Region, SimObserver,
-};
+use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, POff, Pool, PoolError, PoolOptions, Region};
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::time::Instant;
 
 /// Size of the simulated pool every check uses (images are copied for
 /// every crash state; the heap must be small enough to fill up).
@@ -241,23 +247,35 @@ fn distinct(rng: &mut Mix, from: &[usize], n: usize) -> Vec<usize> {
     out
 }
 
-/// Tells the crash model which simulated thread runs next. The per-thread
-/// fence model ([`ThreadFences`]) attributes flushes and fences to it; the
-/// explorer's medium, whose fence completes every thread's flushes, ignores it.
-type Switch<'a> = &'a dyn Fn(usize);
+/// Makes the calling OS thread act as simulated thread `t` until the guard
+/// drops: the explorer's medium attributes flushes and fences to it, and a
+/// fence completes only that simulated thread's flushes (as `sfence` orders
+/// only its own core's write-backs).
+fn sim_thread(t: usize) -> SimThread {
+    SimThread::enter(t as u32)
+}
+
+/// One handle per simulated thread, each attached on its own simulated
+/// thread (attaching may flush and fence).
+fn attach(alloc: &dyn PAllocator) -> Vec<Box<dyn AllocThread + '_>> {
+    (0..THREADS)
+        .map(|t| {
+            let _sim = sim_thread(t);
+            alloc.thread().expect("attach a simulated thread")
+        })
+        .collect()
+}
 
 /// Runs `steps` scripted steps of the simulated threads on `alloc`,
 /// recording in `m` what was acknowledged.
-fn drive(alloc: &dyn PAllocator, seed: u64, steps: usize, m: &mut Model, switch: Switch<'_>) {
-    let mut threads: Vec<Box<dyn AllocThread + '_>> = (0..THREADS)
-        .map(|_| alloc.thread().expect("attach a simulated thread"))
-        .collect();
+fn drive(alloc: &dyn PAllocator, seed: u64, steps: usize, m: &mut Model) {
+    let mut threads = attach(alloc);
     let mut res: Vec<Vec<Reservation>> = (0..THREADS).map(|_| Vec::new()).collect();
     let mut rng = Mix::new(seed);
     let root = m.root;
     for _ in 0..steps {
         let t = rng.below(THREADS);
-        switch(t);
+        let _sim = sim_thread(t);
         let live: Vec<usize> = (0..SLOTS).filter(|&i| m.slots[i] != 0).collect();
         let empty: Vec<usize> = (0..SLOTS).filter(|&i| m.slots[i] == 0).collect();
         match rng.below(10) {
@@ -317,13 +335,13 @@ fn drive(alloc: &dyn PAllocator, seed: u64, steps: usize, m: &mut Model, switch:
             _ => {}
         }
     }
-    detach(threads, switch);
+    detach(threads);
 }
 
 /// Drops each handle on its own simulated thread (detaching fences).
-fn detach(threads: Vec<Box<dyn AllocThread + '_>>, switch: Switch<'_>) {
+fn detach(threads: Vec<Box<dyn AllocThread + '_>>) {
     for (i, t) in threads.into_iter().enumerate() {
-        switch(i);
+        let _sim = sim_thread(i);
         drop(t);
     }
 }
@@ -353,13 +371,15 @@ fn setup_xlane(pool: &Pool, target: Target) -> Result<(), AllocError> {
 struct Xlane<'a, 'h> {
     threads: Vec<Box<dyn AllocThread + 'h>>,
     m: &'a mut Model,
-    switch: Switch<'a>,
     pool: Region,
 }
 
 impl Xlane<'_, '_> {
+    // Every step enters its simulated thread for all of its operations
+    // (guards nest: a step calling another restores it on return).
+
     fn reserve(&mut self, t: usize, sizes: &[usize]) -> Vec<Reservation> {
-        (self.switch)(t);
+        let _sim = sim_thread(t);
         sizes
             .iter()
             .map(|&n| self.threads[t].reserve(n).expect("reserve"))
@@ -368,6 +388,7 @@ impl Xlane<'_, '_> {
 
     /// Thread `t` publishes a new block of `size` bytes linked at slot `s`.
     fn alloc(&mut self, t: usize, s: usize, size: usize) {
+        let _sim = sim_thread(t);
         let r = self.reserve(t, &[size]);
         let off = r[0].off().raw();
         let links = [Link::to(slot_at(self.m.root, s), &r[0])];
@@ -385,7 +406,7 @@ impl Xlane<'_, '_> {
 
     /// Thread `t` frees the block linked at slot `s` and unlinks it.
     fn free(&mut self, t: usize, s: usize) {
-        (self.switch)(t);
+        let _sim = sim_thread(t);
         let off = POff::new(self.m.slots[s]);
         self.m.pending = vec![(s, 0)];
         self.threads[t]
@@ -398,6 +419,7 @@ impl Xlane<'_, '_> {
     /// Thread `t` publishes blocks of `sizes` without links, in one publish
     /// (one word for one block, a lane record for more).
     fn alloc_held(&mut self, t: usize, sizes: &[usize]) -> Vec<u64> {
+        let _sim = sim_thread(t);
         let r = self.reserve(t, sizes);
         let offs: Vec<u64> = r.iter().map(|r| r.off().raw()).collect();
         self.m.pending_held = offs.iter().map(|&o| (o, true)).collect();
@@ -414,7 +436,7 @@ impl Xlane<'_, '_> {
 
     /// Thread `t` frees held blocks without unlinking anything, in one publish.
     fn free_held(&mut self, t: usize, offs: &[u64]) {
-        (self.switch)(t);
+        let _sim = sim_thread(t);
         for o in offs {
             self.m.held.remove(o);
         }
@@ -434,7 +456,7 @@ impl Xlane<'_, '_> {
     /// one fence (a checksummed commit word), apply them, fence, retire the
     /// log, then `commit_prepared`.
     fn transact(&mut self, t: usize, p: &Publish<'_>) {
-        (self.switch)(t);
+        let _sim = sim_thread(t);
         let mut ops = Vec::new();
         self.threads[t].prepare(p, &mut ops).expect("prepare");
         assert!(
@@ -463,6 +485,7 @@ impl Xlane<'_, '_> {
     /// allocates blocks of the given sizes linked at the given slots, in
     /// one transaction.
     fn tx(&mut self, t: usize, frees: &[usize], allocs: &[(usize, usize)]) {
+        let _sim = sim_thread(t);
         let sizes: Vec<usize> = allocs.iter().map(|&(_, n)| n).collect();
         let r = self.reserve(t, &sizes);
         let root = self.m.root;
@@ -545,14 +568,10 @@ fn durable_root(pool: &Pool) -> u64 {
 /// that marker not durable by the time the change is, recovery would
 /// judge the older record unapplied and replay it over the newer,
 /// acknowledged publish.
-fn drive_xlane(pool: &Pool, alloc: &dyn PAllocator, m: &mut Model, switch: Switch<'_>) {
-    let threads = (0..THREADS)
-        .map(|_| alloc.thread().expect("attach a simulated thread"))
-        .collect();
+fn drive_xlane(pool: &Pool, alloc: &dyn PAllocator, m: &mut Model) {
     let mut x = Xlane {
-        threads,
+        threads: attach(alloc),
         m,
-        switch,
         pool: Region::whole(pool.medium().clone()),
     };
     let (a, b, c) = (0, 1, 2);
@@ -598,7 +617,7 @@ fn drive_xlane(pool: &Pool, alloc: &dyn PAllocator, m: &mut Model, switch: Switc
         x.free(b, 7);
     }
     let threads = std::mem::take(&mut x.threads);
-    detach(threads, switch);
+    detach(threads);
 }
 
 // ---- the invariant --------------------------------------------------------------------
@@ -755,212 +774,6 @@ fn check(pool: &Pool, alloc: &dyn PAllocator, m: &Model) -> Result<(), String> {
     Ok(())
 }
 
-// ---- the per-thread fence model ----------------------------------------------------------
-
-/// A crash model closer to the hardware for protocols in which one thread's
-/// fence is meant to complete another thread's flush.
-///
-/// The explorer's [`SimMedium`] completes at any fence every flush issued
-/// before it, whichever simulated thread issued it. On x86 a fence orders
-/// only the write-backs of the core that issues it: another thread's
-/// `clwb` may still be in flight after it, and is certainly complete only
-/// after that thread's own next fence. This observer therefore holds each
-/// simulated thread's flushes back and hands them to the wrapped medium
-/// only when that same thread fences; until then the lines are merely
-/// dirty, and every crash image may or may not contain them. (The content
-/// written back is the line's content at that fence, which may be newer
-/// than at the flush: harmless here, where no line is flushed and then
-/// written again before its thread's fence.)
-struct ThreadFences {
-    sim: Arc<SimMedium>,
-    current: AtomicUsize,
-    /// Per simulated thread: ranges flushed since its last fence.
-    held: parking_lot::Mutex<Vec<Vec<(usize, usize)>>>,
-}
-
-impl ThreadFences {
-    fn new(sim: Arc<SimMedium>) -> ThreadFences {
-        ThreadFences {
-            sim,
-            current: AtomicUsize::new(0),
-            held: parking_lot::Mutex::new(vec![Vec::new(); THREADS]),
-        }
-    }
-
-    fn switch(&self, t: usize) {
-        self.current.store(t, AtomicOrdering::Relaxed);
-    }
-}
-
-impl SimObserver for ThreadFences {
-    fn flushed(&self, _map: &Mapping, off: usize, len: usize) {
-        let t = self.current.load(AtomicOrdering::Relaxed);
-        self.held.lock()[t].push((off, len));
-    }
-
-    fn fenced(&self, map: &Mapping) {
-        let t = self.current.load(AtomicOrdering::Relaxed);
-        // Taken out first: the fence may be the crash point, which unwinds.
-        let mine = std::mem::take(&mut self.held.lock()[t]);
-        for (off, len) in mine {
-            self.sim.flushed(map, off, len);
-        }
-        self.sim.fenced(map);
-    }
-
-    fn storing(&self, map: &Mapping, off: usize, len: usize) {
-        self.sim.storing(map, off, len);
-    }
-}
-
-/// Runs the workload of `spec` on a copy of `initial` under [`ThreadFences`],
-/// crashing at `at` ([`CrashAt::End`]: after it; `None`: not at all).
-/// Returns the crash state (if the crash point was reached), what the
-/// workload saw acknowledged, and the events of the run.
-fn run_threads(
-    cfg: &Config,
-    spec: RunSpec,
-    fault: Fault,
-    initial: &[u8],
-    at: Option<CrashAt>,
-) -> Result<(Option<CrashState>, Model, Counts), CheckError> {
-    let crash = at.filter(|&a| a != CrashAt::End);
-    let sim = Arc::new(SimMedium::new(
-        cfg.domain,
-        cfg.tearing,
-        initial.to_vec(),
-        crash,
-    ));
-    let obs = Arc::new(ThreadFences::new(sim.clone()));
-    let pool = Pool::open_image(initial, &pool_opts(cfg), cfg.domain, Some(obs.clone()))?;
-    let mut model = Model::default();
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        spec.workload(&pool, fault, &mut model, &|t| obs.switch(t))
-    }));
-    let counts = sim.counts();
-    let state = match r {
-        Ok(()) => {
-            (at == Some(CrashAt::End)).then(|| sim.capture_now(pool.medium().map(), CrashAt::End))
-        }
-        Err(p) if p.is::<Crashed>() => {
-            Some(sim.take_captured().expect("a crash captures its state"))
-        }
-        Err(p) => {
-            return Err(CheckError::Explore(ExploreError::Workload(panic_text(
-                p.as_ref(),
-            ))));
-        }
-    };
-    Ok((state, model, counts))
-}
-
-/// Explores `spec`'s workload under the per-thread fence model: every
-/// fence (and, with `crash_on_store`, every store) and the end as crash
-/// points, images exhaustively or sampled within the budget, as the
-/// explorer does — but without crashing recovery (the explorer's runs
-/// cover that; recovery is single-threaded).
-fn explore_thread_fences(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckError> {
-    let start = Instant::now();
-    let initial = initial_image(cfg, spec)?;
-    let mut report = Report::default();
-    let (_, _, counts) = run_threads(cfg, spec, fault, &initial, None)?;
-    report.fences = counts.fences;
-    report.flushes = counts.flushes;
-    report.stores = counts.stores;
-    let mut points: Vec<CrashAt> = (1..=counts.fences).map(CrashAt::Fence).collect();
-    if cfg.crash_on_store {
-        points.extend((1..=counts.stores).map(CrashAt::Store));
-    }
-    if let Some(only) = cfg.only {
-        points = vec![only.at];
-    } else {
-        let budget = cfg.budget.max(1);
-        let keep = (budget / 2).max(1).saturating_sub(1);
-        if points.len() > keep {
-            // A seeded uniform sample (partial Fisher–Yates), in crash order.
-            let mut rng = Mix::new(cfg.seed ^ 0x0074_6872_6561_6473);
-            for i in 0..keep {
-                let j = i + rng.below(points.len() - i);
-                points.swap(i, j);
-            }
-            points.truncate(keep);
-            points.sort();
-        }
-        points.push(CrashAt::End);
-    }
-    report.crash_points = points.len();
-    let record = |report: &mut Report, repro: Repro, message: String| {
-        report.violation_count += 1;
-        if report.violations.len() < cfg.keep_violations {
-            report.violations.push(Violation {
-                repro,
-                seed: cfg.seed,
-                message,
-            });
-        }
-    };
-    let budget = cfg.budget.max(1);
-    for (pi, &at) in points.iter().enumerate() {
-        if report.states >= budget {
-            break;
-        }
-        let (state, model, _) = run_threads(cfg, spec, fault, &initial, Some(at))?;
-        let Some(st) = state else {
-            let repro = Repro {
-                at,
-                image: ImageSel::Sampled(0),
-                nested: None,
-            };
-            record(
-                &mut report,
-                repro,
-                format!("workload finished before reaching {at}: it is not deterministic"),
-            );
-            continue;
-        };
-        report.max_in_flight = report.max_in_flight.max(st.units.len());
-        let quota = (budget.saturating_sub(report.states) / (points.len() - pi)).max(1) as u128;
-        let count = st.image_count();
-        let images: Vec<ImageSel> = if let Some(only) = cfg.only {
-            vec![only.image]
-        } else if count <= quota {
-            report.exhaustive_points += 1;
-            (0..count).map(ImageSel::Exhaustive).collect()
-        } else {
-            report.sampled_points += 1;
-            (0..quota as u64).map(ImageSel::Sampled).collect()
-        };
-        for sel in images {
-            if report.states >= budget {
-                break;
-            }
-            report.states += 1;
-            let image = build_image(&st, sel, cfg.seed, &[crash_point_key(at)]);
-            let r = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
-                let pool = Pool::open_image(&image, &pool_opts(cfg), cfg.domain, None)
-                    .map_err(|e| format!("pool does not open after the crash: {e}"))?;
-                let a = spec
-                    .recover(&pool, fault)
-                    .map_err(|e| format!("recovery failed: {e}"))?;
-                check(&pool, &*a, &model).map_err(|e| format!("invariant violated: {e}"))
-            }));
-            let msg = match r {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e,
-                Err(p) => format!("panic: {}", panic_text(p.as_ref())),
-            };
-            let repro = Repro {
-                at,
-                image: sel,
-                nested: None,
-            };
-            record(&mut report, repro, msg);
-        }
-    }
-    report.elapsed = start.elapsed();
-    Ok(report)
-}
-
 // ---- runs ---------------------------------------------------------------------------
 
 /// One exploration: an allocator, a workload, a crash model and a starting point.
@@ -971,8 +784,6 @@ struct RunSpec {
     store: bool,
     /// The cross-lane script instead of the seeded main workload.
     xlane: bool,
-    /// The per-thread fence model ([`ThreadFences`]) instead of the explorer.
-    threads: bool,
     restart: Option<u32>,
     /// Cross-lane recovery replays the transaction log before the heap
     /// judges its records: the wrong order, to show it is caught (tests only).
@@ -986,7 +797,6 @@ impl RunSpec {
             torn: false,
             store: false,
             xlane: false,
-            threads: false,
             restart: None,
             tx_first: false,
         }
@@ -998,7 +808,6 @@ impl RunSpec {
             (self.torn, "/torn"),
             (self.store, "/store"),
             (self.xlane, "/xlane"),
-            (self.threads, "/threads"),
         ] {
             if on {
                 s.push_str(part);
@@ -1023,7 +832,6 @@ impl RunSpec {
                 "torn" => &mut spec.torn,
                 "store" => &mut spec.store,
                 "xlane" => &mut spec.xlane,
-                "threads" => &mut spec.threads,
                 _ if spec.restart.is_none() => {
                     spec.restart = Some(p.strip_prefix("restart")?.parse().ok()?);
                     continue;
@@ -1035,8 +843,8 @@ impl RunSpec {
             }
             *flag = true;
         }
-        // Restarts start from a crash of the main workload on the explorer's medium.
-        if spec.restart.is_some() && (spec.xlane || spec.threads) {
+        // Restarts start from a crash of the main workload.
+        if spec.restart.is_some() && spec.xlane {
             return None;
         }
         Some(spec)
@@ -1067,7 +875,7 @@ impl RunSpec {
     }
 
     /// Runs the workload (not for restarts) on `pool`.
-    fn workload(&self, pool: &Pool, fault: Fault, m: &mut Model, switch: Switch<'_>) {
+    fn workload(&self, pool: &Pool, fault: Fault, m: &mut Model) {
         let a = self.target.open(pool, fault).expect("open the new heap");
         *m = Model {
             root: a.root().raw(),
@@ -1075,9 +883,9 @@ impl RunSpec {
             ..Model::default()
         };
         if self.xlane {
-            drive_xlane(pool, &*a, m, switch);
+            drive_xlane(pool, &*a, m);
         } else {
-            drive(&*a, MAIN_SCRIPT, MAIN_STEPS, m, switch);
+            drive(&*a, MAIN_SCRIPT, MAIN_STEPS, m);
         }
     }
 }
@@ -1125,9 +933,7 @@ fn crash_main(
     ));
     let pool = Pool::open_image(initial, &pool_opts(cfg), cfg.domain, Some(sim.clone()))?;
     let mut model = Model::default();
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        spec.workload(&pool, fault, &mut model, &|_| {})
-    }));
+    let r = catch_unwind(AssertUnwindSafe(|| spec.workload(&pool, fault, &mut model)));
     match r {
         Ok(()) => Ok(Outcome::Finished(sim.counts().fences)),
         Err(p) if p.is::<Crashed>() => {
@@ -1178,14 +984,11 @@ fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckErr
     let recover = |pool: &Pool| spec.recover(pool, fault);
     #[allow(clippy::borrowed_box)] // the explorer hands recovery's value back by reference
     let invariant = |pool: &Pool, a: &Box<dyn PAllocator>, m: &Model| check(pool, &**a, m);
-    if spec.threads {
-        return explore_thread_fences(spec, &cfg, fault);
-    }
     let Some(r) = spec.restart else {
         return Ok(Explorer::new(cfg.clone())
             .setup(move |pool| spec.setup(pool).expect("create the heap"))
             .explore(
-                |pool, m: &mut Model| spec.workload(pool, fault, m, &|_| {}),
+                |pool, m: &mut Model| spec.workload(pool, fault, m),
                 recover,
                 invariant,
             )?);
@@ -1238,7 +1041,7 @@ fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckErr
             |pool, m: &mut Model| {
                 *m = start.clone();
                 let a = target.open(pool, fault).expect("recover the restart image");
-                drive(&*a, RESTART_SCRIPT, RESTART_STEPS, m, &|_| {});
+                drive(&*a, RESTART_SCRIPT, RESTART_STEPS, m);
             },
             recover,
             invariant,
@@ -1263,28 +1066,18 @@ fn plan(target: Target, cfg: &Config) -> Vec<(RunSpec, usize)> {
                 1,
             ));
         }
+        // As much as the main workload: the cross-lane script is where a
+        // protocol that leans on another thread's fence shows (it had a
+        // second run of its own under a separate per-thread model before
+        // every run got per-thread fences).
         out.push((
             RunSpec {
                 xlane: true,
                 ..spec
             },
-            1,
+            2,
         ));
     }
-    // The per-thread fence model, once per workload (in the first mode).
-    let spec = RunSpec {
-        torn: modes[0],
-        threads: true,
-        ..RunSpec::new(target)
-    };
-    out.push((
-        RunSpec {
-            xlane: true,
-            ..spec
-        },
-        1,
-    ));
-    out.push((spec, 1));
     out
 }
 
@@ -1354,22 +1147,21 @@ mod tests {
         .unwrap();
         setup(&p, Target::Ferrite).unwrap();
         let mut m = Model::default();
-        RunSpec::new(Target::Ferrite).workload(&p, Fault::None, &mut m, &|_| {});
+        RunSpec::new(Target::Ferrite).workload(&p, Fault::None, &mut m);
         let a = Target::Ferrite.open(&p, Fault::None).unwrap();
         check(&p, &*a, &m).unwrap();
         let linked = m.slots.iter().filter(|&&v| v != 0).count();
         assert!(linked >= 5, "only {linked} blocks linked at the end");
     }
 
-    /// The cross-lane script, on the explorer's medium and under the
-    /// per-thread fence model, for both heaps.
+    /// The cross-lane script, in both modes, for both heaps.
     #[test]
     fn cross_lane_conflicts_survive_every_crash() {
         for target in [Target::Ferrite, Target::Lock] {
-            for threads in [false, true] {
+            for torn in [false, true] {
                 let spec = RunSpec {
                     xlane: true,
-                    threads,
+                    torn,
                     ..RunSpec::new(target)
                 };
                 let rep = run_one(spec, &cfg(3000), Fault::None).unwrap();
@@ -1381,17 +1173,37 @@ mod tests {
 
     /// Markers left to their own thread's next fence (the protocol before
     /// publishes flushed other lanes' markers): caught by the cross-lane
-    /// script on the explorer's medium, and under the per-thread model.
+    /// script in both modes.
     #[test]
     fn markers_left_to_their_own_thread_are_caught() {
         for target in [Target::Ferrite, Target::Lock] {
-            for threads in [false, true] {
+            for torn in [false, true] {
                 let spec = RunSpec {
                     xlane: true,
-                    threads,
+                    torn,
                     ..RunSpec::new(target)
                 };
                 let rep = run_one(spec, &cfg(1000), Fault::LocalMarkers).unwrap();
+                assert!(rep.violation_count > 0, "{}: not caught", spec.name());
+            }
+        }
+    }
+
+    /// Markers flushed by their writer and left for its next fence, which
+    /// other threads' publishes count on their own fence to complete (the
+    /// cross-lane marker window): invisible if any fence completed every
+    /// thread's flushes, caught because each workload step runs on its own
+    /// simulated thread.
+    #[test]
+    fn markers_left_unfenced_by_their_writer_are_caught() {
+        for target in [Target::Ferrite, Target::Lock] {
+            for torn in [false, true] {
+                let spec = RunSpec {
+                    xlane: true,
+                    torn,
+                    ..RunSpec::new(target)
+                };
+                let rep = run_one(spec, &cfg(1000), Fault::UnfencedMarkers).unwrap();
                 assert!(rep.violation_count > 0, "{}: not caught", spec.name());
             }
         }
@@ -1411,38 +1223,6 @@ mod tests {
         };
         let rep = run_one(spec, &cfg(3000), Fault::None).unwrap();
         assert!(rep.violation_count > 0, "not caught");
-    }
-
-    /// The per-thread model holds a thread's flushes back until its own
-    /// fence: another thread's fence leaves them in flight.
-    #[test]
-    fn thread_fences_complete_only_their_own_threads_flushes() {
-        let opts = PoolOptions::new("alloc-check", 16 * 1024);
-        let img = Pool::create_in_memory(&opts.clone().domain(ferrite_pmem::Domain::Adr))
-            .unwrap()
-            .image();
-        let sim = Arc::new(SimMedium::new(
-            ferrite_pmem::Domain::Adr,
-            false,
-            img.clone(),
-            None,
-        ));
-        let obs = Arc::new(ThreadFences::new(sim.clone()));
-        let p =
-            Pool::open_image(&img, &opts, ferrite_pmem::Domain::Adr, Some(obs.clone())).unwrap();
-        let r = p.data();
-        r.write(0, &[1; 8]);
-        r.flush(0, 8);
-        obs.switch(1);
-        r.write(64, &[2; 8]);
-        r.persist(64, 8);
-        let st = sim.capture_now(p.medium().map(), CrashAt::End);
-        assert_eq!(st.units.len(), 1, "thread 0's line is still in flight");
-        assert_eq!(st.units[0].offset, r.base());
-        obs.switch(0);
-        r.fence();
-        let st = sim.capture_now(p.medium().map(), CrashAt::End);
-        assert!(st.units.is_empty());
     }
 
     #[test]
@@ -1542,6 +1322,8 @@ mod tests {
             (Target::Ferrite, Fault::NoReplay),
             (Target::Ferrite, Fault::LocalMarkers),
             (Target::Lock, Fault::LocalMarkers),
+            (Target::Ferrite, Fault::UnfencedMarkers),
+            (Target::Lock, Fault::UnfencedMarkers),
         ] {
             let reps = check_target(target, cfg(10_000), fault).unwrap();
             let states: usize = reps.iter().map(|(_, r)| r.states).sum();
@@ -1549,8 +1331,14 @@ mod tests {
             let first = reps
                 .iter()
                 .find_map(|(n, r)| r.violations.first().map(|v| format!("{n}: {v}")));
+            let per_run: Vec<String> = reps
+                .iter()
+                .filter(|(_, r)| r.violation_count > 0)
+                .map(|(n, r)| format!("{n}: {}", r.violation_count))
+                .collect();
             eprintln!(
-                "{target:?} {fault:?}: {bad} violations in {states} states; first: {first:?}"
+                "{target:?} {fault:?}: {bad} violations in {states} states ({}); first: {first:?}",
+                per_run.join(", ")
             );
             assert!(bad > 0);
         }

@@ -491,11 +491,15 @@ impl LockHeap {
     }
 
     /// Flushes (no fence) the lane's pending marker for handle `id`, if
-    /// there is one (under [`Fault::LocalMarkers`] only its writer's own).
+    /// there is one (under [`Fault::LocalMarkers`] and
+    /// [`Fault::UnfencedMarkers`] only its writer's own).
     /// Returns whether it did: the marker is durable after the next fence.
     fn flush_marker(&self, inner: &Inner, id: u64) -> bool {
         match inner.marker {
-            Some((off, writer)) if self.fault != Fault::LocalMarkers || writer == id => {
+            Some((off, writer))
+                if !matches!(self.fault, Fault::LocalMarkers | Fault::UnfencedMarkers)
+                    || writer == id =>
+            {
                 self.region.flush(off, ENTRY_HEADER);
                 true
             }
@@ -552,6 +556,9 @@ impl LockHeap {
             *marker = None;
         } else {
             let m = self.lane.mark(&self.region, self.nonce, cur, rec);
+            if self.fault == Fault::UnfencedMarkers {
+                self.region.flush(self.lane.marker_off(m), ENTRY_HEADER);
+            }
             *marker = Some((self.lane.marker_off(m), id));
         }
         inner.fences += 2;

@@ -233,6 +233,12 @@ pub enum Fault {
     /// wrote: the guarantee before markers were flushed across threads (a
     /// marker durable only at its own thread's next fence).
     LocalMarkers,
+    /// The writer flushes its marker at once (no fence), and publishes of
+    /// other threads count on their own fence to complete that flush
+    /// instead of flushing the marker themselves: the protocol before
+    /// markers were flushed across threads. Sound only if a fence completed
+    /// every thread's flushes, so only per-thread fences catch it.
+    UnfencedMarkers,
 }
 
 /// How to create a heap.
@@ -1079,7 +1085,7 @@ impl Heap {
 
     /// Flushes (no fence) the line of every pending marker — but lane
     /// `own`'s only if `with_own`, and only lane `own`'s under
-    /// [`Fault::LocalMarkers`] — and appends (lane, tag) to `out` for
+    /// [`Fault::LocalMarkers`] and [`Fault::UnfencedMarkers`] — and appends (lane, tag) to `out` for
     /// [`clear_markers`](Self::clear_markers). Returns how many.
     fn flush_markers(&self, own: usize, with_own: bool, out: &mut Vec<(usize, u64)>) -> usize {
         let used = self.lanes_used.load(Ordering::Acquire);
@@ -1088,7 +1094,7 @@ impl Heap {
             let skip = if i == own {
                 !with_own
             } else {
-                self.fault == Fault::LocalMarkers
+                matches!(self.fault, Fault::LocalMarkers | Fault::UnfencedMarkers)
             };
             if skip {
                 continue;

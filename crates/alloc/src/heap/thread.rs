@@ -2,7 +2,7 @@
 
 use super::{
     Fault, Found, Heap, ST_ALLOC, ST_FREEING, ST_RESERVED, V_EXT, V_EXT_FREEING, V_EXT_RESERVED,
-    format::MAX_EXTENT_PAGES, format::PageHdr, v_ext, v_kind,
+    format::MAX_EXTENT_PAGES, format::PageHdr, marker_tag, v_ext, v_kind,
 };
 use crate::class::{CLASSES, MAX_SMALL, NUM_CLASSES, class_of};
 use crate::error::{AllocError, Result};
@@ -355,6 +355,9 @@ impl<'h> HeapThread<'h> {
             self.cur = scratch;
         } else {
             let m = self.lane.mark(&heap.region, heap.nonce, &mut self.cur, rec);
+            if heap.fault == Fault::UnfencedMarkers {
+                heap.flush_marker(self.lane_idx, marker_tag(m));
+            }
             heap.marker_written(self.lane_idx, m);
         }
         st.fences.fetch_add(2, Ordering::Relaxed);
