@@ -427,7 +427,7 @@ mod tests {
                 x ^= x << 17;
                 let s = (x % 400) as usize;
                 let n = 1 + (x >> 50) as usize % 9;
-                if round % 3 == 0 && x % 5 == 0 {
+                if round % 3 == 0 && x.is_multiple_of(5) {
                     // A range made durable without a flush (NT store).
                     e.blocks.insert(s, s + 1);
                     blocks.insert(s);
