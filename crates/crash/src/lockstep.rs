@@ -20,7 +20,10 @@
 //!   **the bodies must never block on a lock another body can hold across
 //!   an event** (e.g. two data-structure operations with conflicting lock
 //!   sets): take a [`Lockstep::acquire`] token for such a lock set instead,
-//!   which waits by handing the baton over. A body that does block anyway
+//!   which waits by handing the baton over. Locks held across events
+//!   inside the library (an allocator's central lock) are marked with
+//!   [`ferrite_pmem::LockHeld`]: no hand-off happens inside such a
+//!   section. A body that does block anyway
 //!   stalls the run; the waiting thread then fails it after
 //!   [`STALL`] with a panic naming the cause rather than hanging.
 //! - When a body unwinds — the crash injected by the medium ([`Crashed`]),
@@ -162,7 +165,11 @@ impl Lockstep {
 
     /// A medium event of thread `me` (the baton holder): maybe hand over.
     fn event(&self, me: usize) {
-        if std::thread::panicking() {
+        // Unwinding: the crash state is captured, nothing to schedule.
+        // Inside a `LockHeld` section: another thread could block on the
+        // lock held, so the holder keeps the baton (deterministically:
+        // the section is part of the serialized execution).
+        if std::thread::panicking() || ferrite_pmem::LockHeld::active() {
             return;
         }
         let mut g = self.lock();

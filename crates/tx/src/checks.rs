@@ -53,6 +53,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod interleaved;
+
 /// Size of the simulated pool every check uses.
 pub const CHECK_POOL_SIZE: u64 = 512 * 1024;
 /// Keys the script draws from.
@@ -63,6 +65,7 @@ const MAIN_STEPS: usize = 36;
 const RESTART_STEPS: usize = 14;
 const MAIN_SCRIPT: u64 = 0x6d61_696e;
 const RESTART_SCRIPT: u64 = 0x7265_7374;
+const INTERLEAVED_SCRIPT: u64 = 0x696e_746c;
 const MAX_EXTRA: u64 = 16;
 const NONCE: u64 = 0x7e57_7a11_5eed_0001;
 /// Accesses one transaction of the checks may make: far above what the
@@ -264,10 +267,63 @@ pub fn recover(
     s: Structure,
     fault: Fault,
 ) -> Result<Recovered, String> {
+    let mut r = recover_maps(pool, strategy, s, fault, None)?;
+    Ok(Recovered {
+        report: r.report,
+        shape: r.shapes.pop().expect("one structure"),
+        allocated: r.allocated,
+    })
+}
+
+/// What recovery left of a pool holding several structures.
+#[derive(Debug)]
+pub struct RecoveredMaps {
+    pub report: TxRecovery,
+    /// One per header, in the order given.
+    pub shapes: Vec<Shape>,
+    /// Allocated blocks: offset → usable size.
+    pub allocated: BTreeMap<u64, usize>,
+}
+
+/// [`recover`] for the structures whose headers are `headers` (the root's
+/// when `None`): open (recover), then walk and use each.
+fn recover_maps(
+    pool: &Pool,
+    strategy: Strategy,
+    s: Structure,
+    fault: Fault,
+    headers: Option<&[u64]>,
+) -> Result<RecoveredMaps, String> {
     let txp = TxPool::open_inner(pool, ds::registry(), Some(strategy), fault, ACCESS_LIMIT)
         .map_err(|e| format!("open: {e}"))?;
     let report = txp.recovery().clone();
-    let map = ds::open(s, &txp, txp.root()).map_err(|e| format!("open {s}: {e}"))?;
+    let root = [txp.root()];
+    let headers = headers.unwrap_or(&root);
+    let mut shapes = Vec::with_capacity(headers.len());
+    for (i, &h) in headers.iter().enumerate() {
+        let map = ds::open(s, &txp, h).map_err(|e| format!("open {s} #{i}: {e}"))?;
+        shapes.push(use_recovered(&txp, map.as_ref()).map_err(|e| {
+            if headers.len() > 1 {
+                format!("{s} #{i}: {e}")
+            } else {
+                e
+            }
+        })?);
+    }
+    let mut allocated = BTreeMap::new();
+    txp.heap().for_each_allocated(&mut |off, n| {
+        allocated.insert(off.raw(), n);
+    });
+    Ok(RecoveredMaps {
+        report,
+        shapes,
+        allocated,
+    })
+}
+
+/// Walks a recovered structure and uses it once; returns its shape.
+fn use_recovered(txp: &TxPool, map: &dyn ds::KvMap) -> Result<Shape, String> {
+    let s = map.structure();
     let k = KEYS + 1000;
     let mut before = map.shape().map_err(|e| format!("malformed {s}: {e}"))?;
     // The recovered pool must work: remove, insert, find and remove a key
@@ -295,15 +351,7 @@ pub fn recover(
     if before.entries != shape.entries {
         return Err("using the recovered pool changed its contents".into());
     }
-    let mut allocated = BTreeMap::new();
-    txp.heap().for_each_allocated(&mut |off, n| {
-        allocated.insert(off.raw(), n);
-    });
-    Ok(Recovered {
-        report,
-        shape,
-        allocated,
-    })
+    Ok(shape)
 }
 
 /// The invariant.
@@ -331,12 +379,6 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
         _ => *got == m.committed || *got == with,
     };
     if !ok {
-        let diff = |a: &BTreeMap<u64, Vec<u8>>, b: &BTreeMap<u64, Vec<u8>>| {
-            a.iter()
-                .filter(|(k, v)| b.get(k) != Some(v))
-                .map(|(k, _)| *k)
-                .collect::<Vec<_>>()
-        };
         return Err(format!(
             "contents differ from the model after {} ops (in flight {:?}, begun {begun}, re-executed {}): \
              keys wrong or extra {:?}, keys missing or stale {:?}",
@@ -347,13 +389,19 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
             diff(&m.committed, got)
         ));
     }
+    check_blocks(std::slice::from_ref(&r.shape), &r.allocated)
+}
+
+/// Nothing leaks and nothing is shared: the allocated blocks are exactly
+/// the blocks the structures reference, each referenced once.
+fn check_blocks(shapes: &[Shape], allocated: &BTreeMap<u64, usize>) -> Result<(), String> {
     let mut blocks: BTreeMap<u64, u64> = BTreeMap::new();
-    for &(off, n) in &r.shape.blocks {
+    for &(off, n) in shapes.iter().flat_map(|s| &s.blocks) {
         if blocks.insert(off, n).is_some() {
             return Err(format!("block {off:#x} is referenced twice"));
         }
     }
-    for (&off, &n) in &r.allocated {
+    for (&off, &n) in allocated {
         if !blocks.contains_key(&off) {
             return Err(format!(
                 "block {off:#x} ({n} bytes) is allocated but unreachable (leak)"
@@ -361,11 +409,19 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
         }
     }
     for &off in blocks.keys() {
-        if !r.allocated.contains_key(&off) {
+        if !allocated.contains_key(&off) {
             return Err(format!("block {off:#x} is reachable but not allocated"));
         }
     }
     Ok(())
+}
+
+/// Keys whose values differ between `a` and `b` or that only `a` has.
+fn diff(a: &BTreeMap<u64, Vec<u8>>, b: &BTreeMap<u64, Vec<u8>>) -> Vec<u64> {
+    a.iter()
+        .filter(|(k, v)| b.get(k) != Some(v))
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 /// The durable starting image: an empty structure of kind `s`.
@@ -492,6 +548,9 @@ pub enum Run {
     Tearing,
     /// A second workload on a recovered crash image of the main one.
     Restart,
+    /// Two threads on their own OS threads, interleaved at medium events:
+    /// two transactions in flight at once ([`interleaved`]).
+    Interleaved,
 }
 
 impl Run {
@@ -500,6 +559,7 @@ impl Run {
             Run::Main => "main",
             Run::Tearing => "tearing",
             Run::Restart => "restart",
+            Run::Interleaved => "interleaved",
         }
     }
 }
@@ -512,7 +572,13 @@ pub fn plan(cfg: &Config) -> Vec<(Run, usize)> {
         v.push((Run::Tearing, 1));
     }
     v.push((Run::Restart, 1));
+    v.push((Run::Interleaved, 2));
     v
+}
+
+/// Extra run `i` (budget left over): main and interleaved in turn.
+pub fn extra_run(i: u64) -> Run {
+    if i % 2 == 0 { Run::Main } else { Run::Interleaved }
 }
 
 /// The run names [`check_tx`] starts with for `cfg`.
@@ -537,7 +603,38 @@ pub fn check_run(
         Run::Main => check_fault(strategy, s, cfg, fault, script, MAIN_STEPS),
         Run::Tearing => check_fault(strategy, s, cfg.tearing(true), fault, script, MAIN_STEPS),
         Run::Restart => check_restart(strategy, s, cfg, fault),
+        Run::Interleaved => check_interleaved(strategy, s, cfg, fault),
     }
+}
+
+/// The interleaved run ([`interleaved`]): two threads' scripts of the
+/// run's seed on two instances of `s`, interleaved by a schedule of that
+/// seed.
+pub fn check_interleaved(
+    strategy: Strategy,
+    s: Structure,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Report, CheckError> {
+    if strategy == Strategy::NoLog {
+        return Err(CheckError::NoLog);
+    }
+    let hs = interleaved::headers(&pool_opts(), cfg.domain, strategy, s).map_err(CheckError::Setup)?;
+    let seed = cfg.seed ^ INTERLEAVED_SCRIPT;
+    let mut cfg = cfg;
+    cfg.layout = "tx-check".into();
+    cfg.pool_size = CHECK_POOL_SIZE;
+    Ok(Explorer::new(cfg)
+        .setup(move |p| {
+            interleaved::setup(p, strategy, s);
+        })
+        .explore(
+            |pool: &Pool, m: &mut interleaved::Model| {
+                interleaved::run(pool, strategy, s, fault, hs, seed, m)
+            },
+            |pool| interleaved::recover(pool, strategy, s, fault, &hs),
+            |_, r, m| interleaved::check(strategy, &hs, r, m),
+        )?)
 }
 
 /// `ferrite check tx-<strategy>-<structure>`: transactions with
@@ -561,7 +658,7 @@ pub fn check_tx_fault(
         &cfg,
         plan(&cfg),
         MAX_EXTRA,
-        |_| Run::Main,
+        extra_run,
         |r| r.name().to_string(),
         |r, c| check_run(strategy, s, r, c.clone(), fault),
     )

@@ -123,6 +123,11 @@ pub enum Fault {
     ClobberNoInputLog,
     /// Recovery restores clobbered inputs but does not re-execute.
     NoReexecute,
+    /// Recovery handles the interrupted transactions of only the lowest
+    /// slot that has any: a recovery written as if one transaction could
+    /// be in flight. Only crashes that catch two slots mid-transaction
+    /// (the interleaved crash checks) can tell.
+    FirstSlotOnly,
 }
 
 /// Where things live, in pool offsets.
@@ -362,7 +367,10 @@ impl TxPool {
         // Undo, redo and the restoring half of clobber recovery work on
         // the raw image, before the heap reads its bitmaps.
         recovery::roll_group_forward(&whole, &layout)?;
-        let found = recovery::scan(&whole, &layout)?;
+        let mut found = recovery::scan(&whole, &layout)?;
+        if fault == Fault::FirstSlotOnly {
+            found.keep_first_slot_only();
+        }
         let mut report = recovery::restore(&whole, &layout, &found)?;
         let heap_region = whole.sub(sb.heap_off as usize, sb.heap_len as usize)?;
         let heap = Heap::open(heap_region)?;

@@ -86,6 +86,16 @@ pub trait KvMap: Send + Sync {
     fn header(&self) -> u64;
     /// Bytes of every value.
     fn value_len(&self) -> usize;
+    /// The lock group of `key`: `Some(g)` when every lock an operation on
+    /// `key` takes is the one lock of group `g` (so operations on keys of
+    /// different groups never wait for each other), `None` when the
+    /// locks an operation takes may be shared with any other operation
+    /// (one structure-wide lock, or lock paths that depend on the shape).
+    /// Schedulers that must never block on these locks (the interleaved
+    /// crash checks) run two operations at once only on different groups.
+    fn lock_group(&self, _key: u64) -> Option<u64> {
+        None
+    }
 }
 
 /// Options shared by the structures.
