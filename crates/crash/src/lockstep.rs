@@ -83,6 +83,8 @@ struct Inner {
     finished: Vec<bool>,
     /// Lock-set token each thread holds (see [`Lockstep::acquire`]).
     tokens: Vec<Option<u64>>,
+    /// Token each thread waits for.
+    waiting: Vec<Option<u64>>,
     /// Set when a body unwound: everyone else unwinds too.
     stopped: bool,
     /// splitmix64 state of the schedule.
@@ -190,8 +192,11 @@ impl Lockstep {
     /// Takes lock-set token `token` for the calling body: while another
     /// live body holds the same token, hands it the baton (so it runs until
     /// it releases the token) instead of blocking. A body holds at most one
-    /// token; [`Lockstep::release`] gives it back. Use it around operations
-    /// whose real locks may conflict, so that a body never blocks on them.
+    /// token; [`Lockstep::release`] gives it back — and the baton with it
+    /// to a body waiting for that token, which would otherwise starve
+    /// (hand-offs happen at events, and the holder is between events only
+    /// while it holds no token). Use it around operations whose real locks
+    /// may conflict, so that a body never blocks on them.
     pub fn acquire(&self, me: usize, token: u64) {
         let mut g = self.lock();
         assert!(g.tokens[me].is_none(), "lockstep: one token per body");
@@ -201,16 +206,28 @@ impl Lockstep {
                 None => break,
                 Some(h) => {
                     g.stats.token_waits += 1;
+                    g.waiting[me] = Some(token);
                     g = self.hand_to(g, me, h);
+                    g.waiting[me] = None;
                 }
             }
         }
         g.tokens[me] = Some(token);
     }
 
-    /// Releases the calling body's token.
+    /// Releases the calling body's token; a body waiting for it runs next.
     pub fn release(&self, me: usize) {
-        self.lock().tokens[me] = None;
+        let mut g = self.lock();
+        let Some(token) = g.tokens[me].take() else {
+            return;
+        };
+        let n = g.waiting.len();
+        let waiter = (1..n)
+            .map(|d| (me + d) % n)
+            .find(|&t| !g.finished[t] && g.waiting[t] == Some(token));
+        if let Some(w) = waiter {
+            drop(self.hand_to(g, me, w));
+        }
     }
 
     /// Body `me` is done (returned, or unwound when `unwound`): the baton
@@ -219,6 +236,7 @@ impl Lockstep {
         let mut g = self.lock();
         g.finished[me] = true;
         g.tokens[me] = None;
+        g.waiting[me] = None;
         if unwound {
             g.stopped = true;
         }
@@ -246,6 +264,7 @@ pub fn run<R: Send>(
             running: 0,
             finished: vec![false; n],
             tokens: vec![None; n],
+            waiting: vec![None; n],
             stopped: false,
             rng: seed,
             switch_one_in: switch_one_in.max(1),

@@ -14,6 +14,17 @@
 //! existing ones (a key space of 40, so all three happen), remove missing
 //! keys and look keys up, checking each lookup against the model. Every
 //! operation is one transaction; the model records what each returned.
+//! Here transactions run whole, one after the other: a crash catches at
+//! most one in the middle (beside finished ones whose completion is not
+//! yet durable).
+//!
+//! The *interleaved* workload ([`interleaved`]) closes that gap: a pool
+//! with two instances of the structure, two threads on their own OS
+//! threads under [`ferrite_crash::lockstep`], handing over at stores,
+//! flushes and fences by a seeded schedule, so a crash catches two
+//! transactions mid-flight — on different instances for every structure,
+//! and on different sub-maps of one hash map (operations whose lock sets
+//! may meet run one after the other, as strict 2PL makes them).
 //!
 //! # Invariant (after recovery from every crash state, nested crashes too)
 //!
@@ -23,11 +34,12 @@
 //! - the structure is well formed ([`crate::ds::KvMap::shape`]: ordering, balance,
 //!   counts, links, every block allocated and large enough);
 //! - its contents equal the model of acknowledged operations, plus the
-//!   operation in flight if it took effect. Under clobber logging this is
-//!   exact: the operation in flight took effect if and only if recovery
-//!   re-executed it ("committed plus re-executed");
+//!   operation in flight (each of the two, in the interleaved run) if it
+//!   took effect. Under clobber logging this is exact: an operation in
+//!   flight took effect if and only if recovery re-executed it or its
+//!   v_log was durable ("committed plus re-executed");
 //! - nothing leaks and nothing is shared: the heap's allocated blocks are
-//!   exactly the structure's blocks;
+//!   exactly the structure's (structures') blocks;
 //! - the recovered pool works: a new key can be inserted, found and
 //!   removed, leaving the structure well formed.
 //!
@@ -35,10 +47,16 @@
 //!
 //! The budget is split ([`ferrite_crash::explorer::spend_budget`]) between:
 //! the main workload (line granularity, weight 2), the same in tearing
-//! mode (8-byte failure atomicity), and a *restart* run that crashes the
+//! mode (8-byte failure atomicity), a *restart* run that crashes the
 //! main workload at a seeded point, recovers a seeded image of it and
-//! explores a second workload on top. Budget left over goes to main runs
-//! with new seeds. The run's seed picks the script.
+//! explores a second workload on top, and the *interleaved* run (weight
+//! 2). Budget left over goes to main and interleaved runs in turn, with
+//! new seeds. The run's seed picks the script (and the interleaving);
+//! `--seed S --at P` replays a state of any run, the interleaved one too.
+//!
+//! [`Fault::FirstSlotOnly`] (recovery that handles one slot's interrupted
+//! transactions) is caught by the interleaved run and by no sequential
+//! one.
 
 use crate::ds::{self, DsOptions, Shape, Structure};
 use crate::pool::{Fault, Strategy, TxOptions, TxPool};
@@ -578,7 +596,11 @@ pub fn plan(cfg: &Config) -> Vec<(Run, usize)> {
 
 /// Extra run `i` (budget left over): main and interleaved in turn.
 pub fn extra_run(i: u64) -> Run {
-    if i % 2 == 0 { Run::Main } else { Run::Interleaved }
+    if i % 2 == 0 {
+        Run::Main
+    } else {
+        Run::Interleaved
+    }
 }
 
 /// The run names [`check_tx`] starts with for `cfg`.
@@ -619,7 +641,8 @@ pub fn check_interleaved(
     if strategy == Strategy::NoLog {
         return Err(CheckError::NoLog);
     }
-    let hs = interleaved::headers(&pool_opts(), cfg.domain, strategy, s).map_err(CheckError::Setup)?;
+    let hs =
+        interleaved::headers(&pool_opts(), cfg.domain, strategy, s).map_err(CheckError::Setup)?;
     let seed = cfg.seed ^ INTERLEAVED_SCRIPT;
     let mut cfg = cfg;
     cfg.layout = "tx-check".into();
@@ -764,6 +787,106 @@ mod tests {
                     let r =
                         check_fault(strategy, s, cfg(400), fault, MAIN_SCRIPT, MAIN_STEPS).unwrap();
                     assert!(!r.ok(), "{strategy}-{s}: planted {fault:?} not caught: {r}");
+                }
+            }
+        }
+    }
+
+    /// The interleaved workload really overlaps transactions (on every
+    /// structure: at least across the two instances), and its results
+    /// match the model when nothing crashes.
+    #[test]
+    fn the_interleaved_workload_overlaps_transactions() {
+        use ferrite_crash::SimMedium;
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let domain = ferrite_pmem::Domain::Adr;
+                let base = Pool::create_in_memory(&pool_opts().domain(domain)).unwrap();
+                let hs = interleaved::setup(&base, strategy, s);
+                assert_eq!(
+                    hs,
+                    interleaved::headers(&pool_opts(), domain, strategy, s).unwrap()
+                );
+                let img = base.image();
+                // Events reach the scheduler only through a simulated medium.
+                let sim = Arc::new(SimMedium::new(domain, false, img.clone(), None));
+                let p = Pool::open_image(&img, &pool_opts(), domain, Some(sim)).unwrap();
+                let mut m = interleaved::Model::default();
+                let seed = 1 ^ INTERLEAVED_SCRIPT;
+                interleaved::run(&p, strategy, s, Fault::None, hs, seed, &mut m);
+                let name = format!("{strategy}-{s}");
+                if std::env::var("FERRITE_TX_RUNS").is_ok() {
+                    println!(
+                        "{name}: {} switches, {} overlapped",
+                        m.switches, m.overlapped
+                    );
+                }
+                assert_eq!(m.ops, 2 * interleaved::STEPS_PER_THREAD, "{name}");
+                assert!(m.switches > 10, "{name}: {} switches", m.switches);
+                assert!(m.overlapped >= 3, "{name}: {} overlapped", m.overlapped);
+                let r = interleaved::recover(&p, strategy, s, Fault::None, &hs).unwrap();
+                interleaved::check(strategy, &hs, &r, &m).unwrap();
+                for (i, shape) in r.shapes.iter().enumerate() {
+                    assert_eq!(shape.entries, m.committed[i], "{name} #{i}");
+                }
+            }
+        }
+    }
+
+    /// A recovery that handles only one slot's interrupted transactions
+    /// ([`Fault::FirstSlotOnly`]) is caught by the interleaved run, where
+    /// a crash leaves two transactions to undo, replay or re-execute. The
+    /// sequential runs leave one: they can catch it only when a nested
+    /// crash interrupts recovery's own use of the pool beside a forgotten
+    /// transaction, so every violation they report is a nested one.
+    #[test]
+    fn first_slot_only_recovery_is_caught_by_interleaving() {
+        let budget = std::env::var("FERRITE_TX_FAULT_BUDGET").map_or(300, |v| v.parse().unwrap());
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let name = format!("{strategy}-{s}");
+                let mut found = Vec::new();
+                for run in [Run::Main, Run::Tearing, Run::Restart, Run::Interleaved] {
+                    let mut c = cfg(budget);
+                    c.keep_violations = usize::MAX;
+                    let r = check_run(strategy, s, run, c, Fault::FirstSlotOnly).unwrap();
+                    let top = r
+                        .violations
+                        .iter()
+                        .filter(|v| v.repro.nested.is_none())
+                        .count();
+                    if std::env::var("FERRITE_TX_RUNS").is_ok() {
+                        println!(
+                            "{name} {}: {} states, {} violations ({top} without a nested crash)",
+                            run.name(),
+                            r.states,
+                            r.violation_count
+                        );
+                    }
+                    found.push((run, r.violation_count, top));
+                }
+                for &(run, n, top) in &found {
+                    if std::env::var("FERRITE_TX_FAULT_REPORT_ONLY").is_ok() {
+                        break;
+                    }
+                    if run == Run::Interleaved {
+                        assert!(
+                            top > 0,
+                            "{name}: interleaving missed FirstSlotOnly: {found:?}"
+                        );
+                    } else {
+                        assert_eq!(
+                            top,
+                            0,
+                            "{name}: {} caught FirstSlotOnly: {found:?}",
+                            run.name()
+                        );
+                        assert!(
+                            n <= 2,
+                            "{name}: {} caught FirstSlotOnly: {found:?}",
+                            run.name()
+                        );
+                    }
                 }
             }
         }
