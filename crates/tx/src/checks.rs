@@ -598,7 +598,7 @@ pub fn plan(cfg: &Config) -> Vec<(Run, usize)> {
 
 /// Extra run `i` (budget left over): main and interleaved in turn.
 pub fn extra_run(i: u64) -> Run {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         Run::Main
     } else {
         Run::Interleaved
