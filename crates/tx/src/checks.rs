@@ -909,6 +909,40 @@ mod tests {
         }
     }
 
+    /// Interleaved runs only, many seeds (many scripts and schedules):
+    /// `cargo test --release -p ferrite-tx -- --ignored --nocapture interleaved_sweep`
+    /// (FERRITE_TX_SEEDS=n seeds, FERRITE_TX_BUDGET=b states each,
+    /// FERRITE_TX_CHECK=strategy-structure to pick one pair).
+    #[test]
+    #[ignore]
+    fn interleaved_sweep() {
+        let env = |k: &str, d: u64| std::env::var(k).map_or(d, |v| v.parse().unwrap());
+        let (seeds, budget) = (env("FERRITE_TX_SEEDS", 10), env("FERRITE_TX_BUDGET", 1000));
+        let only = std::env::var("FERRITE_TX_CHECK").ok();
+        let mut bad = 0;
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let name = format!("{strategy}-{s}");
+                if only.as_deref().is_some_and(|o| o != name) {
+                    continue;
+                }
+                let (mut states, mut v) = (0, 0);
+                for seed in 1..=seeds {
+                    let c = cfg(budget as usize).seed(seed);
+                    let r = check_interleaved(strategy, s, c, Fault::None).unwrap();
+                    states += r.states;
+                    v += r.violation_count;
+                    for x in &r.violations {
+                        println!("  tx-{name} interleaved: VIOLATION {x}");
+                    }
+                }
+                bad += v;
+                println!("tx-{name} interleaved: {seeds} seeds, {states} states, {v} violations");
+            }
+        }
+        assert_eq!(bad, 0);
+    }
+
     /// `cargo test --release -p ferrite-tx -- --ignored --nocapture budget_5000`
     /// (set FERRITE_TX_CHECK=strategy-structure to pick one pair).
     #[test]
