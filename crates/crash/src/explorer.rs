@@ -31,8 +31,11 @@
 //!    again on the resulting image, proving it idempotent.
 //!
 //! The workload must be deterministic (same fences on every run) and run on
-//! the calling thread. Every violation carries a [`Repro`] that replays
-//! exactly that state (`Config::only`).
+//! the calling thread — or on threads of a [`crate::lockstep`] run it
+//! starts, which serializes them at medium events by a seeded schedule
+//! and, at the crash, stops them all and unwinds the calling thread as a
+//! single-threaded workload would. Every violation carries a [`Repro`]
+//! that replays exactly that state (`Config::only`).
 
 use crate::sim::{Counts, CrashAt, CrashState, Crashed, SimMedium};
 use ferrite_pmem::{Domain, Pool, PoolOptions};

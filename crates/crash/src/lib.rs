@@ -5,6 +5,10 @@
 //! - [`explorer`]: the [`Explorer`] that crashes a workload at every fence
 //!   (or a seeded sample), enumerates post-crash images, recovers and checks
 //!   each, crashes recovery too, and reports reproducible violations.
+//! - [`lockstep`]: several simulated threads on their own OS threads, only
+//!   one running at a time, handing over at medium events by a seeded
+//!   schedule — two operations in flight at once, every crash point
+//!   reproducible; a crash stops them all.
 //! - [`selftest`]: the explorer proven on a correct and two broken
 //!   append-then-publish protocols.
 //!
@@ -12,6 +16,7 @@
 //! crate's tests and the engine of `ferrite check`.
 
 pub mod explorer;
+pub mod lockstep;
 pub mod selftest;
 pub mod sim;
 

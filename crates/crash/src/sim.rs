@@ -19,7 +19,9 @@
 //!   content (coherence: a line written back after a newer one became durable
 //!   carries content at least that new), so stale captures are dropped.
 //!   Workloads that never switch threads run on thread 0 and see exactly the
-//!   single-thread semantics above.
+//!   single-thread semantics above. Simulated threads may also run on
+//!   their own OS threads, interleaved deterministically at these events
+//!   by [`crate::lockstep`]; the state here is shared behind one mutex.
 //! - A unit is a cache line, an aligned 8-byte word in tearing mode, or a
 //!   4 KiB page for `msync`. For `eadr`/`pdram`/`pdram-lite` the image is the
 //!   live image at the crash point.
@@ -289,6 +291,9 @@ fn capture(s: &State, map: &Mapping, at: CrashAt) -> CrashState {
 
 impl SimObserver for SimMedium {
     fn flushed(&self, map: &Mapping, off: usize, len: usize) {
+        // Under a lockstep run the baton may pass here, before the event
+        // counts: the schedule decides which thread's event comes next.
+        crate::lockstep::at_event();
         let mut s = self.lock();
         s.flushes += 1;
         let n = s.flushes;
@@ -323,6 +328,9 @@ impl SimObserver for SimMedium {
     }
 
     fn storing(&self, map: &Mapping, _off: usize, _len: usize) {
+        // Under a lockstep run the baton may pass here, before the event
+        // counts: the schedule decides which thread's event comes next.
+        crate::lockstep::at_event();
         let mut s = self.lock();
         s.stores += 1;
         let n = s.stores;
@@ -332,6 +340,9 @@ impl SimObserver for SimMedium {
     }
 
     fn fenced(&self, map: &Mapping) {
+        // Under a lockstep run the baton may pass here, before the event
+        // counts: the schedule decides which thread's event comes next.
+        crate::lockstep::at_event();
         let mut s = self.lock();
         s.fences += 1;
         if s.crash_at == Some(CrashAt::Fence(s.fences)) {

@@ -31,6 +31,6 @@ pub use domain::{CrashModel, Domain};
 pub use error::PoolError;
 pub use header::{HEADER_SIZE, Header};
 pub use map::{Mapping, OutOfBounds, PAGE};
-pub use persist::{Medium, PersistConfig, SimObserver};
+pub use persist::{LockHeld, Medium, PersistConfig, SimObserver};
 pub use pool::{Pool, PoolOptions};
 pub use region::{POff, Region};

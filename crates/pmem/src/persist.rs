@@ -43,6 +43,45 @@ pub trait SimObserver: Send + Sync {
     fn storing(&self, _map: &Mapping, _off: usize, _len: usize) {}
 }
 
+thread_local! {
+    static LOCK_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks a critical section in which this thread holds a volatile lock
+/// that other threads may wait for *across* persistent-memory events
+/// (stores, flushes, fences) — e.g. an allocator's central lock held while
+/// it persists a page header. A crash simulator that interleaves threads
+/// at those events (a [`SimObserver`]: `ferrite-crash`'s lockstep runs)
+/// must not hand control to another thread inside one, or that thread
+/// could block on the lock while the holder waits for its turn. Nests;
+/// costs one thread-local update on entry and on exit, and nothing else
+/// outside a simulation.
+#[must_use = "the section ends when the guard drops"]
+pub struct LockHeld {
+    /// The count is this thread's: the guard must stay on it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl LockHeld {
+    pub fn enter() -> LockHeld {
+        LOCK_HELD.with(|c| c.set(c.get() + 1));
+        LockHeld {
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    /// True while this thread is inside such a section.
+    pub fn active() -> bool {
+        LOCK_HELD.with(|c| c.get() > 0)
+    }
+}
+
+impl Drop for LockHeld {
+    fn drop(&mut self) {
+        LOCK_HELD.with(|c| c.set(c.get() - 1));
+    }
+}
+
 /// How a medium persists, fixed when it is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PersistConfig {

@@ -18,6 +18,18 @@
 //! removes keys it holds, so leaves underflow: borrows, merges (cascading
 //! ones too) and root collapses are among what is crashed.
 //!
+//! Here transactions run whole, one after the other: a crash catches at
+//! most one in the middle (beside finished ones whose completion is not
+//! yet durable).
+//!
+//! The *interleaved* workload ([`interleaved`]) closes that gap: a pool
+//! with two instances of the structure, two threads on their own OS
+//! threads under [`ferrite_crash::lockstep`], handing over at stores,
+//! flushes and fences by a seeded schedule, so a crash catches two
+//! transactions mid-flight — on different instances for every structure,
+//! and on different sub-maps of one hash map (operations whose lock sets
+//! may meet run one after the other, as strict 2PL makes them).
+//!
 //! # Invariant (after recovery from every crash state, nested crashes too)
 //!
 //! - the pool opens: undo transactions are rolled back, redo records
@@ -26,11 +38,12 @@
 //! - the structure is well formed ([`crate::ds::KvMap::shape`]: ordering, balance,
 //!   counts, links, every block allocated and large enough);
 //! - its contents equal the model of acknowledged operations, plus the
-//!   operation in flight if it took effect. Under clobber logging this is
-//!   exact: the operation in flight took effect if and only if recovery
-//!   re-executed it ("committed plus re-executed");
+//!   operation in flight (each of the two, in the interleaved run) if it
+//!   took effect. Under clobber logging this is exact: an operation in
+//!   flight took effect if and only if recovery re-executed it or its
+//!   v_log was durable ("committed plus re-executed");
 //! - nothing leaks and nothing is shared: the heap's allocated blocks are
-//!   exactly the structure's blocks;
+//!   exactly the structure's (structures') blocks;
 //! - the recovered pool works: a new key can be inserted, found and
 //!   removed, leaving the structure well formed.
 //!
@@ -38,10 +51,18 @@
 //!
 //! The budget is split ([`ferrite_crash::explorer::spend_budget`]) between:
 //! the main workload (line granularity, weight 2), the same in tearing
-//! mode (8-byte failure atomicity), and a *restart* run that crashes the
+//! mode (8-byte failure atomicity), a *restart* run that crashes the
 //! main workload at a seeded point, recovers a seeded image of it and
-//! explores a second workload on top. Budget left over goes to main runs
-//! with new seeds. The run's seed picks the script.
+//! explores a second workload on top, and the *interleaved* run (weight
+//! 2). Budget left over goes to main and interleaved runs in turn, with
+//! new seeds. The run's seed picks the script (and the interleaving);
+//! `--seed S --at P` replays a state of any run, the interleaved one too.
+//!
+//! [`Fault::FirstSlotOnly`] (recovery that handles one slot's interrupted
+//! transactions) is caught by the interleaved run; the sequential runs
+//! can expose it only when a nested crash interrupts recovery's own use
+//! of the pool beside a forgotten transaction (rarely, and never without
+//! a nested crash).
 
 use crate::ds::{self, DsOptions, Shape, Structure};
 use crate::pool::{Fault, Strategy, TxOptions, TxPool};
@@ -56,6 +77,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod interleaved;
+
 /// Size of the simulated pool every check uses.
 pub const CHECK_POOL_SIZE: u64 = 512 * 1024;
 /// Keys the script draws from.
@@ -66,6 +89,7 @@ const MAIN_STEPS: usize = 36;
 const RESTART_STEPS: usize = 14;
 const MAIN_SCRIPT: u64 = 0x6d61_696e;
 const RESTART_SCRIPT: u64 = 0x7265_7374;
+const INTERLEAVED_SCRIPT: u64 = 0x696e_746c;
 const MAX_EXTRA: u64 = 16;
 const NONCE: u64 = 0x7e57_7a11_5eed_0001;
 /// Inserts and removes out of 10 draws (the rest are lookups).
@@ -293,10 +317,63 @@ pub fn recover(
     s: Structure,
     fault: Fault,
 ) -> Result<Recovered, String> {
+    let mut r = recover_maps(pool, strategy, s, fault, None)?;
+    Ok(Recovered {
+        report: r.report,
+        shape: r.shapes.pop().expect("one structure"),
+        allocated: r.allocated,
+    })
+}
+
+/// What recovery left of a pool holding several structures.
+#[derive(Debug)]
+pub struct RecoveredMaps {
+    pub report: TxRecovery,
+    /// One per header, in the order given.
+    pub shapes: Vec<Shape>,
+    /// Allocated blocks: offset → usable size.
+    pub allocated: BTreeMap<u64, usize>,
+}
+
+/// [`recover`] for the structures whose headers are `headers` (the root's
+/// when `None`): open (recover), then walk and use each.
+fn recover_maps(
+    pool: &Pool,
+    strategy: Strategy,
+    s: Structure,
+    fault: Fault,
+    headers: Option<&[u64]>,
+) -> Result<RecoveredMaps, String> {
     let txp = TxPool::open_inner(pool, ds::registry(), Some(strategy), fault, ACCESS_LIMIT)
         .map_err(|e| format!("open: {e}"))?;
     let report = txp.recovery().clone();
-    let map = ds::open(s, &txp, txp.root()).map_err(|e| format!("open {s}: {e}"))?;
+    let root = [txp.root()];
+    let headers = headers.unwrap_or(&root);
+    let mut shapes = Vec::with_capacity(headers.len());
+    for (i, &h) in headers.iter().enumerate() {
+        let map = ds::open(s, &txp, h).map_err(|e| format!("open {s} #{i}: {e}"))?;
+        shapes.push(use_recovered(&txp, map.as_ref()).map_err(|e| {
+            if headers.len() > 1 {
+                format!("{s} #{i}: {e}")
+            } else {
+                e
+            }
+        })?);
+    }
+    let mut allocated = BTreeMap::new();
+    txp.heap().for_each_allocated(&mut |off, n| {
+        allocated.insert(off.raw(), n);
+    });
+    Ok(RecoveredMaps {
+        report,
+        shapes,
+        allocated,
+    })
+}
+
+/// Walks a recovered structure and uses it once; returns its shape.
+fn use_recovered(txp: &TxPool, map: &dyn ds::KvMap) -> Result<Shape, String> {
+    let s = map.structure();
     let k = KEYS + 1000;
     let mut before = map.shape().map_err(|e| format!("malformed {s}: {e}"))?;
     // The recovered pool must work: remove, insert, find and remove a key
@@ -324,15 +401,7 @@ pub fn recover(
     if before.entries != shape.entries {
         return Err("using the recovered pool changed its contents".into());
     }
-    let mut allocated = BTreeMap::new();
-    txp.heap().for_each_allocated(&mut |off, n| {
-        allocated.insert(off.raw(), n);
-    });
-    Ok(Recovered {
-        report,
-        shape,
-        allocated,
-    })
+    Ok(shape)
 }
 
 /// The invariant.
@@ -360,12 +429,6 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
         _ => *got == m.committed || *got == with,
     };
     if !ok {
-        let diff = |a: &BTreeMap<u64, Vec<u8>>, b: &BTreeMap<u64, Vec<u8>>| {
-            a.iter()
-                .filter(|(k, v)| b.get(k) != Some(v))
-                .map(|(k, _)| *k)
-                .collect::<Vec<_>>()
-        };
         return Err(format!(
             "contents differ from the model after {} ops (in flight {:?}, begun {begun}, re-executed {}): \
              keys wrong or extra {:?}, keys missing or stale {:?}",
@@ -376,13 +439,19 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
             diff(&m.committed, got)
         ));
     }
+    check_blocks(std::slice::from_ref(&r.shape), &r.allocated)
+}
+
+/// Nothing leaks and nothing is shared: the allocated blocks are exactly
+/// the blocks the structures reference, each referenced once.
+fn check_blocks(shapes: &[Shape], allocated: &BTreeMap<u64, usize>) -> Result<(), String> {
     let mut blocks: BTreeMap<u64, u64> = BTreeMap::new();
-    for &(off, n) in &r.shape.blocks {
+    for &(off, n) in shapes.iter().flat_map(|s| &s.blocks) {
         if blocks.insert(off, n).is_some() {
             return Err(format!("block {off:#x} is referenced twice"));
         }
     }
-    for (&off, &n) in &r.allocated {
+    for (&off, &n) in allocated {
         if !blocks.contains_key(&off) {
             return Err(format!(
                 "block {off:#x} ({n} bytes) is allocated but unreachable (leak)"
@@ -390,11 +459,19 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
         }
     }
     for &off in blocks.keys() {
-        if !r.allocated.contains_key(&off) {
+        if !allocated.contains_key(&off) {
             return Err(format!("block {off:#x} is reachable but not allocated"));
         }
     }
     Ok(())
+}
+
+/// Keys whose values differ between `a` and `b` or that only `a` has.
+fn diff(a: &BTreeMap<u64, Vec<u8>>, b: &BTreeMap<u64, Vec<u8>>) -> Vec<u64> {
+    a.iter()
+        .filter(|(k, v)| b.get(k) != Some(v))
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 /// The durable starting image: an empty structure of kind `s`.
@@ -521,6 +598,9 @@ pub enum Run {
     Tearing,
     /// A second workload on a recovered crash image of the main one.
     Restart,
+    /// Two threads on their own OS threads, interleaved at medium events:
+    /// two transactions in flight at once ([`interleaved`]).
+    Interleaved,
 }
 
 impl Run {
@@ -529,6 +609,7 @@ impl Run {
             Run::Main => "main",
             Run::Tearing => "tearing",
             Run::Restart => "restart",
+            Run::Interleaved => "interleaved",
         }
     }
 }
@@ -541,7 +622,17 @@ pub fn plan(cfg: &Config) -> Vec<(Run, usize)> {
         v.push((Run::Tearing, 1));
     }
     v.push((Run::Restart, 1));
+    v.push((Run::Interleaved, 2));
     v
+}
+
+/// Extra run `i` (budget left over): main and interleaved in turn.
+pub fn extra_run(i: u64) -> Run {
+    if i.is_multiple_of(2) {
+        Run::Main
+    } else {
+        Run::Interleaved
+    }
 }
 
 /// The run names [`check_tx`] starts with for `cfg`.
@@ -566,7 +657,39 @@ pub fn check_run(
         Run::Main => check_fault(strategy, s, cfg, fault, script, MAIN_STEPS),
         Run::Tearing => check_fault(strategy, s, cfg.tearing(true), fault, script, MAIN_STEPS),
         Run::Restart => check_restart(strategy, s, cfg, fault),
+        Run::Interleaved => check_interleaved(strategy, s, cfg, fault),
     }
+}
+
+/// The interleaved run ([`interleaved`]): two threads' scripts of the
+/// run's seed on two instances of `s`, interleaved by a schedule of that
+/// seed.
+pub fn check_interleaved(
+    strategy: Strategy,
+    s: Structure,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Report, CheckError> {
+    if strategy == Strategy::NoLog {
+        return Err(CheckError::NoLog);
+    }
+    let hs =
+        interleaved::headers(&pool_opts(), cfg.domain, strategy, s).map_err(CheckError::Setup)?;
+    let seed = cfg.seed ^ INTERLEAVED_SCRIPT;
+    let mut cfg = cfg;
+    cfg.layout = "tx-check".into();
+    cfg.pool_size = CHECK_POOL_SIZE;
+    Ok(Explorer::new(cfg)
+        .setup(move |p| {
+            interleaved::setup(p, strategy, s);
+        })
+        .explore(
+            |pool: &Pool, m: &mut interleaved::Model| {
+                interleaved::run(pool, strategy, s, fault, hs, seed, m)
+            },
+            |pool| interleaved::recover(pool, strategy, s, fault, &hs),
+            |_, r, m| interleaved::check(strategy, &hs, r, m),
+        )?)
 }
 
 /// `ferrite check tx-<strategy>-<structure>`: transactions with
@@ -590,7 +713,7 @@ pub fn check_tx_fault(
         &cfg,
         plan(&cfg),
         MAX_EXTRA,
-        |_| Run::Main,
+        extra_run,
         |r| r.name().to_string(),
         |r, c| check_run(strategy, s, r, c.clone(), fault),
     )
@@ -733,6 +856,155 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The interleaved workload really overlaps transactions (on every
+    /// structure: at least across the two instances), and its results
+    /// match the model when nothing crashes.
+    #[test]
+    fn the_interleaved_workload_overlaps_transactions() {
+        use ferrite_crash::SimMedium;
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let domain = ferrite_pmem::Domain::Adr;
+                let base = Pool::create_in_memory(&pool_opts().domain(domain)).unwrap();
+                let hs = interleaved::setup(&base, strategy, s);
+                assert_eq!(
+                    hs,
+                    interleaved::headers(&pool_opts(), domain, strategy, s).unwrap()
+                );
+                let img = base.image();
+                // Events reach the scheduler only through a simulated medium.
+                let sim = Arc::new(SimMedium::new(domain, false, img.clone(), None));
+                let p = Pool::open_image(&img, &pool_opts(), domain, Some(sim)).unwrap();
+                let mut m = interleaved::Model::default();
+                let seed = 1 ^ INTERLEAVED_SCRIPT;
+                interleaved::run(&p, strategy, s, Fault::None, hs, seed, &mut m);
+                let name = format!("{strategy}-{s}");
+                if std::env::var("FERRITE_TX_RUNS").is_ok() {
+                    println!(
+                        "{name}: {} switches, {} overlapped",
+                        m.switches, m.overlapped
+                    );
+                }
+                assert_eq!(m.ops, 2 * interleaved::STEPS_PER_THREAD, "{name}");
+                assert!(m.switches > 10, "{name}: {} switches", m.switches);
+                assert!(m.overlapped >= 3, "{name}: {} overlapped", m.overlapped);
+                let r = interleaved::recover(&p, strategy, s, Fault::None, &hs).unwrap();
+                interleaved::check(strategy, &hs, &r, &m).unwrap();
+                for (i, shape) in r.shapes.iter().enumerate() {
+                    assert_eq!(shape.entries, m.committed[i], "{name} #{i}");
+                }
+            }
+        }
+    }
+
+    /// A recovery that handles only one slot's interrupted transactions
+    /// ([`Fault::FirstSlotOnly`]) is caught by the interleaved run, where
+    /// a crash leaves two transactions to undo, replay or re-execute. The
+    /// sequential runs leave one: they can catch it only when a nested
+    /// crash interrupts recovery's own use of the pool beside a forgotten
+    /// transaction, so every violation they report is a nested one.
+    #[test]
+    fn first_slot_only_recovery_is_caught_by_interleaving() {
+        let budget = std::env::var("FERRITE_TX_FAULT_BUDGET").map_or(300, |v| v.parse().unwrap());
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let name = format!("{strategy}-{s}");
+                let mut found = Vec::new();
+                for run in [Run::Main, Run::Tearing, Run::Restart, Run::Interleaved] {
+                    let mut c = cfg(budget);
+                    c.keep_violations = usize::MAX;
+                    let r = check_run(strategy, s, run, c, Fault::FirstSlotOnly).unwrap();
+                    let top = r
+                        .violations
+                        .iter()
+                        .filter(|v| v.repro.nested.is_none())
+                        .count();
+                    if std::env::var("FERRITE_TX_RUNS").is_ok() {
+                        println!(
+                            "{name} {}: {} states, {} violations ({top} without a nested crash)",
+                            run.name(),
+                            r.states,
+                            r.violation_count
+                        );
+                    }
+                    found.push((run, r.violation_count, top));
+                    // Every interleaved crash state replays from its seed
+                    // and reproducer alone (`--seed S --at P`).
+                    if run == Run::Interleaved
+                        && let Some(v) = r.violations.first()
+                    {
+                        let c = cfg(budget).only(Some(v.repro));
+                        let again = check_run(strategy, s, run, c, Fault::FirstSlotOnly).unwrap();
+                        assert_eq!(again.states, 1, "{name}: replay of {}", v.repro);
+                        assert_eq!(
+                            again.violations.first().map(|w| &w.message),
+                            Some(&v.message),
+                            "{name}: replay of {}",
+                            v.repro
+                        );
+                    }
+                }
+                for &(run, n, top) in &found {
+                    if std::env::var("FERRITE_TX_FAULT_REPORT_ONLY").is_ok() {
+                        break;
+                    }
+                    if run == Run::Interleaved {
+                        assert!(
+                            top > 0,
+                            "{name}: interleaving missed FirstSlotOnly: {found:?}"
+                        );
+                    } else {
+                        assert_eq!(
+                            top,
+                            0,
+                            "{name}: {} caught FirstSlotOnly: {found:?}",
+                            run.name()
+                        );
+                        assert!(
+                            n <= 2,
+                            "{name}: {} caught FirstSlotOnly: {found:?}",
+                            run.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Interleaved runs only, many seeds (many scripts and schedules):
+    /// `cargo test --release -p ferrite-tx -- --ignored --nocapture interleaved_sweep`
+    /// (FERRITE_TX_SEEDS=n seeds, FERRITE_TX_BUDGET=b states each,
+    /// FERRITE_TX_CHECK=strategy-structure to pick one pair).
+    #[test]
+    #[ignore]
+    fn interleaved_sweep() {
+        let env = |k: &str, d: u64| std::env::var(k).map_or(d, |v| v.parse().unwrap());
+        let (seeds, budget) = (env("FERRITE_TX_SEEDS", 10), env("FERRITE_TX_BUDGET", 1000));
+        let only = std::env::var("FERRITE_TX_CHECK").ok();
+        let mut bad = 0;
+        for s in Structure::ALL {
+            for strategy in Strategy::LOGGED {
+                let name = format!("{strategy}-{s}");
+                if only.as_deref().is_some_and(|o| o != name) {
+                    continue;
+                }
+                let (mut states, mut v) = (0, 0);
+                for seed in 1..=seeds {
+                    let c = cfg(budget as usize).seed(seed);
+                    let r = check_interleaved(strategy, s, c, Fault::None).unwrap();
+                    states += r.states;
+                    v += r.violation_count;
+                    for x in &r.violations {
+                        println!("  tx-{name} interleaved: VIOLATION {x}");
+                    }
+                }
+                bad += v;
+                println!("tx-{name} interleaved: {seeds} seeds, {states} states, {v} violations");
+            }
+        }
+        assert_eq!(bad, 0);
     }
 
     /// `cargo test --release -p ferrite-tx -- --ignored --nocapture budget_5000`

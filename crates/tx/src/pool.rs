@@ -126,6 +126,11 @@ pub enum Fault {
     /// Recovery replays REDO records' allocator operations before the heap
     /// has judged its lane records (`tests/mixed_heap.rs`).
     RedoBeforeHeap,
+    /// Recovery handles the interrupted transactions of only the lowest
+    /// slot that has any: a recovery written as if one transaction could
+    /// be in flight. Only crashes that catch two slots mid-transaction
+    /// (the interleaved crash checks) can tell.
+    FirstSlotOnly,
 }
 
 /// Where things live, in pool offsets.
@@ -365,7 +370,10 @@ impl TxPool {
         // Undo, redo and the restoring half of clobber recovery work on
         // the raw image, before the heap reads its bitmaps.
         recovery::roll_group_forward(&whole, &layout)?;
-        let found = recovery::scan(&whole, &layout)?;
+        let mut found = recovery::scan(&whole, &layout)?;
+        if fault == Fault::FirstSlotOnly {
+            found.keep_first_slot_only();
+        }
         let heap_region = whole.sub(sb.heap_off as usize, sb.heap_len as usize)?;
         if fault != Fault::RedoBeforeHeap && found.redo_has_ops()? {
             // Lane records first, on the crash image (recovery, step 6).

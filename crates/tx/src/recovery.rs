@@ -164,6 +164,14 @@ impl Found {
         self.max_epoch[slot as usize] + 2
     }
 
+    /// [`crate::Fault::FirstSlotOnly`]: forgets every interrupted
+    /// transaction outside the lowest slot that has one.
+    pub fn keep_first_slot_only(&mut self) {
+        if let Some(first) = self.cands.iter().map(|c| c.slot).min() {
+            self.cands.retain(|c| c.slot == first);
+        }
+    }
+
     fn by_kind(&self, k: Kind) -> impl Iterator<Item = &Candidate> {
         self.cands.iter().filter(move |c| c.kind == k)
     }

@@ -888,6 +888,10 @@ impl Heap {
     /// A run of `class` for the handle of lane `own`: a listed partial
     /// run, or a new one.
     fn acquire_run(&self, class: usize, own: usize) -> Result<u32> {
+        // The central lock is held across the fences below: tell a crash
+        // simulator interleaving threads not to switch inside (declared
+        // first, so it ends after the lock is released).
+        let _held = ferrite_pmem::LockHeld::enter();
         let mut c = self.central.lock();
         if let Some(r) = c.lists[class].pop() {
             // LISTED → OWNED in one step: concurrent frees only add to the count.

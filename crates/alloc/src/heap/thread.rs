@@ -497,6 +497,8 @@ impl AllocThread for HeapThread<'_> {
 
     fn root(&mut self, size: usize) -> Result<POff<u8>> {
         let heap = self.heap;
+        // Held across the publish's fences (see `LockHeld`).
+        let _held = ferrite_pmem::LockHeld::enter();
         let _g = heap.root_lock.lock();
         let cur = crate::PAllocator::root(heap);
         if !cur.is_null() {

@@ -277,6 +277,11 @@ impl KvMap for HashMap<'_> {
         Ok(None)
     }
 
+    /// The sub-map: insert, remove and get take only its lock.
+    fn lock_group(&self, key: u64) -> Option<u64> {
+        Some(slot_of(key, self.subs, 1).0)
+    }
+
     fn shape(&self) -> std::result::Result<Shape, String> {
         let t = self.txp;
         let heap = t.heap();

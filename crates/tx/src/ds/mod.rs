@@ -91,6 +91,16 @@ pub trait KvMap: Send + Sync {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// The lock group of `key`: `Some(g)` when every lock an operation on
+    /// `key` takes is the one lock of group `g` (so operations on keys of
+    /// different groups never wait for each other), `None` when the
+    /// locks an operation takes may be shared with any other operation
+    /// (one structure-wide lock, or lock paths that depend on the shape).
+    /// Schedulers that must never block on these locks (the interleaved
+    /// crash checks) run two operations at once only on different groups.
+    fn lock_group(&self, _key: u64) -> Option<u64> {
+        None
+    }
 }
 
 /// Options shared by the structures.
