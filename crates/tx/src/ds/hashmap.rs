@@ -130,11 +130,11 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
         e = tx.read_u64(p64(e + 8))?;
     }
     let n = tx.alloc(ENTRY_HDR as usize + value.len())?;
-    let mut eb = Vec::with_capacity(ENTRY_HDR as usize + value.len());
-    eb.extend_from_slice(&key.to_le_bytes());
-    eb.extend_from_slice(&head.to_le_bytes());
-    eb.extend_from_slice(value);
-    tx.write(n, &eb)?;
+    let mut eh = [0u8; ENTRY_HDR as usize];
+    eh[0..8].copy_from_slice(&key.to_le_bytes());
+    eh[8..16].copy_from_slice(&head.to_le_bytes());
+    tx.write(n, &eh)?;
+    tx.write(POff::<u8>::new(n.raw() + ENTRY_HDR), value)?;
     tx.write_u64(p64(table + 8 * b), n.raw())?;
     tx.write_u64(p64(sub), count + 1)?;
     if count + 1 > 2 * nb {
