@@ -322,7 +322,7 @@ fn mix(parts: &[u64]) -> u64 {
 }
 
 /// A stable number for a crash point, used to salt sampled images.
-pub fn crash_point_key(at: CrashAt) -> u64 {
+pub(crate) fn crash_point_key(at: CrashAt) -> u64 {
     match at {
         CrashAt::Fence(n) => n << 2,
         CrashAt::Flush(n) => (n << 2) | 1,
@@ -333,10 +333,11 @@ pub fn crash_point_key(at: CrashAt) -> u64 {
 
 /// Builds the image `sel` of crash state `st`; `salt` identifies the state
 /// (the explorer salts with the crash point, see [`crash_point_key`]), so
-/// `(seed, salt, sel)` always names the same image. Public so that checks
-/// which drive their own crash points (e.g. several simulated threads) use
-/// exactly the explorer's image conventions.
-pub fn build_image(st: &CrashState, sel: ImageSel, seed: u64, salt: &[u64]) -> Vec<u8> {
+/// `(seed, salt, sel)` always names the same image. (Checks with several
+/// simulated threads no longer need their own crash loop: the explorer
+/// fences per simulated thread, see [`crate::sim::SimThread`] and
+/// [`crate::lockstep`].)
+pub(crate) fn build_image(st: &CrashState, sel: ImageSel, seed: u64, salt: &[u64]) -> Vec<u8> {
     match sel {
         ImageSel::Exhaustive(mut i) => st.build(|_, u| {
             let radix = 1 + u.candidates.len() as u128;

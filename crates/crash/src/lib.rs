@@ -21,7 +21,6 @@ pub mod selftest;
 pub mod sim;
 
 pub use explorer::{
-    Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation, build_image,
-    crash_point_key, spend_budget,
+    Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
 };
 pub use sim::{CrashAt, CrashState, SimMedium, SimThread};
