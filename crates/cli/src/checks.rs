@@ -9,8 +9,8 @@ use ferrite_blocks::log::Algorithm;
 use ferrite_blocks::page::PageAlgorithm;
 use ferrite_crash::selftest::{self, Variant};
 use ferrite_crash::{Config, Report};
+use ferrite_ds::Structure;
 use ferrite_tx::Strategy;
-use ferrite_tx::ds::Structure;
 
 /// One explored variant of a target.
 pub struct Outcome {
@@ -206,7 +206,7 @@ fn run_group(cfg: &Config) -> Result<Vec<Outcome>, String> {
 }
 
 fn run_tx(strategy: Strategy, s: Structure, cfg: &Config) -> Result<Vec<Outcome>, String> {
-    let runs = ferrite_tx::checks::check_tx(strategy, s, cfg.clone()).map_err(|e| e.to_string())?;
+    let runs = ferrite_ds::checks::check_tx(strategy, s, cfg.clone()).map_err(|e| e.to_string())?;
     Ok(runs
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })

@@ -1,5 +1,5 @@
-//! PMDK's transactional B+tree insert, the peer of ferrite-tx's B+tree
-//! (`ds::bptree`) in `ferrite bench tx` [P1 §3.4.2].
+//! PMDK's transactional B+tree insert, the peer of ferrite-ds's B+tree
+//! (`ferrite_ds::bptree`) in `ferrite bench tx` [P1 §3.4.2].
 //!
 //! The tree and its transactions are in `csrc/txbtree.c` (`TX_BEGIN` uses
 //! `setjmp`), which documents the on-media format: Ferrite's, byte for
@@ -88,7 +88,7 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-/// The 32-byte key of `k`, as ferrite-tx's `bptree::key32` makes it: `k`
+/// The 32-byte key of `k`, as ferrite-ds's `bptree::key32` makes it: `k`
 /// big-endian, then three big-endian rounds of `mix64` chained from `k`.
 pub fn key32(k: u64) -> [u8; KEY] {
     let mut b = [0u8; KEY];
@@ -101,7 +101,7 @@ pub fn key32(k: u64) -> [u8; KEY] {
     b
 }
 
-/// Bytes of a node of fanout `f` (as in ferrite-tx).
+/// Bytes of a node of fanout `f` (as in ferrite-ds).
 fn node_bytes(f: u64) -> u64 {
     32 + 32 * f + 8 * (f + 1)
 }

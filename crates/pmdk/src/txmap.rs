@@ -1,4 +1,4 @@
-//! PMDK's transactional hash-map insert, the peer of ferrite-tx's hash map
+//! PMDK's transactional hash-map insert, the peer of ferrite-ds's hash map
 //! in `ferrite bench tx` [P1 ch3].
 //!
 //! The map and its transactions are in `csrc/shim.c` (`TX_BEGIN` uses
@@ -47,7 +47,7 @@ unsafe extern "C" {
 /// Most sub-maps (the root object's fixed table).
 pub const MAX_SUBS: usize = 256;
 
-/// splitmix64, as the shim and ferrite-tx hash keys.
+/// splitmix64, as the shim and ferrite-ds hash keys.
 pub(crate) fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -1,14 +1,16 @@
 //! `ferrite-tx`: failure-atomic transactions with undo, redo and clobber
-//! logging, clobber with re-execution recovery [P1 ch3], and persistent
-//! data structures built on them.
+//! logging, clobber with re-execution recovery [P1 ch3]. The persistent
+//! data structures built on them (hash map, B+tree, skiplist, red-black
+//! tree) and their crash checks are in `ferrite-ds`.
 //!
 //! # Using it
 //!
 //! ```ignore
-//! let reg = Registry::new().with(&ds::hashmap::FUNCS)?;
+//! // With the structures of `ferrite-ds`:
+//! let reg = Registry::new().with(&ferrite_ds::hashmap::FUNCS)?;
 //! let txp = TxPool::create(&pool, &TxOptions::new(Strategy::Clobber), reg)?;
-//! let map = HashMap::create(&txp, HashMapOptions::default())?;
 //! let mut th = txp.thread()?;             // one per thread: a log slot
+//! let map = ferrite_ds::hashmap::HashMap::create(&mut th, DsOptions::default())?;
 //! map.insert(&mut th, 42, &[7u8; 256])?;  // locks, runs a registered tx
 //! ```
 //!
@@ -86,7 +88,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod ds;
 pub mod error;
 pub mod format;
 pub mod interval;
@@ -94,9 +95,6 @@ pub mod pool;
 pub mod recovery;
 pub mod registry;
 pub mod tx;
-
-#[cfg(any(test, feature = "checks"))]
-pub mod checks;
 
 #[cfg(test)]
 mod tests;

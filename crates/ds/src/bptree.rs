@@ -86,13 +86,10 @@
 //! following `next` from the leftmost leaf visits every leaf once, left
 //! to right; every node and value block is allocated and large enough.
 
-use super::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
-use crate::error::{Result, TxError};
-use crate::pool::TxPool;
-use crate::registry::{Inputs, TxFunc, pack_args};
-use crate::tx::{Tx, TxThread};
+use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
+use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -1134,7 +1131,7 @@ impl KvMap for BpTree<'_> {
     }
 
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
-        super::check_value_len(value, self.value_len, "tree")?;
+        crate::check_value_len(value, self.value_len, "tree")?;
         let k = key32(key);
         let args = pack_args(&[self.header, key]);
         {
@@ -1302,9 +1299,9 @@ impl KvMap for BpTree<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ds::{self, KvMap};
-    use crate::{Strategy, TxOptions};
-    use ferrite_pmem::{Domain, Pool, PoolOptions};
+    use crate::{self as ds, KvMap};
+    use ferrite_pmem::{Domain, Pool, PoolOptions, Region};
+    use ferrite_tx::{Strategy, TxOptions};
     use std::collections::{BTreeMap, BTreeSet};
 
     fn pool() -> Pool {
@@ -1630,6 +1627,9 @@ mod tests {
         for strategy in Strategy::ALL {
             let p = pool();
             let txp = txpool(&p, strategy);
+            // The whole pool, addressed by pool offset as `txp` does: for
+            // writes outside a transaction.
+            let whole = Region::whole(p.medium().clone());
             let mut th = txp.thread().unwrap();
             let t = BpTree::create(&mut th, opts(4)).unwrap();
             // Even keys: odd ones are missing keys inside the leftmost leaf.
@@ -1650,7 +1650,7 @@ mod tests {
             };
             for x in [root, leaf] {
                 let n = t.count(x).unwrap();
-                txp.region.store_u64((x + N_N) as usize, 5);
+                whole.store_u64((x + N_N) as usize, 5);
                 assert!(matches!(t.get(0), Err(TxError::Corrupt(_))), "{strategy}");
                 let r = t.insert(&mut th, 1, &val(1, 0));
                 assert!(
@@ -1662,7 +1662,7 @@ mod tests {
                     assert!(corrupt(run(&mut th, f, 0)), "{strategy} {}", f.name);
                     assert!(corrupt(run(&mut th, f, 1)), "{strategy} {}", f.name);
                 }
-                txp.region.store_u64((x + N_N) as usize, n as u64);
+                whole.store_u64((x + N_N) as usize, n as u64);
             }
             for (word, bad) in [
                 (H_FANOUT, 1000),
@@ -1671,7 +1671,7 @@ mod tests {
                 (H_HEIGHT, 1 << 40),
             ] {
                 let old = t.txp.read_u64(t.header + word).unwrap();
-                txp.region.store_u64((t.header + word) as usize, bad);
+                whole.store_u64((t.header + word) as usize, bad);
                 for f in [&INSERT, &REMOVE] {
                     assert!(
                         corrupt(run(&mut th, f, 7)),
@@ -1679,7 +1679,7 @@ mod tests {
                         f.name
                     );
                 }
-                txp.region.store_u64((t.header + word) as usize, old);
+                whole.store_u64((t.header + word) as usize, old);
             }
             th.quiesce();
             t.shape().unwrap();
@@ -1694,6 +1694,7 @@ mod tests {
     fn shape_refuses_underfull_nodes() {
         let p = pool();
         let txp = txpool(&p, Strategy::Undo);
+        let whole = Region::whole(p.medium().clone());
         let mut th = txp.thread().unwrap();
         let t = BpTree::create(&mut th, opts(4)).unwrap();
         for k in 0..20u64 {
@@ -1708,11 +1709,11 @@ mod tests {
         }
         let n = t.count(x).unwrap();
         for bad in [min_keys(4) as u64 - 1, 0] {
-            txp.region.store_u64((x + N_N) as usize, bad);
+            whole.store_u64((x + N_N) as usize, bad);
             let e = t.shape().unwrap_err();
             assert!(e.contains("below the minimum"), "{e}");
         }
-        txp.region.store_u64((x + N_N) as usize, n as u64);
+        whole.store_u64((x + N_N) as usize, n as u64);
         t.shape().unwrap();
     }
 }

@@ -22,13 +22,10 @@
 //! the same order; every height is `1 + trailing ones of mix64(key)`
 //! capped at `levels`; every referenced block is allocated and large enough.
 
-use super::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
-use crate::error::{Result, TxError};
-use crate::pool::TxPool;
-use crate::registry::{Inputs, TxFunc, pack_args};
-use crate::tx::{Tx, TxThread};
+use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
+use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 
 pub const MAGIC: [u8; 8] = *b"FERRSKIP";
@@ -212,7 +209,7 @@ impl KvMap for SkipList<'_> {
     }
 
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
-        super::check_value_len(value, self.value_len, "list")?;
+        crate::check_value_len(value, self.value_len, "list")?;
         let _g = self.lock.write();
         Ok(th.run(&INSERT, &pack_args(&[self.header, key]), &[value])? == 1)
     }

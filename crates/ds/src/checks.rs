@@ -35,7 +35,7 @@
 //! - the pool opens: undo transactions are rolled back, redo records
 //!   replayed, clobber transactions restored and re-executed, and no
 //!   re-execution diverged from the crashed run (non-determinism);
-//! - the structure is well formed ([`crate::ds::KvMap::shape`]: ordering, balance,
+//! - the structure is well formed ([`crate::KvMap::shape`]: ordering, balance,
 //!   counts, links, every block allocated and large enough);
 //! - its contents equal the model of acknowledged operations, plus the
 //!   operation in flight (each of the two, in the interleaved run) if it
@@ -64,14 +64,13 @@
 //! of the pool beside a forgotten transaction (rarely, and never without
 //! a nested crash).
 
-use crate::ds::{self, DsOptions, Shape, Structure};
-use crate::pool::{Fault, Strategy, TxOptions, TxPool};
-use crate::{TxRecovery, TxThread};
+use crate::{self as ds, DsOptions, Shape, Structure};
 use ferrite_alloc::PAllocator;
 use ferrite_crash::explorer::spend_budget;
 use ferrite_crash::sim::{Crashed, SimMedium, SimThread};
 use ferrite_crash::{Config, CrashAt, ExploreError, Explorer, Report};
 use ferrite_pmem::{Pool, PoolOptions};
+use ferrite_tx::{Fault, Strategy, TxOptions, TxPool, TxRecovery, TxThread};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -974,7 +973,7 @@ mod tests {
     }
 
     /// Interleaved runs only, many seeds (many scripts and schedules):
-    /// `cargo test --release -p ferrite-tx -- --ignored --nocapture interleaved_sweep`
+    /// `cargo test --release -p ferrite-ds -- --ignored --nocapture interleaved_sweep`
     /// (FERRITE_TX_SEEDS=n seeds, FERRITE_TX_BUDGET=b states each,
     /// FERRITE_TX_CHECK=strategy-structure to pick one pair).
     #[test]
@@ -1007,7 +1006,7 @@ mod tests {
         assert_eq!(bad, 0);
     }
 
-    /// `cargo test --release -p ferrite-tx -- --ignored --nocapture budget_5000`
+    /// `cargo test --release -p ferrite-ds -- --ignored --nocapture budget_5000`
     /// (set FERRITE_TX_CHECK=strategy-structure to pick one pair).
     #[test]
     #[ignore]

@@ -18,7 +18,7 @@
 //! thread that blocked on a lock held by the other (waiting for the
 //! baton) would stall the run, so before each operation a thread takes a
 //! lockstep *token* for its lock set — the instance, and for the hash map
-//! the sub-map ([`crate::ds::KvMap::lock_group`]) — and while the other
+//! the sub-map ([`crate::KvMap::lock_group`]) — and while the other
 //! thread holds the same token it hands over the baton instead. Hence:
 //! - operations on **different instances** always overlap (every
 //!   structure): they share the heap, the log slots' completion hand-offs
@@ -44,11 +44,10 @@
 use super::{
     ACCESS_LIMIT, KEYS, Op, Script, check_blocks, check_options, diff, recover_maps, tx_opts, value,
 };
-use crate::ds::{self, Structure};
-use crate::pool::{Fault, Strategy, TxPool};
-use crate::{TxRecovery, TxThread};
+use crate::{self as ds, Structure};
 use ferrite_crash::lockstep::{self, Lockstep};
 use ferrite_pmem::{Pool, PoolOptions};
+use ferrite_tx::{Fault, Strategy, TxPool, TxRecovery, TxThread};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,6 +1,6 @@
-//! Persistent data structures on transactions [P1 §3.4.2], each usable
-//! with any [`Strategy`](crate::Strategy): the same registered functions
-//! run under undo, redo, clobber and no-log.
+//! `ferrite-ds`: persistent data structures on `ferrite-tx` transactions
+//! [P1 §3.4.2], each usable with any [`Strategy`](ferrite_tx::Strategy):
+//! the same registered functions run under undo, redo, clobber and no-log.
 //!
 //! - [`hashmap`]: 256 sub-maps (PMDK's `hashmap_tx`, rehashing), one
 //!   reader-writer lock each; 8-byte keys.
@@ -14,14 +14,17 @@
 //! [`KvMap`] interface the checks and benchmarks drive. Keys are given as
 //! `u64`; the B+tree widens them to 32 bytes ([`bptree::key32`]).
 
+#![forbid(unsafe_code)]
+
 pub mod bptree;
 pub mod hashmap;
 pub mod rbtree;
 pub mod skiplist;
 
-use crate::error::Result;
-use crate::registry::Registry;
-use crate::tx::TxThread;
+#[cfg(any(test, feature = "checks"))]
+pub mod checks;
+
+use ferrite_tx::{Registry, Result, TxError, TxPool, TxThread};
 use std::collections::BTreeMap;
 
 /// Which structure.
@@ -159,7 +162,7 @@ pub fn create<'p>(
 }
 
 /// Opens the structure of kind `s` whose header is at pool offset `header`.
-pub fn open<'p>(s: Structure, txp: &'p crate::TxPool, header: u64) -> Result<Box<dyn KvMap + 'p>> {
+pub fn open<'p>(s: Structure, txp: &'p TxPool, header: u64) -> Result<Box<dyn KvMap + 'p>> {
     Ok(match s {
         Structure::HashMap => Box::new(hashmap::HashMap::open(txp, header)?),
         Structure::BpTree => Box::new(bptree::BpTree::open(txp, header)?),
@@ -174,7 +177,7 @@ pub fn open<'p>(s: Structure, txp: &'p crate::TxPool, header: u64) -> Result<Box
 /// (`what` names the structure in the error: "map", "tree", "list").
 pub fn check_value_len(value: &[u8], expected: usize, what: &str) -> Result<()> {
     if value.len() != expected {
-        return Err(crate::error::TxError::BadOption(format!(
+        return Err(TxError::BadOption(format!(
             "value of {} bytes, the {what} stores {expected}",
             value.len()
         )));
@@ -195,7 +198,7 @@ pub fn le(b: &[u8], i: usize) -> u64 {
 }
 
 /// Reads `n` bytes at pool offset `off` outside a transaction.
-pub(crate) fn peek(txp: &crate::TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
+pub(crate) fn peek(txp: &TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
     let mut v = vec![0u8; n];
     txp.read(off, &mut v)?;
     Ok(v)
@@ -203,14 +206,14 @@ pub(crate) fn peek(txp: &crate::TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
 
 /// Checks the header magic of a structure and returns the header bytes.
 pub(crate) fn header_bytes(
-    txp: &crate::TxPool,
+    txp: &TxPool,
     header: u64,
     magic: &[u8; 8],
     n: usize,
 ) -> Result<Vec<u8>> {
     let h = peek(txp, header, n)?;
     if &h[0..8] != magic {
-        return Err(crate::TxError::Corrupt(format!(
+        return Err(TxError::Corrupt(format!(
             "no {} at {header:#x}",
             String::from_utf8_lossy(magic)
         )));

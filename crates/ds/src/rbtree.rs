@@ -21,13 +21,10 @@
 //! path from a node to a leaf has the same number of black nodes; `count`
 //! nodes are reachable; every block is allocated and large enough.
 
-use super::{DsOptions, KvMap, Shape, Structure, header_bytes, le};
-use crate::error::{Result, TxError};
-use crate::pool::TxPool;
-use crate::registry::{Inputs, TxFunc, pack_args};
-use crate::tx::{Tx, TxThread};
+use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
+use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 
 pub const MAGIC: [u8; 8] = *b"FERRRBTR";
@@ -353,7 +350,7 @@ impl KvMap for RbTree<'_> {
     }
 
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
-        super::check_value_len(value, self.value_len, "tree")?;
+        crate::check_value_len(value, self.value_len, "tree")?;
         let _g = self.lock.write();
         Ok(th.run(&INSERT, &pack_args(&[self.header, key]), &[value])? == 1)
     }

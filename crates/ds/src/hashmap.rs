@@ -27,20 +27,17 @@
 //! Entry (`16 + value_len` bytes): `key` u64, `next` u64 (pool offset of
 //! the next entry of the bucket, 0 = last), value.
 //!
-//! # Invariants (checked by [`HashMap::shape`](super::KvMap::shape))
+//! # Invariants (checked by [`HashMap::shape`](crate::KvMap::shape))
 //!
 //! Every entry reachable from bucket `b` of sub-map `s` has a key whose
 //! hash selects `s` and `b`; keys are unique; `count` is the number of
 //! reachable entries; chains end (no cycle); every referenced block is
 //! allocated and large enough.
 
-use super::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
-use crate::error::{Result, TxError};
-use crate::pool::TxPool;
-use crate::registry::{Inputs, TxFunc, pack_args};
-use crate::tx::{Tx, TxThread};
+use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
+use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 
 pub const MAGIC: [u8; 8] = *b"FERRHMAP";
@@ -238,7 +235,7 @@ impl<'p> HashMap<'p> {
     }
 
     fn check_value(&self, v: &[u8]) -> Result<()> {
-        super::check_value_len(v, self.value_len, "map")
+        crate::check_value_len(v, self.value_len, "map")
     }
 }
 
