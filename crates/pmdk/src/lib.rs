@@ -3,7 +3,7 @@
 //! Safe wrappers over libpmem, libpmemlog, libpmemblk and libpmemobj, so the
 //! harness can time PMDK side by side with Ferrite in the same process.
 //! Transactional operations are written in C (`csrc/shim.c`, and the
-//! B+tree of [`txbtree`] in `csrc/txbtree.c`) because PMDK's
+//! B+tree of `txbtree` in `csrc/txbtree.c`) because PMDK's
 //! `TX_BEGIN`/`TX_END` are built on `setjmp`.
 //!
 //! Everything is behind the `link` feature. Without it this crate is empty
