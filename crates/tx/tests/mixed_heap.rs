@@ -111,9 +111,11 @@ fn explore(strategy: Strategy, fault: Fault, budget: usize) -> ferrite_crash::Re
             };
             let now = allocated(txp);
             let replayed = txp.recovery().replayed > 0;
-            // The free took effect iff the transaction returned or its
-            // commit survived (redo replays it; undo and clobber finish
-            // or roll back as a whole).
+            // The free must have taken effect when the transaction
+            // returned or its REDO record was replayed. (Whether an
+            // interrupted one took effect depends on how far it got: undo
+            // and clobber finish or roll back as a whole, so either is
+            // fine, and the checks below still forbid any other change.)
             let live = now.contains(&block);
             if m.freed && live {
                 return Err(format!(
