@@ -75,14 +75,13 @@ use crate::heap::{Fault, Heap, HeapOptions};
 use crate::lock::{LockHeap, LockOptions};
 use crate::ops::{MetaOp, OP_BYTES, flush_words};
 use crate::{AllocError, AllocThread, Link, PAllocator, Publish, Reservation};
-use ferrite_crash::sim::{Crashed, SimMedium, SimThread};
+use ferrite_crash::sim::SimThread;
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
+    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
+    spend_budget,
 };
 use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, POff, Pool, PoolError, PoolOptions, Region};
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 /// Size of the simulated pool every check uses (images are copied for
 /// every crash state; the heap must be small enough to fill up).
@@ -900,13 +899,6 @@ fn initial_image(cfg: &Config, spec: RunSpec) -> Result<Vec<u8>, CheckError> {
     Ok(p.image())
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic".into())
-}
-
 /// How a simulated run of the main workload ended.
 enum Outcome {
     /// Crashed: the post-crash image picked, and what was acknowledged.
@@ -925,19 +917,11 @@ fn crash_main(
     at: Option<CrashAt>,
     pick: u64,
 ) -> Result<Outcome, CheckError> {
-    let sim = Arc::new(SimMedium::new(
-        cfg.domain,
-        cfg.tearing,
-        initial.to_vec(),
-        at,
-    ));
-    let pool = Pool::open_image(initial, &pool_opts(cfg), cfg.domain, Some(sim.clone()))?;
-    let mut model = Model::default();
-    let r = catch_unwind(AssertUnwindSafe(|| spec.workload(&pool, fault, &mut model)));
-    match r {
-        Ok(()) => Ok(Outcome::Finished(sim.counts().fences)),
-        Err(p) if p.is::<Crashed>() => {
-            let st = sim.take_captured().expect("a crash captures its state");
+    let (end, counts) = Explorer::new(cfg.clone())
+        .simulate(initial, at, |pool, m| spec.workload(pool, fault, m))?;
+    match end {
+        SimRun::Finished(..) => Ok(Outcome::Finished(counts.fences)),
+        SimRun::Crashed(st, model) => {
             // About half of the in-flight units survive, each with one of its
             // possible contents: that is where half-done publishes are.
             let mut rng = Mix::new(pick);
@@ -950,9 +934,7 @@ fn crash_main(
             });
             Ok(Outcome::Crashed(img, model))
         }
-        Err(p) => Err(CheckError::Explore(ExploreError::Workload(panic_text(
-            p.as_ref(),
-        )))),
+        SimRun::Panicked(m) => Err(CheckError::Explore(ExploreError::Workload(m))),
     }
 }
 

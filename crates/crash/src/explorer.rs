@@ -296,7 +296,8 @@ pub struct Explorer<'a> {
     setup: Option<Setup<'a>>,
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+/// The text of a panic payload (`panic!` with a literal or a format).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -366,9 +367,14 @@ pub(crate) fn build_image(st: &CrashState, sel: ImageSel, seed: u64, salt: &[u64
     }
 }
 
-enum RunEnd<M> {
+/// How a simulated run ([`Explorer::simulate`]) ended, with the model the
+/// workload filled in.
+pub enum SimRun<M> {
+    /// The crash was injected: the state at the crash point.
     Crashed(CrashState, M),
+    /// The workload returned: the state after it (as [`CrashAt::End`]).
     Finished(CrashState, M),
+    /// The workload panicked with something other than the crash.
     Panicked(String),
 }
 
@@ -396,13 +402,16 @@ impl<'a> Explorer<'a> {
         Ok(p.image())
     }
 
-    /// Runs `f` on a simulated pool opened from `image`, crashing at `at`.
-    fn run_sim<M: Default>(
+    /// Runs `f` on a simulated pool opened from `image` (this explorer's
+    /// layout, size, domain and tearing mode), crashing at `at`. For checks
+    /// that build their own starting points — a restart run crashes a
+    /// workload once and explores on top of a recovered image of it.
+    pub fn simulate<M: Default>(
         &self,
         image: &[u8],
         at: Option<CrashAt>,
         f: impl FnOnce(&Pool, &mut M),
-    ) -> Result<(RunEnd<M>, Counts), ExploreError> {
+    ) -> Result<(SimRun<M>, Counts), ExploreError> {
         let sim = Arc::new(SimMedium::new(
             self.cfg.domain,
             self.cfg.tearing,
@@ -414,13 +423,13 @@ impl<'a> Explorer<'a> {
         let r = catch_unwind(AssertUnwindSafe(|| f(&pool, &mut model)));
         let counts = sim.counts();
         let end = match r {
-            Ok(()) => RunEnd::Finished(sim.capture_now(pool.medium().map(), CrashAt::End), model),
-            Err(p) if p.is::<Crashed>() => RunEnd::Crashed(
+            Ok(()) => SimRun::Finished(sim.capture_now(pool.medium().map(), CrashAt::End), model),
+            Err(p) if p.is::<Crashed>() => SimRun::Crashed(
                 sim.take_captured()
                     .expect("crash unwinding without a captured state"),
                 model,
             ),
-            Err(p) => RunEnd::Panicked(panic_message(p.as_ref())),
+            Err(p) => SimRun::Panicked(panic_message(p.as_ref())),
         };
         Ok((end, counts))
     }
@@ -440,19 +449,19 @@ impl<'a> Explorer<'a> {
         let mut image = image;
         if let Some((at, sel)) = nested {
             let (end, _) = self
-                .run_sim::<()>(&image, Some(at), |p, _| {
+                .simulate::<()>(&image, Some(at), |p, _| {
                     if let Err(e) = recover(p) {
                         panic!("recovery failed: {e}");
                     }
                 })
                 .map_err(|e| format!("pool does not open after the crash: {e}"))?;
             image = match end {
-                RunEnd::Crashed(st, _) | RunEnd::Finished(st, _) => {
+                SimRun::Crashed(st, _) | SimRun::Finished(st, _) => {
                     let mut s = salt.to_vec();
                     s.extend_from_slice(&[crash_point_key(at), 0xdead]);
                     build_image(&st, sel, self.cfg.seed, &s)
                 }
-                RunEnd::Panicked(m) => return Err(format!("first recovery: {m}")),
+                SimRun::Panicked(m) => return Err(format!("first recovery: {m}")),
             };
         }
         let sim = Arc::new(SimMedium::new(
@@ -492,8 +501,8 @@ impl<'a> Explorer<'a> {
         let mut report = Report::default();
 
         // Count run.
-        let (end, counts) = self.run_sim::<M>(&initial, None, &workload)?;
-        if let RunEnd::Panicked(m) = end {
+        let (end, counts) = self.simulate::<M>(&initial, None, &workload)?;
+        if let SimRun::Panicked(m) = end {
             return Err(ExploreError::Workload(m));
         }
         report.fences = counts.fences;
@@ -539,11 +548,11 @@ impl<'a> Explorer<'a> {
                 break;
             }
             let (end, _) =
-                self.run_sim::<M>(&initial, (at != CrashAt::End).then_some(at), &workload)?;
+                self.simulate::<M>(&initial, (at != CrashAt::End).then_some(at), &workload)?;
             let (state, model) = match end {
-                RunEnd::Crashed(s, m) => (s, m),
-                RunEnd::Finished(s, m) if at == CrashAt::End => (s, m),
-                RunEnd::Finished(..) => {
+                SimRun::Crashed(s, m) => (s, m),
+                SimRun::Finished(s, m) if at == CrashAt::End => (s, m),
+                SimRun::Finished(..) => {
                     self.record(
                         &mut report,
                         Repro {
@@ -555,7 +564,7 @@ impl<'a> Explorer<'a> {
                     );
                     continue;
                 }
-                RunEnd::Panicked(m) => {
+                SimRun::Panicked(m) => {
                     self.record(
                         &mut report,
                         Repro {

@@ -21,6 +21,7 @@ pub mod selftest;
 pub mod sim;
 
 pub use explorer::{
-    Config, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
+    Config, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation, panic_message,
+    spend_budget,
 };
 pub use sim::{CrashAt, CrashState, SimMedium, SimThread};

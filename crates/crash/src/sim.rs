@@ -146,6 +146,30 @@ impl CrashState {
         }
         img
     }
+
+    /// The image in which about half of the in-flight units survive, each
+    /// with one of its possible contents, picked by the seed `pick` (a
+    /// splitmix64 stream): where half-done operations are. Restart runs
+    /// recover such an image and explore on top of it.
+    pub fn build_seeded(&self, pick: u64) -> Vec<u8> {
+        let mut s = splitmix64(pick);
+        self.build(|_, u| {
+            s = splitmix64(s);
+            if s & 1 == 1 {
+                1 + (s >> 1) as usize % u.candidates.len()
+            } else {
+                0
+            }
+        })
+    }
+}
+
+/// splitmix64.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Events seen by a simulated medium.

@@ -67,12 +67,11 @@
 use crate::{self as ds, DsOptions, Shape, Structure};
 use ferrite_alloc::PAllocator;
 use ferrite_crash::explorer::spend_budget;
-use ferrite_crash::sim::{Crashed, SimMedium, SimThread};
-use ferrite_crash::{Config, CrashAt, ExploreError, Explorer, Report};
+use ferrite_crash::sim::SimThread;
+use ferrite_crash::{Config, CrashAt, ExploreError, Explorer, Report, SimRun};
 use ferrite_pmem::{Pool, PoolOptions};
 use ferrite_tx::{Fault, Strategy, TxOptions, TxPool, TxRecovery, TxThread};
 use std::collections::BTreeMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -524,40 +523,39 @@ fn check_restart(
         setup(&p, strategy, s);
         p.image()
     };
-    let run = |at: Option<CrashAt>| -> Result<(Arc<SimMedium>, Model), CheckError> {
-        let sim = Arc::new(SimMedium::new(cfg.domain, cfg.tearing, base.clone(), at));
-        let pool = Pool::open_image(&base, &pool_opts(), cfg.domain, Some(sim.clone()))
-            .map_err(|e| CheckError::Setup(e.to_string()))?;
-        let mut m = Model::default();
-        let r = catch_unwind(AssertUnwindSafe(|| {
-            run_script(&pool, strategy, s, Fault::None, seed, MAIN_STEPS, &mut m)
-        }));
-        match r {
-            Ok(()) => Ok((sim, m)),
-            Err(p) if p.is::<Crashed>() => Ok((sim, m)),
-            Err(_) => Err(CheckError::Setup("the main workload panicked".into())),
-        }
+    let mut c = cfg;
+    c.layout = "tx-check".into();
+    c.pool_size = CHECK_POOL_SIZE;
+    let main = Explorer::new(c.clone());
+    let run = |at: Option<CrashAt>| {
+        main.simulate::<Model>(&base, at, |pool, m| {
+            run_script(pool, strategy, s, Fault::None, seed, MAIN_STEPS, m)
+        })
     };
-    let (sim, _) = run(None)?;
-    let fences = sim.counts().fences.max(1);
+    let (_, counts) = run(None)?;
+    let fences = counts.fences.max(1);
     let mut rng = Script(seed ^ 0xc4a5);
     let at = CrashAt::Fence(1 + rng.next(fences));
-    let (sim, _) = run(Some(at))?;
-    let state = sim
-        .take_captured()
-        .ok_or_else(|| CheckError::Setup("the crash point was not reached".into()))?;
+    let state = match run(Some(at))?.0 {
+        SimRun::Crashed(st, _) => st,
+        SimRun::Finished(..) => {
+            return Err(CheckError::Setup("the crash point was not reached".into()));
+        }
+        SimRun::Panicked(m) => {
+            return Err(CheckError::Setup(format!(
+                "the main workload panicked: {m}"
+            )));
+        }
+    };
     // A sampled image: usually some of what was in flight survived.
     let image = state.build(|_, u| (rng.next(2) as usize) * u.candidates.len().min(1));
     let recovered = {
-        let p = Pool::open_image(&image, &pool_opts(), cfg.domain, None)
+        let p = Pool::open_image(&image, &pool_opts(), c.domain, None)
             .map_err(|e| CheckError::Setup(e.to_string()))?;
         recover(&p, strategy, s, Fault::None)
             .map_err(|e| CheckError::Setup(format!("recovering the restart image: {e}")))?;
         p.image()
     };
-    let mut c = cfg;
-    c.layout = "tx-check".into();
-    c.pool_size = CHECK_POOL_SIZE;
     let start = recovered.clone();
     Ok(Explorer::new(c)
         .setup(move |p| {

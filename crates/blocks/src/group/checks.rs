@@ -46,14 +46,12 @@
 //!   the count is right, free slots are zero (the scrub ran).
 
 use super::{Fault, FpLeaves, GroupError, Op, Outcome, SLOTS, bits, mix};
-use ferrite_crash::sim::{Crashed, SimMedium};
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
+    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
+    spend_budget,
 };
 use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 /// Size of the simulated pool every check uses (the configuration's is
 /// overridden: images are copied for every crash state).
@@ -349,38 +347,17 @@ fn crash_main(
     at: Option<CrashAt>,
     pick: u64,
 ) -> Result<Result<Vec<u8>, u64>, GroupCheckError> {
-    let sim = Arc::new(SimMedium::new(
-        cfg.domain,
-        cfg.tearing,
-        initial.to_vec(),
-        at,
-    ));
-    let pool = Pool::open_image(initial, &pool_opts(cfg), cfg.domain, Some(sim.clone()))?;
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        main_workload(&pool, group, fault, &mut Model::default())
-    }));
-    let st = match r {
-        Ok(()) if at == Some(CrashAt::End) => sim.capture_now(pool.medium().map(), CrashAt::End),
-        Ok(()) => return Ok(Err(sim.counts().fences)),
-        Err(p) if p.is::<Crashed>() => sim.take_captured().expect("a crash captures its state"),
-        Err(p) => {
-            return Err(GroupCheckError::Explore(ExploreError::Workload(
-                p.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panic".into()),
-            )));
+    let (end, counts) = Explorer::new(cfg.clone())
+        .simulate(initial, at, |pool, m| main_workload(pool, group, fault, m))?;
+    let st = match end {
+        SimRun::Crashed(st, _) => st,
+        SimRun::Finished(st, _) if at == Some(CrashAt::End) => st,
+        SimRun::Finished(..) => return Ok(Err(counts.fences)),
+        SimRun::Panicked(m) => {
+            return Err(GroupCheckError::Explore(ExploreError::Workload(m)));
         }
     };
-    let mut s = mix(pick);
-    Ok(Ok(st.build(|_, u| {
-        s = mix(s);
-        if s & 1 == 1 {
-            1 + (s >> 1) as usize % u.candidates.len()
-        } else {
-            0
-        }
-    })))
+    Ok(Ok(st.build_seeded(pick)))
 }
 
 /// Explores one run with budget `cfg.budget`.

@@ -34,13 +34,11 @@
 //! - the free space is safe to reuse (PopLog: zero; RAWL: no valid bit).
 
 use super::{Fault, Log, LogError, LogOptions, Lsn, Variant};
-use ferrite_crash::sim::{Crashed, SimMedium};
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
+    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
+    spend_budget,
 };
 use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 /// Size of the simulated pool every check uses (the configuration's is
 /// overridden: images are copied for every crash state, and the log must be
@@ -383,38 +381,13 @@ fn crash_main(
     at: Option<CrashAt>,
     pick: u64,
 ) -> Result<Outcome, CheckError> {
-    let sim = Arc::new(SimMedium::new(
-        cfg.domain,
-        cfg.tearing,
-        initial.to_vec(),
-        at,
-    ));
-    let pool = Pool::open_image(initial, &pool_opts(cfg), cfg.domain, Some(sim.clone()))?;
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        main_workload(&pool, v, fault, &mut Model::default())
-    }));
-    match r {
-        Ok(()) => Ok(Outcome::Finished(sim.counts().fences)),
-        Err(p) if p.is::<Crashed>() => {
-            let st = sim.take_captured().expect("a crash captures its state");
-            // About half of the in-flight units survive, each with one of
-            // its possible contents: that is where half-written entries are.
-            let mut s = mix(pick);
-            Ok(Outcome::Crashed(st.build(|_, u| {
-                s = mix(s);
-                if s & 1 == 1 {
-                    1 + (s >> 1) as usize % u.candidates.len()
-                } else {
-                    0
-                }
-            })))
-        }
-        Err(p) => Err(CheckError::Explore(ExploreError::Workload(
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into()),
-        ))),
+    let (end, counts) = Explorer::new(cfg.clone())
+        .simulate(initial, at, |pool, m| main_workload(pool, v, fault, m))?;
+    match end {
+        SimRun::Finished(..) => Ok(Outcome::Finished(counts.fences)),
+        // Where half-written entries are.
+        SimRun::Crashed(st, _) => Ok(Outcome::Crashed(st.build_seeded(pick))),
+        SimRun::Panicked(m) => Err(CheckError::Explore(ExploreError::Workload(m))),
     }
 }
 

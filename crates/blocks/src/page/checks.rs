@@ -41,13 +41,11 @@ use super::{
     Crossover, CrossoverSource, DirtyLines, Fault, PageAlgorithm, PageError, PageStore,
     PageStoreOptions,
 };
-use ferrite_crash::sim::{Crashed, SimMedium};
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, Violation, spend_budget,
+    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
+    spend_budget,
 };
 use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 const NONCE: u64 = 0x9a6e_5709_e5ca_fe01;
 /// The hybrid's crossover in the checks: patterns of 11 and 12 lines fall
@@ -362,39 +360,15 @@ fn crash_main(
     at: Option<CrashAt>,
     pick: u64,
 ) -> Result<(Option<Vec<u8>>, u64), PageCheckError> {
-    let sim = Arc::new(SimMedium::new(
-        cfg.domain,
-        cfg.tearing,
-        initial.to_vec(),
-        at,
-    ));
-    let pool = Pool::open_image(initial, &pool_opts(cfg), cfg.domain, Some(sim.clone()))?;
     let plan = main_plan(spec.shape, 0);
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        let store = open(&pool, spec, fault).expect("open the new store");
-        drive(&store, &plan, &mut Model::default());
-    }));
-    match r {
-        Ok(()) => Ok((None, sim.counts().fences)),
-        Err(p) if p.is::<Crashed>() => {
-            let st = sim.take_captured().expect("a crash captures its state");
-            let mut s = mix(pick);
-            let img = st.build(|_, u| {
-                s = mix(s);
-                if s & 1 == 1 {
-                    1 + (s >> 1) as usize % u.candidates.len()
-                } else {
-                    0
-                }
-            });
-            Ok((Some(img), 0))
-        }
-        Err(p) => Err(PageCheckError::Explore(ExploreError::Workload(
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into()),
-        ))),
+    let (end, counts) = Explorer::new(cfg.clone()).simulate(initial, at, |pool, m| {
+        let store = open(pool, spec, fault).expect("open the new store");
+        drive(&store, &plan, m);
+    })?;
+    match end {
+        SimRun::Finished(..) => Ok((None, counts.fences)),
+        SimRun::Crashed(st, _) => Ok((Some(st.build_seeded(pick)), 0)),
+        SimRun::Panicked(m) => Err(PageCheckError::Explore(ExploreError::Workload(m))),
     }
 }
 
