@@ -102,5 +102,5 @@ mod tests;
 pub use error::{Result, TxError};
 pub use pool::{Fault, Strategy, TxOptions, TxPool};
 pub use recovery::TxRecovery;
-pub use registry::{Inputs, Registry, TxBody, TxFunc, pack_args};
+pub use registry::{Inputs, PackedArgs, Registry, TxBody, TxFunc, pack_args};
 pub use tx::{Tx, TxStats, TxThread};

@@ -126,7 +126,37 @@ impl<'a> Inputs<'a> {
     }
 }
 
-/// Packs u64 arguments little-endian (for [`Inputs::arg_u64`]).
-pub fn pack_args(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+/// Packs u64 arguments little-endian (for [`Inputs::arg_u64`]); derefs
+/// to the bytes.
+pub fn pack_args(words: &[u64]) -> PackedArgs {
+    if words.len() <= INLINE_ARGS {
+        let mut a = [0u8; 8 * INLINE_ARGS];
+        for (c, w) in a.chunks_exact_mut(8).zip(words) {
+            c.copy_from_slice(&w.to_le_bytes());
+        }
+        PackedArgs::Inline(a, 8 * words.len())
+    } else {
+        PackedArgs::Heap(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+    }
+}
+
+/// Words [`pack_args`] keeps without a heap allocation (it runs once per
+/// operation of every structure).
+const INLINE_ARGS: usize = 4;
+
+/// Arguments packed by [`pack_args`].
+#[derive(Clone, Debug)]
+pub enum PackedArgs {
+    Inline([u8; 8 * INLINE_ARGS], usize),
+    Heap(Vec<u8>),
+}
+
+impl std::ops::Deref for PackedArgs {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            PackedArgs::Inline(a, n) => &a[..*n],
+            PackedArgs::Heap(v) => v,
+        }
+    }
 }

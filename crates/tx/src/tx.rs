@@ -188,11 +188,8 @@ struct State {
     redo: Vec<(u64, usize, usize)>,
     redo_buf: Vec<u8>,
     /// Clobber: writes to clobbered inputs held back until their log
-    /// entries are durable (offset, position in `staged_buf`, length).
-    staged: Vec<(u64, usize, usize)>,
-    staged_buf: Vec<u8>,
-    /// The bytes `staged` covers (reads overlay only when they overlap).
-    staged_set: Ranges,
+    /// entries are durable.
+    staged: Staged,
     /// Clobber: the CLOB record being gathered (header space, then items)
     /// and its item count.
     pend: Vec<u8>,
@@ -229,8 +226,6 @@ impl State {
         self.res_ops.clear();
         self.frees.clear();
         self.staged.clear();
-        self.staged_buf.clear();
-        self.staged_set.clear();
         begin(&mut self.pend);
         self.pend_n = 0;
         self.unflushed = None;
@@ -248,6 +243,59 @@ impl State {
 
     fn live_ops(&self) -> bool {
         self.ops.iter().any(|o| o.live)
+    }
+}
+
+/// Clobber's staged writes, in program order.
+#[derive(Default)]
+struct Staged {
+    /// (offset, position in `buf`, length).
+    list: Vec<(u64, usize, usize)>,
+    buf: Vec<u8>,
+    /// The bytes `list` covers, kept only past [`Staged::SCAN`] writes:
+    /// below that a scan of the list answers overlap queries faster than
+    /// maintaining the set (most transactions stage one to three words).
+    set: Ranges,
+}
+
+impl Staged {
+    const SCAN: usize = 8;
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn clear(&mut self) {
+        if self.list.len() > Self::SCAN {
+            self.set.clear();
+        }
+        self.list.clear();
+        self.buf.clear();
+    }
+
+    fn push(&mut self, off: u64, src: &[u8]) {
+        let p = self.buf.len();
+        self.buf.extend_from_slice(src);
+        self.list.push((off, p, src.len()));
+        let n = self.list.len();
+        if n > Self::SCAN {
+            if n == Self::SCAN + 1 {
+                for &(w, _, len) in &self.list[..n - 1] {
+                    self.set.insert(w, w + len as u64);
+                }
+            }
+            self.set.insert(off, off + src.len() as u64);
+        }
+    }
+
+    /// Whether a staged write overlaps `[s, e)`.
+    fn overlaps(&self, s: u64, e: u64) -> bool {
+        if self.list.len() > Self::SCAN {
+            return self.set.overlaps(s, e);
+        }
+        self.list
+            .iter()
+            .any(|&(w, _, len)| w < e && s < w + len as u64)
     }
 }
 
@@ -583,7 +631,10 @@ impl<'p> TxThread<'p> {
     /// and one CLOB record with every pending clobbered input and
     /// allocator inverse, fences, then applies the staged writes in place
     /// (they may reach the medium now that their inputs are durable).
-    fn flush_point(&mut self, inputs: Inputs<'_>, f: &TxFunc) -> Result<()> {
+    /// At the commit's flush point (`last`) nothing is written after the
+    /// staged writes, so they are flushed as they are applied rather than
+    /// gathered into the dirty set.
+    fn flush_point(&mut self, inputs: Inputs<'_>, f: &TxFunc, last: bool) -> Result<()> {
         self.clobber_room(inputs, 0)?;
         let first = !self.st.vlog;
         if first {
@@ -605,13 +656,15 @@ impl<'p> TxThread<'p> {
         }
         let pool = self.pool;
         let st = &mut self.st;
-        for &(off, p, n) in &st.staged {
-            pool.region.write(off as usize, &st.staged_buf[p..p + n]);
-            st.dirty.insert(off, off + n as u64);
+        for &(off, p, n) in &st.staged.list {
+            pool.region.write(off as usize, &st.staged.buf[p..p + n]);
+            if last {
+                pool.region.flush(off as usize, n);
+            } else {
+                st.dirty.insert(off, off + n as u64);
+            }
         }
         st.staged.clear();
-        st.staged_buf.clear();
-        st.staged_set.clear();
         Ok(())
     }
 
@@ -733,7 +786,7 @@ impl<'p> TxThread<'p> {
                     || !self.st.staged.is_empty()
                     || self.st.pending_inverses()
                 {
-                    self.flush_point(inputs, f)?;
+                    self.flush_point(inputs, f, true)?;
                 }
                 self.apply_ops();
                 self.flush_dirty();
@@ -939,8 +992,8 @@ impl Tx<'_, '_> {
             }
             Strategy::Redo => {}
             Strategy::Clobber => {
-                if !st.staged.is_empty() && st.staged_set.overlaps(off, off + len) {
-                    overlay(&st.staged, &st.staged_buf, off, dst);
+                if st.staged.overlaps(off, off + len) {
+                    overlay(&st.staged.list, &st.staged.buf, off, dst);
                 }
                 // Bytes of blocks allocated in this transaction are never
                 // clobbered inputs (writes to them are not logged), so
@@ -1120,16 +1173,13 @@ impl Tx<'_, '_> {
             th.stats.log_entries += 1;
         }
         let st = &mut th.st;
-        if clobbers || replay || st.staged_set.overlaps(off, end) {
-            let p = st.staged_buf.len();
-            st.staged_buf.extend_from_slice(src);
-            st.staged.push((off, p, src.len()));
-            st.staged_set.insert(off, end);
+        if clobbers || replay || st.staged.overlaps(off, end) {
+            st.staged.push(off, src);
             st.touched.insert(off, end);
             return Ok(());
         }
         if !st.vlog {
-            th.flush_point(inputs, func)?;
+            th.flush_point(inputs, func, false)?;
         }
         let st = &mut th.st;
         th.pool.region.write(off as usize, src);
