@@ -486,4 +486,219 @@ mod tests {
         }
         assert_eq!(set.len(), 3);
     }
+
+    /// Random sequences of flushes, non-temporal block ranges, snapshots and
+    /// fences, driven through the same entry points as the persister and
+    /// checked against a model that keeps the lines and blocks of the open
+    /// epoch in `BTreeSet`s: every counter must match at every snapshot.
+    mod model {
+        use super::super::*;
+        use crate::arch::CACHE_LINE;
+        use proptest::prelude::*;
+        use std::collections::BTreeSet;
+
+        /// Where a flush starts, relative to the previous one where that
+        /// matters: the fast paths differ for continuing, repeated, nested
+        /// and scattered ranges.
+        #[derive(Clone, Debug)]
+        enum At {
+            /// A line among the first few hundred: overlaps are frequent.
+            Near(usize),
+            /// Anywhere in a 64 TiB address space.
+            Far(usize),
+            /// Right after the previous flush (a sequential write).
+            After,
+            /// The previous flush's first line again.
+            Same,
+            /// Inside the previous flush.
+            Inside(usize),
+            /// Ending right where the previous flush starts.
+            Before,
+        }
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Flush {
+                at: At,
+                lines: usize,
+                insns: bool,
+            },
+            /// Bytes made durable without a line flush (`note_blocks`).
+            Blocks {
+                addr: usize,
+                len: usize,
+            },
+            /// `count` one-to-three-line flushes on scattered lines: epochs
+            /// past the inline capacity and past `COMPACT` entries.
+            Scatter {
+                seed: u64,
+                count: usize,
+                spread: usize,
+            },
+            Snapshot,
+            Fence {
+                counted: bool,
+            },
+        }
+
+        fn lines() -> impl Strategy<Value = usize> {
+            prop_oneof![
+                2 => Just(0usize),
+                30 => 1usize..=5,
+                6 => 6usize..64,
+                2 => 64usize..5_000,
+                1 => 5_000usize..70_000,
+            ]
+        }
+
+        fn at() -> impl Strategy<Value = At> {
+            prop_oneof![
+                8 => (0usize..400).prop_map(At::Near),
+                3 => (0usize..1 << 40).prop_map(At::Far),
+                4 => Just(At::After),
+                2 => Just(At::Same),
+                2 => any::<usize>().prop_map(At::Inside),
+                1 => Just(At::Before),
+            ]
+        }
+
+        fn op(fence_weight: u32) -> impl Strategy<Value = Op> {
+            prop_oneof![
+                40 => (at(), lines(), prop::bool::weighted(0.9))
+                    .prop_map(|(at, lines, insns)| Op::Flush { at, lines, insns }),
+                5 => (
+                    prop_oneof![0usize..30_000, 0usize..1 << 46],
+                    prop_oneof![4 => 0usize..2_000, 1 => 2_000usize..1 << 20],
+                )
+                    .prop_map(|(addr, len)| Op::Blocks { addr, len }),
+                1 => (
+                    any::<u64>(),
+                    prop_oneof![1usize..40, 40usize..6_000],
+                    // A handful of lines (repeats merge away), a few
+                    // hundred (overlaps) or many (mostly distinct).
+                    prop_oneof![Just(6usize), Just(300), Just(50_000)],
+                )
+                    .prop_map(|(seed, count, spread)| Op::Scatter { seed, count, spread }),
+                3 => Just(Op::Snapshot),
+                fence_weight => any::<bool>().prop_map(|counted| Op::Fence { counted }),
+            ]
+        }
+
+        /// Ops with fences rare, common or frequent, so epochs range from
+        /// one flush to hundreds.
+        fn ops() -> impl Strategy<Value = Vec<Op>> {
+            prop_oneof![Just(1u32), Just(6), Just(20)]
+                .prop_flat_map(|w| prop::collection::vec(op(w), 0..120))
+        }
+
+        #[derive(Default)]
+        struct Model {
+            closed: Counters,
+            lines: BTreeSet<usize>,
+            blocks: BTreeSet<usize>,
+        }
+
+        impl Model {
+            fn flush(&mut self, line: usize, n: usize, insns: bool) {
+                note_lines_flushed(line * CACHE_LINE, n, insns);
+                if insns {
+                    self.closed.flush_insns += n as u64;
+                }
+                for l in line..line + n {
+                    self.lines.insert(l);
+                    self.blocks.insert(l * CACHE_LINE / MEDIA_BLOCK);
+                }
+            }
+
+            fn expected(&self) -> Counters {
+                Counters {
+                    lines_flushed: self.closed.lines_flushed + self.lines.len() as u64,
+                    blocks_written: self.closed.blocks_written + self.blocks.len() as u64,
+                    ..self.closed
+                }
+            }
+        }
+
+        fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+            // Close whatever an earlier case left open on this thread.
+            note_fence(false);
+            let base = Counters::snapshot();
+            let mut m = Model::default();
+            let mut last = (0usize, 1usize);
+            for (i, op) in ops.iter().enumerate() {
+                match *op {
+                    Op::Flush {
+                        ref at,
+                        lines,
+                        insns,
+                    } => {
+                        let line = match *at {
+                            At::Near(l) => l,
+                            At::Far(l) => l,
+                            At::After => last.1,
+                            At::Same => last.0,
+                            At::Inside(k) => last.0 + k % (last.1 - last.0),
+                            At::Before => last.0.saturating_sub(lines),
+                        };
+                        m.flush(line, lines, insns);
+                        if lines > 0 {
+                            last = (line, line + lines);
+                        }
+                    }
+                    Op::Blocks { addr, len } => {
+                        note_blocks(addr, len);
+                        if len > 0 {
+                            m.blocks
+                                .extend(addr / MEDIA_BLOCK..=(addr + len - 1) / MEDIA_BLOCK);
+                        }
+                    }
+                    Op::Scatter {
+                        seed,
+                        count,
+                        spread,
+                    } => {
+                        let mut x = seed | 1;
+                        for _ in 0..count {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let line = (x % spread as u64) as usize;
+                            m.flush(line, 1 + (x >> 60) as usize % 3, true);
+                        }
+                    }
+                    Op::Snapshot => {
+                        prop_assert_eq!(Counters::snapshot() - base, m.expected(), "op {}", i);
+                    }
+                    Op::Fence { counted } => {
+                        note_fence(counted);
+                        let e = m.expected();
+                        m.closed = Counters {
+                            fences: e.fences + counted as u64,
+                            ..e
+                        };
+                        m.lines.clear();
+                        m.blocks.clear();
+                    }
+                }
+            }
+            prop_assert_eq!(Counters::snapshot() - base, m.expected(), "at the end");
+            note_fence(false);
+            m.closed.lines_flushed += m.lines.len() as u64;
+            m.closed.blocks_written += m.blocks.len() as u64;
+            prop_assert_eq!(
+                Counters::snapshot() - base,
+                m.closed,
+                "after the last fence"
+            );
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+            #[test]
+            fn counters_match_a_set_model(ops in ops()) {
+                run(&ops)?;
+            }
+        }
+    }
 }
