@@ -50,19 +50,27 @@
 //!
 //! # Reading
 //!
-//! Descents (insert, remove, `get` and the lock walks) binary-search
-//! each node in place: `n` once, one key per probe into a stack array,
-//! then only the pointer followed — a few dozen bytes per level, and no
-//! heap allocation, where the whole node is ~650 bytes at F = 16. Inside
-//! a transaction every byte read joins its read set, which clobber
-//! logging intersects with each write, so reading less also logs less.
-//! An insert into a leaf with room reads only the entries it shifts, and
-//! a remove that leaves the leaf at or above the minimum likewise; both
-//! write exactly the bytes a whole-node store of the changed entries
-//! would (the same log records and the same image). Only nodes that
-//! split, borrow or merge are read whole. The fanout is at most
-//! [`MAX_FANOUT`] (checked at create and open, and against the header in
-//! every transaction), so node pieces fit fixed stack arrays.
+//! Descents (insert, remove, `get` and the lock walks) read each node's
+//! `n`, then its `n` keys in one read into a stack array, binary-search
+//! them there, and read only the pointer followed: three reads per
+//! level, no key slot past `n` and no other pointer, and no heap
+//! allocation (the lock walks hold their guards in a small inline
+//! array). Inside a transaction every byte read joins its read set,
+//! which clobber logging intersects with each write; the logged bytes
+//! are a function of that set, not of how the reads were cut. The keys
+//! a descent reads beyond those a probe-by-probe search would touch
+//! (the keys below `n` it did not probe) never change what is logged:
+//! a node the transaction writes is either read whole first (it splits,
+//! borrows or merges, or takes a separator) or is the leaf, whose
+//! written keys from `pos` up to `n` the shift reads anyway. An insert
+//! into a leaf with room reads only the pointers it shifts (the keys
+//! are in hand from the descent), and a remove that leaves the leaf at
+//! or above the minimum likewise; both write exactly the bytes a
+//! whole-node store of the changed entries would (the same log records
+//! and the same image). Only nodes that split, borrow or merge are read
+//! whole. The fanout is at most [`MAX_FANOUT`] (checked at create and
+//! open, and against the header in every transaction), so node pieces
+//! fit fixed stack arrays.
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
@@ -231,51 +239,85 @@ fn read_n(r: &mut impl NodeRead, x: u64, f: u64) -> Result<usize> {
     Ok(n as usize)
 }
 
-/// Binary search of `k` among the first `n` keys of node `x`, reading
-/// one key per probe (about log2 n of them, not the node): `Ok(i)` when
-/// `keys[i] == k`, else `Err(i)` with `i` the position `k` would take —
-/// [`slice::binary_search`] on sorted keys. On a corrupt (unsorted) node
-/// it still returns an index `≤ n`, just not a meaningful one.
-fn search(r: &mut impl NodeRead, x: u64, n: usize, k: &[u8; KEY]) -> Result<Result<usize, usize>> {
-    let (mut lo, mut hi) = (0, n);
-    let mut key = [0u8; KEY];
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        r.bytes(key_off(x, mid), &mut key)?;
-        match key_cmp(&key, k) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return Ok(Ok(mid)),
-        }
-    }
-    Ok(Err(lo))
+/// `n` and the first `n` keys of node `x`, read into `kb` (room for at
+/// least F keys) with one read after `n`'s: the keys a search may probe,
+/// and no byte past them (see the module doc on what that means for
+/// clobber logging).
+#[inline]
+fn node_keys<'b>(
+    r: &mut impl NodeRead,
+    x: u64,
+    f: u64,
+    kb: &'b mut [[u8; KEY]],
+) -> Result<&'b mut [[u8; KEY]]> {
+    let n = read_n(r, x, f)?;
+    let keys = &mut kb[..n];
+    r.bytes(x + N_KEYS, keys.as_flattened_mut())?;
+    Ok(keys)
 }
 
-/// Bytewise order of two keys, compared as four big-endian words (the
-/// same order as `memcmp`, without the call: the descent's hot loop).
+/// The four big-endian words of a key: compared as a sequence they give
+/// the bytewise (`memcmp`) order of the keys.
 #[inline]
-fn key_cmp(a: &[u8; KEY], b: &[u8; KEY]) -> std::cmp::Ordering {
-    let w = |k: &[u8; KEY], i: usize| u64::from_be_bytes(k[i..i + 8].try_into().expect("8 bytes"));
-    (0..KEY)
-        .step_by(8)
-        .map(|i| w(a, i).cmp(&w(b, i)))
+fn key_words(k: &[u8; KEY]) -> [u64; 4] {
+    std::array::from_fn(|i| key_word(k, i))
+}
+
+/// Word `i` (big-endian) of key `k`.
+#[inline]
+fn key_word(k: &[u8; KEY], i: usize) -> u64 {
+    u64::from_be_bytes(k[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
+
+/// Bytewise order of key `a` against a key given as its [`key_words`]:
+/// word by word. The first word is the big-endian `u64` key, so for
+/// [`key32`] keys it alone decides unless the keys are equal.
+#[inline]
+fn key_cmp(a: &[u8; KEY], b: &[u64; 4]) -> std::cmp::Ordering {
+    let w = key_word(a, 0);
+    if w != b[0] {
+        return w.cmp(&b[0]);
+    }
+    (1..4)
+        .map(|i| key_word(a, i).cmp(&b[i]))
         .find(|o| o.is_ne())
         .unwrap_or(std::cmp::Ordering::Equal)
+}
+
+/// Binary search of the key with words `k` among sorted keys in DRAM:
+/// [`slice::binary_search`], so `Ok(i)` when `keys[i] == k`, else
+/// `Err(i)` with `i` the position `k` would take. On a corrupt
+/// (unsorted) node it still returns an index `≤ keys.len()`, just not a
+/// meaningful one.
+#[inline]
+fn search(keys: &[[u8; KEY]], k: &[u64; 4]) -> Result<usize, usize> {
+    keys.binary_search_by(|p| key_cmp(p, k))
 }
 
 /// Runs `body` on zeroed stack scratch for one node's keys and pointers
 /// (room for F+1 entries each). Fanouts up to 16 (the default) get
 /// arrays of 17 entries, larger ones arrays of [`MAX_FANOUT`]` + 1`, so
 /// the common case does not zero 2.5 KiB per operation.
-fn with_scratch<R>(f: u64, body: impl FnOnce(&mut [u8], &mut [u8]) -> R) -> R {
-    fn run<const K: usize, const P: usize, R>(body: impl FnOnce(&mut [u8], &mut [u8]) -> R) -> R {
-        let (mut kb, mut pb) = ([0u8; K], [0u8; P]);
+fn with_scratch<R>(f: u64, body: impl FnOnce(&mut [[u8; KEY]], &mut [u8]) -> R) -> R {
+    fn run<const K: usize, const P: usize, R>(
+        body: impl FnOnce(&mut [[u8; KEY]], &mut [u8]) -> R,
+    ) -> R {
+        let (mut kb, mut pb) = ([[0u8; KEY]; K], [0u8; P]);
         body(&mut kb, &mut pb)
     }
     if f <= SMALL_FANOUT {
-        run::<{ KEY * (SMALL_FANOUT as usize + 1) }, { 8 * (SMALL_FANOUT as usize + 1) }, R>(body)
+        run::<{ SMALL_FANOUT as usize + 1 }, { 8 * (SMALL_FANOUT as usize + 1) }, R>(body)
     } else {
-        run::<{ KEY * MAXF }, { 8 * MAXF }, R>(body)
+        run::<MAXF, { 8 * MAXF }, R>(body)
+    }
+}
+
+/// [`with_scratch`] for keys alone (the lock walks).
+fn with_keys<R>(f: u64, body: impl FnOnce(&mut [[u8; KEY]]) -> R) -> R {
+    if f <= SMALL_FANOUT {
+        body(&mut [[0u8; KEY]; SMALL_FANOUT as usize + 1])
+    } else {
+        body(&mut [[0u8; KEY]; MAXF])
     }
 }
 
@@ -299,15 +341,25 @@ struct Step {
     n: u32,
 }
 
-/// The internal nodes from the root down to a leaf's parent; a stack
-/// array, so a descent allocates nothing.
+/// Steps a [`Path`] holds in place; deeper paths (a tree of fanout 3 or
+/// 4 with many keys: at fanout 16 it takes hundreds of millions) go to
+/// the heap.
+const PATH_INLINE: usize = 8;
+
+/// The internal nodes from the root down to a leaf's parent: a small
+/// stack array (not zeroing room for [`MAX_HEIGHT`] steps on every
+/// descent), so a descent allocates nothing unless the tree is deeper
+/// than [`PATH_INLINE`] + 1 levels.
 struct Path {
-    steps: [Step; MAX_HEIGHT],
+    inline: [Step; PATH_INLINE],
     len: usize,
+    /// All the steps, when the tree is too deep for `inline`.
+    deep: Vec<Step>,
 }
 
 /// The leaf a descent reached: its offset, `n`, and where the key is
-/// (`Ok`) or would go (`Err`).
+/// (`Ok`) or would go (`Err`). Its first `n` keys are left in the
+/// descent's key scratch.
 struct LeafAt {
     off: u64,
     n: usize,
@@ -315,45 +367,72 @@ struct LeafAt {
 }
 
 /// Descends from `root` through `height - 1` internal nodes to the leaf
-/// covering `k`, binary-searching each node in place and reading only the
-/// pointer it follows.
+/// covering `k`: at each node `n`, then its `n` keys in one read (into
+/// `kb`, room for F keys), a binary search in DRAM, and the one pointer
+/// followed. The leaf's keys stay in `kb[..n]`.
 fn descend(
     r: &mut impl NodeRead,
     f: u64,
-    root: u64,
-    height: u64,
+    (root, height): (u64, u64),
     k: &[u8; KEY],
     path: &mut Path,
+    kb: &mut [[u8; KEY]],
 ) -> Result<LeafAt> {
-    path.len = 0;
+    let kw = key_words(k);
+    path.clear(height);
     let mut x = root;
     for _ in 1..height {
-        let n = read_n(r, x, f)?;
-        let i = child_slot(search(r, x, n, k)?);
+        let keys = node_keys(r, x, f, kb)?;
+        let i = child_slot(search(keys, &kw));
         // `i ≤ n ≤ F ≤ MAX_FANOUT`: both fit a u32.
-        path.steps[path.len] = Step {
+        path.push(Step {
             off: x,
             i: i as u32,
-            n: n as u32,
-        };
-        path.len += 1;
+            n: keys.len() as u32,
+        });
         x = r.word(ptr_off(x, f, i))?;
     }
-    let n = read_n(r, x, f)?;
-    let at = search(r, x, n, k)?;
-    Ok(LeafAt { off: x, n, at })
+    let keys = node_keys(r, x, f, kb)?;
+    Ok(LeafAt {
+        off: x,
+        n: keys.len(),
+        at: search(keys, &kw),
+    })
 }
 
 impl Path {
     fn new() -> Path {
         Path {
-            steps: [Step::default(); MAX_HEIGHT],
+            inline: [Step::default(); PATH_INLINE],
             len: 0,
+            deep: Vec::new(),
         }
     }
 
+    /// Empties the path for a descent of a tree of `height` levels.
+    fn clear(&mut self, height: u64) {
+        self.len = 0;
+        self.deep.clear();
+        if height > PATH_INLINE as u64 + 1 {
+            self.deep.reserve(height as usize - 1);
+        }
+    }
+
+    fn push(&mut self, s: Step) {
+        if self.deep.capacity() == 0 {
+            self.inline[self.len] = s;
+        } else {
+            self.deep.push(s);
+        }
+        self.len += 1;
+    }
+
     fn steps(&self) -> &[Step] {
-        &self.steps[..self.len]
+        if self.deep.capacity() == 0 {
+            &self.inline[..self.len]
+        } else {
+            &self.deep
+        }
     }
 
     /// Whole images of the path's nodes from depth index `from` down,
@@ -398,28 +477,37 @@ struct Node {
     ptrs: Vec<u64>,
 }
 
-/// Reads a node's `n`, keys and pointers (marks them read).
+/// Reads a node's `n`, keys and pointers (marks them read). The vectors
+/// have room for one more entry (a split inserts one first).
 fn load(tx: &mut Tx<'_, '_>, off: u64, f: u64, leaf: bool) -> Result<Node> {
     let n = read_n(tx, off, f)?;
+    let mut keys = Vec::with_capacity(n + 1);
+    keys.resize(n, [0u8; KEY]);
+    tx.read(p64(off + N_KEYS), keys.as_flattened_mut())?;
+    load_ptrs(tx, off, f, n, keys, leaf)
+}
+
+/// [`load`] with `n` and the keys already read (by the descent): reads
+/// the pointers.
+fn load_ptrs(
+    tx: &mut Tx<'_, '_>,
+    off: u64,
+    f: u64,
+    n: usize,
+    keys: Vec<[u8; KEY]>,
+    leaf: bool,
+) -> Result<Node> {
     let np = if leaf { n } else { n + 1 };
-    with_scratch(f, |kb, pb| {
-        let (kb, pb) = (&mut kb[..n * KEY], &mut pb[..np * 8]);
-        tx.read(p64(off + N_KEYS), kb)?;
-        tx.read(p64(off + ptrs_off(f)), pb)?;
-        Ok(Node {
-            off,
-            n,
-            keys: kb
-                .chunks_exact(KEY)
-                .map(|c| c.try_into().expect("32 bytes"))
-                .collect(),
-            ptrs: pb.chunks_exact(8).map(|c| le(c, 0)).collect(),
-        })
-    })
+    let mut pb = [0u8; 8 * MAXF];
+    let pb = &mut pb[..np * 8];
+    tx.read(p64(off + ptrs_off(f)), pb)?;
+    let mut ptrs = Vec::with_capacity(np + 1);
+    ptrs.extend(pb.chunks_exact(8).map(|c| le(c, 0)));
+    Ok(Node { off, n, keys, ptrs })
 }
 
 /// Writes keys and pointers of a DRAM image from the given indices on
-/// (a node image holds at most F entries, F+1 pointers: the scratch's size).
+/// (a node image holds at most F keys and F+1 pointers).
 fn write_entries(
     tx: &mut Tx<'_, '_>,
     f: u64,
@@ -429,30 +517,18 @@ fn write_entries(
     ptrs: &[u64],
     pfrom: usize,
 ) -> Result<()> {
-    with_scratch(f, |kb, pb| {
-        let mut nk = 0;
-        for (d, s) in kb.chunks_exact_mut(KEY).zip(keys.iter().skip(from)) {
-            d.copy_from_slice(s);
-            nk += 1;
-        }
-        debug_assert_eq!(
-            nk,
-            keys.len().saturating_sub(from),
-            "image within the fanout"
-        );
-        tx.write(p64(key_off(off, from)), &kb[..nk * KEY])?;
-        let mut np = 0;
-        for (d, s) in pb.chunks_exact_mut(8).zip(ptrs.iter().skip(pfrom)) {
-            d.copy_from_slice(&s.to_le_bytes());
-            np += 1;
-        }
-        debug_assert_eq!(
-            np,
-            ptrs.len().saturating_sub(pfrom),
-            "image within the fanout"
-        );
-        tx.write(p64(ptr_off(off, f, pfrom)), &pb[..np * 8])
-    })
+    debug_assert!(
+        keys.len() as u64 <= f && ptrs.len() as u64 <= f + 1,
+        "image within the fanout"
+    );
+    let keys = keys.get(from..).unwrap_or_default();
+    tx.write(p64(key_off(off, from)), keys.as_flattened())?;
+    let ptrs = ptrs.get(pfrom..).unwrap_or_default();
+    let mut pb = [0u8; 8 * MAXF];
+    for (d, s) in pb.chunks_exact_mut(8).zip(ptrs) {
+        d.copy_from_slice(&s.to_le_bytes());
+    }
+    tx.write(p64(ptr_off(off, f, pfrom)), &pb[..ptrs.len() * 8])
 }
 
 /// Writes `keys[from..]` and `ptrs[from..]` (and `n`) of a node whose
@@ -462,6 +538,15 @@ fn store(tx: &mut Tx<'_, '_>, f: u64, nd: &Node, from: usize, pfrom: usize) -> R
     tx.write_u64(p64(nd.off + N_N), nd.n as u64)
 }
 
+/// The two argument words of [`INSERT`] and [`REMOVE`], as
+/// [`pack_args`] lays them out, without a heap allocation.
+fn args2(a: u64, b: u64) -> [u8; 16] {
+    let mut w = [0u8; 16];
+    w[..8].copy_from_slice(&a.to_le_bytes());
+    w[8..].copy_from_slice(&b.to_le_bytes());
+    w
+}
+
 fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (hdr, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let value = inp.buf(0);
@@ -469,51 +554,69 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut hb = [0u8; 40];
     tx.read(p64(hdr), &mut hb)?;
     let (f, root, height) = header_fields(hdr, &hb)?;
+    with_scratch(f, |kb, pb| {
+        insert_in(tx, hdr, f, (root, height), &k, value, kb, pb)
+    })
+}
+
+/// The body of [`tx_insert`] once the header is read: `kb` and `pb` are
+/// scratch for F+1 keys and pointers.
+#[allow(clippy::too_many_arguments)]
+fn insert_in(
+    tx: &mut Tx<'_, '_>,
+    hdr: u64,
+    f: u64,
+    (root, height): (u64, u64),
+    k: &[u8; KEY],
+    value: &[u8],
+    kb: &mut [[u8; KEY]],
+    pb: &mut [u8],
+) -> Result<u64> {
     let mut path = Path::new();
-    let leaf = descend(tx, f, root, height, &k, &mut path)?;
-    let pos = match leaf.at {
+    let leaf = descend(tx, f, (root, height), k, &mut path, kb)?;
+    let (n, pos) = match leaf.at {
         Ok(i) => {
             let vb = tx.read_u64(p64(ptr_off(leaf.off, f, i)))?;
             tx.write(POff::<u8>::new(vb), value)?;
             return Ok(0);
         }
-        Err(i) => i,
+        Err(i) => (leaf.n, i),
     };
-    if (leaf.n as u64) < f {
-        // Room in the leaf: shift the tail right by one entry. Only the
-        // tail is read, and the bytes written (keys and pointers from
-        // `pos` to the new end, then `n`) are those of a whole-node store.
+    if (n as u64) < f {
+        // Room in the leaf: shift the tail right by one entry. The keys
+        // are in hand from the descent; only the tail's pointers are
+        // read, and the bytes written (keys and pointers from `pos` to
+        // the new end, then `n`) are those of a whole-node store.
         // Everything is read before the first write (a clobber
         // transaction must not fail after it).
-        // `tail + 1 ≤ F` entries: the scratch holds them.
-        let tail = leaf.n - pos;
-        return with_scratch(f, |kb, pb| {
-            let (kb, pb) = (&mut kb[..KEY * (tail + 1)], &mut pb[..8 * (tail + 1)]);
-            tx.read(p64(key_off(leaf.off, pos)), &mut kb[KEY..])?;
-            tx.read(p64(ptr_off(leaf.off, f, pos)), &mut pb[8..])?;
-            let vb = tx.alloc(value.len())?;
-            tx.write(vb, value)?;
-            kb[..KEY].copy_from_slice(&k);
-            pb[..8].copy_from_slice(&vb.raw().to_le_bytes());
-            tx.write(p64(key_off(leaf.off, pos)), kb)?;
-            tx.write(p64(ptr_off(leaf.off, f, pos)), pb)?;
-            tx.write_u64(p64(leaf.off + N_N), leaf.n as u64 + 1)?;
-            Ok(1)
-        });
+        // `n + 1 ≤ F` entries: the scratch holds them.
+        let pb = &mut pb[..8 * (n - pos + 1)];
+        tx.read(p64(ptr_off(leaf.off, f, pos)), &mut pb[8..])?;
+        let vb = tx.alloc(value.len())?;
+        tx.write(vb, value)?;
+        kb.copy_within(pos..n, pos + 1);
+        kb[pos] = *k;
+        pb[..8].copy_from_slice(&vb.raw().to_le_bytes());
+        tx.write(p64(key_off(leaf.off, pos)), kb[pos..=n].as_flattened())?;
+        tx.write(p64(ptr_off(leaf.off, f, pos)), pb)?;
+        tx.write_u64(p64(leaf.off + N_N), n as u64 + 1)?;
+        return Ok(1);
     }
     // The leaf splits, and so does every full ancestor above it; the
     // first ancestor with room takes the last separator. Only those
-    // nodes are read whole.
-    let full = path
-        .steps()
+    // nodes are read whole (the leaf's keys are in hand).
+    let steps = path.steps();
+    let full = steps
         .iter()
         .rev()
         .take_while(|s| u64::from(s.n) == f)
         .count();
-    let grows = full == path.len;
-    let top = path.len - full - usize::from(!grows);
+    let grows = full == steps.len();
+    let top = steps.len() - full - usize::from(!grows);
     let mut edit = path.load_from(tx, f, top)?;
-    let mut leaf_nd = load(tx, leaf.off, f, true)?;
+    let mut keys = Vec::with_capacity(n + 1);
+    keys.extend_from_slice(&kb[..n]);
+    let mut leaf_nd = load_ptrs(tx, leaf.off, f, n, keys, true)?;
     // Allocate everything first: the value, a node per split, a new root
     // if the split reaches it (a clobber transaction must not fail after
     // its first write).
@@ -536,7 +639,7 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
         &mut edit,
         &mut leaf_nd,
         pos,
-        (k, vb.raw()),
+        (*k, vb.raw()),
         &mut fresh,
     )
 }
@@ -725,8 +828,24 @@ fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut hb = [0u8; 40];
     tx.read(p64(hdr), &mut hb)?;
     let (f, root, height) = header_fields(hdr, &hb)?;
+    with_scratch(f, |kb, pb| {
+        remove_in(tx, hdr, f, (root, height), &k, kb, pb)
+    })
+}
+
+/// The body of [`tx_remove`] once the header is read: `kb` and `pb` are
+/// scratch for F+1 keys and pointers.
+fn remove_in(
+    tx: &mut Tx<'_, '_>,
+    hdr: u64,
+    f: u64,
+    (root, height): (u64, u64),
+    k: &[u8; KEY],
+    kb: &mut [[u8; KEY]],
+    pb: &mut [u8],
+) -> Result<u64> {
     let mut path = Path::new();
-    let at = descend(tx, f, root, height, &k, &mut path)?;
+    let at = descend(tx, f, (root, height), k, &mut path, kb)?;
     let Ok(pos) = at.at else {
         return Ok(0);
     };
@@ -734,24 +853,23 @@ fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
         // The leaf keeps at least the minimum (or is the root): only it
         // changes. Shift the tail left over `pos`, writing what
         // `store_changed` would for the whole node (keys and pointers
-        // from `pos` to the new end, then `n`). Everything is read, and
-        // the value block freed, before the first write.
-        // `tail + 1 ≤ n ≤ F` entries: the scratch holds them.
-        let tail = at.n - pos - 1;
-        return with_scratch(f, |kb, pb| {
-            let (kb, pb) = (&mut kb[..KEY * tail], &mut pb[..8 * (tail + 1)]);
-            tx.read(p64(key_off(at.off, pos + 1)), kb)?;
-            tx.read(p64(ptr_off(at.off, f, pos)), pb)?;
-            tx.free(POff::new(le(pb, 0)))?;
-            tx.write(p64(key_off(at.off, pos)), kb)?;
-            tx.write(p64(ptr_off(at.off, f, pos)), &pb[8..])?;
-            tx.write_u64(p64(at.off + N_N), at.n as u64 - 1)?;
-            Ok(R_REMOVED)
-        });
+        // from `pos` to the new end, then `n`). The keys are in hand
+        // from the descent; everything else is read, and the value block
+        // freed, before the first write.
+        // `n ≤ F` pointers: the scratch holds them.
+        let pb = &mut pb[..8 * (at.n - pos)];
+        tx.read(p64(ptr_off(at.off, f, pos)), pb)?;
+        tx.free(POff::new(le(pb, 0)))?;
+        tx.write(p64(key_off(at.off, pos)), kb[pos + 1..at.n].as_flattened())?;
+        tx.write(p64(ptr_off(at.off, f, pos)), &pb[8..])?;
+        tx.write_u64(p64(at.off + N_N), at.n as u64 - 1)?;
+        return Ok(R_REMOVED);
     }
     // The leaf underflows: rebalancing reads the path's nodes whole.
     let path = path.load_from(tx, f, 0)?;
-    let leaf = load(tx, at.off, f, true)?;
+    let mut keys = Vec::with_capacity(at.n + 1);
+    keys.extend_from_slice(&kb[..at.n]);
+    let leaf = load_ptrs(tx, at.off, f, at.n, keys, true)?;
     let plan = plan_remove(tx, f, height, path, leaf, pos)?;
     // Frees first: they only record what commit will do, and may fail
     // (a corrupt pointer) while nothing has been written yet.
@@ -901,9 +1019,41 @@ fn plan_remove(
 }
 
 /// A held node lock.
-enum Held<'a> {
+enum Guard<'a> {
     R(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
     W(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+/// Locks one operation holds in place before spilling to the heap: a
+/// lock path of a tree up to this deep allocates nothing.
+const HELD_INLINE: usize = 8;
+
+/// The node locks an operation holds (released when dropped).
+struct Held<'a> {
+    inline: [Option<Guard<'a>>; HELD_INLINE],
+    len: usize,
+    more: Vec<Guard<'a>>,
+}
+
+impl<'a> Held<'a> {
+    fn new() -> Held<'a> {
+        Held {
+            inline: Default::default(),
+            len: 0,
+            more: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, g: Guard<'a>) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some(g);
+                self.len += 1;
+            }
+            None => self.more.push(g),
+        }
+    }
 }
 
 /// The volatile handle on a B+tree: its header lock and node lock table.
@@ -1019,25 +1169,28 @@ impl<'p> BpTree<'p> {
         r & R_REMOVED != 0
     }
 
+    /// The root and height (one read: they are adjacent in the header).
     fn root_height(&self) -> Result<(u64, u64)> {
-        Ok((
-            self.txp.read_u64(self.header + H_ROOT)?,
-            self.txp.read_u64(self.header + H_HEIGHT)?,
-        ))
+        const H: usize = (H_HEIGHT - H_ROOT) as usize;
+        let mut b = [0u8; H + 8];
+        self.txp.read(self.header + H_ROOT, &mut b)?;
+        Ok((le(&b, 0), le(&b, H)))
     }
 
     /// `n` of node `x` (read under its lock), refused above the fanout.
+    #[cfg(test)]
     fn count(&self, x: u64) -> Result<usize> {
         let mut r = self.txp;
         read_n(&mut r, x, self.fanout)
     }
 
-    /// Index of the child of internal node `x` covering `k`, and `x`'s `n`
-    /// (read under its lock; a binary search reading a few keys).
-    fn child_at(&self, x: u64, k: &[u8; KEY]) -> Result<(usize, usize)> {
-        let n = self.count(x)?;
+    /// Index of the child of internal node `x` covering the key with
+    /// words `kw`, and `x`'s `n` (read under its lock: `n`, then the keys
+    /// in one read into `kb`, searched in DRAM).
+    fn child_at(&self, x: u64, kw: &[u64; 4], kb: &mut [[u8; KEY]]) -> Result<(usize, usize)> {
         let mut r = self.txp;
-        Ok((child_slot(search(&mut r, x, n, k)?), n))
+        let keys = node_keys(&mut r, x, self.fanout, kb)?;
+        Ok((child_slot(search(keys, kw)), keys.len()))
     }
 
     /// Pointer `i` of node `x`.
@@ -1045,29 +1198,27 @@ impl<'p> BpTree<'p> {
         self.txp.read_u64(ptr_off(x, self.fanout, i))
     }
 
-    /// The child of internal node `x` covering `k` (read under its lock).
-    fn child(&self, x: u64, k: &[u8; KEY]) -> Result<u64> {
-        let (i, _) = self.child_at(x, k)?;
-        self.ptr(x, i)
-    }
-
-    /// Position of `k` in leaf `leaf` (read under its lock).
-    fn find(&self, leaf: u64, k: &[u8; KEY]) -> Result<Option<usize>> {
-        let n = self.count(leaf)?;
+    /// Position of `k` in leaf `leaf` (`Ok`, or `Err` where it would go)
+    /// and the leaf's `n` (read under its lock).
+    fn find(&self, leaf: u64, k: &[u8; KEY]) -> Result<(Result<usize, usize>, usize)> {
         let mut r = self.txp;
-        Ok(search(&mut r, leaf, n, k)?.ok())
+        with_keys(self.fanout, |kb| {
+            let keys = node_keys(&mut r, leaf, self.fanout, kb)?;
+            Ok((search(keys, &key_words(k)), keys.len()))
+        })
     }
 
     /// Write-locks everything a rebalancing removal of `k` may change
     /// ([`tx_remove`]: the path, and at each level below the root the
     /// path node's left and right siblings under the same parent), in the
     /// global order: top-down, and left to right within a level (left
-    /// sibling, path node, right sibling). Each level's nodes are found
-    /// from the parent locked just before them, and siblings are never
-    /// descended into. The caller holds the header's write lock.
-    fn lock_for_rebalance(&self, k: &[u8; KEY]) -> Result<Vec<Held<'_>>> {
+    /// sibling, path node, right sibling), adding the guards to `held`.
+    /// Each level's nodes are found from the parent locked just before
+    /// them, and siblings are never descended into. The caller holds the
+    /// header's write lock.
+    fn lock_for_rebalance<'a>(&'a self, k: &[u8; KEY], held: &mut Held<'a>) -> Result<()> {
         let (root, height) = self.root_height()?;
-        let mut held = Vec::new();
+        let kw = key_words(k);
         // Lock indices taken: a corrupt tree naming one node twice must
         // fail, not deadlock on a lock this thread holds.
         let mut taken: Vec<usize> = Vec::new();
@@ -1081,47 +1232,54 @@ impl<'p> BpTree<'p> {
             taken.push(i);
             Ok(&self.locks[i])
         };
-        held.push(Held::W(take(root)?.write()));
-        let mut x = root;
-        for _ in 1..height {
-            let (i, n) = self.child_at(x, k)?;
-            let lo = i.saturating_sub(1);
-            let hi = (i + 1).min(n);
-            let kids = (lo..=hi)
-                .map(|j| self.ptr(x, j))
-                .collect::<Result<Vec<u64>>>()?;
-            for &c in &kids {
-                held.push(Held::W(take(c)?.write()));
+        held.push(Guard::W(take(root)?.write()));
+        with_keys(self.fanout, |kb| {
+            let mut x = root;
+            for _ in 1..height {
+                let (i, n) = self.child_at(x, &kw, kb)?;
+                let lo = i.saturating_sub(1);
+                let hi = (i + 1).min(n);
+                let mut kids = [0u64; 3];
+                for (slot, j) in kids.iter_mut().zip(lo..=hi) {
+                    *slot = self.ptr(x, j)?;
+                }
+                for &c in &kids[..=hi - lo] {
+                    held.push(Guard::W(take(c)?.write()));
+                }
+                x = kids[i - lo];
             }
-            x = kids[i - lo];
-        }
-        Ok(held)
+            Ok(())
+        })
     }
 
     /// Locks the path to `k`'s leaf: read locks above it, `leaf_write` on
-    /// it. Returns the leaf and the guards.
-    fn lock_path(
-        &self,
+    /// it, adding the guards to `held`. Returns the leaf and the height.
+    fn lock_path<'a>(
+        &'a self,
         k: &[u8; KEY],
         write_all: bool,
         leaf_write: bool,
-    ) -> Result<(u64, Vec<Held<'_>>)> {
+        held: &mut Held<'a>,
+    ) -> Result<(u64, u64)> {
         let (root, height) = self.root_height()?;
-        let mut held = Vec::with_capacity(height.min(MAX_HEIGHT as u64) as usize);
-        let mut x = root;
-        for depth in 1..=height {
-            let l = self.lock(x)?;
-            let is_leaf = depth == height;
-            held.push(if write_all || (is_leaf && leaf_write) {
-                Held::W(l.write())
-            } else {
-                Held::R(l.read())
-            });
-            if !is_leaf {
-                x = self.child(x, k)?;
+        let kw = key_words(k);
+        with_keys(self.fanout, |kb| {
+            let mut x = root;
+            for depth in 1..=height {
+                let l = self.lock(x)?;
+                let is_leaf = depth == height;
+                held.push(if write_all || (is_leaf && leaf_write) {
+                    Guard::W(l.write())
+                } else {
+                    Guard::R(l.read())
+                });
+                if !is_leaf {
+                    let (i, _) = self.child_at(x, &kw, kb)?;
+                    x = self.ptr(x, i)?;
+                }
             }
-        }
-        Ok((x, held))
+            Ok((x, height))
+        })
     }
 }
 
@@ -1133,49 +1291,53 @@ impl KvMap for BpTree<'_> {
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
         crate::check_value_len(value, self.value_len, "tree")?;
         let k = key32(key);
-        let args = pack_args(&[self.header, key]);
+        let args = args2(self.header, key);
         {
             // Optimistic: the leaf has room, so nothing above it changes.
             let _h = self.head_lock.read();
-            let (leaf, _held) = self.lock_path(&k, false, true)?;
+            let mut held = Held::new();
+            let (leaf, _) = self.lock_path(&k, false, true, &mut held)?;
             if self.txp.read_u64(leaf + N_N)? < self.fanout {
                 return Ok(th.run(&INSERT, &args, &[value])? == 1);
             }
         }
         // The leaf may split, up to the root: write-lock the whole path.
         let _h = self.head_lock.write();
-        let (_, _held) = self.lock_path(&k, true, true)?;
+        let mut held = Held::new();
+        self.lock_path(&k, true, true, &mut held)?;
         Ok(th.run(&INSERT, &args, &[value])? == 1)
     }
 
     fn remove(&self, th: &mut TxThread<'_>, key: u64) -> Result<bool> {
         let k = key32(key);
-        let args = pack_args(&[self.header, key]);
+        let args = args2(self.header, key);
         {
             // Optimistic: the key is missing, the leaf is the root, or it
             // keeps at least the minimum — only the leaf changes.
             let _h = self.head_lock.read();
-            let (leaf, _held) = self.lock_path(&k, false, true)?;
-            let (_, height) = self.root_height()?;
-            if height == 1
-                || self.find(leaf, &k)?.is_none()
-                || self.count(leaf)? > min_keys(self.fanout)
-            {
+            let mut held = Held::new();
+            let (leaf, height) = self.lock_path(&k, false, true, &mut held)?;
+            if height == 1 || {
+                let (at, n) = self.find(leaf, &k)?;
+                at.is_err() || n > min_keys(self.fanout)
+            } {
                 return Ok(self.removed(th.run(&REMOVE, &args, &[])?));
             }
         }
         // The leaf underflows: merges may climb to the root and lower the
         // height. Write-lock the header, the path and the siblings next to it.
         let _h = self.head_lock.write();
-        let _held = self.lock_for_rebalance(&k)?;
+        let mut held = Held::new();
+        self.lock_for_rebalance(&k, &mut held)?;
         Ok(self.removed(th.run(&REMOVE, &args, &[])?))
     }
 
     fn get(&self, key: u64) -> Result<Option<Vec<u8>>> {
         let k = key32(key);
         let _h = self.head_lock.read();
-        let (leaf, _held) = self.lock_path(&k, false, false)?;
-        let Some(i) = self.find(leaf, &k)? else {
+        let mut held = Held::new();
+        let (leaf, _) = self.lock_path(&k, false, false, &mut held)?;
+        let (Ok(i), _) = self.find(leaf, &k)? else {
             return Ok(None);
         };
         let vb = self.ptr(leaf, i)?;
@@ -1614,7 +1776,32 @@ mod tests {
         };
         for _ in 0..20_000 {
             let (a, b) = (next(), next());
-            assert_eq!(key_cmp(&a, &b), a.cmp(&b), "{a:?} {b:?}");
+            assert_eq!(key_cmp(&a, &key_words(&b)), a.cmp(&b), "{a:?} {b:?}");
+        }
+    }
+
+    /// The in-DRAM search answers as `binary_search` on sorted keys, for
+    /// keys present and missing, at every node size up to the largest.
+    #[test]
+    fn search_is_binary_search() {
+        let mut x = 11u64;
+        for n in 0..=MAXF {
+            let mut keys: Vec<[u8; KEY]> = (0..n)
+                .map(|_| {
+                    x = ds::mix64(x);
+                    key32(x % 1000)
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            for probe in 0..1000u64 {
+                let k = key32(probe);
+                assert_eq!(
+                    search(&keys, &key_words(&k)),
+                    keys.binary_search(&k),
+                    "{n} keys, probe {probe}"
+                );
+            }
         }
     }
 
