@@ -538,15 +538,6 @@ fn store(tx: &mut Tx<'_, '_>, f: u64, nd: &Node, from: usize, pfrom: usize) -> R
     tx.write_u64(p64(nd.off + N_N), nd.n as u64)
 }
 
-/// The two argument words of [`INSERT`] and [`REMOVE`], as
-/// [`pack_args`] lays them out, without a heap allocation.
-fn args2(a: u64, b: u64) -> [u8; 16] {
-    let mut w = [0u8; 16];
-    w[..8].copy_from_slice(&a.to_le_bytes());
-    w[8..].copy_from_slice(&b.to_le_bytes());
-    w
-}
-
 fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (hdr, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let value = inp.buf(0);
@@ -1291,7 +1282,7 @@ impl KvMap for BpTree<'_> {
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool> {
         crate::check_value_len(value, self.value_len, "tree")?;
         let k = key32(key);
-        let args = args2(self.header, key);
+        let args = pack_args(&[self.header, key]);
         {
             // Optimistic: the leaf has room, so nothing above it changes.
             let _h = self.head_lock.read();
@@ -1310,7 +1301,7 @@ impl KvMap for BpTree<'_> {
 
     fn remove(&self, th: &mut TxThread<'_>, key: u64) -> Result<bool> {
         let k = key32(key);
-        let args = args2(self.header, key);
+        let args = pack_args(&[self.header, key]);
         {
             // Optimistic: the key is missing, the leaf is the root, or it
             // keeps at least the minimum — only the leaf changes.

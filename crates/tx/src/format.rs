@@ -294,10 +294,20 @@ pub fn bytes_item_len(n: usize) -> usize {
 
 /// Appends a byte item to `out`.
 pub fn put_bytes(out: &mut Vec<u8>, off: u64, data: &[u8]) {
-    out.extend_from_slice(&(off & OFF_MASK).to_le_bytes());
-    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    out.extend_from_slice(data);
-    out.resize(out.len().next_multiple_of(8), 0);
+    let p = put_bytes_space(out, off, data.len());
+    out[p..p + data.len()].copy_from_slice(data);
+}
+
+/// Appends a byte item of `n` zero bytes for the caller to fill (e.g.
+/// straight from the medium); returns where they start in `out`.
+pub fn put_bytes_space(out: &mut Vec<u8>, off: u64, n: usize) -> usize {
+    let mut h = [0u8; ITEM_HDR];
+    h[..8].copy_from_slice(&(off & OFF_MASK).to_le_bytes());
+    h[8..].copy_from_slice(&(n as u64).to_le_bytes());
+    out.extend_from_slice(&h);
+    let p = out.len();
+    out.resize(p + n.next_multiple_of(8), 0);
+    p
 }
 
 /// Appends an allocator operation item to `out`.

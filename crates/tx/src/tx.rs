@@ -631,10 +631,7 @@ impl<'p> TxThread<'p> {
     /// and one CLOB record with every pending clobbered input and
     /// allocator inverse, fences, then applies the staged writes in place
     /// (they may reach the medium now that their inputs are durable).
-    /// At the commit's flush point (`last`) nothing is written after the
-    /// staged writes, so they are flushed as they are applied rather than
-    /// gathered into the dirty set.
-    fn flush_point(&mut self, inputs: Inputs<'_>, f: &TxFunc, last: bool) -> Result<()> {
+    fn flush_point(&mut self, inputs: Inputs<'_>, f: &TxFunc) -> Result<()> {
         self.clobber_room(inputs, 0)?;
         let first = !self.st.vlog;
         if first {
@@ -658,11 +655,9 @@ impl<'p> TxThread<'p> {
         let st = &mut self.st;
         for &(off, p, n) in &st.staged.list {
             pool.region.write(off as usize, &st.staged.buf[p..p + n]);
-            if last {
-                pool.region.flush(off as usize, n);
-            } else {
-                st.dirty.insert(off, off + n as u64);
-            }
+            // Flushed with the rest at commit: a flush right behind its
+            // store costs far more than one issued later.
+            st.dirty.insert(off, off + n as u64);
         }
         st.staged.clear();
         Ok(())
@@ -722,13 +717,19 @@ impl<'p> TxThread<'p> {
     }
 
     /// Marks the completion pending: the next fence point of any thread
-    /// makes it durable.
+    /// flushes the `done` line and makes it durable. Not flushed here: a
+    /// flush still in flight would hold up the locked `fetch_or` below and
+    /// the caller's lock release (both wait for it, as a fence would), and
+    /// the fence point flushes the line anyway. Other threads' fence
+    /// points may flush the line before the store; only this handle's own
+    /// fence point, which follows it, clears the pending bit.
     fn done_lazily(&mut self) {
-        self.write_done();
-        self.done_pending = true;
         self.pool
             .pending
             .fetch_or(1u64 << self.slot, Ordering::AcqRel);
+        let at = self.pool.done_off(self.slot);
+        self.pool.region.store_u64(at, self.st.epoch);
+        self.done_pending = true;
     }
 
     /// Hands the transaction's allocations (and, unless `defer_frees`, its
@@ -781,16 +782,22 @@ impl<'p> TxThread<'p> {
             }
             Strategy::Redo => self.commit_redo()?,
             Strategy::Clobber => {
+                // Drawn before anything is flushed: a locked
+                // read-modify-write waits for every flush still in flight
+                // (`clwb` is ordered with locked instructions), so drawn
+                // after the data flushes it would cost as much as a fence.
+                // The transaction has finished executing and still holds
+                // its locks, which is all the ticket's order needs.
+                let ticket = self.pool.ticket.fetch_add(1, Ordering::AcqRel);
                 if !self.st.vlog
                     || self.st.pend_n > 0
                     || !self.st.staged.is_empty()
                     || self.st.pending_inverses()
                 {
-                    self.flush_point(inputs, f, true)?;
+                    self.flush_point(inputs, f)?;
                 }
                 self.apply_ops();
                 self.flush_dirty();
-                let ticket = self.pool.ticket.fetch_add(1, Ordering::AcqRel);
                 begin(&mut self.st.payload);
                 self.append(Kind::End, ticket, 0)?;
                 self.fence();
@@ -852,8 +859,12 @@ impl<'p> TxThread<'p> {
         if pool.fault != Fault::RedoApplyEarly {
             self.fence_point();
         }
+        // All stores first, then their flushes: a flush right behind its
+        // store stalls on it.
         for &(off, p, n) in &self.st.redo {
             pool.region.write(off as usize, &self.st.redo_buf[p..p + n]);
+        }
+        for &(off, _, n) in &self.st.redo {
             pool.region.flush(off as usize, n);
         }
         self.apply_ops();
@@ -1164,11 +1175,11 @@ impl Tx<'_, '_> {
         let st = &mut th.st;
         for i in 0..st.pieces2.len() {
             let (a, b) = st.pieces2[i];
-            st.old.resize((b - a) as usize, 0);
+            let n = (b - a) as usize;
+            let p = format::put_bytes_space(&mut st.pend, a, n);
             // Not yet written by this transaction, so the medium holds the
             // value the transaction started with.
-            th.pool.region.read(a as usize, &mut st.old);
-            format::put_bytes(&mut st.pend, a, &st.old);
+            th.pool.region.read(a as usize, &mut st.pend[p..p + n]);
             st.pend_n += 1;
             th.stats.log_entries += 1;
         }
@@ -1179,7 +1190,7 @@ impl Tx<'_, '_> {
             return Ok(());
         }
         if !st.vlog {
-            th.flush_point(inputs, func, false)?;
+            th.flush_point(inputs, func)?;
         }
         let st = &mut th.st;
         th.pool.region.write(off as usize, src);
