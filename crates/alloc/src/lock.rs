@@ -1072,4 +1072,59 @@ mod tests {
             Err(AllocError::Checksum { .. })
         ));
     }
+
+    /// Counts the flushes issued since the last fence (one thread).
+    #[derive(Default)]
+    struct InFlight(std::sync::atomic::AtomicUsize);
+
+    impl ferrite_pmem::SimObserver for InFlight {
+        fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn fenced(&self, _: &ferrite_pmem::Mapping) {
+            self.0.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A reserve (splitting a block), publish or free returns, and drops
+    /// the lock, with no flush in flight: an unlock is a locked
+    /// instruction, which would wait for such a flush's write-back as a
+    /// fence does (see the heap's test of the same name). Only `prepare`
+    /// leaves its marker flush for the caller's commit fence (it keeps the
+    /// lock). The planted [`Fault::UnfencedMarkers`] is caught.
+    #[test]
+    fn operations_return_with_no_flush_in_flight() {
+        for fault in [Fault::None, Fault::UnfencedMarkers] {
+            let p = pool();
+            drop(LockHeap::create(region(&p), opts()).unwrap());
+            let img = p.image();
+            let obs = std::sync::Arc::new(InFlight::default());
+            let q = Pool::open_image(
+                &img,
+                &PoolOptions::new("lock-test", img.len() as u64),
+                Domain::Adr,
+                Some(obs.clone()),
+            )
+            .unwrap();
+            let h = LockHeap::open_with_fault(region(&q), fault).unwrap();
+            let mut t = h.attach();
+            let mut worst = 0;
+            let mut after = |what: &str| {
+                let n = obs.0.load(Ordering::Relaxed);
+                if fault == Fault::None {
+                    assert_eq!(n, 0, "flushes in flight after {what}");
+                }
+                worst = worst.max(n);
+            };
+            let a = t.alloc(100, Some(slot(&q, 0))).unwrap();
+            after("a linked alloc (a split, a record)");
+            let b = t.alloc(100, None).unwrap();
+            after("an unlinked alloc (one word, marker pending)");
+            t.free(a, Some(slot(&q, 0))).unwrap();
+            after("a linked free");
+            t.free(b, None).unwrap();
+            after("an unlinked free");
+            assert_eq!(worst > 0, fault == Fault::UnfencedMarkers, "{fault:?}");
+        }
+    }
 }

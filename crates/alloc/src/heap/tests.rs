@@ -582,3 +582,69 @@ fn a_publish_completes_the_pending_markers_of_other_lanes() {
     b.alloc(64, None).unwrap();
     assert!(!pending(b.lane()));
 }
+
+/// Counts the flushes issued since the last fence (one thread).
+#[derive(Default)]
+struct InFlight(std::sync::atomic::AtomicUsize);
+
+impl ferrite_pmem::SimObserver for InFlight {
+    fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    fn fenced(&self, _: &ferrite_pmem::Mapping) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A reserve, publish or free returns with no flush in flight, whichever
+/// path it takes (one word or a record; its own pending marker or another
+/// lane's; a new run or extent): the caller's next locked instruction (an
+/// unlock, an atomic) would wait for such a flush's write-back as a fence
+/// does, since a `clwb` is ordered before younger locked read-modify-writes
+/// (see the tx crate's "Flushes and locked instructions"). Only `prepare`
+/// leaves flushes, its pending markers', for the caller's commit fence.
+/// The planted [`Fault::UnfencedMarkers`], which flushes a publish's marker
+/// after its last fence, is caught.
+#[test]
+fn operations_return_with_no_flush_in_flight() {
+    for fault in [Fault::None, Fault::UnfencedMarkers] {
+        let p = pool(1 << 20);
+        drop(Heap::create(heap_region(&p), opts()).unwrap());
+        let img = p.image();
+        let obs = std::sync::Arc::new(InFlight::default());
+        let q = Pool::open_image(
+            &img,
+            &PoolOptions::new("heap-test", img.len() as u64),
+            Domain::Adr,
+            Some(obs.clone()),
+        )
+        .unwrap();
+        let h = Heap::open_with_fault(heap_region(&q), fault).unwrap();
+        let (mut t, mut u) = (h.attach().unwrap(), h.attach().unwrap());
+        let mut worst = 0;
+        let mut after = |what: &str| {
+            let n = obs.0.load(Ordering::Relaxed);
+            if fault == Fault::None {
+                assert_eq!(n, 0, "flushes in flight after {what}");
+            }
+            worst = worst.max(n);
+        };
+        let a = t.alloc(100, Some(slot(&q, 0))).unwrap();
+        after("a linked small alloc (a record, a new run)");
+        let b = t.alloc(100, None).unwrap();
+        after("an unlinked alloc (one word, own marker pending)");
+        let c = u.alloc(40_000, Some(slot(&q, 1))).unwrap();
+        after("a linked extent (a record, another lane's marker pending)");
+        let r = t.reserve(200).unwrap();
+        after("a reserve");
+        t.cancel(r).unwrap();
+        after("a cancel");
+        t.free(a, Some(slot(&q, 0))).unwrap();
+        after("a linked free");
+        u.free(b, None).unwrap();
+        after("an unlinked free (one word, another lane's marker pending)");
+        t.free(c, None).unwrap();
+        after("an extent free");
+        assert_eq!(worst > 0, fault == Fault::UnfencedMarkers, "{fault:?}");
+    }
+}
