@@ -1073,19 +1073,6 @@ mod tests {
         ));
     }
 
-    /// Counts the flushes issued since the last fence (one thread).
-    #[derive(Default)]
-    struct InFlight(std::sync::atomic::AtomicUsize);
-
-    impl ferrite_pmem::SimObserver for InFlight {
-        fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-        fn fenced(&self, _: &ferrite_pmem::Mapping) {
-            self.0.store(0, Ordering::Relaxed);
-        }
-    }
-
     /// A reserve (splitting a block), publish or free returns, and drops
     /// the lock, with no flush in flight: an unlock is a locked
     /// instruction, which would wait for such a flush's write-back as a
@@ -1098,19 +1085,16 @@ mod tests {
             let p = pool();
             drop(LockHeap::create(region(&p), opts()).unwrap());
             let img = p.image();
-            let obs = std::sync::Arc::new(InFlight::default());
-            let q = Pool::open_image(
+            let (q, obs) = ferrite_crash::InFlight::open(
                 &img,
                 &PoolOptions::new("lock-test", img.len() as u64),
-                Domain::Adr,
-                Some(obs.clone()),
             )
             .unwrap();
             let h = LockHeap::open_with_fault(region(&q), fault).unwrap();
             let mut t = h.attach();
             let mut worst = 0;
             let mut after = |what: &str| {
-                let n = obs.0.load(Ordering::Relaxed);
+                let n = obs.count();
                 if fault == Fault::None {
                     assert_eq!(n, 0, "flushes in flight after {what}");
                 }

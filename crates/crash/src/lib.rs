@@ -11,11 +11,14 @@
 //!   reproducible; a crash stops them all.
 //! - [`selftest`]: the explorer proven on a correct and two broken
 //!   append-then-publish protocols.
+//! - [`inflight`]: an observer counting flushes not yet fenced, for tests
+//!   that operations return with none in flight.
 //!
 //! A normal dependency of nothing in production; a dev-dependency of every
 //! crate's tests and the engine of `ferrite check`.
 
 pub mod explorer;
+pub mod inflight;
 pub mod lockstep;
 pub mod selftest;
 pub mod sim;
@@ -24,4 +27,5 @@ pub use explorer::{
     Config, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation, panic_message,
     spend_budget,
 };
+pub use inflight::InFlight;
 pub use sim::{CrashAt, CrashState, SimMedium, SimThread};

@@ -183,19 +183,6 @@ fn args_reach_the_function() {
     assert_eq!(i.buf(3), &[] as &[u8]);
 }
 
-/// Counts the flushes issued since the last fence (one thread).
-#[derive(Default)]
-struct InFlight(std::sync::atomic::AtomicUsize);
-
-impl ferrite_pmem::SimObserver for InFlight {
-    fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    fn fenced(&self, _: &ferrite_pmem::Mapping) {
-        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// A committed transaction returns with no flush in flight, under every
 /// strategy: the caller's unlock is a locked instruction, which would wait
 /// for such a flush's write-back as a fence does (see `crate::tx`). Redo
@@ -209,9 +196,7 @@ fn a_committed_transaction_leaves_no_flush_in_flight() {
         Strategy::Clobber,
         Strategy::NoLog,
     ] {
-        let img = pool(4).image();
-        let obs = std::sync::Arc::new(InFlight::default());
-        let p = Pool::open_image(&img, &opts, Domain::Adr, Some(obs.clone())).unwrap();
+        let (p, obs) = ferrite_crash::InFlight::open(&pool(4).image(), &opts).unwrap();
         let txp = TxPool::create(
             &p,
             &TxOptions::new(strategy).slots(2).area_bytes(8192),
@@ -220,7 +205,7 @@ fn a_committed_transaction_leaves_no_flush_in_flight() {
         .unwrap();
         let mut th = txp.thread().unwrap();
         let blk = th.run(&ALLOC1, &[], &[]).unwrap();
-        let in_flight = || obs.0.load(std::sync::atomic::Ordering::Relaxed);
+        let in_flight = || obs.count();
         assert_eq!(
             in_flight(),
             0,

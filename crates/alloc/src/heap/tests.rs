@@ -583,19 +583,6 @@ fn a_publish_completes_the_pending_markers_of_other_lanes() {
     assert!(!pending(b.lane()));
 }
 
-/// Counts the flushes issued since the last fence (one thread).
-#[derive(Default)]
-struct InFlight(std::sync::atomic::AtomicUsize);
-
-impl ferrite_pmem::SimObserver for InFlight {
-    fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-    fn fenced(&self, _: &ferrite_pmem::Mapping) {
-        self.0.store(0, Ordering::Relaxed);
-    }
-}
-
 /// A reserve, publish or free returns with no flush in flight, whichever
 /// path it takes (one word or a record; its own pending marker or another
 /// lane's; a new run or extent): the caller's next locked instruction (an
@@ -611,19 +598,14 @@ fn operations_return_with_no_flush_in_flight() {
         let p = pool(1 << 20);
         drop(Heap::create(heap_region(&p), opts()).unwrap());
         let img = p.image();
-        let obs = std::sync::Arc::new(InFlight::default());
-        let q = Pool::open_image(
-            &img,
-            &PoolOptions::new("heap-test", img.len() as u64),
-            Domain::Adr,
-            Some(obs.clone()),
-        )
-        .unwrap();
+        let (q, obs) =
+            ferrite_crash::InFlight::open(&img, &PoolOptions::new("heap-test", img.len() as u64))
+                .unwrap();
         let h = Heap::open_with_fault(heap_region(&q), fault).unwrap();
         let (mut t, mut u) = (h.attach().unwrap(), h.attach().unwrap());
         let mut worst = 0;
         let mut after = |what: &str| {
-            let n = obs.0.load(Ordering::Relaxed);
+            let n = obs.count();
             if fault == Fault::None {
                 assert_eq!(n, 0, "flushes in flight after {what}");
             }

@@ -398,19 +398,6 @@ fn the_largest_record_fits_an_empty_log_of_every_variant() {
     }
 }
 
-/// Counts the flushes issued since the last fence (one thread).
-#[derive(Default)]
-struct InFlight(std::sync::atomic::AtomicUsize);
-
-impl ferrite_pmem::SimObserver for InFlight {
-    fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    fn fenced(&self, _: &ferrite_pmem::Mapping) {
-        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// Appends and truncations of every variant return with no flush in
 /// flight: the next locked instruction (a [`SharedLog`]'s unlock, an
 /// atomic of the caller) would wait for such a flush's write-back as a
@@ -422,16 +409,11 @@ fn appends_and_truncations_return_with_no_flush_in_flight() {
         let p = pool(Domain::Adr, 64 * 1024);
         drop(Log::create(region(&p, v, 2048), v).unwrap());
         let img = p.image();
-        let obs = std::sync::Arc::new(InFlight::default());
-        let q = Pool::open_image(
-            &img,
-            &PoolOptions::new("log-test", img.len() as u64),
-            Domain::Adr,
-            Some(obs.clone()),
-        )
-        .unwrap();
+        let (q, obs) =
+            ferrite_crash::InFlight::open(&img, &PoolOptions::new("log-test", img.len() as u64))
+                .unwrap();
         let mut log = Log::recover(region(&q, v, 2048)).unwrap();
-        let in_flight = || obs.0.load(std::sync::atomic::Ordering::Relaxed);
+        let in_flight = || obs.count();
         for i in 0..120u64 {
             let batch: Vec<Vec<u8>> = (0..1 + i % 3).map(|k| rec(i + k, 40)).collect();
             let slices: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();

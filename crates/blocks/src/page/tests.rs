@@ -425,19 +425,6 @@ fn scrubbing_keeps_a_reused_version_from_reviving_a_crashed_header() {
     }
 }
 
-/// Counts the flushes issued since the last fence (one thread).
-#[derive(Default)]
-struct InFlight(std::sync::atomic::AtomicUsize);
-
-impl ferrite_pmem::SimObserver for InFlight {
-    fn flushed(&self, _: &ferrite_pmem::Mapping, _: usize, _: usize) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    fn fenced(&self, _: &ferrite_pmem::Mapping) {
-        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// A page write of every algorithm returns with no flush in flight: it
 /// drops its lane's mutex and the page's lock on the way out, locked
 /// instructions that would wait for such a flush's write-back as a fence
@@ -449,14 +436,9 @@ fn page_writes_return_with_no_flush_in_flight() {
         let (p, s) = store(&o);
         drop(s);
         let img = p.image();
-        let obs = std::sync::Arc::new(InFlight::default());
-        let q = Pool::open_image(
-            &img,
-            &PoolOptions::new("page-test", img.len() as u64),
-            Domain::Adr,
-            Some(obs.clone()),
-        )
-        .unwrap();
+        let (q, obs) =
+            ferrite_crash::InFlight::open(&img, &PoolOptions::new("page-test", img.len() as u64))
+                .unwrap();
         let s = PageStore::open(q.data().sub(0, o.region_len().unwrap()).unwrap()).unwrap();
         let mut page = vec![0u8; 4096];
         for v in 1..=12u64 {
@@ -464,7 +446,7 @@ fn page_writes_return_with_no_flush_in_flight() {
             fill_lines(&mut page, 2, v, 0..k);
             s.write_page(2, &page, &DirtyLines::from_lines(0..k))
                 .unwrap();
-            let n = obs.0.load(std::sync::atomic::Ordering::Relaxed);
+            let n = obs.count();
             assert_eq!(n, 0, "{alg:?}: after a write of {k} lines");
         }
         assert_eq!(read(&s, 2), page);
