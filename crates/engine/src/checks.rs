@@ -1,0 +1,1 @@
+//! Crash checks of the engines (placeholder: being built).

@@ -1,0 +1,27 @@
+//! Copy-on-write engine (placeholder: being built).
+
+use crate::store::EngineCtx;
+use crate::{Engine, EngineError, EngineRecovery, Result, StoreOptions};
+
+/// Tuning knobs of this engine.
+#[derive(Clone, Debug, Default)]
+pub struct Options {}
+
+/// Planted bugs of this engine (checks only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {}
+
+pub(crate) fn fixed_area_bytes(_opts: &StoreOptions) -> usize {
+    0
+}
+
+pub(crate) fn create(_ctx: EngineCtx, _opts: &StoreOptions) -> Result<Box<dyn Engine>> {
+    Err(EngineError::BadOption("engine 'cow' is not built yet".into()))
+}
+
+pub(crate) fn open(
+    _ctx: EngineCtx,
+    _opts: &StoreOptions,
+) -> Result<(Box<dyn Engine>, EngineRecovery)> {
+    Err(EngineError::BadOption("engine 'cow' is not built yet".into()))
+}

@@ -1,0 +1,374 @@
+//! `ferrite-engine`: the embedded key-value store, with the three storage
+//! engine designs P2 measures (N-Store's) over any persistent allocator.
+//!
+//! - [`inp`]: **in place** — values updated where they live, a per-session
+//!   write-ahead log for atomicity, a persistent B+tree index.
+//! - [`cow`]: **copy on write** — a shadow-paged B+tree, an atomic root
+//!   switch, many updates per switch under group commit.
+//! - [`lsm`]: **log-structured merge tree** — a persistent memtable,
+//!   immutable sorted runs in the pool, compaction, fence pointers and
+//!   bloom filters.
+//!
+//! Each runs over any allocator behind `ferrite-alloc`'s
+//! [`PAllocator`](ferrite_alloc::PAllocator) ([`AllocKind`]): P2's
+//! allocator axis.
+//!
+//! # API
+//!
+//! A [`Store`] is one open engine on a pool; a [`Session`] is one thread's
+//! handle on it (it owns that thread's allocator handle and log), like a
+//! PMDK lane or an LMDB transaction. Keys are 1 to [`MAX_KEY`] bytes,
+//! values 0 to [`MAX_VALUE`] bytes; keys order bytewise.
+//!
+//! ```no_run
+//! use ferrite_engine::{Store, StoreOptions, EngineKind};
+//! # fn main() -> Result<(), ferrite_engine::EngineError> {
+//! let store = Store::create_file("/dev/shm/kv.pool", 64 << 20, &StoreOptions::new(EngineKind::Cow))?;
+//! let mut s = store.session()?;
+//! s.put(b"apple", b"red")?;
+//! assert_eq!(s.get(b"apple")?.as_deref(), Some(&b"red"[..]));
+//! # Ok(()) }
+//! ```
+//!
+//! # Durability contract
+//!
+//! `put`, `delete` and `batch` return only when their effect is durable in
+//! the pool's domain; a batch is all or nothing after a crash. Opening a
+//! store runs its recovery. `ferrite check engine-*` proves both on
+//! simulated power failures.
+//!
+//! # Pool layout
+//!
+//! Data area of a pool of layout [`LAYOUT`] (offsets relative to it):
+//!
+//! ```text
+//! 0 .. 4096                superblock (below)
+//! 4096 .. engine_area      the engine's fixed area (its own format: roots, logs)
+//! heap_off .. +heap_len    the allocator's heap (its own format)
+//! ```
+//!
+//! Superblock, little-endian, written once at create and persisted:
+//!
+//! ```text
+//!  0  8  magic "FRTENGN1"
+//!  8  2  format version (1)
+//! 10  1  engine: 1 inp, 2 cow, 3 lsm
+//! 11  1  allocator: 1 ferrite heap, 2 lock heap
+//! 12  4  sessions: most sessions open at once
+//! 16  8  engine area length (bytes from data start, multiple of 4096)
+//! 24  8  heap offset (from data start, multiple of 4096)
+//! 32  8  heap length
+//! 40  8  nonce (seeds record checksums, so stale records of an earlier store never validate)
+//! 48 12  reserved, zero
+//! 60  4  CRC32C of bytes 0..60
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod cow;
+pub mod error;
+pub mod inp;
+pub mod lsm;
+pub mod store;
+
+#[cfg(any(test, feature = "checks"))]
+pub mod checks;
+
+pub use error::{EngineError, Result};
+pub use store::{Store, Superblock};
+
+use ferrite_alloc::{PAllocator, RecoveryReport};
+use std::time::Duration;
+
+/// Layout name of every engine pool (the superblock says which engine).
+pub const LAYOUT: &str = "ferrite-kv";
+/// Longest key, bytes.
+pub const MAX_KEY: usize = 1024;
+/// Longest value, bytes.
+pub const MAX_VALUE: usize = 1 << 20;
+
+/// Which engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    Inp,
+    Cow,
+    Lsm,
+}
+
+impl EngineKind {
+    pub const ALL: [EngineKind; 3] = [EngineKind::Inp, EngineKind::Cow, EngineKind::Lsm];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Inp => "inp",
+            EngineKind::Cow => "cow",
+            EngineKind::Lsm => "lsm",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        EngineKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            EngineKind::Inp => 1,
+            EngineKind::Cow => 2,
+            EngineKind::Lsm => 3,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<EngineKind> {
+        EngineKind::ALL.into_iter().find(|k| k.code() == c)
+    }
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which persistent allocator holds the engine's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllocKind {
+    /// `ferrite_alloc::Heap`: size-class runs, per-thread lanes.
+    Ferrite,
+    /// `ferrite_alloc::LockHeap`: one lock, per-block headers (N-Store's default).
+    Lock,
+}
+
+impl AllocKind {
+    pub const ALL: [AllocKind; 2] = [AllocKind::Ferrite, AllocKind::Lock];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocKind::Ferrite => "ferrite",
+            AllocKind::Lock => "nstore-lock",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AllocKind> {
+        match s {
+            "ferrite" => Some(AllocKind::Ferrite),
+            "nstore-lock" | "lock" => Some(AllocKind::Lock),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            AllocKind::Ferrite => 1,
+            AllocKind::Lock => 2,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<AllocKind> {
+        AllocKind::ALL.into_iter().find(|k| k.code() == c)
+    }
+}
+
+impl std::fmt::Display for AllocKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A bug planted on purpose, to show that the crash checks catch it.
+/// Never set outside the checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    #[default]
+    None,
+    Inp(inp::Fault),
+    Cow(cow::Fault),
+    Lsm(lsm::Fault),
+}
+
+/// How to create (or open) a store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub engine: EngineKind,
+    pub allocator: AllocKind,
+    /// Most sessions open at once (each holds a log and an allocator lane).
+    pub sessions: u16,
+    /// Fixed nonce (reproducible images in the checks); random when `None`.
+    pub nonce: Option<u64>,
+    pub inp: inp::Options,
+    pub cow: cow::Options,
+    pub lsm: lsm::Options,
+    pub fault: Fault,
+}
+
+impl StoreOptions {
+    pub fn new(engine: EngineKind) -> StoreOptions {
+        StoreOptions {
+            engine,
+            allocator: AllocKind::Ferrite,
+            sessions: 8,
+            nonce: None,
+            inp: inp::Options::default(),
+            cow: cow::Options::default(),
+            lsm: lsm::Options::default(),
+            fault: Fault::None,
+        }
+    }
+
+    pub fn allocator(mut self, a: AllocKind) -> StoreOptions {
+        self.allocator = a;
+        self
+    }
+
+    pub fn sessions(mut self, n: u16) -> StoreOptions {
+        self.sessions = n;
+        self
+    }
+
+    pub fn nonce(mut self, n: u64) -> StoreOptions {
+        self.nonce = Some(n);
+        self
+    }
+
+    pub fn fault(mut self, f: Fault) -> StoreOptions {
+        self.fault = f;
+        self
+    }
+}
+
+/// One write of an atomic batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    Put { key: &'a [u8], value: &'a [u8] },
+    Delete { key: &'a [u8] },
+}
+
+impl Op<'_> {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Op::Put { key, .. } | Op::Delete { key } => key,
+        }
+    }
+}
+
+/// What opening a store did.
+#[derive(Clone, Debug, Default)]
+pub struct EngineRecovery {
+    /// Wall time of the whole open (allocator recovery included).
+    pub elapsed: Duration,
+    /// The allocator's own recovery.
+    pub alloc: RecoveryReport,
+    /// Log records (or batches) recovery replayed or rolled back.
+    pub replayed: usize,
+    /// Live keys found.
+    pub keys: u64,
+    /// One line on what the engine's recovery did.
+    pub detail: String,
+}
+
+/// Counters of an open store (volatile; since open).
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    pub keys: u64,
+    /// Root switches (CoW), memtable flushes and compactions (LSM), log
+    /// truncations (InP): one line of engine-specific counts.
+    pub detail: String,
+}
+
+/// What a full walk of a quiesced store found (checks and `pool check`).
+#[derive(Clone, Debug, Default)]
+pub struct Walk {
+    /// Live key → value pairs, in key order as the engine returned them.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Every allocator block the engine references: (pool offset, bytes
+    /// the engine needs in it). Each block once.
+    pub blocks: Vec<(u64, u64)>,
+}
+
+/// One thread's handle on a [`Store`]. Not shared between threads.
+///
+/// Every write is durable when it returns. Errors leave the store as it
+/// was before the call (a failed batch applied nothing).
+pub trait Session {
+    /// Reads `key` into `out` (cleared first); false when absent.
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// Inserts or replaces.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Removes; false when the key was absent.
+    fn delete(&mut self, key: &[u8]) -> Result<bool>;
+    /// Calls `f` for up to `limit` pairs with keys `>= from`, in key order;
+    /// returns how many it visited.
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+    /// Applies every operation atomically (all or nothing after a crash);
+    /// later operations on the same key win.
+    fn batch(&mut self, ops: &[Op<'_>]) -> Result<()>;
+
+    /// Reads `key`.
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Up to `limit` pairs with keys `>= from`, in key order.
+    fn scan(&mut self, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut v = Vec::new();
+        self.scan_with(from, limit, &mut |k, val| v.push((k.to_vec(), val.to_vec())))?;
+        Ok(v)
+    }
+}
+
+/// An open engine. Implemented by [`inp`], [`cow`] and [`lsm`]; reached
+/// through [`Store`].
+pub trait Engine: Send + Sync {
+    fn kind(&self) -> EngineKind;
+    /// Opens a session for the calling thread.
+    fn session(&self) -> Result<Box<dyn Session + '_>>;
+    /// The allocator holding the engine's blocks.
+    fn allocator(&self) -> &dyn PAllocator;
+    /// What open did.
+    fn recovery(&self) -> &EngineRecovery;
+    fn stats(&self) -> EngineStats;
+    /// Finishes background work (LSM compaction, a pending group commit)
+    /// so that a [`walk`](Self::walk) sees a settled store.
+    fn quiesce(&self) -> Result<()>;
+    /// Walks the whole store (no session may be writing): contents in key
+    /// order and every referenced block. Corruption is an error, never a panic.
+    fn walk(&self) -> Result<Walk>;
+}
+
+/// Refuses keys outside 1..=[`MAX_KEY`] bytes.
+pub fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY {
+        return Err(EngineError::KeySize {
+            len: key.len(),
+            max: MAX_KEY,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses values over [`MAX_VALUE`] bytes.
+pub fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE {
+        return Err(EngineError::ValueSize {
+            len: value.len(),
+            max: MAX_VALUE,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a batch any of whose keys or values is out of bounds.
+pub fn check_ops(ops: &[Op<'_>]) -> Result<()> {
+    for op in ops {
+        check_key(op.key())?;
+        if let Op::Put { value, .. } = op {
+            check_value(value)?;
+        }
+    }
+    Ok(())
+}
