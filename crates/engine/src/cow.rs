@@ -7,9 +7,20 @@ use crate::{Engine, EngineError, EngineRecovery, Result, StoreOptions};
 #[derive(Clone, Debug, Default)]
 pub struct Options {}
 
+impl Options {
+    /// Small sizes for the crash checks.
+    pub fn for_checks() -> Options {
+        Options::default()
+    }
+}
+
 /// Planted bugs of this engine (checks only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {}
+
+impl Fault {
+    pub const ALL: &'static [Fault] = &[];
+}
 
 pub(crate) fn fixed_area_bytes(_opts: &StoreOptions) -> usize {
     0
