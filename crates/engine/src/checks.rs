@@ -205,7 +205,8 @@ fn script(
             let k = pick(&mut rng);
             let v = value_of(&mut rng, &k);
             m.begin(t, vec![(k.clone(), Some(v.clone()))]);
-            s.put(&k, &v).unwrap_or_else(|e| panic!("step {step}: put: {e}"));
+            s.put(&k, &v)
+                .unwrap_or_else(|e| panic!("step {step}: put: {e}"));
             m.ack(t);
         } else if d < 55 {
             let k = pick(&mut rng);
@@ -301,11 +302,9 @@ fn blocks_match(store: &Store, walk: &Walk) -> Result<(), String> {
         }
     }
     let mut allocated = BTreeMap::new();
-    store
-        .allocator()
-        .for_each_allocated(&mut |off, size| {
-            allocated.insert(off.raw(), size as u64);
-        });
+    store.allocator().for_each_allocated(&mut |off, size| {
+        allocated.insert(off.raw(), size as u64);
+    });
     for (off, need) in &referenced {
         match allocated.get(off) {
             None => return Err(format!("block {off:#x} is referenced but not allocated")),
@@ -391,17 +390,27 @@ fn check(r: &Recovered, m: &Model) -> Result<(), String> {
     }
     // The recovered store works.
     let probe = b"zz-probe-after-recovery";
-    s.put(probe, b"alive").map_err(|e| format!("put after recovery: {e}"))?;
-    match s.get(probe).map_err(|e| format!("get after recovery: {e}"))? {
+    s.put(probe, b"alive")
+        .map_err(|e| format!("put after recovery: {e}"))?;
+    match s
+        .get(probe)
+        .map_err(|e| format!("get after recovery: {e}"))?
+    {
         Some(v) if v == b"alive" => {}
         other => return Err(format!("put after recovery read back {other:?}")),
     }
-    if !s.delete(probe).map_err(|e| format!("delete after recovery: {e}"))? {
+    if !s
+        .delete(probe)
+        .map_err(|e| format!("delete after recovery: {e}"))?
+    {
         return Err("delete after recovery found nothing".into());
     }
     drop(s);
     r.store.quiesce().map_err(|e| e.to_string())?;
-    let w = r.store.walk().map_err(|e| format!("walk after probe: {e}"))?;
+    let w = r
+        .store
+        .walk()
+        .map_err(|e| format!("walk after probe: {e}"))?;
     blocks_match(&r.store, &w).map_err(|e| format!("after a put and a delete: {e}"))?;
     Ok(())
 }
@@ -465,7 +474,12 @@ fn check_threads(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError>
 }
 
 /// Runs one run of the check of `kind` with `fault`.
-pub fn check_run(kind: EngineKind, run: Run, cfg: Config, fault: Fault) -> Result<Report, CheckError> {
+pub fn check_run(
+    kind: EngineKind,
+    run: Run,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Report, CheckError> {
     match run {
         Run::Main(a) => check_main(cfg, &check_options(kind, a, fault)),
         Run::Tearing => check_main(
@@ -530,9 +544,18 @@ pub fn check_engine(kind: EngineKind, cfg: Config) -> Result<Vec<(String, Report
 /// The planted bugs of `kind` the checks must catch.
 pub fn planted_faults(kind: EngineKind) -> Vec<Fault> {
     match kind {
-        EngineKind::Inp => crate::inp::Fault::ALL.iter().map(|&f| Fault::Inp(f)).collect(),
-        EngineKind::Cow => crate::cow::Fault::ALL.iter().map(|&f| Fault::Cow(f)).collect(),
-        EngineKind::Lsm => crate::lsm::Fault::ALL.iter().map(|&f| Fault::Lsm(f)).collect(),
+        EngineKind::Inp => crate::inp::Fault::ALL
+            .iter()
+            .map(|&f| Fault::Inp(f))
+            .collect(),
+        EngineKind::Cow => crate::cow::Fault::ALL
+            .iter()
+            .map(|&f| Fault::Cow(f))
+            .collect(),
+        EngineKind::Lsm => crate::lsm::Fault::ALL
+            .iter()
+            .map(|&f| Fault::Lsm(f))
+            .collect(),
     }
 }
 
