@@ -1,7 +1,7 @@
 //! The README's embedded-store example:
 //! `cargo run --release -p ferrite-engine --example fruit [POOL]`.
 
-use ferrite_engine::{EngineKind, Op, Session, Store, StoreOptions};
+use ferrite_engine::{EngineKind, Op, Store, StoreOptions};
 
 fn main() -> Result<(), ferrite_engine::EngineError> {
     let path = std::env::args()
