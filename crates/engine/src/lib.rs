@@ -65,6 +65,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod breakdown;
 pub mod cow;
 pub mod error;
 pub mod inp;

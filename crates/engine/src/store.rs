@@ -2,6 +2,7 @@
 //! choice, and the dispatch to [`crate::inp`], [`crate::cow`], [`crate::lsm`].
 //! The superblock's format is in the crate documentation.
 
+use crate::breakdown::Measured;
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, LAYOUT, Result,
     Session, StoreOptions, Walk, cow, inp, lsm,
@@ -191,7 +192,7 @@ impl Store {
                 },
             )?),
         };
-        let ctx = Self::ctx(pool, sb, alloc);
+        let ctx = Self::ctx(pool, sb, Arc::new(Measured(alloc)));
         // The engine formats its area first; the superblock, written last,
         // is what makes the pool a store (a crash before it leaves no store).
         let engine = match sb.engine {
@@ -230,7 +231,7 @@ impl Store {
             AllocKind::Lock => Arc::new(LockHeap::open(heap_region)?),
         };
         let alloc_report = alloc.recovery().clone();
-        let ctx = Self::ctx(pool, sb, alloc);
+        let ctx = Self::ctx(pool, sb, Arc::new(Measured(alloc)));
         let mut o = opts.clone();
         o.engine = sb.engine;
         o.allocator = sb.allocator;
