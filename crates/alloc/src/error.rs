@@ -57,6 +57,13 @@ pub enum AllocError {
     },
     #[error("corrupt heap: {0}")]
     Corrupt(String),
+    /// The allocator cannot do this operation at all (e.g. PMDK's heap
+    /// cannot hand its metadata stores to a caller's log for `prepare`).
+    #[error("not supported by the {allocator} allocator: {what}")]
+    Unsupported {
+        allocator: &'static str,
+        what: &'static str,
+    },
 }
 
 pub type Result<T, E = AllocError> = std::result::Result<T, E>;

@@ -121,6 +121,9 @@ pub(crate) enum Loc {
     /// Lock heap: block whose 16-byte header is at `off - 16`, `units`
     /// 16-byte units long (header included).
     Header { units: u64 },
+    /// An allocator outside this crate ([`Reservation::external`]), which
+    /// keeps its own record of the reservation keyed by offset.
+    External,
 }
 
 impl Reservation {
@@ -133,6 +136,43 @@ impl Reservation {
     pub fn usable_size(&self) -> usize {
         self.size as usize
     }
+
+    /// A reservation made by an allocator outside this crate (PMDK's
+    /// `pmemobj_reserve`, in ferrite-bench), so that it can implement
+    /// [`AllocThread`]. `heap` must come from [`external_heap_id`] (so it
+    /// never equals an id of this crate's heaps, which then refuse the
+    /// reservation as [`AllocError::Foreign`]); `owner` identifies the
+    /// thread handle; `off`/`size` are the block's pool offset and usable
+    /// bytes. The allocator keeps its own record of what it reserved (by
+    /// offset) and checks [`heap_id`](Self::heap_id) and
+    /// [`owner_id`](Self::owner_id) against it.
+    pub fn external(heap: u64, owner: u64, off: u64, size: u64) -> Reservation {
+        Reservation {
+            heap,
+            owner,
+            off,
+            size,
+            loc: Loc::External,
+        }
+    }
+
+    /// Id of the heap that made the reservation.
+    pub fn heap_id(&self) -> u64 {
+        self.heap
+    }
+
+    /// Id of the thread handle that made the reservation.
+    pub fn owner_id(&self) -> u64 {
+        self.owner
+    }
+}
+
+/// Ids for allocators outside this crate ([`Reservation::external`]):
+/// top bit set, so they never collide with the Ferrite heap's ids (counting
+/// from 1) or the lock heap's (counting from 2^62).
+pub fn external_heap_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 63);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// An 8-byte store of the caller's, published atomically with allocations

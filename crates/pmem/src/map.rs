@@ -36,14 +36,35 @@ pub enum MapKind {
     FileShared,
     /// Anonymous private memory: in-memory pools and simulated media.
     Anonymous,
+    /// Memory that someone else mapped ([`Mapping::external`], e.g. a PMDK
+    /// pool): never unmapped by the `Mapping`.
+    External,
 }
 
-/// A mapped byte range. Unmapped on drop.
-#[derive(Debug)]
+/// What [`Mapping::external`] holds to keep someone else's mapping mapped
+/// (unwind-safe, so that a `Mapping` stays usable across `catch_unwind`).
+pub type KeepAlive = Box<
+    dyn std::any::Any + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
+>;
+
+/// A mapped byte range. Unmapped on drop, unless [`MapKind::External`].
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
     kind: MapKind,
+    /// What keeps an external mapping mapped (dropped after the `Mapping`
+    /// stops using the range; `None` for mappings of our own).
+    _keep_alive: Option<KeepAlive>,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .finish()
+    }
 }
 
 // SAFETY: a Mapping is a plain address range with no thread affinity; access
@@ -54,6 +75,50 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
+    /// A `Mapping` over `len` bytes at `ptr` that another library mapped
+    /// (a PMDK pool, whose `PMEMoid` offsets then equal this mapping's
+    /// offsets). It is not unmapped on drop; `keep_alive` (e.g. an `Arc` of
+    /// the pool handle) is held until the `Mapping` is dropped, so the
+    /// owner's handle cannot close the range while the `Mapping` uses it.
+    /// [`kind`](Self::kind) is [`MapKind::External`] and
+    /// [`is_pmem`](Self::is_pmem) false: the caller picks the persistence
+    /// domain of the medium it builds on it.
+    ///
+    /// Fails for a null `ptr` or `len == 0`.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned `Mapping` lives:
+    /// - `ptr..ptr + len` stays mapped, readable and writable (holding
+    ///   `keep_alive` must guarantee that: the range is unmapped only after
+    ///   `keep_alive` is dropped);
+    /// - no Rust reference (`&`/`&mut [u8]`) to any byte of the range
+    ///   exists; other code may access it only as this module's
+    ///   concurrency contract allows for shared memory (C code such as
+    ///   PMDK's writing its own metadata, disjoint from the bytes accessed
+    ///   through this `Mapping` at the same time, is fine);
+    /// - the range is not part of another `Mapping`.
+    pub unsafe fn external(
+        ptr: *mut u8,
+        len: usize,
+        keep_alive: KeepAlive,
+    ) -> io::Result<Mapping> {
+        let ptr = NonNull::new(ptr)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "null mapping"))?;
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot wrap an empty mapping",
+            ));
+        }
+        Ok(Mapping {
+            ptr,
+            len,
+            kind: MapKind::External,
+            _keep_alive: Some(keep_alive),
+        })
+    }
+
     /// Maps `len` bytes of `file` shared. Tries `MAP_SYNC` first when
     /// `try_sync`; falls back to a plain shared mapping where the file system
     /// refuses it (`EOPNOTSUPP`/`EINVAL`), as `pmem_map_file` does.
@@ -84,6 +149,7 @@ impl Mapping {
                     ptr: nonnull(p),
                     len,
                     kind: MapKind::FileSync,
+                    _keep_alive: None,
                 });
             }
             let err = io::Error::last_os_error();
@@ -101,6 +167,7 @@ impl Mapping {
             ptr: nonnull(p),
             len,
             kind: MapKind::FileShared,
+            _keep_alive: None,
         })
     }
 
@@ -139,6 +206,7 @@ impl Mapping {
             ptr: nonnull(p),
             len,
             kind: MapKind::Anonymous,
+            _keep_alive: None,
         })
     }
 
@@ -360,6 +428,11 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if self.kind == MapKind::External {
+            // Someone else's mapping: dropping `keep_alive` (after this
+            // function, with the other fields) lets its owner unmap it.
+            return;
+        }
         // SAFETY: `ptr`/`len` came from a successful mmap and are unmapped once.
         unsafe {
             libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len);
@@ -454,5 +527,35 @@ mod tests {
         assert!(!m.is_pmem());
         m.write(0, b"x");
         assert_eq!(m.msync(0, 1).unwrap(), PAGE);
+    }
+
+    #[test]
+    fn external_mapping_is_not_unmapped_and_keeps_its_owner_alive() {
+        use std::sync::Arc;
+        let owner = Arc::new(Mapping::anonymous(8192).unwrap());
+        owner.write(100, b"pmdk");
+        let base = owner.addr(0) as *mut u8;
+        // SAFETY: `owner` maps 8192 bytes at `base` and stays alive (the
+        // clone in keep_alive) until `ext` is dropped; no Rust reference to
+        // the bytes exists; `owner` is only used again after `ext` is gone.
+        let ext = unsafe { Mapping::external(base, 8192, Box::new(owner.clone())) }.unwrap();
+        assert_eq!(ext.kind(), MapKind::External);
+        assert!(!ext.is_pmem());
+        assert_eq!(Arc::strong_count(&owner), 2);
+        let mut b = [0u8; 4];
+        ext.read(100, &mut b);
+        assert_eq!(&b, b"pmdk", "offsets are the owner's offsets");
+        ext.write(200, b"ferrite");
+        assert!(ext.check(8192, 1).is_err());
+        drop(ext);
+        assert_eq!(Arc::strong_count(&owner), 1, "keep_alive released");
+        let mut c = [0u8; 7];
+        owner.read(200, &mut c);
+        assert_eq!(&c, b"ferrite", "still mapped after the external Mapping dropped");
+        // SAFETY: a null pointer and an empty range are refused before use.
+        unsafe {
+            assert!(Mapping::external(std::ptr::null_mut(), 8, Box::new(())).is_err());
+            assert!(Mapping::external(base, 0, Box::new(())).is_err());
+        }
     }
 }

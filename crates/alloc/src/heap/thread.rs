@@ -147,7 +147,7 @@ impl<'h> HeapThread<'h> {
                 v_kind(self.heap.pages[page as usize].word.load(Ordering::Acquire))
                     == V_EXT_RESERVED
             }
-            Loc::Header { .. } => false,
+            Loc::Header { .. } | Loc::External => false,
         };
         if ok {
             Ok(())
@@ -268,7 +268,7 @@ impl<'h> HeapThread<'h> {
                         self.heap.head_word(page),
                         PageHdr::Extent { pages }.encode(page, self.heap.nonce),
                     )),
-                    Loc::Header { .. } => unreachable!("checked by check_reserved"),
+                    Loc::Header { .. } | Loc::External => unreachable!("checked by check_reserved"),
                 }
             }
             for l in p.links {
@@ -380,7 +380,7 @@ impl<'h> HeapThread<'h> {
                 Loc::Extent { page, pages } => heap.pages[page as usize]
                     .word
                     .store(v_ext(V_EXT, pages), Ordering::Release),
-                Loc::Header { .. } => {}
+                Loc::Header { .. } | Loc::External => {}
             }
             delta += r.size as i64;
         }
@@ -454,7 +454,7 @@ impl AllocThread for HeapThread<'_> {
                 heap.block_freed(start);
             }
             Loc::Extent { page, pages } => heap.release_extent(page, pages),
-            Loc::Header { .. } => unreachable!("checked by check_reserved"),
+            Loc::Header { .. } | Loc::External => unreachable!("checked by check_reserved"),
         }
         Ok(())
     }
