@@ -60,6 +60,47 @@ ferrite_pmdk_type_num(void)
 }
 
 /*
+ * The reserve/publish ("action") API is called from Rust directly; these
+ * getters only hand it the layout facts that the header defines, so Rust
+ * never hard-codes them.
+ */
+
+/* sizeof(struct pobj_action): Rust checks its mirror of the struct. */
+size_t
+ferrite_pmdk_action_size(void)
+{
+	return sizeof(struct pobj_action);
+}
+
+/* Largest object pmemobj_reserve accepts. */
+size_t
+ferrite_pmdk_max_alloc_size(void)
+{
+	return PMEMOBJ_MAX_ALLOC_SIZE;
+}
+
+/* Type number PMDK gives the root object (never a user type). */
+uint64_t
+ferrite_pmdk_root_type_num(void)
+{
+	return POBJ_ROOT_TYPE_NUM;
+}
+
+/* Pool offset of the block a heap action (reserve, defer_free) is about. */
+uint64_t
+ferrite_pmdk_action_offset(const struct pobj_action *act)
+{
+	return act->type == POBJ_ACTION_TYPE_HEAP ? act->heap.offset : 0;
+}
+
+/* Usable bytes of the block a reserve action reserved. */
+uint64_t
+ferrite_pmdk_action_usable_size(const struct pobj_action *act)
+{
+	return act->type == POBJ_ACTION_TYPE_HEAP ? act->heap.usable_size : 0;
+}
+
+/*
  * ferrite_pmdk_tx_alloc_free -- allocate `size` bytes and free them again in
  * one transaction.
  *

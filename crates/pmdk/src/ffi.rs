@@ -30,6 +30,17 @@ pub struct PMEMoid {
     pub off: u64,
 }
 
+/// `struct pobj_action` from `libpmemobj/action_base.h`: 4 + 12 bytes of
+/// type and data, then a union of 14 `uint64_t` — 128 bytes, 8-aligned.
+/// Only PMDK reads or writes its contents; Rust just holds arrays of them.
+/// The size is checked against the C compiler's `sizeof` before first use
+/// ([`crate::PmemObj::action_layout_ok`]).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct PobjAction {
+    pub words: [u64; 16],
+}
+
 /// `PMEM_FILE_CREATE` from `libpmem.h`.
 pub const PMEM_FILE_CREATE: c_int = 1 << 0;
 /// `PMEM_FILE_TMPFILE` from `libpmem.h`.
@@ -117,6 +128,28 @@ unsafe extern "C" {
     pub fn pmemobj_free(oidp: *mut PMEMoid);
     pub fn pmemobj_alloc_usable_size(oid: PMEMoid) -> usize;
     pub fn pmemobj_pool_by_oid(oid: PMEMoid) -> *mut PMEMobjpool;
+    pub fn pmemobj_direct(oid: PMEMoid) -> *mut c_void;
+    pub fn pmemobj_oid(addr: *const c_void) -> PMEMoid;
+    pub fn pmemobj_type_num(oid: PMEMoid) -> u64;
+    pub fn pmemobj_root(pop: *mut PMEMobjpool, size: usize) -> PMEMoid;
+    pub fn pmemobj_root_size(pop: *mut PMEMobjpool) -> usize;
+    pub fn pmemobj_first(pop: *mut PMEMobjpool) -> PMEMoid;
+    pub fn pmemobj_next(oid: PMEMoid) -> PMEMoid;
+    pub fn pmemobj_reserve(
+        pop: *mut PMEMobjpool,
+        act: *mut PobjAction,
+        size: usize,
+        type_num: u64,
+    ) -> PMEMoid;
+    pub fn pmemobj_set_value(
+        pop: *mut PMEMobjpool,
+        act: *mut PobjAction,
+        ptr: *mut u64,
+        value: u64,
+    );
+    pub fn pmemobj_defer_free(pop: *mut PMEMobjpool, oid: PMEMoid, act: *mut PobjAction);
+    pub fn pmemobj_publish(pop: *mut PMEMobjpool, actv: *mut PobjAction, actvcnt: usize) -> c_int;
+    pub fn pmemobj_cancel(pop: *mut PMEMobjpool, actv: *mut PobjAction, actvcnt: usize);
 }
 
 // csrc/shim.c, compiled into a static library by build.rs.
@@ -128,4 +161,9 @@ unsafe extern "C" {
     pub fn ferrite_pmdk_obj_max_layout() -> usize;
     pub fn ferrite_pmdk_type_num() -> u64;
     pub fn ferrite_pmdk_tx_alloc_free(pop: *mut PMEMobjpool, size: usize) -> c_int;
+    pub fn ferrite_pmdk_action_size() -> usize;
+    pub fn ferrite_pmdk_max_alloc_size() -> usize;
+    pub fn ferrite_pmdk_root_type_num() -> u64;
+    pub fn ferrite_pmdk_action_offset(act: *const PobjAction) -> u64;
+    pub fn ferrite_pmdk_action_usable_size(act: *const PobjAction) -> u64;
 }

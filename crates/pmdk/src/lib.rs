@@ -41,6 +41,8 @@
 //! constructor reads them, so they must be in the environment at exec.)
 
 #[cfg(feature = "link")]
+mod action;
+#[cfg(feature = "link")]
 mod blk;
 #[cfg(feature = "link")]
 mod error;
@@ -55,6 +57,8 @@ mod obj;
 pub mod txbtree;
 pub mod txmap;
 
+#[cfg(feature = "link")]
+pub use action::{Action, Object, Reserved};
 #[cfg(feature = "link")]
 pub use blk::PmemBlk;
 #[cfg(feature = "link")]

@@ -13,7 +13,11 @@ use crate::ffi;
 /// transactions (each thread has its own), so all methods take `&self`.
 #[derive(Debug)]
 pub struct PmemObj {
-    pop: NonNull<ffi::PMEMobjpool>,
+    pub(crate) pop: NonNull<ffi::PMEMobjpool>,
+    /// Bytes mapped at `pop` (the pool file's size, page-rounded down:
+    /// libpmemobj maps a single-file pool whole). `PMEMoid.off` values
+    /// index this range.
+    pub(crate) len: usize,
 }
 
 // SAFETY: libpmemobj pools may be used from any thread; the handle is just a
@@ -66,9 +70,8 @@ impl PmemObj {
         // SAFETY: both strings are valid and NUL-terminated for the call.
         let pop =
             unsafe { ffi::pmemobj_create(cpath.as_ptr(), clayout.as_ptr(), pool_size, 0o600) };
-        NonNull::new(pop)
-            .map(|pop| PmemObj { pop })
-            .ok_or_else(|| last_error(Lib::Obj, "pmemobj_create"))
+        let pop = NonNull::new(pop).ok_or_else(|| last_error(Lib::Obj, "pmemobj_create"))?;
+        Self::with_len(pop, path)
     }
 
     /// Opens an existing object pool, checking its layout name.
@@ -77,9 +80,25 @@ impl PmemObj {
         let clayout = c_layout(layout)?;
         // SAFETY: both strings are valid and NUL-terminated for the call.
         let pop = unsafe { ffi::pmemobj_open(cpath.as_ptr(), clayout.as_ptr()) };
-        NonNull::new(pop)
-            .map(|pop| PmemObj { pop })
-            .ok_or_else(|| last_error(Lib::Obj, "pmemobj_open"))
+        let pop = NonNull::new(pop).ok_or_else(|| last_error(Lib::Obj, "pmemobj_open"))?;
+        Self::with_len(pop, path)
+    }
+
+    /// Wraps the open pool `pop` mapped from the file at `path`, whose
+    /// size is the mapping's length. Closes `pop` if the size is unknown.
+    fn with_len(pop: NonNull<ffi::PMEMobjpool>, path: &Path) -> Result<Self> {
+        // Owning the handle first means an error below still closes it.
+        let mut obj = PmemObj { pop, len: 0 };
+        let size = std::fs::metadata(path)
+            .map_err(|e| Error::Corrupt {
+                what: format!("size of pool file {}: {e}", path.display()),
+            })?
+            .len();
+        obj.len = usize::try_from(size).map_err(|_| Error::TooLarge {
+            what: "pool size",
+            value: size,
+        })? & !4095;
+        Ok(obj)
     }
 
     /// Allocates `size` bytes with the atomic (non-transactional) API,

@@ -43,9 +43,8 @@ pub enum MapKind {
 
 /// What [`Mapping::external`] holds to keep someone else's mapping mapped
 /// (unwind-safe, so that a `Mapping` stays usable across `catch_unwind`).
-pub type KeepAlive = Box<
-    dyn std::any::Any + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
->;
+pub type KeepAlive =
+    Box<dyn std::any::Any + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe>;
 
 /// A mapped byte range. Unmapped on drop, unless [`MapKind::External`].
 pub struct Mapping {
@@ -98,11 +97,7 @@ impl Mapping {
     ///   PMDK's writing its own metadata, disjoint from the bytes accessed
     ///   through this `Mapping` at the same time, is fine);
     /// - the range is not part of another `Mapping`.
-    pub unsafe fn external(
-        ptr: *mut u8,
-        len: usize,
-        keep_alive: KeepAlive,
-    ) -> io::Result<Mapping> {
+    pub unsafe fn external(ptr: *mut u8, len: usize, keep_alive: KeepAlive) -> io::Result<Mapping> {
         let ptr = NonNull::new(ptr)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "null mapping"))?;
         if len == 0 {
@@ -551,7 +546,10 @@ mod tests {
         assert_eq!(Arc::strong_count(&owner), 1, "keep_alive released");
         let mut c = [0u8; 7];
         owner.read(200, &mut c);
-        assert_eq!(&c, b"ferrite", "still mapped after the external Mapping dropped");
+        assert_eq!(
+            &c, b"ferrite",
+            "still mapped after the external Mapping dropped"
+        );
         // SAFETY: a null pointer and an empty range are refused before use.
         unsafe {
             assert!(Mapping::external(std::ptr::null_mut(), 8, Box::new(())).is_err());
