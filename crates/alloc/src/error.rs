@@ -64,6 +64,13 @@ pub enum AllocError {
         allocator: &'static str,
         what: &'static str,
     },
+    /// An allocator outside this crate (PMDK's) failed in a way none of the
+    /// variants above describes; `msg` is its own report.
+    #[error("{allocator} allocator: {msg}")]
+    External {
+        allocator: &'static str,
+        msg: String,
+    },
 }
 
 pub type Result<T, E = AllocError> = std::result::Result<T, E>;

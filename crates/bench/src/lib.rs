@@ -25,6 +25,8 @@ pub mod group_suite;
 pub mod log;
 pub mod measure;
 pub mod page_suite;
+#[cfg(feature = "pmdk")]
+pub mod pmdk_alloc;
 pub mod probe;
 pub mod registry;
 pub mod row;

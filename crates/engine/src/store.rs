@@ -84,10 +84,13 @@ impl Superblock {
             nonce: u64_at(40),
         };
         let page = PAGE as u64;
+        // An external allocator's store (heap_len 0, heap_off 0) has no
+        // heap area of its own to check; its engine area must still fit.
         if sb.sessions == 0
             || sb.engine_area < SUPERBLOCK_BYTES as u64
             || !sb.engine_area.is_multiple_of(page)
-            || sb.heap_off < sb.engine_area
+            || sb.engine_area > data_len
+            || (sb.heap_len != 0 && sb.heap_off < sb.engine_area)
             || !sb.heap_off.is_multiple_of(page)
             || sb
                 .heap_off

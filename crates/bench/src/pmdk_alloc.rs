@@ -1,0 +1,668 @@
+//! PMDK's allocator under Ferrite's storage engines (feature `pmdk`): the
+//! third point of P2's allocator axis, next to the Ferrite heap and the
+//! single-lock heap.
+//!
+//! [`PmdkAlloc`] implements [`PAllocator`] with libpmemobj's
+//! reserve/publish ("action") API, and [`pmdk_store`] / [`open_pmdk_store`]
+//! put a [`ferrite_engine::Store`] on it, in a PMDK pool file:
+//!
+//! ```text
+//! PMDK pool file (libpmemobj layout "ferrite-kv-pmdk")
+//!   PMDK's pool header, lanes, heap metadata   — PMDK's own, never touched
+//!   root object (pmemobj_root, zeroed, durable)
+//!     [pad to 64 B] superblock (4096 B) + engine fixed area   = area_bytes(opts)
+//!   objects of type ENGINE_TYPE_NUM            — the engine's blocks
+//! ```
+//!
+//! The engine sees the pool through a [`Region`] over PMDK's own mapping
+//! ([`Mapping::external`]), so its pool offsets are `PMEMoid.off` values:
+//! the offsets `pmemobj_reserve` returns address the blocks directly.
+//! The engine's own flushes and fences go through Ferrite's persistence
+//! door (a medium of domain `adr`) and are counted by `ferrite_pmem`'s
+//! counters as always; PMDK's flushes and fences (its redo log, heap
+//! metadata, `pmemobj_root`'s zeroing) are issued inside libpmem and are
+//! **invisible** to those counters.
+//!
+//! # The mapping of the interface
+//!
+//! | `AllocThread`                | PMDK                                                                      |
+//! |------------------------------|---------------------------------------------------------------------------|
+//! | `reserve(n)`                 | `pmemobj_reserve` (DRAM only; a crash forgets it)                         |
+//! | `cancel(r)`                  | `pmemobj_cancel`                                                          |
+//! | `publish{allocs,frees,links}`| ONE `pmemobj_publish` of the reserve actions + a `pmemobj_set_value` per link + a `pmemobj_defer_free` per free: all or nothing, through PMDK's redo log |
+//! | `prepare` / `commit_prepared`| unsupported ([`AllocError::Unsupported`]): PMDK's metadata stores are internal to its publish and cannot be handed to an engine's log as `MetaOp`s; engines publish instead |
+//! | `root(n)`                    | `pmemobj_root` (zeroed, durable)                                          |
+//! | `for_each_allocated`         | `pmemobj_first`/`pmemobj_next`, objects of [`ENGINE_TYPE_NUM`] only       |
+//!
+//! `for_each_allocated` excludes the root object: it holds the engine's
+//! superblock and fixed area, which is the engine's area and not a block
+//! the engine references (its `walk().blocks` does not list it either).
+//! libpmemobj's iterator skips the root anyway; the type filter and an
+//! explicit offset check make that independent of PMDK's choice.
+//!
+//! # What PMDK cannot be trusted with, and the DRAM index that guards it
+//!
+//! PMDK trusts its caller: `pmemobj_defer_free` of something that is not a
+//! live object, or a `pmemobj_set_value` into its own metadata, corrupts
+//! the heap (and may crash the process later). `ferrite_alloc`'s contract
+//! is that misuse is an error. So [`PmdkAlloc`] keeps a DRAM index (rebuilt
+//! from PMDK's iterator at open) of live blocks, blocks being freed by a
+//! publish in flight and reserved blocks, and refuses a free of anything
+//! not live ([`AllocError::NotAllocated`]), a second free
+//! ([`AllocError::DoubleFree`]), and a link outside the root object and
+//! the live or reserved blocks ([`AllocError::BadLink`]).
+//!
+//! # Fences
+//!
+//! A publish is one `pmemobj_publish`: PMDK persists its redo log (entries
+//! and checksum), applies it to its heap metadata and the caller's words,
+//! persists those, and clears the log. Those fences are PMDK's and are not
+//! seen by `ferrite_pmem::Counters`; the engine's own (data flushes before
+//! publish, its logs) are. [`PmdkAlloc::stats`] reports `fences: 0` and
+//! `meta_lines: 0` for that reason (not because there are none).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ferrite_alloc::{
+    AllocError, AllocStats, AllocThread, MetaOp, PAllocator, Publish, RecoveryReport, Reservation,
+};
+use ferrite_engine::{AllocKind, EngineError, Store, StoreOptions, Superblock, area_bytes};
+use ferrite_pmdk::{Action, PmemObj};
+use ferrite_pmem::map::Mapping;
+use ferrite_pmem::{Domain, Medium, POff, PersistConfig, Region};
+
+/// Type number of every block the engines allocate (distinct from the
+/// root's, 0, and the other PMDK baselines', 1).
+pub const ENGINE_TYPE_NUM: u64 = 2;
+
+/// libpmemobj layout name of a pool holding a Ferrite store.
+pub const PMDK_LAYOUT: &str = "ferrite-kv-pmdk";
+
+/// Most actions (reservations + links + frees) one publish may carry.
+///
+/// PMDK itself has no fixed limit: `pmemobj_publish` reserves redo-log
+/// space for all its actions and extends the lane's log with blocks from
+/// the heap when it is too small. The bound is ours, so that an engine
+/// sizes its batches as it does for the Ferrite heap; a publish of this
+/// many actions is exercised by the tests.
+pub const MAX_PUBLISH_OPS: usize = 1024;
+
+const NAME: &str = "pmdk";
+
+/// Maps a PMDK failure to the allocator's typed error.
+fn pmdk_err(size: usize, free: u64, e: ferrite_pmdk::Error) -> AllocError {
+    match e {
+        e if e.errno() == Some(libc::ENOMEM) => AllocError::OutOfSpace { size, free },
+        ferrite_pmdk::Error::Param { value, max, .. } if value > 0 => AllocError::TooLarge {
+            size: value as usize,
+            max: max as usize,
+        },
+        e => AllocError::External {
+            allocator: NAME,
+            msg: e.to_string(),
+        },
+    }
+}
+
+/// What [`PmdkAlloc`] knows in DRAM about the blocks (see the module docs).
+#[derive(Default)]
+struct Index {
+    /// Published blocks of [`ENGINE_TYPE_NUM`]: offset → usable bytes.
+    live: BTreeMap<u64, u64>,
+    /// Live blocks a publish in flight is freeing.
+    freeing: HashSet<u64>,
+    /// Reserved, unpublished blocks of every handle: offset → usable bytes.
+    reserved: BTreeMap<u64, u64>,
+    /// Sum of `live`'s usable bytes.
+    in_use: u64,
+}
+
+impl Index {
+    /// Whether `at..at + 8` lies inside a block of `map`.
+    fn inside(map: &BTreeMap<u64, u64>, at: u64) -> bool {
+        map.range(..=at)
+            .next_back()
+            .is_some_and(|(&off, &len)| at.checked_add(8).is_some_and(|e| e <= off + len))
+    }
+}
+
+/// PMDK's `pmemobj` heap behind [`PAllocator`]. See the module docs.
+pub struct PmdkAlloc {
+    obj: Arc<PmemObj>,
+    id: u64,
+    next_owner: AtomicU64,
+    index: Mutex<Index>,
+    /// Root object offset (0: none yet) and size.
+    root: Mutex<(u64, u64)>,
+    root_off: AtomicU64,
+    recovery: RecoveryReport,
+}
+
+impl std::fmt::Debug for PmdkAlloc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmdkAlloc")
+            .field("id", &self.id)
+            .field("root", &self.root_off.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl PmdkAlloc {
+    /// Puts the allocator interface on an open pool, indexing the blocks
+    /// it already holds (PMDK recovered its heap when the pool was opened;
+    /// this is the walk of what it holds).
+    pub fn new(obj: Arc<PmemObj>) -> Result<PmdkAlloc, AllocError> {
+        let start = Instant::now();
+        if !PmemObj::action_layout_ok() {
+            return Err(AllocError::External {
+                allocator: NAME,
+                msg: "struct pobj_action of this libpmemobj does not match the build".into(),
+            });
+        }
+        let root = obj.root_if_any().map_err(|e| pmdk_err(0, 0, e))?;
+        let root = root.map_or((0, 0), |off| (off, obj.root_size() as u64));
+        let mut index = Index::default();
+        obj.for_each_object(&mut |o| {
+            if o.type_num == ENGINE_TYPE_NUM && o.off != root.0 {
+                index.live.insert(o.off, o.usable as u64);
+                index.in_use += o.usable as u64;
+            }
+        })
+        .map_err(|e| AllocError::Corrupt(e.to_string()))?;
+        let recovery = RecoveryReport {
+            blocks: index.live.len() as u64,
+            elapsed: start.elapsed(),
+            ..RecoveryReport::default()
+        };
+        Ok(PmdkAlloc {
+            obj,
+            id: ferrite_alloc::external_heap_id(),
+            next_owner: AtomicU64::new(1),
+            index: Mutex::new(index),
+            root: Mutex::new(root),
+            root_off: AtomicU64::new(root.0),
+            recovery,
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<PmemObj> {
+        &self.obj
+    }
+
+    /// A [`Region`] over the whole pool mapping (offsets = `PMEMoid.off`),
+    /// on a medium of domain `adr`: what the engine is handed.
+    pub fn region(&self) -> Result<Region, PmdkStoreError> {
+        let keep = Box::new(self.obj.clone());
+        // SAFETY: `base..base + mapped_len` is libpmemobj's mapping of the
+        // pool, readable and writable, and stays mapped until the pool is
+        // closed, which happens only when the last `Arc<PmemObj>` drops —
+        // one of which the Mapping holds (keep-alive) for its whole life.
+        // No Rust reference to the pool's bytes exists anywhere (the PMDK
+        // wrappers pass raw pointers to C). PMDK writes its own metadata
+        // there concurrently; the engine accesses only its root area and
+        // its blocks, which PMDK does not touch while they are allocated.
+        let map = unsafe { Mapping::external(self.obj.base(), self.obj.mapped_len(), keep) }
+            .map_err(|e| PmdkStoreError::Setup(format!("mapping the PMDK pool: {e}")))?;
+        let cfg = PersistConfig::for_domain(Domain::Adr).map_err(PmdkStoreError::Setup)?;
+        Ok(Region::whole(Arc::new(Medium::new(map, cfg, None))))
+    }
+
+    fn index(&self) -> MutexGuard<'_, Index> {
+        // A panic elsewhere while holding the lock leaves the index as
+        // consistent as each step makes it (single inserts/removes).
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn free_bytes(&self) -> u64 {
+        (self.obj.mapped_len() as u64).saturating_sub(self.index().in_use)
+    }
+
+    /// Whether `at` is an 8-byte word the caller may have PMDK store to:
+    /// in the root object or in a live or reserved block.
+    fn link_ok(&self, at: u64, ix: &Index) -> bool {
+        if !at.is_multiple_of(8) {
+            return false;
+        }
+        let (root, root_len) = *self.root.lock().unwrap_or_else(|e| e.into_inner());
+        let in_root =
+            root != 0 && at >= root && at.checked_add(8).is_some_and(|e| e <= root + root_len);
+        in_root || Index::inside(&ix.live, at) || Index::inside(&ix.reserved, at)
+    }
+}
+
+impl PAllocator for PmdkAlloc {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn thread(&self) -> ferrite_alloc::Result<Box<dyn AllocThread + '_>> {
+        Ok(Box::new(PmdkThread {
+            alloc: self,
+            owner: self.next_owner.fetch_add(1, Ordering::Relaxed),
+            pending: HashMap::new(),
+            acts: Vec::new(),
+        }))
+    }
+
+    fn usable_size(&self, off: POff<u8>) -> ferrite_alloc::Result<usize> {
+        let off = off.raw();
+        if let Some(&n) = self.index().live.get(&off) {
+            return Ok(n as usize);
+        }
+        let (root, root_len) = *self.root.lock().unwrap_or_else(|e| e.into_inner());
+        if root != 0 && off == root {
+            return Ok(root_len as usize);
+        }
+        Err(AllocError::NotAllocated { off })
+    }
+
+    fn root(&self) -> POff<u8> {
+        POff::new(self.root_off.load(Ordering::Acquire))
+    }
+
+    fn stats(&self) -> AllocStats {
+        let ix = self.index();
+        let capacity = self.obj.mapped_len() as u64;
+        AllocStats {
+            capacity,
+            in_use: ix.in_use,
+            free: capacity.saturating_sub(ix.in_use),
+            blocks: ix.live.len() as u64,
+            // PMDK keeps its claimed space, fragmentation and its flushes
+            // and fences to itself (see the module docs).
+            ..AllocStats::default()
+        }
+    }
+
+    fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    fn for_each_allocated(&self, f: &mut dyn FnMut(POff<u8>, usize)) {
+        let root = self.root_off.load(Ordering::Acquire);
+        // Only the caller's own blocks: the root object is the engine's
+        // area, not a block (see the module docs). A corrupt heap ends the
+        // walk early; the engine checks then report the difference.
+        let _ = self.obj.for_each_object(&mut |o| {
+            if o.type_num == ENGINE_TYPE_NUM && o.off != root {
+                f(POff::new(o.off), o.usable);
+            }
+        });
+    }
+
+    fn max_publish_ops(&self) -> usize {
+        MAX_PUBLISH_OPS
+    }
+}
+
+/// One thread's handle on a [`PmdkAlloc`]: its reservations' actions.
+pub struct PmdkThread<'a> {
+    alloc: &'a PmdkAlloc,
+    owner: u64,
+    /// This handle's unpublished reservations: offset → reserve action.
+    pending: HashMap<u64, Action>,
+    /// Scratch array handed to `pmemobj_publish`.
+    acts: Vec<Action>,
+}
+
+impl PmdkThread<'_> {
+    fn check_mine(&self, r: &Reservation) -> ferrite_alloc::Result<()> {
+        if r.heap_id() != self.alloc.id {
+            return Err(AllocError::Foreign { what: "heap" });
+        }
+        if r.owner_id() != self.owner {
+            return Err(AllocError::Foreign {
+                what: "thread handle",
+            });
+        }
+        if !self.pending.contains_key(&r.off().raw()) {
+            return Err(AllocError::StaleReservation { off: r.off().raw() });
+        }
+        Ok(())
+    }
+
+    /// Checks `p` and marks its frees as in flight (under the index lock).
+    fn stage(&self, p: &Publish<'_>) -> ferrite_alloc::Result<()> {
+        let ops = p.allocs.len() + p.frees.len() + p.links.len();
+        if ops > MAX_PUBLISH_OPS {
+            return Err(AllocError::BatchTooLarge {
+                ops,
+                max: MAX_PUBLISH_OPS,
+            });
+        }
+        let mut seen = HashSet::new();
+        for r in p.allocs {
+            self.check_mine(r)?;
+            if !seen.insert(r.off().raw()) {
+                return Err(AllocError::StaleReservation { off: r.off().raw() });
+            }
+        }
+        let mut ix = self.alloc.index();
+        for l in p.links {
+            if !self.alloc.link_ok(l.at.raw(), &ix) {
+                return Err(AllocError::BadLink { off: l.at.raw() });
+            }
+        }
+        for (i, f) in p.frees.iter().enumerate() {
+            let off = f.raw();
+            if !ix.live.contains_key(&off) {
+                return Err(AllocError::NotAllocated { off });
+            }
+            if ix.freeing.contains(&off) || p.frees[..i].contains(f) {
+                return Err(AllocError::DoubleFree { off });
+            }
+        }
+        for f in p.frees {
+            ix.freeing.insert(f.raw());
+        }
+        Ok(())
+    }
+
+    fn unstage(&self, p: &Publish<'_>) {
+        let mut ix = self.alloc.index();
+        for f in p.frees {
+            ix.freeing.remove(&f.raw());
+        }
+    }
+
+    /// Builds the action array: reservations, then links, then frees.
+    fn build(&mut self, p: &Publish<'_>) -> Result<(), ferrite_pmdk::Error> {
+        let obj = &self.alloc.obj;
+        self.acts.clear();
+        for r in p.allocs {
+            // Present: checked by `stage`.
+            if let Some(a) = self.pending.get(&r.off().raw()) {
+                self.acts.push(*a);
+            }
+        }
+        for l in p.links {
+            // SAFETY: `stage` checked that the word lies in the root object
+            // or in a live or reserved block of ours — never PMDK metadata.
+            self.acts
+                .push(unsafe { obj.set_value_action(l.at.raw(), l.value) }?);
+        }
+        for f in p.frees {
+            // SAFETY: `stage` checked that the block is live and marked it
+            // as being freed, so no other publish frees it meanwhile.
+            self.acts.push(unsafe { obj.defer_free_action(f.raw()) }?);
+        }
+        Ok(())
+    }
+}
+
+impl AllocThread for PmdkThread<'_> {
+    fn reserve(&mut self, size: usize) -> ferrite_alloc::Result<Reservation> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        let max = PmemObj::max_alloc_size().min(self.alloc.obj.mapped_len());
+        if size > max {
+            return Err(AllocError::TooLarge { size, max });
+        }
+        let r = self
+            .alloc
+            .obj
+            .reserve(size, ENGINE_TYPE_NUM)
+            .map_err(|e| pmdk_err(size, self.alloc.free_bytes(), e))?;
+        self.alloc.index().reserved.insert(r.off, r.usable as u64);
+        self.pending.insert(r.off, r.action);
+        Ok(Reservation::external(
+            self.alloc.id,
+            self.owner,
+            r.off,
+            r.usable as u64,
+        ))
+    }
+
+    fn cancel(&mut self, r: Reservation) -> ferrite_alloc::Result<()> {
+        self.check_mine(&r)?;
+        let off = r.off().raw();
+        if let Some(a) = self.pending.remove(&off) {
+            self.alloc.obj.cancel(&mut [a]);
+        }
+        self.alloc.index().reserved.remove(&off);
+        Ok(())
+    }
+
+    fn publish(&mut self, p: &Publish<'_>) -> ferrite_alloc::Result<()> {
+        if p.allocs.is_empty() && p.frees.is_empty() && p.links.is_empty() {
+            return Ok(());
+        }
+        self.stage(p)?;
+        let res = self
+            .build(p)
+            .and_then(|()| self.alloc.obj.publish(&mut self.acts));
+        self.acts.clear();
+        if let Err(e) = res {
+            // Nothing was published; the reservations stay reserved.
+            self.unstage(p);
+            return Err(pmdk_err(0, self.alloc.free_bytes(), e));
+        }
+        let mut ix = self.alloc.index();
+        for r in p.allocs {
+            let off = r.off().raw();
+            self.pending.remove(&off);
+            ix.reserved.remove(&off);
+            ix.live.insert(off, r.usable_size() as u64);
+            ix.in_use += r.usable_size() as u64;
+        }
+        for f in p.frees {
+            ix.freeing.remove(&f.raw());
+            if let Some(n) = ix.live.remove(&f.raw()) {
+                ix.in_use -= n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unsupported: PMDK applies its heap metadata only inside its own
+    /// `pmemobj_publish` (or `pmemobj_tx_publish`, in a PMDK transaction);
+    /// it exposes no stores an engine's log could carry and replay. An
+    /// engine on PMDK publishes instead (2 or more PMDK fences).
+    fn prepare(&mut self, _p: &Publish<'_>, _out: &mut Vec<MetaOp>) -> ferrite_alloc::Result<()> {
+        Err(AllocError::Unsupported {
+            allocator: NAME,
+            what: "prepare: PMDK commits allocations only through its own pmemobj_publish redo log, so they cannot be folded into a caller's log; publish instead",
+        })
+    }
+
+    /// Nothing to do: `prepare` never succeeds.
+    fn commit_prepared(&mut self, _p: &Publish<'_>) {}
+
+    /// Nothing to do: `prepare` never succeeds.
+    fn abort_prepared(&mut self, _p: &Publish<'_>) {}
+
+    fn root(&mut self, size: usize) -> ferrite_alloc::Result<POff<u8>> {
+        let mut root = self.alloc.root.lock().unwrap_or_else(|e| e.into_inner());
+        if root.0 != 0 {
+            if (root.1 as usize) < size {
+                return Err(AllocError::BadOption(format!(
+                    "the root object has {} bytes, {size} requested",
+                    root.1
+                )));
+            }
+            return Ok(POff::new(root.0));
+        }
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        // pmemobj_root allocates, zeroes and persists the root and links it
+        // from the pool header atomically.
+        let off = self
+            .alloc
+            .obj
+            .root(size)
+            .map_err(|e| pmdk_err(size, self.alloc.free_bytes(), e))?;
+        *root = (off, self.alloc.obj.root_size() as u64);
+        self.alloc.root_off.store(off, Ordering::Release);
+        Ok(POff::new(off))
+    }
+
+    fn max_publish_ops(&self) -> usize {
+        MAX_PUBLISH_OPS
+    }
+}
+
+impl Drop for PmdkThread<'_> {
+    /// Returns the reservations the handle never published (as a thread
+    /// exit would, for PMDK's DRAM-only reservations).
+    fn drop(&mut self) {
+        let mut acts: Vec<Action> = self.pending.values().copied().collect();
+        self.alloc.obj.cancel(&mut acts);
+        let mut ix = self.alloc.index();
+        for off in self.pending.keys() {
+            ix.reserved.remove(off);
+        }
+    }
+}
+
+/// Why a PMDK-backed store could not be made or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PmdkStoreError {
+    #[error("PMDK: {0}")]
+    Pmdk(#[from] ferrite_pmdk::Error),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("allocator: {0}")]
+    Alloc(#[from] AllocError),
+    #[error("{0}")]
+    Setup(String),
+    #[error("{} holds no Ferrite store (no root object)", .0.display())]
+    NoStore(PathBuf),
+}
+
+/// A [`Store`] on PMDK's allocator, in a PMDK pool file it owns.
+///
+/// Dereferences to the [`Store`]. Dropping it drops the store first, then
+/// the allocator; the pool is closed (`pmemobj_close`) when the last
+/// holder of it — the allocator, or the mapping the engine's region is
+/// built on — is gone, i.e. after the store.
+pub struct PmdkStore {
+    // Field order is drop order: the store (and its engine, which holds
+    // the region and an `Arc` of the allocator) before our own `Arc`.
+    store: Store,
+    alloc: Arc<PmdkAlloc>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for PmdkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmdkStore")
+            .field("path", &self.path)
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for PmdkStore {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl PmdkStore {
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The PMDK allocator under the store.
+    pub fn alloc(&self) -> &Arc<PmdkAlloc> {
+        &self.alloc
+    }
+
+    /// The pool file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes the engine's background work, drops the store, then the
+    /// allocator (closing the pool).
+    pub fn close(self) -> Result<(), PmdkStoreError> {
+        let PmdkStore { store, alloc, .. } = self;
+        store.close()?;
+        drop(alloc);
+        Ok(())
+    }
+}
+
+/// Superblock offset inside a root object at `root`: the first 64-byte
+/// boundary (PMDK aligns objects to 16 bytes; the store wants 64).
+fn sb_off(root: u64) -> u64 {
+    root.next_multiple_of(64)
+}
+
+/// The root bytes a store of `opts` needs: its area plus alignment slack.
+fn root_bytes(opts: &StoreOptions) -> u64 {
+    area_bytes(opts) + 64
+}
+
+fn pmdk_opts(opts: &StoreOptions) -> StoreOptions {
+    opts.clone().allocator(AllocKind::Pmdk)
+}
+
+/// Creates a PMDK pool of `size` bytes at `path` (which must not exist;
+/// put it on `/dev/shm`, and set `PMEM_IS_PMEM_FORCE=1` before the first
+/// PMDK call of the process for PMDK's flush path, as the other PMDK
+/// baselines do) and a store of `opts.engine` on PMDK's allocator in it.
+/// `opts.allocator` is ignored (recorded as [`AllocKind::Pmdk`]).
+pub fn pmdk_store(
+    path: &Path,
+    size: u64,
+    opts: &StoreOptions,
+) -> Result<PmdkStore, PmdkStoreError> {
+    let opts = pmdk_opts(opts);
+    let size = usize::try_from(size)
+        .map_err(|_| PmdkStoreError::Setup(format!("pool size {size} does not fit usize")))?;
+    let obj = Arc::new(PmemObj::create(path, PMDK_LAYOUT, size)?);
+    let alloc = Arc::new(PmdkAlloc::new(obj)?);
+    let root_len = usize::try_from(root_bytes(&opts))
+        .map_err(|_| PmdkStoreError::Setup("engine area too large".into()))?;
+    let root = alloc.thread()?.root(root_len)?.raw();
+    let whole = alloc.region()?;
+    let store = Store::create_with(whole, sb_off(root), alloc.clone(), &opts)?;
+    Ok(PmdkStore {
+        store,
+        alloc,
+        path: path.to_path_buf(),
+    })
+}
+
+/// Opens the store in the PMDK pool at `path` (made by [`pmdk_store`]):
+/// PMDK recovers its heap, the allocator indexes its blocks, the engine
+/// runs its recovery. Of `opts` only the runtime knobs are used.
+pub fn open_pmdk_store(path: &Path, opts: &StoreOptions) -> Result<PmdkStore, PmdkStoreError> {
+    let opts = pmdk_opts(opts);
+    let obj = Arc::new(PmemObj::open(path, PMDK_LAYOUT)?);
+    let alloc = Arc::new(PmdkAlloc::new(obj)?);
+    let root = alloc.root().raw();
+    if root == 0 {
+        return Err(PmdkStoreError::NoStore(path.to_path_buf()));
+    }
+    // The superblock (64 bytes at the aligned offset) must lie in the root.
+    let root_len = alloc.usable_size(POff::new(root))? as u64;
+    if sb_off(root) + 64 > root + root_len {
+        return Err(EngineError::Corrupt(format!(
+            "the root object ({root_len} bytes) cannot hold a superblock"
+        ))
+        .into());
+    }
+    let whole = alloc.region()?;
+    // The engine's whole area must lie in the root too, not just the
+    // superblock: decode it against the root's end before the engine
+    // trusts it (open_with checks it only against the pool's end).
+    let mut raw = [0u8; 64];
+    whole.read(sb_off(root) as usize, &mut raw);
+    Superblock::decode(&raw, root + root_len - sb_off(root))?;
+    let store = Store::open_with(whole, sb_off(root), alloc.clone(), &opts)?;
+    Ok(PmdkStore {
+        store,
+        alloc,
+        path: path.to_path_buf(),
+    })
+}
