@@ -7,7 +7,12 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    for f in ["csrc/shim.c", "csrc/txbtree.c", "csrc/ferrite_pmdk.h"] {
+    for f in [
+        "csrc/shim.c",
+        "csrc/txbtree.c",
+        "csrc/count.c",
+        "csrc/ferrite_pmdk.h",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
 
@@ -15,9 +20,15 @@ fn main() {
         return;
     }
 
-    cc::Build::new()
-        .file("csrc/shim.c")
-        .file("csrc/txbtree.c")
+    let mut build = cc::Build::new();
+    build.file("csrc/shim.c").file("csrc/txbtree.c");
+    // Feature `count`: interpose libpmem's persistence calls to count
+    // PMDK's own flushes and fences (csrc/count.c explains how).
+    if std::env::var_os("CARGO_FEATURE_COUNT").is_some() {
+        build.file("csrc/count.c");
+        println!("cargo:rustc-link-lib=dylib=dl");
+    }
+    build
         .warnings(true)
         .extra_warnings(true)
         .flag_if_supported("-std=gnu11")

@@ -495,3 +495,121 @@ fn engine_fences_on_pmdk_are_counted() {
         assert!(d.fences >= 1.0, "the engine persists its data itself");
     }
 }
+
+/// Fences per publish: PMDK's `pmemobj_publish` (its own fences, counted
+/// by ferrite-pmdk's `count` wrappers) against the Ferrite heap and the
+/// lock heap (ferrite-pmem's counters), for the same publishes, in steady
+/// state. Run with `--features pmdk-count` (and `PMEM_IS_PMEM_FORCE=1`
+/// for PMDK's flush path; without it each PMDK fence is an msync).
+#[cfg(feature = "pmdk-count")]
+#[test]
+fn publish_fences_pmdk_vs_ferrite() {
+    use ferrite_alloc::{AllocThread, Heap, HeapOptions, LockHeap, LockOptions};
+    use ferrite_pmdk::PmdkCounts;
+    use ferrite_pmem::{Domain, HEADER_SIZE, Pool, PoolOptions};
+
+    const N: u64 = 200;
+    const BATCH: usize = 8;
+    /// (fences, lines) per op of three publishes: one block + its link;
+    /// its free + unlink; BATCH blocks + links in one publish.
+    type Costs = [(f64, f64); 3];
+
+    fn run(t: &mut dyn AllocThread, slots: u64, measure: &dyn Fn() -> (u64, u64)) -> Costs {
+        let mut out = [(0.0, 0.0); 3];
+        let per = |(f0, l0): (u64, u64), (f1, l1): (u64, u64), n: u64| {
+            ((f1 - f0) as f64 / n as f64, (l1 - l0) as f64 / n as f64)
+        };
+        // Warm up: size-class runs, lanes.
+        for i in 0..16 {
+            let b = t.alloc(100, Some(POff::new(slots + 8 * i))).unwrap();
+            t.free(b, Some(POff::new(slots + 8 * i))).unwrap();
+        }
+        let mut blocks = Vec::new();
+        let m0 = measure();
+        for i in 0..N {
+            blocks.push(t.alloc(100, Some(POff::new(slots + 8 * (i % 64)))).unwrap());
+        }
+        let m1 = measure();
+        for (i, b) in blocks.drain(..).enumerate() {
+            t.free(b, Some(POff::new(slots + 8 * (i as u64 % 64))))
+                .unwrap();
+        }
+        let m2 = measure();
+        out[0] = per(m0, m1, N);
+        out[1] = per(m1, m2, N);
+        let mut all = Vec::new();
+        for _ in 0..N / BATCH as u64 {
+            let rs: Vec<_> = (0..BATCH).map(|_| t.reserve(100).unwrap()).collect();
+            let links: Vec<_> = rs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Link::to(POff::new(slots + 8 * i as u64), r))
+                .collect();
+            all.extend(rs.iter().map(|r| r.off()));
+            t.publish(&Publish {
+                allocs: &rs,
+                frees: &[],
+                links: &links,
+            })
+            .unwrap();
+        }
+        out[2] = per(m2, measure(), N);
+        out
+    }
+
+    let ferrite_counts = || {
+        let c = Counters::snapshot();
+        (c.fences, c.lines_flushed)
+    };
+    let pmdk_counts = || {
+        let c = PmdkCounts::snapshot();
+        (c.fences, c.lines)
+    };
+
+    let dir = ShmDir::new("publish-costs");
+    let a = alloc_on(&dir.file());
+    let slots = a.thread().unwrap().root(4096).unwrap().raw();
+    let pmdk = run(&mut *a.thread().unwrap(), slots, &pmdk_counts);
+    let pmdk_engine_side = run(&mut *a.thread().unwrap(), slots, &ferrite_counts);
+
+    // Ferrite pools: links in the first 64 KiB of the data area, the heap
+    // after it.
+    let costs = |lock: bool| {
+        let pool = Pool::create_in_memory(
+            &PoolOptions::new("publish-costs", 64 << 20).domain(Domain::Adr),
+        )
+        .unwrap();
+        let d = pool.data();
+        let region = d.sub(64 << 10, d.len() - (64 << 10)).unwrap();
+        let slots = HEADER_SIZE as u64;
+        if lock {
+            let h = LockHeap::create(region, LockOptions::default()).unwrap();
+            run(&mut *h.thread().unwrap(), slots, &ferrite_counts)
+        } else {
+            let h = Heap::create(region, HeapOptions::default()).unwrap();
+            run(&mut *h.thread().unwrap(), slots, &ferrite_counts)
+        }
+    };
+    let ferrite = costs(false);
+    let lock = costs(true);
+    let names = ["alloc+link", "free+unlink", "batch of 8 (per block)"];
+    eprintln!(
+        "forced pmem path: {}",
+        std::env::var("PMEM_IS_PMEM_FORCE").unwrap_or_default()
+    );
+    eprintln!(
+        "{:<24} {:>18} {:>18} {:>18}",
+        "publish", "pmdk f/lines", "ferrite f/lines", "lock f/lines"
+    );
+    for i in 0..3 {
+        eprintln!(
+            "{:<24} {:>8.2}/{:<9.2} {:>8.2}/{:<9.2} {:>8.2}/{:<9.2}",
+            names[i], pmdk[i].0, pmdk[i].1, ferrite[i].0, ferrite[i].1, lock[i].0, lock[i].1
+        );
+        assert_eq!(
+            pmdk_engine_side[i].0, 0.0,
+            "PMDK's publish issues no Ferrite-counted fence"
+        );
+        assert!(pmdk[i].0 > 0.0 && ferrite[i].0 > 0.0 && lock[i].0 > 0.0);
+    }
+}

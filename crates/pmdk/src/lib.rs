@@ -44,6 +44,8 @@
 mod action;
 #[cfg(feature = "link")]
 mod blk;
+#[cfg(feature = "count")]
+mod count;
 #[cfg(feature = "link")]
 mod error;
 #[cfg(feature = "link")]
@@ -61,6 +63,8 @@ pub mod txmap;
 pub use action::{Action, Object, Reserved};
 #[cfg(feature = "link")]
 pub use blk::PmemBlk;
+#[cfg(feature = "count")]
+pub use count::PmdkCounts;
 #[cfg(feature = "link")]
 pub use error::{Error, Result};
 #[cfg(feature = "link")]

@@ -144,3 +144,26 @@ fn a_large_publish_goes_through() {
         .collect();
     assert_eq!(linked, offs);
 }
+
+/// With feature `count`, libpmemobj's flushes and fences are counted: a
+/// publish of one reservation and its link costs PMDK some fences.
+#[cfg(feature = "count")]
+#[test]
+fn pmdk_fences_are_counted() {
+    use ferrite_pmdk::PmdkCounts;
+    let (_d, p) = pool();
+    let root = p.root(64).unwrap();
+    let before = PmdkCounts::snapshot();
+    let r = p.reserve(64, TYPE).unwrap();
+    let after_reserve = PmdkCounts::snapshot();
+    // SAFETY: the word is in the root object.
+    let l = unsafe { p.set_value_action(root, r.off) }.unwrap();
+    p.publish(&mut [r.action, l]).unwrap();
+    let d = PmdkCounts::snapshot() - after_reserve;
+    eprintln!(
+        "reserve: {:?}; publish of 1 block + 1 link: {d:?}",
+        after_reserve - before
+    );
+    assert!(d.fences >= 1, "{d:?}");
+    assert!(d.lines >= 1, "{d:?}");
+}
