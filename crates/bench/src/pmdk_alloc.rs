@@ -136,8 +136,14 @@ pub struct PmdkAlloc {
     id: u64,
     next_owner: AtomicU64,
     index: Mutex<Index>,
-    /// Root object offset (0: none yet) and size.
-    root: Mutex<(u64, u64)>,
+    /// Serialises the root's creation. Held alone: never with `index`.
+    root_lock: Mutex<()>,
+    /// Root object size, then offset (0: none yet). Set once (the root
+    /// never moves: `root` refuses to grow it), the length before the
+    /// offset is released, so a reader that sees the offset sees the
+    /// length. Atomics, not the lock, so that readers holding `index`
+    /// take no second lock.
+    root_len: AtomicU64,
     root_off: AtomicU64,
     recovery: RecoveryReport,
 }
@@ -183,7 +189,8 @@ impl PmdkAlloc {
             id: ferrite_alloc::external_heap_id(),
             next_owner: AtomicU64::new(1),
             index: Mutex::new(index),
-            root: Mutex::new(root),
+            root_lock: Mutex::new(()),
+            root_len: AtomicU64::new(root.1),
             root_off: AtomicU64::new(root.0),
             recovery,
         })
@@ -218,6 +225,12 @@ impl PmdkAlloc {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The root object's offset (0: none) and length.
+    fn root_span(&self) -> (u64, u64) {
+        let off = self.root_off.load(Ordering::Acquire);
+        (off, self.root_len.load(Ordering::Relaxed))
+    }
+
     fn free_bytes(&self) -> u64 {
         (self.obj.mapped_len() as u64).saturating_sub(self.index().in_use)
     }
@@ -228,7 +241,7 @@ impl PmdkAlloc {
         if !at.is_multiple_of(8) {
             return false;
         }
-        let (root, root_len) = *self.root.lock().unwrap_or_else(|e| e.into_inner());
+        let (root, root_len) = self.root_span();
         let in_root =
             root != 0 && at >= root && at.checked_add(8).is_some_and(|e| e <= root + root_len);
         in_root || Index::inside(&ix.live, at) || Index::inside(&ix.reserved, at)
@@ -254,7 +267,7 @@ impl PAllocator for PmdkAlloc {
         if let Some(&n) = self.index().live.get(&off) {
             return Ok(n as usize);
         }
-        let (root, root_len) = *self.root.lock().unwrap_or_else(|e| e.into_inner());
+        let (root, root_len) = self.root_span();
         if root != 0 && off == root {
             return Ok(root_len as usize);
         }
@@ -478,15 +491,19 @@ impl AllocThread for PmdkThread<'_> {
     fn abort_prepared(&mut self, _p: &Publish<'_>) {}
 
     fn root(&mut self, size: usize) -> ferrite_alloc::Result<POff<u8>> {
-        let mut root = self.alloc.root.lock().unwrap_or_else(|e| e.into_inner());
-        if root.0 != 0 {
-            if (root.1 as usize) < size {
+        let _g = self
+            .alloc
+            .root_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (cur, cur_len) = self.alloc.root_span();
+        if cur != 0 {
+            if (cur_len as usize) < size {
                 return Err(AllocError::BadOption(format!(
-                    "the root object has {} bytes, {size} requested",
-                    root.1
+                    "the root object has {cur_len} bytes, {size} requested"
                 )));
             }
-            return Ok(POff::new(root.0));
+            return Ok(POff::new(cur));
         }
         if size == 0 {
             return Err(AllocError::ZeroSize);
@@ -498,7 +515,8 @@ impl AllocThread for PmdkThread<'_> {
             .obj
             .root(size)
             .map_err(|e| pmdk_err(size, self.alloc.free_bytes(), e))?;
-        *root = (off, self.alloc.obj.root_size() as u64);
+        let len = self.alloc.obj.root_size() as u64;
+        self.alloc.root_len.store(len, Ordering::Relaxed);
         self.alloc.root_off.store(off, Ordering::Release);
         Ok(POff::new(off))
     }

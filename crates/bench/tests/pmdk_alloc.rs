@@ -613,3 +613,111 @@ fn publish_fences_pmdk_vs_ferrite() {
         assert!(pmdk[i].0 > 0.0 && ferrite[i].0 > 0.0 && lock[i].0 > 0.0);
     }
 }
+
+/// Environment variable naming the pool a `kill_child_*` test works on
+/// when run as the killed child of [`kill_9_leaves_no_leak`]; unset, those
+/// tests return at once.
+const CHILD_ENV: &str = "FERRITE_PMDK_KILL_CHILD";
+
+/// Slots in the root that the kill test links blocks from.
+const KILL_SLOTS: u64 = 64;
+
+/// Child of [`kill_9_leaves_no_leak`]: allocates and frees blocks linked
+/// from root slots, singly and in batches, until it is killed.
+#[test]
+fn kill_child_alloc() {
+    let Some(path) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let a = reopen(Path::new(&path));
+    let root = a.root().raw();
+    let region = a.region().unwrap();
+    let mut t = a.thread().unwrap();
+    let mut x: u64 = std::process::id().into();
+    loop {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let slot = root + 8 * (x % KILL_SLOTS);
+        let cur = region.load_u64(slot as usize);
+        if cur != 0 {
+            t.free(POff::new(cur), Some(POff::new(slot))).unwrap();
+        } else if x % 5 == 0 {
+            // A batch: this slot and the next empty ones, atomically.
+            let mut rs = Vec::new();
+            let mut links = Vec::new();
+            for j in 0..4 {
+                let s = root + 8 * ((x + j) % KILL_SLOTS);
+                if region.load_u64(s as usize) == 0 && !links.iter().any(|l: &Link| l.at.raw() == s)
+                {
+                    let r = t.reserve(64 + (x as usize % 3000)).unwrap();
+                    links.push(Link::to(POff::new(s), &r));
+                    rs.push(r);
+                }
+            }
+            t.publish(&Publish {
+                allocs: &rs,
+                frees: &[],
+                links: &links,
+            })
+            .unwrap();
+        } else {
+            t.alloc(16 + (x as usize % 5000), Some(POff::new(slot)))
+                .unwrap();
+        }
+    }
+}
+
+/// Kills a child in the middle of PMDK publishes (kill -9, several times
+/// on the same pool) and checks after each that the allocated blocks are
+/// exactly the linked ones: PMDK's redo log makes every publish of the
+/// PAllocator all or nothing under a process crash. (The pool is on
+/// tmpfs, so this is a process crash, not a power failure: every store
+/// made before the kill survives.)
+#[test]
+fn kill_9_leaves_no_leak() {
+    let dir = ShmDir::new("kill");
+    {
+        let a = alloc_on(&dir.file());
+        a.thread().unwrap().root(8 * KILL_SLOTS as usize).unwrap();
+    }
+    let exe = std::env::current_exe().unwrap();
+    for round in 0..4u64 {
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "kill_child_alloc",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dir.file())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150 + 70 * round));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child stopped on its own (an error in it?)"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        let a = reopen(&dir.file());
+        let root = a.root().raw();
+        let region = a.region().unwrap();
+        let mut linked: Vec<u64> = (0..KILL_SLOTS)
+            .map(|i| region.load_u64((root + 8 * i) as usize))
+            .filter(|&w| w != 0)
+            .collect();
+        linked.sort();
+        let n = linked.len();
+        linked.dedup();
+        assert_eq!(linked.len(), n, "a block linked twice");
+        assert_eq!(
+            allocated(&a).keys().copied().collect::<Vec<_>>(),
+            linked,
+            "round {round}: allocated != linked after kill -9"
+        );
+        eprintln!("round {round}: {n} blocks linked and allocated");
+    }
+}
