@@ -642,7 +642,7 @@ fn kill_child_alloc() {
         let cur = region.load_u64(slot as usize);
         if cur != 0 {
             t.free(POff::new(cur), Some(POff::new(slot))).unwrap();
-        } else if x % 5 == 0 {
+        } else if x.is_multiple_of(5) {
             // A batch: this slot and the next empty ones, atomically.
             let mut rs = Vec::new();
             let mut links = Vec::new();
