@@ -425,7 +425,12 @@ mod tests {
         // (YCSB's scrambling flattens Zipf: the long tail of the big space
         // spreads over all items). And the hottest item is not item 0.
         assert!((0.18..0.3).contains(&share), "top-1% share {share}");
-        let hottest = counts.iter().enumerate().max_by_key(|(_, c)| **c).unwrap().0;
+        let hottest = counts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, c)| **c)
+            .unwrap()
+            .0;
         assert_eq!(hottest as u64, fnvhash64(0) % n);
         // The first 1 % of item numbers is not where the mass is.
         let prefix: u32 = counts[..(n / 100) as usize].iter().sum();

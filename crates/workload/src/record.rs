@@ -276,7 +276,10 @@ mod tests {
             v[500] ^= 1;
             assert!(matches!(
                 layout.verify(&key, &v),
-                Err(ValueError::Mismatch { version: 77, at: 500 })
+                Err(ValueError::Mismatch {
+                    version: 77,
+                    at: 500
+                })
             ));
             // Another key's value does not verify under this key.
             let mut w = Vec::new();
@@ -299,7 +302,10 @@ mod tests {
             if v.len() >= HEADER_LEN {
                 assert_eq!(l.verify(&key, &v), Ok(n % 3));
             } else {
-                assert!(matches!(l.verify(&key, &v), Err(ValueError::NoHeader { .. })));
+                assert!(matches!(
+                    l.verify(&key, &v),
+                    Err(ValueError::NoHeader { .. })
+                ));
             }
         }
         assert!(seen[1..].iter().all(|s| *s), "every length 1..=256 drawn");
