@@ -328,7 +328,7 @@ impl Counter {
 
     /// The next number.
     #[inline]
-    pub fn next(&mut self) -> u64 {
+    pub fn next_value(&mut self) -> u64 {
         let v = self.next;
         self.next += 1;
         v
@@ -482,6 +482,6 @@ mod tests {
     #[test]
     fn counter_counts() {
         let mut c = Counter::new(10);
-        assert_eq!((c.next(), c.next(), c.peek()), (10, 11, 12));
+        assert_eq!((c.next_value(), c.next_value(), c.peek()), (10, 11, 12));
     }
 }

@@ -313,6 +313,53 @@ impl TpccConfig {
         }
     }
 
+    /// Parses `tpcc[:OPTION]*`: `quick` (scaled-down cardinalities, 2
+    /// warehouses unless `w=` says otherwise), `w=N` / `warehouses=N`,
+    /// `local` (no remote accesses). Plain `tpcc` is TPC-C's cardinalities
+    /// with P2's 8 warehouses (reading notes A7.4).
+    pub fn parse(name: &str) -> Result<TpccConfig, crate::WorkloadError> {
+        let mut parts = name.split(':');
+        if parts.next() != Some("tpcc") {
+            return Err(crate::WorkloadError::Unknown(name.to_string()));
+        }
+        let mut quick = false;
+        let mut warehouses = None;
+        let mut remote = true;
+        for opt in parts {
+            let bad = |why: &str| crate::WorkloadError::BadValue {
+                workload: name.to_string(),
+                option: opt.to_string(),
+                why: why.to_string(),
+            };
+            match opt.split_once('=') {
+                None if opt == "quick" => quick = true,
+                None if opt == "standard" => quick = false,
+                None if opt == "local" => remote = false,
+                Some(("w" | "warehouses", n)) => {
+                    warehouses = Some(
+                        n.parse::<u16>()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| bad("need 1 to 65535 warehouses"))?,
+                    );
+                }
+                _ => {
+                    return Err(crate::WorkloadError::UnknownOption {
+                        workload: name.to_string(),
+                        option: opt.to_string(),
+                    });
+                }
+            }
+        }
+        let mut cfg = if quick {
+            TpccConfig::quick(warehouses.unwrap_or(2))
+        } else {
+            TpccConfig::standard(warehouses.unwrap_or(8))
+        };
+        cfg.remote = remote;
+        Ok(cfg)
+    }
+
     fn validate<E>(&self) -> Result<(), TpccError<E>> {
         let bad = |s: &str| Err(TpccError::Config(s.to_string()));
         if self.warehouses == 0 {
@@ -689,6 +736,9 @@ impl Batch {
 
 // ---------------------------------------------------------------- loader
 
+/// Receives the loader's (key, value) records.
+pub type RecordSink<'a, E> = dyn FnMut(&[u8], &[u8]) -> Result<(), E> + 'a;
+
 /// Generates the initial database and hands each record to a sink.
 /// Each warehouse's records depend only on (config, seed, warehouse), so
 /// warehouses may be loaded by different threads in any order.
@@ -709,7 +759,7 @@ impl TpccLoader {
     }
 
     /// The ITEM table (shared by all warehouses; load it once).
-    pub fn items<E>(&self, sink: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<u64, E> {
+    pub fn items<E>(&self, sink: &mut RecordSink<'_, E>) -> Result<u64, E> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(0);
         let mut row = [0u8; i::SIZE];
@@ -726,11 +776,7 @@ impl TpccLoader {
     /// Every record of warehouse `wid` (1-based): WAREHOUSE, STOCK,
     /// DISTRICT, CUSTOMER (+ by-name index), HISTORY, ORDER (+ by-customer
     /// index), ORDER-LINE, NEW-ORDER, per TPC-C 4.3.3.1.
-    pub fn warehouse<E>(
-        &self,
-        wid: u16,
-        sink: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), E>,
-    ) -> Result<u64, E> {
+    pub fn warehouse<E>(&self, wid: u16, sink: &mut RecordSink<'_, E>) -> Result<u64, E> {
         let cfg = &self.cfg;
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(wid as u64);

@@ -57,6 +57,8 @@ use rand_chacha::ChaCha8Rng;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkloadError {
     #[error("unknown workload '{0}' (known: p2-a … p2-h, p2-var, ycsb-a … ycsb-f, tpcc)")]
+    /// Not a known base name. ([`Workload::parse`] takes the YCSB-style
+    /// names; [`crate::AnyWorkload::parse`] also takes `tpcc`.)
     Unknown(String),
     #[error("workload '{workload}': unknown option '{option}'")]
     UnknownOption { workload: String, option: String },

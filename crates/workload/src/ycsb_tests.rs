@@ -346,3 +346,58 @@ fn bad_names_are_typed_errors() {
         );
     }
 }
+
+#[test]
+fn any_workload_parses_tpcc_too() {
+    use crate::{AnyWorkload, TpccConfig};
+    assert!(matches!(
+        AnyWorkload::parse("p2-b"),
+        Ok(AnyWorkload::Ycsb(_))
+    ));
+    assert_eq!(
+        AnyWorkload::parse("tpcc"),
+        Ok(AnyWorkload::Tpcc(TpccConfig::standard(8)))
+    );
+    let Ok(AnyWorkload::Tpcc(q)) = AnyWorkload::parse("tpcc:quick:w=3:local") else {
+        panic!()
+    };
+    assert_eq!((q.warehouses, q.items, q.remote), (3, 2000, false));
+    assert!(matches!(
+        AnyWorkload::parse("tpcc:w=0"),
+        Err(WorkloadError::BadValue { .. })
+    ));
+    assert!(matches!(
+        AnyWorkload::parse("tpcc:fast"),
+        Err(WorkloadError::UnknownOption { .. })
+    ));
+    assert!(matches!(
+        AnyWorkload::parse("tpc"),
+        Err(WorkloadError::Unknown(_))
+    ));
+}
+
+/// Cost of drawing one operation (run in release:
+/// `cargo test -p ferrite-workload --release --lib generation_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing, not a check"]
+fn generation_cost() {
+    for name in [
+        "p2-a",
+        "p2-c",
+        "p2-g",
+        "p2-var",
+        "ycsb-d",
+        "ycsb-e",
+        "p2-a:uniform",
+    ] {
+        let w = Workload::parse(name).unwrap();
+        let mut g = Generator::new(&w, 1, 0, 1);
+        let n = 2_000_000;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(g.next_op());
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        println!("{name:>14}: {ns:6.1} ns/op");
+    }
+}
