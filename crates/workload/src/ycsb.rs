@@ -62,6 +62,8 @@ pub enum WorkloadError {
     Unknown(String),
     #[error("workload '{workload}': unknown option '{option}'")]
     UnknownOption { workload: String, option: String },
+    #[error("thread {thread} of {threads}: threads are numbered 0..{threads}")]
+    Thread { thread: u32, threads: u32 },
     #[error("workload '{workload}': bad value in '{option}': {why}")]
     BadValue {
         workload: String,
@@ -530,9 +532,17 @@ pub struct Generator {
 
 impl Generator {
     /// The stream of thread `thread` of `threads` (0-based) for `seed`.
-    pub fn new(w: &Workload, seed: u64, thread: u32, threads: u32) -> Generator {
-        let threads = threads.max(1) as u64;
-        let thread = (thread as u64).min(threads - 1);
+    /// `thread` must be below `threads` (else [`WorkloadError::Thread`]).
+    pub fn new(
+        w: &Workload,
+        seed: u64,
+        thread: u32,
+        threads: u32,
+    ) -> Result<Generator, WorkloadError> {
+        if thread >= threads {
+            return Err(WorkloadError::Thread { thread, threads });
+        }
+        let (thread, threads) = (thread as u64, threads as u64);
         // One independent ChaCha stream per thread of the same seed.
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(thread);
@@ -551,7 +561,7 @@ impl Generator {
             Distribution::Sequential => Chooser::Sequential,
         };
         let (_, max_value) = w.value.bounds();
-        Generator {
+        Ok(Generator {
             rng,
             thresholds: w.mix.thresholds(),
             keys: w.keys,
@@ -566,7 +576,7 @@ impl Generator {
             next_delete: thread,
             key: Vec::with_capacity(w.keys.max_len()),
             value: Vec::with_capacity(max_value),
-        }
+        })
     }
 
     /// Key number of this thread's `i`-th known key (loaded keys first,
@@ -708,13 +718,15 @@ impl Loader {
     }
 
     /// Thread `thread` of `threads`'s contiguous share of the records.
-    pub fn for_thread(w: &Workload, thread: u32, threads: u32) -> Loader {
-        let t = threads.max(1) as u64;
-        let k = (thread as u64).min(t - 1);
+    pub fn for_thread(w: &Workload, thread: u32, threads: u32) -> Result<Loader, WorkloadError> {
+        if thread >= threads {
+            return Err(WorkloadError::Thread { thread, threads });
+        }
+        let (k, t) = (thread as u64, threads as u64);
         let n = w.records as u128;
         let start = (n * k as u128 / t as u128) as u64;
         let end = (n * (k as u128 + 1) / t as u128) as u64;
-        Self::range(w, start, end)
+        Ok(Self::range(w, start, end))
     }
 
     /// Records with key numbers `start..end`.
