@@ -305,3 +305,35 @@ fn quick_scale_loads_and_runs() {
     }
     check_consistency(&mut kv, &cfg).unwrap();
 }
+
+/// Load and transaction cost on the reference store (run in release:
+/// `cargo test -p ferrite-workload --release --lib tpcc_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing, not a check"]
+fn tpcc_cost() {
+    for cfg in [TpccConfig::quick(2), TpccConfig::standard(1)] {
+        let t0 = std::time::Instant::now();
+        let mut kv = loaded(&cfg, 1);
+        let load = t0.elapsed();
+        let records = kv.len();
+        let mut t = Terminal::new::<std::convert::Infallible>(&cfg, 1, 0, 1).unwrap();
+        let n = 20_000;
+        let t1 = std::time::Instant::now();
+        for _ in 0..n {
+            t.run(&mut kv).unwrap();
+        }
+        let run = t1.elapsed();
+        let t2 = std::time::Instant::now();
+        check_consistency(&mut kv, &cfg).unwrap();
+        println!(
+            "{} items, {} customers/district, {} warehouses: {records} records loaded in {:.2} s; \
+             {:.0} txn/s on MemKv; check {:.2} s",
+            cfg.items,
+            cfg.customers_per_district,
+            cfg.warehouses,
+            load.as_secs_f64(),
+            n as f64 / run.as_secs_f64(),
+            t2.elapsed().as_secs_f64()
+        );
+    }
+}
