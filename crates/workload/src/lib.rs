@@ -14,7 +14,7 @@
 //! - [`ycsb`]: P2's mixes `p2-a`…`p2-h`, `p2-var`, YCSB's `ycsb-a`…`ycsb-f`:
 //!   [`Workload::parse`], [`Loader`], [`Generator`], [`run_op`].
 //! - [`tpcc`]: TPC-C's tables, [`TpccLoader`], [`Terminal`] (the five
-//!   transactions), [`check_consistency`].
+//!   transactions), [`check_consistency`], [`check_customers`].
 //!
 //! ```
 //! use ferrite_workload::{Generator, Loader, MemKv, Workload, run_op};
@@ -49,6 +49,7 @@ pub use ycsb::{
 
 pub use tpcc::{
     Terminal, TpccConfig, TpccError, TpccLoader, TxnKind, TxnOutcome, check_consistency,
+    check_customers,
 };
 
 /// Any named workload: a YCSB-style one or TPC-C.
