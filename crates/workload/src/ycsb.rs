@@ -37,6 +37,16 @@
 //! Defaults: P2's 10 M records and 10 M operations for `p2-*`; 1 M and 1 M
 //! for `ycsb-*` (YCSB's own workload files say 1000, too small to measure).
 //!
+//! ## Operations
+//! Reads get the whole record (YCSB `readallfields=true`). Updates and
+//! read-modify-writes put a whole new version of the record, as P2's
+//! N-Store runs (`ycsb_update_one = false`, notes A7.1); YCSB core's
+//! default updates one field, which its key-value bindings turn into a
+//! read, a merge and a write of the whole record — here the update is a
+//! blind write and the read belongs to `ycsb-f`'s read-modify-write.
+//! Scans start at a key chosen like a read's and ask for a length uniform
+//! in `1..=scan_max`. Inserts use fresh keys (below).
+//!
 //! ## Threads
 //! Each thread runs its own [`Generator`] (`thread` of `threads`), so the
 //! stream of every thread is a function of (workload, seed, thread,
