@@ -52,6 +52,20 @@
 //! ([`AllocError::DoubleFree`]), and a link outside the root object and
 //! the live or reserved blocks ([`AllocError::BadLink`]).
 //!
+//! # Ordering the engine's flushes before PMDK's publish
+//!
+//! An engine fills a reserved block, flushes it through Ferrite's door
+//! without a fence, and publishes: the publish must make the data durable
+//! before the link. On PMDK's flush path (`pmem_is_pmem`, e.g. with
+//! `PMEM_IS_PMEM_FORCE=1`) the first `pmem_drain` (SFENCE) inside
+//! `pmemobj_publish` orders this thread's earlier CLWB/CLFLUSHOPT too, so
+//! nothing is added. On PMDK's msync path its "fence" is an `msync`
+//! system call, which does not order CPU cache flushes, so a publish first
+//! issues one Ferrite fence (counted by `ferrite_pmem`). The choice is made
+//! at open with libpmem's `pmem_is_pmem` on the pool's range, which answers
+//! yes only when forced (libpmem does not track libpmemobj's own mappings),
+//! so on real DAX without forcing the fence is added, conservatively.
+//!
 //! # Fences
 //!
 //! A publish is one `pmemobj_publish`: PMDK persists its redo log (entries
@@ -146,6 +160,11 @@ pub struct PmdkAlloc {
     root_len: AtomicU64,
     root_off: AtomicU64,
     recovery: RecoveryReport,
+    /// Ferrite's door on the pool, for the fence before a publish.
+    door: Region,
+    /// Whether PMDK's publish does not order CPU flushes (its msync path):
+    /// then a publish fences first (see the module docs).
+    fence_first: bool,
 }
 
 impl std::fmt::Debug for PmdkAlloc {
@@ -184,7 +203,14 @@ impl PmdkAlloc {
             elapsed: start.elapsed(),
             ..RecoveryReport::default()
         };
+        let door = region_on(&obj).map_err(|e| AllocError::External {
+            allocator: NAME,
+            msg: e.to_string(),
+        })?;
+        let fence_first = !ferrite_pmdk::is_pmem(obj.base(), obj.mapped_len());
         Ok(PmdkAlloc {
+            door,
+            fence_first,
             obj,
             id: ferrite_alloc::external_heap_id(),
             next_owner: AtomicU64::new(1),
@@ -204,19 +230,13 @@ impl PmdkAlloc {
     /// A [`Region`] over the whole pool mapping (offsets = `PMEMoid.off`),
     /// on a medium of domain `adr`: what the engine is handed.
     pub fn region(&self) -> Result<Region, PmdkStoreError> {
-        let keep = Box::new(self.obj.clone());
-        // SAFETY: `base..base + mapped_len` is libpmemobj's mapping of the
-        // pool, readable and writable, and stays mapped until the pool is
-        // closed, which happens only when the last `Arc<PmemObj>` drops —
-        // one of which the Mapping holds (keep-alive) for its whole life.
-        // No Rust reference to the pool's bytes exists anywhere (the PMDK
-        // wrappers pass raw pointers to C). PMDK writes its own metadata
-        // there concurrently; the engine accesses only its root area and
-        // its blocks, which PMDK does not touch while they are allocated.
-        let map = unsafe { Mapping::external(self.obj.base(), self.obj.mapped_len(), keep) }
-            .map_err(|e| PmdkStoreError::Setup(format!("mapping the PMDK pool: {e}")))?;
-        let cfg = PersistConfig::for_domain(Domain::Adr).map_err(PmdkStoreError::Setup)?;
-        Ok(Region::whole(Arc::new(Medium::new(map, cfg, None))))
+        region_on(&self.obj)
+    }
+
+    /// Whether a publish issues a Ferrite fence before PMDK's (PMDK on
+    /// its msync path; see the module docs).
+    pub fn fences_before_publish(&self) -> bool {
+        self.fence_first
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
@@ -311,6 +331,24 @@ impl PAllocator for PmdkAlloc {
     fn max_publish_ops(&self) -> usize {
         MAX_PUBLISH_OPS
     }
+}
+
+/// A [`Region`] over the whole mapping of `obj` (see [`PmdkAlloc::region`]).
+fn region_on(obj: &Arc<PmemObj>) -> Result<Region, PmdkStoreError> {
+    let keep = Box::new(obj.clone());
+    // SAFETY: `base..base + mapped_len` is libpmemobj's mapping of the
+    // pool, readable and writable, and stays mapped until the pool is
+    // closed, which happens only when the last `Arc<PmemObj>` drops —
+    // one of which the Mapping holds (keep-alive) for its whole life.
+    // No Rust reference to the pool's bytes exists anywhere (the PMDK
+    // wrappers pass raw pointers to C; other `Mapping`s of the pool, made
+    // here, use raw pointers too). PMDK writes its own metadata there
+    // concurrently; the engine accesses only its root area and its
+    // blocks, which PMDK does not touch while they are allocated.
+    let map = unsafe { Mapping::external(obj.base(), obj.mapped_len(), keep) }
+        .map_err(|e| PmdkStoreError::Setup(format!("mapping the PMDK pool: {e}")))?;
+    let cfg = PersistConfig::for_domain(Domain::Adr).map_err(PmdkStoreError::Setup)?;
+    Ok(Region::whole(Arc::new(Medium::new(map, cfg, None))))
 }
 
 /// One thread's handle on a [`PmdkAlloc`]: its reservations' actions.
@@ -447,6 +485,9 @@ impl AllocThread for PmdkThread<'_> {
             return Ok(());
         }
         self.stage(p)?;
+        if self.alloc.fence_first {
+            self.alloc.door.fence();
+        }
         let res = self
             .build(p)
             .and_then(|()| self.alloc.obj.publish(&mut self.acts));

@@ -95,8 +95,10 @@ impl Mapping {
     ///   exists; other code may access it only as this module's
     ///   concurrency contract allows for shared memory (C code such as
     ///   PMDK's writing its own metadata, disjoint from the bytes accessed
-    ///   through this `Mapping` at the same time, is fine);
-    /// - the range is not part of another `Mapping`.
+    ///   through this `Mapping` at the same time, is fine). Several
+    ///   `Mapping`s of the same range are allowed: they access it only
+    ///   through raw pointers, under the same contract as threads sharing
+    ///   one `Mapping`.
     pub unsafe fn external(ptr: *mut u8, len: usize, keep_alive: KeepAlive) -> io::Result<Mapping> {
         let ptr = NonNull::new(ptr)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "null mapping"))?;
