@@ -510,6 +510,29 @@ fn engine_fences_on_pmdk_are_counted() {
             d.lines_flushed >= 1.0,
             "the engine flushes its data through Ferrite's door"
         );
+
+        // The same updates on Ferrite's two heaps, for comparison.
+        for a in ferrite_engine::AllocKind::ALL {
+            let pool = ferrite_pmem::Pool::create_in_memory(
+                &ferrite_pmem::PoolOptions::new(ferrite_engine::LAYOUT, 64 << 20)
+                    .domain(ferrite_pmem::Domain::Adr),
+            )
+            .unwrap();
+            let fs = ferrite_engine::Store::create(&pool, &opts.clone().allocator(a)).unwrap();
+            let mut fss = fs.session().unwrap();
+            for i in 0..100u32 {
+                fss.put(&key(i), &v).unwrap();
+            }
+            let before = Counters::snapshot();
+            for i in 0..n {
+                fss.put(&key(i % 100), &v).unwrap();
+            }
+            let d = (Counters::snapshot() - before).per_op(u64::from(n));
+            eprintln!(
+                "{kind} on {a}, update of 1000 B: {:.2} fences/op, {:.2} lines/op (all counted)",
+                d.fences, d.lines_flushed
+            );
+        }
     }
 }
 
