@@ -761,3 +761,166 @@ fn kill_9_leaves_no_leak() {
         eprintln!("round {round}: {n} blocks linked and allocated");
     }
 }
+
+/// Environment variable with the engine a `kill_child_engine` child runs.
+const CHILD_ENGINE_ENV: &str = "FERRITE_PMDK_KILL_ENGINE";
+
+/// Keys the engine kill test cycles through.
+const KILL_KEYS: u64 = 300;
+
+/// Value of operation `j`: names `j`, sized 0..3000 bytes by `j`.
+fn kill_value(j: u64) -> Vec<u8> {
+    let mut v = j.to_le_bytes().to_vec();
+    v.resize(8 + (j as usize * 97) % 3000, (j % 251) as u8);
+    v
+}
+
+/// Child of [`kill_9_engine_on_pmdk`]: operation `j` puts `kill_value(j)`
+/// at key `j % KILL_KEYS` (every 7th as a batch with a put of the next
+/// key); prints `j` once acknowledged; until killed.
+#[test]
+fn kill_child_engine() {
+    let (Some(path), Some(kind)) = (
+        std::env::var_os(CHILD_ENV),
+        std::env::var(CHILD_ENGINE_ENV).ok(),
+    ) else {
+        return;
+    };
+    let kind = EngineKind::parse(&kind).unwrap();
+    let s = open_pmdk_store(Path::new(&path), &StoreOptions::new(kind)).unwrap();
+    let mut ss = s.session().unwrap();
+    let start = s
+        .walk()
+        .unwrap()
+        .entries
+        .iter()
+        .map(|(_, v)| u64::from_le_bytes(v[..8].try_into().unwrap()))
+        .max()
+        .map_or(0, |m| m + 1);
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let mut j = start;
+    loop {
+        if j % 7 == 6 {
+            let (k1, k2) = (
+                key((j % KILL_KEYS) as u32),
+                key(((j + 1) % KILL_KEYS) as u32),
+            );
+            let (v1, v2) = (kill_value(j), kill_value(j + 1));
+            ss.batch(&[
+                Op::Put {
+                    key: &k1,
+                    value: &v1,
+                },
+                Op::Put {
+                    key: &k2,
+                    value: &v2,
+                },
+            ])
+            .unwrap();
+            j += 2;
+        } else {
+            ss.put(&key((j % KILL_KEYS) as u32), &kill_value(j))
+                .unwrap();
+            j += 1;
+        }
+        writeln!(out, "acked {}", j - 1).unwrap();
+    }
+}
+
+/// Kills a child writing to an engine on PMDK's allocator, then reopens
+/// the store: its contents are those after some prefix of the operations
+/// (no later than the last acknowledged one + the one in flight, a batch
+/// wholly), and walk().blocks equals PMDK's allocated set (no leak).
+#[test]
+fn kill_9_engine_on_pmdk() {
+    use std::io::{BufRead, BufReader};
+    for kind in EngineKind::ALL {
+        let dir = ShmDir::new(&format!("kill-{}", kind.name()));
+        let opts = StoreOptions::new(kind);
+        let Some(s) = engine_or_skip(pmdk_store(&dir.file(), 64 << 20, &opts), kind) else {
+            continue;
+        };
+        s.close().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        for round in 0..3u64 {
+            let mut child = std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "kill_child_engine",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, dir.file())
+                .env(CHILD_ENGINE_ENV, kind.name())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut acked = None;
+            let stop = 200 + 150 * round;
+            while let Some(Ok(l)) = lines.next() {
+                if let Some(j) = l.strip_prefix("acked ") {
+                    let j: u64 = j.parse().unwrap();
+                    acked = Some(j);
+                    if j >= stop {
+                        break;
+                    }
+                }
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let acked = acked.expect("the child acknowledged something");
+
+            let s = open_pmdk_store(&dir.file(), &opts).unwrap();
+            s.quiesce().unwrap();
+            let w = s.walk().unwrap();
+            let m = w
+                .entries
+                .iter()
+                .map(|(_, v)| u64::from_le_bytes(v[..8].try_into().unwrap()))
+                .max()
+                .unwrap();
+            assert!(
+                m >= acked,
+                "{kind} round {round}: op {acked} was acknowledged, store ends at {m}"
+            );
+            assert!(
+                m <= acked + 3,
+                "{kind}: store has op {m}, beyond the one in flight after {acked}"
+            );
+            // A prefix 0..=m: every key holds its latest op <= m. (A batch
+            // ending at m+1 is fine only wholly: m is its first op's, then
+            // the store would hold m+1 too; so the prefix is exact.)
+            for (k, v) in &w.entries {
+                let j = u64::from_le_bytes(v[..8].try_into().unwrap());
+                assert_eq!(v, &kill_value(j), "{kind}: value of op {j} damaged");
+                let ki = std::str::from_utf8(&k[3..])
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap();
+                let latest = m - (m + KILL_KEYS - ki) % KILL_KEYS;
+                assert_eq!(
+                    j, latest,
+                    "{kind}: key {ki} holds op {j}, not its latest op {latest} <= {m}"
+                );
+            }
+            assert_eq!(w.entries.len() as u64, KILL_KEYS.min(m + 1));
+            let mut blocks: Vec<u64> = w.blocks.iter().map(|b| b.0).collect();
+            blocks.sort();
+            let mut alloc = Vec::new();
+            s.alloc()
+                .for_each_allocated(&mut |off, _| alloc.push(off.raw()));
+            alloc.sort();
+            assert_eq!(
+                blocks, alloc,
+                "{kind} round {round}: walk().blocks != PMDK's allocated set"
+            );
+            eprintln!(
+                "{kind} round {round}: acked {acked}, store at op {m}, {} blocks",
+                alloc.len()
+            );
+            s.close().unwrap();
+        }
+    }
+}
