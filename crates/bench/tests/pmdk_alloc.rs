@@ -858,18 +858,29 @@ fn kill_9_engine_on_pmdk() {
                 .unwrap();
             let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
             let mut acked = None;
-            let stop = 200 + 150 * round;
-            while let Some(Ok(l)) = lines.next() {
+            let mut note = |l: &str| {
                 if let Some(j) = l.strip_prefix("acked ") {
-                    let j: u64 = j.parse().unwrap();
-                    acked = Some(j);
-                    if j >= stop {
-                        break;
-                    }
+                    acked = Some(j.parse::<u64>().unwrap());
+                }
+            };
+            // Let it run past a few hundred operations, then for a few
+            // more milliseconds (still acknowledging into the pipe), and
+            // kill it wherever it is; the pipe keeps the acknowledgements
+            // written before the kill.
+            let stop = 200 + 150 * round;
+            for l in lines.by_ref() {
+                let l = l.unwrap();
+                note(&l);
+                if acked.is_some_and(|j| j >= stop) {
+                    break;
                 }
             }
+            std::thread::sleep(std::time::Duration::from_millis(3 + 11 * round));
             child.kill().unwrap();
             child.wait().unwrap();
+            for l in lines.map_while(Result::ok) {
+                note(&l);
+            }
             let acked = acked.expect("the child acknowledged something");
 
             let s = open_pmdk_store(&dir.file(), &opts).unwrap();
