@@ -858,9 +858,9 @@ fn kill_9_engine_on_pmdk() {
                 .unwrap();
             let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
             let mut acked = None;
-            let mut note = |l: &str| {
+            let note = |acked: &mut Option<u64>, l: &str| {
                 if let Some(j) = l.strip_prefix("acked ") {
-                    acked = Some(j.parse::<u64>().unwrap());
+                    *acked = Some(j.parse::<u64>().unwrap());
                 }
             };
             // Let it run past a few hundred operations, then for a few
@@ -870,7 +870,7 @@ fn kill_9_engine_on_pmdk() {
             let stop = 200 + 150 * round;
             for l in lines.by_ref() {
                 let l = l.unwrap();
-                note(&l);
+                note(&mut acked, &l);
                 if acked.is_some_and(|j| j >= stop) {
                     break;
                 }
@@ -879,7 +879,7 @@ fn kill_9_engine_on_pmdk() {
             child.kill().unwrap();
             child.wait().unwrap();
             for l in lines.map_while(Result::ok) {
-                note(&l);
+                note(&mut acked, &l);
             }
             let acked = acked.expect("the child acknowledged something");
 
