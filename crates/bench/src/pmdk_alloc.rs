@@ -50,7 +50,11 @@
 //! publish in flight and reserved blocks, and refuses a free of anything
 //! not live ([`AllocError::NotAllocated`]), a second free
 //! ([`AllocError::DoubleFree`]), and a link outside the root object and
-//! the live or reserved blocks ([`AllocError::BadLink`]).
+//! the live or reserved blocks, or into a block being freed
+//! ([`AllocError::BadLink`]). A block that a publish in flight links into
+//! is *pinned* until that publish returns: freeing or cancelling it
+//! meanwhile (a use after free of the caller's) is refused, so PMDK never
+//! stores into memory it may already have handed out again.
 //!
 //! # Ordering the engine's flushes before PMDK's publish
 //!
@@ -133,14 +137,31 @@ struct Index {
     reserved: BTreeMap<u64, u64>,
     /// Sum of `live`'s usable bytes.
     in_use: u64,
+    /// Blocks that links of publishes in flight store into: block offset →
+    /// number of such publishes. Freeing or cancelling a pinned block is
+    /// refused, so PMDK never stores into memory it may have handed out
+    /// again (where its next object's header could be).
+    pinned: HashMap<u64, u32>,
 }
 
 impl Index {
-    /// Whether `at..at + 8` lies inside a block of `map`.
-    fn inside(map: &BTreeMap<u64, u64>, at: u64) -> bool {
+    /// The block of `map` that `at..at + 8` lies inside, if any.
+    fn containing(map: &BTreeMap<u64, u64>, at: u64) -> Option<u64> {
         map.range(..=at)
             .next_back()
-            .is_some_and(|(&off, &len)| at.checked_add(8).is_some_and(|e| e <= off + len))
+            .filter(|&(&off, &len)| at.checked_add(8).is_some_and(|e| e <= off + len))
+            .map(|(&off, _)| off)
+    }
+
+    fn unpin(&mut self, blocks: &[u64]) {
+        for b in blocks {
+            if let Some(n) = self.pinned.get_mut(b) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pinned.remove(b);
+                }
+            }
+        }
     }
 }
 
@@ -255,16 +276,20 @@ impl PmdkAlloc {
         (self.obj.mapped_len() as u64).saturating_sub(self.index().in_use)
     }
 
-    /// Whether `at` is an 8-byte word the caller may have PMDK store to:
-    /// in the root object or in a live or reserved block.
-    fn link_ok(&self, at: u64, ix: &Index) -> bool {
+    /// Where the caller may have PMDK store the 8-byte word `at`: in the
+    /// root object (`Some(None)`) or in a live or reserved block that no
+    /// publish in flight frees (`Some(Some(block))`); `None` otherwise.
+    fn link_target(&self, at: u64, ix: &Index) -> Option<Option<u64>> {
         if !at.is_multiple_of(8) {
-            return false;
+            return None;
         }
         let (root, root_len) = self.root_span();
-        let in_root =
-            root != 0 && at >= root && at.checked_add(8).is_some_and(|e| e <= root + root_len);
-        in_root || Index::inside(&ix.live, at) || Index::inside(&ix.reserved, at)
+        if root != 0 && at >= root && at.checked_add(8).is_some_and(|e| e <= root + root_len) {
+            return Some(None);
+        }
+        let block =
+            Index::containing(&ix.live, at).or_else(|| Index::containing(&ix.reserved, at))?;
+        (!ix.freeing.contains(&block)).then_some(Some(block))
     }
 }
 
@@ -279,6 +304,7 @@ impl PAllocator for PmdkAlloc {
             owner: self.next_owner.fetch_add(1, Ordering::Relaxed),
             pending: HashMap::new(),
             acts: Vec::new(),
+            pins: Vec::new(),
         }))
     }
 
@@ -333,6 +359,17 @@ impl PAllocator for PmdkAlloc {
     }
 }
 
+/// A free or cancel of a block that a concurrent publish links into: a
+/// use after free of the caller's, refused (see `Index::pinned`).
+fn linked_in_flight(off: u64) -> AllocError {
+    AllocError::External {
+        allocator: NAME,
+        msg: format!(
+            "block {off:#x} is the target of a link in a publish in flight; freeing it now would let PMDK store into freed memory"
+        ),
+    }
+}
+
 /// A [`Region`] over the whole mapping of `obj` (see [`PmdkAlloc::region`]).
 fn region_on(obj: &Arc<PmemObj>) -> Result<Region, PmdkStoreError> {
     let keep = Box::new(obj.clone());
@@ -359,6 +396,8 @@ pub struct PmdkThread<'a> {
     pending: HashMap<u64, Action>,
     /// Scratch array handed to `pmemobj_publish`.
     acts: Vec<Action>,
+    /// Blocks the publish in progress pinned (see `Index::pinned`).
+    pins: Vec<u64>,
 }
 
 impl PmdkThread<'_> {
@@ -378,7 +417,7 @@ impl PmdkThread<'_> {
     }
 
     /// Checks `p` and marks its frees as in flight (under the index lock).
-    fn stage(&self, p: &Publish<'_>) -> ferrite_alloc::Result<()> {
+    fn stage(&mut self, p: &Publish<'_>) -> ferrite_alloc::Result<()> {
         let ops = p.allocs.len() + p.frees.len() + p.links.len();
         if ops > MAX_PUBLISH_OPS {
             return Err(AllocError::BatchTooLarge {
@@ -394,11 +433,6 @@ impl PmdkThread<'_> {
             }
         }
         let mut ix = self.alloc.index();
-        for l in p.links {
-            if !self.alloc.link_ok(l.at.raw(), &ix) {
-                return Err(AllocError::BadLink { off: l.at.raw() });
-            }
-        }
         for (i, f) in p.frees.iter().enumerate() {
             let off = f.raw();
             if !ix.live.contains_key(&off) {
@@ -407,18 +441,40 @@ impl PmdkThread<'_> {
             if ix.freeing.contains(&off) || p.frees[..i].contains(f) {
                 return Err(AllocError::DoubleFree { off });
             }
+            if ix.pinned.contains_key(&off) {
+                return Err(linked_in_flight(off));
+            }
         }
         for f in p.frees {
             ix.freeing.insert(f.raw());
         }
+        // Links last, so that a link into a block this publish frees is
+        // refused like one into a block another publish frees.
+        self.pins.clear();
+        for l in p.links {
+            match self.alloc.link_target(l.at.raw(), &ix) {
+                Some(block) => self.pins.extend(block),
+                None => {
+                    for f in p.frees {
+                        ix.freeing.remove(&f.raw());
+                    }
+                    return Err(AllocError::BadLink { off: l.at.raw() });
+                }
+            }
+        }
+        for &b in &self.pins {
+            *ix.pinned.entry(b).or_insert(0) += 1;
+        }
         Ok(())
     }
 
-    fn unstage(&self, p: &Publish<'_>) {
+    fn unstage(&mut self, p: &Publish<'_>) {
         let mut ix = self.alloc.index();
         for f in p.frees {
             ix.freeing.remove(&f.raw());
         }
+        ix.unpin(&self.pins);
+        self.pins.clear();
     }
 
     /// Builds the action array: reservations, then links, then frees.
@@ -473,10 +529,15 @@ impl AllocThread for PmdkThread<'_> {
     fn cancel(&mut self, r: Reservation) -> ferrite_alloc::Result<()> {
         self.check_mine(&r)?;
         let off = r.off().raw();
+        let mut ix = self.alloc.index();
+        if ix.pinned.contains_key(&off) {
+            return Err(linked_in_flight(off));
+        }
+        ix.reserved.remove(&off);
+        drop(ix);
         if let Some(a) = self.pending.remove(&off) {
             self.alloc.obj.cancel(&mut [a]);
         }
-        self.alloc.index().reserved.remove(&off);
         Ok(())
     }
 
@@ -498,6 +559,8 @@ impl AllocThread for PmdkThread<'_> {
             return Err(pmdk_err(0, self.alloc.free_bytes(), e));
         }
         let mut ix = self.alloc.index();
+        ix.unpin(&self.pins);
+        self.pins.clear();
         for r in p.allocs {
             let off = r.off().raw();
             self.pending.remove(&off);
@@ -570,13 +633,19 @@ impl AllocThread for PmdkThread<'_> {
 impl Drop for PmdkThread<'_> {
     /// Returns the reservations the handle never published (as a thread
     /// exit would, for PMDK's DRAM-only reservations).
+    /// A reservation another thread's publish is linking into (pinned)
+    /// is left reserved instead: PMDK forgets it at the next open.
     fn drop(&mut self) {
-        let mut acts: Vec<Action> = self.pending.values().copied().collect();
-        self.alloc.obj.cancel(&mut acts);
         let mut ix = self.alloc.index();
-        for off in self.pending.keys() {
-            ix.reserved.remove(off);
+        let mut acts = Vec::new();
+        for (off, a) in &self.pending {
+            if !ix.pinned.contains_key(off) {
+                ix.reserved.remove(off);
+                acts.push(*a);
+            }
         }
+        drop(ix);
+        self.alloc.obj.cancel(&mut acts);
     }
 }
 

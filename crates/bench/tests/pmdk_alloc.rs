@@ -234,6 +234,18 @@ fn misuse_is_refused_with_typed_errors() {
             "{bad:#x}"
         );
     }
+    // A link into a block the same publish frees.
+    assert!(matches!(
+        t.publish(&Publish {
+            frees: &[b],
+            links: &[Link {
+                at: POff::new(b.raw()),
+                value: 1
+            }],
+            ..Publish::default()
+        }),
+        Err(AllocError::BadLink { .. })
+    ));
     // A failed publish changed nothing: r is still publishable, b still
     // live (and freeable).
     assert!(matches!(
