@@ -947,3 +947,56 @@ fn kill_9_engine_on_pmdk() {
         }
     }
 }
+
+/// Rough single-thread throughput of a 50/50 read/update mix of 1000-byte
+/// values on each engine over the three allocators (not a benchmark: the
+/// suites measure properly). `cargo test --release -p ferrite-bench
+/// --features pmdk --test pmdk_alloc -- --ignored --nocapture`, with
+/// `PMEM_IS_PMEM_FORCE=1` for PMDK's flush path.
+#[test]
+#[ignore]
+fn rough_throughput_50_50() {
+    const KEYS: u32 = 10_000;
+    const OPS: u32 = 100_000;
+    fn run(ss: &mut dyn ferrite_engine::Session) -> f64 {
+        let v = vec![5u8; 1000];
+        for i in 0..KEYS {
+            ss.put(&key(i), &v).unwrap();
+        }
+        let mut out = Vec::new();
+        let mut x = 88172645463325252u64;
+        let t = std::time::Instant::now();
+        for _ in 0..OPS {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = key((x % u64::from(KEYS)) as u32);
+            if x & (1 << 40) == 0 {
+                assert!(ss.get_into(&k, &mut out).unwrap());
+            } else {
+                ss.put(&k, &v).unwrap();
+            }
+        }
+        f64::from(OPS) / t.elapsed().as_secs_f64() / 1e6
+    }
+    for kind in EngineKind::ALL {
+        let opts = StoreOptions::new(kind).sessions(1);
+        let dir = ShmDir::new(&format!("tput-{}", kind.name()));
+        let Some(s) = engine_or_skip(pmdk_store(&dir.file(), 256 << 20, &opts), kind) else {
+            continue;
+        };
+        let pmdk = run(&mut *s.session().unwrap());
+        let mut line = format!("{kind}: pmdk {pmdk:.3} Mops/s");
+        for a in ferrite_engine::AllocKind::ALL {
+            let pool = ferrite_pmem::Pool::create_in_memory(
+                &ferrite_pmem::PoolOptions::new(ferrite_engine::LAYOUT, 256 << 20)
+                    .domain(ferrite_pmem::Domain::Adr),
+            )
+            .unwrap();
+            let fs = ferrite_engine::Store::create(&pool, &opts.clone().allocator(a)).unwrap();
+            let m = run(&mut *fs.session().unwrap());
+            line += &format!(", {a} {m:.3} Mops/s");
+        }
+        eprintln!("{line}");
+    }
+}
