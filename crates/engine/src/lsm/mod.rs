@@ -1,0 +1,1068 @@
+//! **LSM engine**: a log-structured merge tree [P2 §3.1; notes A4, A5].
+//!
+//! # Design
+//!
+//! - **Memtable.** A DRAM ordered map (`BTreeMap`, key → value or
+//!   tombstone) over an append-only persistent **log segment** (one
+//!   allocator block). Every write — a put, a delete, or a whole batch —
+//!   is *one* self-validating record (CRC32C over the nonce, sequence
+//!   number, log generation and body; format in [`format`]) appended on a
+//!   fresh cache line, flushed, and fenced once. Recovery replays the
+//!   longest prefix of valid records with consecutive sequence numbers and
+//!   the manifest's log generation, so a torn record (and everything that
+//!   was never written after it) is simply absent, and a batch — one
+//!   record — is all or nothing. No commit mark, so no second fence.
+//! - **Runs.** When the log passes [`Options::memtable_bytes`], the
+//!   memtable is written as an immutable **sorted run** into one allocator
+//!   block: data blocks of sorted records (about [`Options::block_bytes`]
+//!   each, each with its own CRC), a **fence-pointer index** (every block's
+//!   first key, offset, length, CRC) and a persisted **bloom filter**. The
+//!   index and the bloom filter are also kept in DRAM, so a lookup in a run
+//!   costs a bloom probe, a binary search and one block read.
+//! - **Manifest.** One allocator block listing the log segment, its
+//!   generation and first sequence number, and the runs (newest first),
+//!   linked from the first word of the engine's fixed area. A flush writes
+//!   the run and a new manifest, flushes them and fences, then makes the
+//!   switch with ONE [`AllocThread::publish`]: the run's and manifest's
+//!   allocations, the frees of the old manifest and of every run merged
+//!   away, and the fixed-area link. The log segment is *reused*: the new
+//!   manifest carries a new log generation, which invalidates every record
+//!   in the segment at once (truncation costs nothing and cannot happen
+//!   before the switch: it *is* the switch). A segment is replaced
+//!   (allocated and freed in the same publish) only when a record does not
+//!   fit in it.
+//! - **Compaction** is folded into the flush (inline, under the writer
+//!   lock): the flush merges the memtable with the newest runs while the
+//!   next run is at most [`Options::merge_ratio`] times what is merged so
+//!   far, or while there would be more than [`Options::max_runs`] runs — a
+//!   binary-counter (size-tiered) policy: each byte is rewritten
+//!   `O(log(data / memtable))` times. Shadowed versions are dropped by the
+//!   merge; tombstones are dropped when the output becomes the oldest run.
+//!   There is no background thread, so [`Engine::quiesce`] has nothing to
+//!   wait for.
+//! - **Readers** never take the writer lock: a get looks up the memtable
+//!   under a short read lock, clones the `Arc` of the current run list
+//!   (the *version*), and searches the runs newest first without any lock.
+//!   A flush installs the new version and clears the memtable under one
+//!   short write lock, so a reader sees either (old memtable, old runs) or
+//!   (new memtable, new runs). Runs a flush merged away are freed in its
+//!   publish, but their blocks cannot be *reused* before every reader that
+//!   may still read them has dropped its version: the next flush (the only
+//!   place that reserves blocks) first waits until no version but the
+//!   writer's graveyard holds them. (So a scan callback must not write to
+//!   the same store: it would wait for its own scan.)
+//!
+//! # Fences and flushed lines per operation
+//!
+//! | operation              | fences | lines flushed                                  |
+//! |------------------------|--------|------------------------------------------------|
+//! | put / delete           | 1      | `⌈(24 + 11 + key + value) / 64⌉` (1000-B value, 16-B key: 17) |
+//! | delete of an absent key| 0      | 0                                              |
+//! | batch of n ops         | 1      | `⌈(28 + Σ(7 + key + value)) / 64⌉`            |
+//! | get / scan             | 0      | 0                                              |
+//! | flush (+ merge)        | 3      | the run image, the manifest, the allocator's record and words |
+//!
+//! One fence per write is the floor for a durable write whose record must
+//! be durable before it returns. A flush costs one fence for the run and
+//! manifest (they must be durable before the allocator's redo record that
+//! links them can be: the allocator's first fence would complete them
+//! *together* with its record, so a crash before that fence could leave
+//! the record but not the run) plus the publish's two. With the default
+//! 4 MiB memtable and 1 KB values that is 3 fences per ~4 000 writes, and
+//! the merges' rewrites cost flushed lines (about `log2(data / 4 MiB)`
+//! times the data), not fences.
+//!
+//! # Recovery
+//!
+//! Open reads the manifest (bounds and CRC checked, every block checked
+//! against the allocator), loads and validates every run (header, index,
+//! bloom and block CRCs, strictly increasing keys), replays the log's valid
+//! prefix into the memtable, and then *scrubs* the rest of the segment
+//! (zeroes every non-zero line after the valid prefix, one fence), so that
+//! the remains of a torn record can never be mistaken for a later record
+//! once new records are appended over it. Recovery writes nothing else, so
+//! it is idempotent.
+//!
+//! # Planted faults ([`Fault`])
+//!
+//! - [`Fault::RunUnflushed`]: a flush publishes the manifest without
+//!   flushing the run block: after a crash the manifest can name a run
+//!   whose lines never reached the media (recovery reports corruption or
+//!   loses acknowledged writes).
+//! - [`Fault::AppendUnfenced`]: a write returns after flushing its record
+//!   without fencing: an acknowledged write can be lost.
+//! - [`Fault::ReplayPastTear`]: recovery skips an invalid record and goes
+//!   on replaying the records after it (the classic "skip the bad record"
+//!   bug): a torn *older* record is dropped while later ones survive
+//!   — here a batch can be half applied across a torn record of it, as a
+//!   begin/commit log without checking the commit would.
+
+mod format;
+#[cfg(test)]
+mod tests;
+
+use crate::store::EngineCtx;
+use crate::{
+    Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
+    StoreOptions, Walk, check_key, check_ops, check_value,
+};
+use ferrite_alloc::{AllocThread, Link, PAllocator, Publish, Reservation};
+use ferrite_pmem::{LockHeld, POff, Region};
+use format::{
+    Manifest, RUN_HEADER, RunBuilder, RunMeta, bloom_may_contain, corrupt, parse_run_record,
+    read_checked, round_line,
+};
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Tuning knobs of this engine.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Log bytes after which the memtable is flushed into a run.
+    pub memtable_bytes: u64,
+    /// Log capacity beyond `memtable_bytes`, used only while a flush
+    /// cannot get space (a full pool): deletes still go through.
+    pub log_slack: u64,
+    /// Target size of a run's data block (one fence pointer each).
+    pub block_bytes: usize,
+    /// Bloom filter bits per key.
+    pub bloom_bits_per_key: u32,
+    /// Most runs before a flush merges regardless of sizes.
+    pub max_runs: usize,
+    /// A flush also merges the next run while its data is at most this
+    /// many times the bytes merged so far.
+    pub merge_ratio: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            memtable_bytes: 4 << 20,
+            log_slack: 1 << 20,
+            block_bytes: 4096,
+            bloom_bits_per_key: 10,
+            max_runs: 8,
+            merge_ratio: 2,
+        }
+    }
+}
+
+/// Planted bugs of this engine (checks only). See the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Publish the manifest without flushing the run's block.
+    RunUnflushed,
+    /// Return from a write without fencing its log record.
+    AppendUnfenced,
+    /// Zero (truncate) the log before the manifest switch is durable.
+    TruncateBeforeSwitch,
+}
+
+/// The engine's fixed area: the manifest link word, alone on its line.
+pub(crate) fn fixed_area_bytes(_opts: &StoreOptions) -> usize {
+    64
+}
+
+type Entry = (Vec<u8>, Option<Vec<u8>>);
+
+/// A run in DRAM: where it is and its validated fence pointers and bloom filter.
+struct Run {
+    off: u64,
+    len: u64,
+    meta: RunMeta,
+}
+
+/// The runs readers search, newest first. Immutable; replaced whole.
+struct Version {
+    runs: Vec<Arc<Run>>,
+}
+
+struct State {
+    mem: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    version: Arc<Version>,
+}
+
+/// What only writers touch (under the writer lock).
+struct Writer {
+    man: Manifest,
+    man_off: u64,
+    /// Append position in the log segment.
+    pos: u64,
+    next_seq: u64,
+    /// Runs freed by a publish that readers may still hold.
+    graveyard: Vec<Arc<Run>>,
+}
+
+pub(crate) struct Lsm {
+    pool: Region,
+    area_off: u64,
+    nonce: u64,
+    alloc: Arc<dyn PAllocator>,
+    opts: Options,
+    fault: Option<Fault>,
+    writer: Mutex<Writer>,
+    state: RwLock<State>,
+    sessions: AtomicUsize,
+    max_sessions: usize,
+    recovery: EngineRecovery,
+    flushes: AtomicU64,
+    merged_runs: AtomicU64,
+    full_fallbacks: AtomicU64,
+}
+
+fn fault_of(opts: &StoreOptions) -> Option<Fault> {
+    match opts.fault {
+        crate::Fault::Lsm(f) => Some(f),
+        _ => None,
+    }
+}
+
+fn check_opts(o: &Options) -> Result<()> {
+    if o.memtable_bytes < 256 || o.block_bytes == 0 || o.max_runs == 0 || o.bloom_bits_per_key == 0
+    {
+        return Err(EngineError::BadOption(format!("lsm options out of range: {o:?}")));
+    }
+    Ok(())
+}
+
+/// Default log segment capacity.
+fn default_cap(o: &Options) -> u64 {
+    round_line(o.memtable_bytes + o.log_slack)
+}
+
+/// Reserves blocks of `sizes`, cancelling what it got if one fails.
+fn reserve_all(at: &mut dyn AllocThread, sizes: &[usize]) -> Result<Vec<Reservation>> {
+    let mut out = Vec::with_capacity(sizes.len());
+    for &s in sizes {
+        match at.reserve(s) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                cancel_all(at, out);
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn cancel_all(at: &mut dyn AllocThread, rs: Vec<Reservation>) {
+    for r in rs {
+        // A reservation of this very handle cannot be refused.
+        let _ = at.cancel(r);
+    }
+}
+
+pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engine>> {
+    let o = opts.lsm.clone();
+    check_opts(&o)?;
+    let nonce = ctx.sb.nonce;
+    let cap = default_cap(&o);
+    let man_off;
+    let man;
+    {
+        let mut at = ctx.alloc.thread()?;
+        let m0 = Manifest {
+            gen_: 1,
+            seg: 0,
+            cap,
+            log_gen: 1,
+            first_seq: 1,
+            runs: Vec::new(),
+        };
+        let rs = reserve_all(&mut *at, &[cap as usize, m0.len()])?;
+        man = Manifest {
+            seg: rs[0].off().raw(),
+            ..m0
+        };
+        man_off = rs[1].off().raw();
+        let bytes = man.encode(nonce);
+        ctx.pool.write(man_off as usize, &bytes);
+        ctx.pool.flush(man_off as usize, bytes.len());
+        ctx.pool.fence();
+        let links = [Link {
+            at: POff::new(ctx.area_off),
+            value: man_off,
+        }];
+        if let Err(e) = at.publish(&Publish {
+            allocs: &rs,
+            frees: &[],
+            links: &links,
+        }) {
+            cancel_all(&mut *at, rs);
+            return Err(e.into());
+        }
+    }
+    Ok(Box::new(Lsm::new(
+        ctx,
+        opts,
+        man,
+        man_off,
+        0,
+        BTreeMap::new(),
+        Vec::new(),
+        EngineRecovery {
+            detail: "created".into(),
+            ..EngineRecovery::default()
+        },
+    )))
+}
+
+pub(crate) fn open(
+    ctx: EngineCtx,
+    opts: &StoreOptions,
+) -> Result<(Box<dyn Engine>, EngineRecovery)> {
+    check_opts(&opts.lsm)?;
+    let nonce = ctx.sb.nonce;
+    let pool = &ctx.pool;
+    let alloc = &ctx.alloc;
+    let block_len = |off: u64, what: &str| -> Result<u64> {
+        alloc
+            .usable_size(POff::new(off))
+            .map(|n| n as u64)
+            .map_err(|e| corrupt(format!("{what} at {off:#x} is not an allocated block: {e}")))
+    };
+    let man_off = pool.load_u64(ctx.area_off as usize);
+    if man_off == 0 {
+        return Err(corrupt("no manifest linked"));
+    }
+    let mlen = block_len(man_off, "manifest")?;
+    let man = Manifest::read(pool, man_off, nonce)?;
+    if man.len() as u64 > mlen {
+        return Err(corrupt("manifest longer than its block"));
+    }
+    if block_len(man.seg, "log segment")? < man.cap {
+        return Err(corrupt("log segment smaller than its capacity"));
+    }
+    let mut runs = Vec::with_capacity(man.runs.len());
+    for &(off, len) in &man.runs {
+        if block_len(off, "run")? < len {
+            return Err(corrupt(format!("run at {off:#x} longer than its block")));
+        }
+        let meta = format::load_run(pool, off, len, nonce)?;
+        runs.push(Arc::new(Run { off, len, meta }));
+    }
+    // Replay the log's valid prefix.
+    let mut mem = BTreeMap::new();
+    let mut pos = 0u64;
+    let mut seq = man.first_seq;
+    let mut body = Vec::new();
+    let mut replayed = 0usize;
+    loop {
+        match format::read_record(
+            pool,
+            man.seg,
+            man.cap,
+            pos,
+            nonce,
+            seq,
+            man.log_gen,
+            &mut body,
+        )? {
+            Some(len) => {
+                apply_body(&mut mem, &body)?;
+                replayed += 1;
+                seq += 1;
+                pos += len;
+            }
+            None => break,
+        }
+    }
+    // Scrub everything after the valid prefix (see the module docs).
+    scrub(pool, man.seg + pos, man.cap - pos);
+    let keys = count_live(pool, &mem, &runs)?;
+    let rec = EngineRecovery {
+        replayed,
+        keys,
+        detail: format!(
+            "manifest gen {}, {} runs, {} log records replayed ({} log bytes)",
+            man.gen_,
+            runs.len(),
+            replayed,
+            pos
+        ),
+        ..EngineRecovery::default()
+    };
+    let eng = Lsm::new(ctx, opts, man, man_off, pos, mem, runs, rec.clone());
+    eng.writer.lock().next_seq = seq;
+    Ok((Box::new(eng), rec))
+}
+
+/// Zeroes every non-zero line of `[off, off + len)`, under one fence.
+fn scrub(pool: &Region, off: u64, len: u64) {
+    const CHUNK: u64 = 64 << 10;
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut p = 0u64;
+    let mut wrote = false;
+    while p < len {
+        let n = CHUNK.min(len - p) as usize;
+        pool.read((off + p) as usize, &mut buf[..n]);
+        for (i, line) in buf[..n].chunks(64).enumerate() {
+            if line.iter().any(|&b| b != 0) {
+                let at = (off + p) as usize + 64 * i;
+                pool.fill(at, line.len(), 0);
+                pool.flush(at, line.len());
+                wrote = true;
+            }
+        }
+        p += n as u64;
+    }
+    if wrote {
+        pool.fence();
+    }
+}
+
+fn apply_body(mem: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, body: &[u8]) -> Result<()> {
+    format::for_each_op(body, |kind, k, v| {
+        let val = (kind == format::OP_PUT).then(|| v.to_vec());
+        mem.insert(k.to_vec(), val);
+    })
+}
+
+fn count_live(
+    pool: &Region,
+    mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    runs: &[Arc<Run>],
+) -> Result<u64> {
+    let mem: Vec<Entry> = mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut m = Merge::new(pool, &mem, runs, &[])?;
+    let mut n = 0;
+    while let Some((_, v)) = m.next()? {
+        n += u64::from(v.is_some());
+    }
+    Ok(n)
+}
+
+impl Lsm {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        ctx: EngineCtx,
+        opts: &StoreOptions,
+        man: Manifest,
+        man_off: u64,
+        pos: u64,
+        mem: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        runs: Vec<Arc<Run>>,
+        recovery: EngineRecovery,
+    ) -> Lsm {
+        let next_seq = man.first_seq;
+        Lsm {
+            pool: ctx.pool,
+            area_off: ctx.area_off,
+            nonce: ctx.sb.nonce,
+            alloc: ctx.alloc,
+            opts: opts.lsm.clone(),
+            fault: fault_of(opts),
+            writer: Mutex::new(Writer {
+                man,
+                man_off,
+                pos,
+                next_seq,
+                graveyard: Vec::new(),
+            }),
+            state: RwLock::new(State {
+                mem,
+                version: Arc::new(Version { runs }),
+            }),
+            sessions: AtomicUsize::new(0),
+            max_sessions: usize::from(ctx.sb.sessions),
+            recovery,
+            flushes: AtomicU64::new(0),
+            merged_runs: AtomicU64::new(0),
+            full_fallbacks: AtomicU64::new(0),
+        }
+    }
+
+    /// Looks `key` up: memtable, then runs newest first. `blk` is scratch.
+    fn get_into(&self, key: &[u8], out: &mut Vec<u8>, blk: &mut Vec<u8>) -> Result<bool> {
+        let version = {
+            let st = self.state.read();
+            if let Some(v) = st.mem.get(key) {
+                out.clear();
+                return Ok(match v {
+                    Some(v) => {
+                        out.extend_from_slice(v);
+                        true
+                    }
+                    None => false,
+                });
+            }
+            st.version.clone()
+        };
+        for run in &version.runs {
+            if let Some(found) = self.run_get(run, key, out, blk)? {
+                return Ok(found);
+            }
+        }
+        out.clear();
+        Ok(false)
+    }
+
+    /// `Some(true)`: value in `out`; `Some(false)`: tombstone; `None`: not in this run.
+    fn run_get(
+        &self,
+        run: &Run,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        blk: &mut Vec<u8>,
+    ) -> Result<Option<bool>> {
+        if !bloom_may_contain(&run.meta.bloom, run.meta.k, key) {
+            return Ok(None);
+        }
+        let i = run.meta.blocks.partition_point(|b| &*b.first <= key);
+        if i == 0 {
+            return Ok(None);
+        }
+        let b = &run.meta.blocks[i - 1];
+        read_checked(
+            &self.pool,
+            run.off + RUN_HEADER as u64 + b.off,
+            u64::from(b.len),
+            blk,
+        )?;
+        let mut q = 0;
+        while q < blk.len() {
+            let (k, v, next) = parse_run_record(blk, q)?;
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => q = next,
+                std::cmp::Ordering::Equal => {
+                    out.clear();
+                    if let Some(v) = v {
+                        out.extend_from_slice(v);
+                        return Ok(Some(true));
+                    }
+                    return Ok(Some(false));
+                }
+                std::cmp::Ordering::Greater => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    fn scan(&self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let (mem, version) = {
+            let st = self.state.read();
+            let mut v = Vec::new();
+            let mut puts = 0;
+            for (k, val) in st
+                .mem
+                .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
+            {
+                v.push((k.clone(), val.clone()));
+                if val.is_some() {
+                    puts += 1;
+                    if puts >= limit {
+                        break;
+                    }
+                }
+            }
+            (v, st.version.clone())
+        };
+        let mut m = Merge::new(&self.pool, &mem, &version.runs, from)?;
+        let mut n = 0;
+        while n < limit {
+            match m.next()? {
+                None => break,
+                Some((k, Some(v))) => {
+                    f(&k, &v);
+                    n += 1;
+                }
+                Some((_, None)) => {}
+            }
+        }
+        Ok(n)
+    }
+
+    /// Appends `rec` (ops encoded by [`format::encode_ops`]) durably and
+    /// applies `ops` to the memtable. Called with the writer lock held.
+    fn append(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        rec: &mut [u8],
+        ops: &[Op<'_>],
+    ) -> Result<()> {
+        let len = round_line(rec.len() as u64);
+        let over_threshold = w.pos > 0 && w.pos + len > self.opts.memtable_bytes;
+        if over_threshold || w.pos + len > w.man.cap {
+            match self.flush(w, at, len) {
+                Ok(()) => {}
+                Err(EngineError::Full(m)) => {
+                    // No room for a run: keep using the log's slack.
+                    self.full_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    if w.pos + len > w.man.cap {
+                        return Err(EngineError::Full(m));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen);
+        let at_off = (w.man.seg + w.pos) as usize;
+        self.pool.write(at_off, rec);
+        self.pool.flush(at_off, rec.len());
+        if self.fault != Some(Fault::AppendUnfenced) {
+            self.pool.fence();
+        }
+        w.pos += len;
+        w.next_seq += 1;
+        let mut st = self.state.write();
+        for op in ops {
+            match op {
+                Op::Put { key, value } => {
+                    st.mem.insert(key.to_vec(), Some(value.to_vec()));
+                }
+                Op::Delete { key } => {
+                    st.mem.insert(key.to_vec(), None);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until no reader holds a run freed by an earlier flush, so
+    /// that its block may be reused.
+    fn wait_graveyard(&self, w: &mut Writer) {
+        while w.graveyard.iter().any(|r| Arc::strong_count(r) > 1) {
+            std::thread::yield_now();
+        }
+        w.graveyard.clear();
+    }
+
+    /// Flushes the memtable into a run (merging newer runs per the policy),
+    /// making room for a record of `need` bytes.
+    fn flush(&self, w: &mut Writer, at: &mut dyn AllocThread, need: u64) -> Result<()> {
+        self.wait_graveyard(w);
+        let (mem, version) = {
+            let st = self.state.read();
+            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            (mem, st.version.clone())
+        };
+        let runs = &version.runs;
+        // Ops of the publish besides the merged runs' frees: run, manifest,
+        // segment allocs and frees, the link, with room for split words.
+        let max_merge = at.max_publish_ops().saturating_sub(10);
+        let mut j = 0;
+        let mut acc = w.pos.max(1);
+        while j < runs.len()
+            && j < max_merge
+            && (runs[j].meta.data_bytes <= self.opts.merge_ratio.saturating_mul(acc)
+                || runs.len() - j + 1 > self.opts.max_runs)
+        {
+            acc += runs[j].meta.data_bytes;
+            j += 1;
+        }
+        match self.flush_with(w, at, &mem, runs, j, need) {
+            Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, &mem, runs, 0, need),
+            r => r,
+        }
+    }
+
+    fn flush_with(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        mem: &[Entry],
+        runs: &[Arc<Run>],
+        j: usize,
+        need: u64,
+    ) -> Result<()> {
+        let nonce = self.nonce;
+        let last = j == runs.len();
+        let mut b = RunBuilder::new(self.opts.block_bytes);
+        {
+            let mut m = Merge::new(&self.pool, mem, &runs[..j], &[])?;
+            while let Some((k, v)) = m.next()? {
+                if last && v.is_none() {
+                    continue;
+                }
+                b.push(nonce, &k, v.as_deref());
+            }
+        }
+        let image = (!b.is_empty()).then(|| b.finish(nonce, self.opts.bloom_bits_per_key));
+        let want_cap = default_cap(&self.opts).max(round_line(need));
+        let new_seg = want_cap != w.man.cap;
+        let run_count = usize::from(image.is_some()) + runs.len() - j;
+        let man_len = format::MANIFEST_HEADER + 16 * run_count;
+        let mut sizes = Vec::new();
+        if let Some(img) = &image {
+            sizes.push(img.len());
+        }
+        if new_seg {
+            sizes.push(want_cap as usize);
+        }
+        sizes.push(man_len);
+        let rs = reserve_all(at, &sizes)?;
+        let mut it = rs.iter();
+        let run_at = image.as_ref().map(|_| it.next().expect("run").off().raw());
+        let seg = if new_seg {
+            it.next().expect("segment").off().raw()
+        } else {
+            w.man.seg
+        };
+        let man_off = it.next().expect("manifest").off().raw();
+        let mut list = Vec::with_capacity(run_count);
+        if let (Some(o), Some(img)) = (run_at, &image) {
+            list.push((o, img.len() as u64));
+        }
+        list.extend(runs[j..].iter().map(|r| (r.off, r.len)));
+        let man = Manifest {
+            gen_: w.man.gen_ + 1,
+            seg,
+            cap: want_cap,
+            log_gen: w.man.gen_ + 1,
+            first_seq: w.next_seq,
+            runs: list,
+        };
+        if let (Some(o), Some(img)) = (run_at, &image) {
+            self.pool.write(o as usize, img);
+            if self.fault != Some(Fault::RunUnflushed) {
+                self.pool.flush(o as usize, img.len());
+            }
+        }
+        let mb = man.encode(nonce);
+        self.pool.write(man_off as usize, &mb);
+        self.pool.flush(man_off as usize, mb.len());
+        if self.fault == Some(Fault::TruncateBeforeSwitch) && w.pos > 0 {
+            self.pool.fill(w.man.seg as usize, w.pos as usize, 0);
+            self.pool.flush(w.man.seg as usize, w.pos as usize);
+        }
+        // Run and manifest durable before the record that links them.
+        self.pool.fence();
+        let mut frees: Vec<POff<u8>> = runs[..j].iter().map(|r| POff::new(r.off)).collect();
+        frees.push(POff::new(w.man_off));
+        if new_seg {
+            frees.push(POff::new(w.man.seg));
+        }
+        let links = [Link {
+            at: POff::new(self.area_off),
+            value: man_off,
+        }];
+        if let Err(e) = at.publish(&Publish {
+            allocs: &rs,
+            frees: &frees,
+            links: &links,
+        }) {
+            cancel_all(at, rs);
+            return Err(e.into());
+        }
+        // Durable: switch the volatile state.
+        let mut new_runs = Vec::with_capacity(run_count);
+        if let (Some(o), Some(img)) = (run_at, &image) {
+            let meta = format::load_run(&self.pool, o, img.len() as u64, nonce)?;
+            new_runs.push(Arc::new(Run {
+                off: o,
+                len: img.len() as u64,
+                meta,
+            }));
+        }
+        new_runs.extend(runs[j..].iter().cloned());
+        w.man = man;
+        w.man_off = man_off;
+        w.pos = 0;
+        {
+            let mut st = self.state.write();
+            st.version = Arc::new(Version { runs: new_runs });
+            st.mem.clear();
+        }
+        w.graveyard.extend(runs[..j].iter().cloned());
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.merged_runs.fetch_add(j as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A cursor over a run's records from a key on (owned entries).
+struct RunCursor<'a> {
+    pool: &'a Region,
+    run: &'a Run,
+    block: usize,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl<'a> RunCursor<'a> {
+    fn seek(pool: &'a Region, run: &'a Run, from: &[u8]) -> Result<RunCursor<'a>> {
+        let i = run
+            .meta
+            .blocks
+            .partition_point(|b| &*b.first <= from)
+            .saturating_sub(1);
+        let mut c = RunCursor {
+            pool,
+            run,
+            block: i,
+            buf: Vec::new(),
+            pos: 0,
+        };
+        c.load()?;
+        // Skip the records before `from` in the first block.
+        while c.pos < c.buf.len() {
+            let (k, _, next) = parse_run_record(&c.buf, c.pos)?;
+            if k >= from {
+                break;
+            }
+            c.pos = next;
+        }
+        Ok(c)
+    }
+
+    fn load(&mut self) -> Result<()> {
+        self.pos = 0;
+        self.buf.clear();
+        if let Some(b) = self.run.meta.blocks.get(self.block) {
+            read_checked(
+                self.pool,
+                self.run.off + RUN_HEADER as u64 + b.off,
+                u64::from(b.len),
+                &mut self.buf,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        while self.pos >= self.buf.len() {
+            if self.block >= self.run.meta.blocks.len() {
+                return Ok(None);
+            }
+            self.block += 1;
+            self.load()?;
+        }
+        let (k, v, next) = parse_run_record(&self.buf, self.pos)?;
+        let e = (k.to_vec(), v.map(<[u8]>::to_vec));
+        self.pos = next;
+        Ok(Some(e))
+    }
+}
+
+enum Source<'a> {
+    Mem(std::slice::Iter<'a, Entry>),
+    Run(RunCursor<'a>),
+}
+
+impl Source<'_> {
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        match self {
+            Source::Mem(it) => Ok(it.next().cloned()),
+            Source::Run(c) => c.next_entry(),
+        }
+    }
+}
+
+/// K-way merge, newest source first: for equal keys the newest wins and
+/// the older versions are skipped. Yields tombstones too.
+struct Merge<'a> {
+    srcs: Vec<Source<'a>>,
+    heads: Vec<Option<Entry>>,
+}
+
+impl<'a> Merge<'a> {
+    /// Memtable entries `mem` (sorted; those `>= from` are used), then `runs` newest first.
+    fn new(pool: &'a Region, mem: &'a [Entry], runs: &'a [Arc<Run>], from: &[u8]) -> Result<Self> {
+        let start = mem.partition_point(|(k, _)| k.as_slice() < from);
+        let mut srcs = vec![Source::Mem(mem[start..].iter())];
+        for r in runs {
+            srcs.push(Source::Run(RunCursor::seek(pool, r, from)?));
+        }
+        let mut heads = Vec::with_capacity(srcs.len());
+        for s in &mut srcs {
+            heads.push(s.next_entry()?);
+        }
+        Ok(Merge { srcs, heads })
+    }
+
+    fn next(&mut self) -> Result<Option<Entry>> {
+        let mut best: Option<usize> = None;
+        for i in 0..self.heads.len() {
+            if let Some((k, _)) = &self.heads[i] {
+                if best.is_none_or(|b| k < &self.heads[b].as_ref().expect("head").0) {
+                    best = Some(i);
+                }
+            }
+        }
+        let Some(b) = best else { return Ok(None) };
+        let e = self.heads[b].take().expect("head");
+        self.heads[b] = self.srcs[b].next_entry()?;
+        for i in b + 1..self.heads.len() {
+            while self.heads[i].as_ref().is_some_and(|(k, _)| *k <= e.0) {
+                self.heads[i] = self.srcs[i].next_entry()?;
+            }
+        }
+        Ok(Some(e))
+    }
+}
+
+struct LsmSession<'a> {
+    eng: &'a Lsm,
+    at: Box<dyn AllocThread + 'a>,
+    rec: Vec<u8>,
+    blk: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl Drop for LsmSession<'_> {
+    fn drop(&mut self) {
+        self.eng.sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Session for LsmSession<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        self.eng.get_into(key, out, &mut self.blk)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        let ops = [Op::Put { key, value }];
+        format::encode_ops(&mut self.rec, &ops);
+        let mut w = self.eng.writer.lock();
+        let _held = LockHeld::enter();
+        self.eng.append(&mut w, &mut *self.at, &mut self.rec, &ops)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        let ops = [Op::Delete { key }];
+        format::encode_ops(&mut self.rec, &ops);
+        let mut w = self.eng.writer.lock();
+        let _held = LockHeld::enter();
+        // Under the writer lock no other write can change the answer.
+        if !self.eng.get_into(key, &mut self.scratch, &mut self.blk)? {
+            return Ok(false);
+        }
+        self.eng
+            .append(&mut w, &mut *self.at, &mut self.rec, &ops)
+            .map(|()| true)
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.eng.scan(from, limit, f)
+    }
+
+    fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        check_ops(ops)?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        format::encode_ops(&mut self.rec, ops);
+        let mut w = self.eng.writer.lock();
+        let _held = LockHeld::enter();
+        self.eng.append(&mut w, &mut *self.at, &mut self.rec, ops)
+    }
+}
+
+impl Engine for Lsm {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Lsm
+    }
+
+    fn session(&self) -> Result<Box<dyn Session + '_>> {
+        let mut n = self.sessions.load(Ordering::Acquire);
+        loop {
+            if n >= self.max_sessions {
+                return Err(EngineError::TooManySessions {
+                    max: self.max_sessions,
+                });
+            }
+            match self
+                .sessions
+                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(m) => n = m,
+            }
+        }
+        let at = match self.alloc.thread() {
+            Ok(a) => a,
+            Err(e) => {
+                self.sessions.fetch_sub(1, Ordering::AcqRel);
+                return Err(e.into());
+            }
+        };
+        Ok(Box::new(LsmSession {
+            eng: self,
+            at,
+            rec: Vec::new(),
+            blk: Vec::new(),
+            scratch: Vec::new(),
+        }))
+    }
+
+    fn allocator(&self) -> &dyn PAllocator {
+        &*self.alloc
+    }
+
+    fn recovery(&self) -> &EngineRecovery {
+        &self.recovery
+    }
+
+    fn stats(&self) -> EngineStats {
+        let (mem, version) = {
+            let st = self.state.read();
+            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            (mem, st.version.clone())
+        };
+        let keys = (|| -> Result<u64> {
+            let mut m = Merge::new(&self.pool, &mem, &version.runs, &[])?;
+            let mut n = 0;
+            while let Some((_, v)) = m.next()? {
+                n += u64::from(v.is_some());
+            }
+            Ok(n)
+        })()
+        .unwrap_or(0);
+        let (pos, cap, gen_) = {
+            let w = self.writer.lock();
+            (w.pos, w.man.cap, w.man.gen_)
+        };
+        EngineStats {
+            keys,
+            detail: format!(
+                "memtable {} entries, log {pos}/{cap} bytes, {} runs ({} records), {} flushes, {} runs merged, {} full fallbacks, manifest gen {gen_}",
+                mem.len(),
+                version.runs.len(),
+                version.runs.iter().map(|r| r.meta.entries).sum::<u64>(),
+                self.flushes.load(Ordering::Relaxed),
+                self.merged_runs.load(Ordering::Relaxed),
+                self.full_fallbacks.load(Ordering::Relaxed),
+            ),
+        }
+    }
+
+    fn quiesce(&self) -> Result<()> {
+        // Flushes and merges run inline in the writer: nothing in the background.
+        Ok(())
+    }
+
+    fn walk(&self) -> Result<Walk> {
+        let w = self.writer.lock();
+        let (mem, version) = {
+            let st = self.state.read();
+            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            (mem, st.version.clone())
+        };
+        let mut entries = Vec::new();
+        let mut m = Merge::new(&self.pool, &mem, &version.runs, &[])?;
+        while let Some((k, v)) = m.next()? {
+            if let Some(v) = v {
+                entries.push((k, v));
+            }
+        }
+        let mut blocks = vec![(w.man_off, w.man.len() as u64), (w.man.seg, w.man.cap)];
+        blocks.extend(version.runs.iter().map(|r| (r.off, r.len)));
+        Ok(Walk { entries, blocks })
+    }
+}
