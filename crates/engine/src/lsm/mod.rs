@@ -590,12 +590,31 @@ impl Lsm {
         let len = round_line(rec.len() as u64);
         let over_threshold = w.pos > 0 && w.pos + len > self.opts.memtable_bytes;
         if over_threshold || w.pos + len > w.man.cap {
-            match self.flush(w, at, len) {
+            let deletes_only = ops.iter().all(|o| matches!(o, Op::Delete { .. }));
+            // Space is tight when a merge of everything could not get room
+            // for its output any more: then writes that add data stop
+            // (Full) and deletes flush with a full merge, which drops their
+            // tombstones and what they shadow, and so frees space.
+            let tight = !self.headroom_ok(w);
+            let r = if tight && !deletes_only {
+                Err(EngineError::Full(
+                    "no room left to merge the runs (deletes still go through)".into(),
+                ))
+            } else {
+                self.flush(w, at, len, tight)
+            };
+            match r {
                 Ok(()) => {}
                 Err(EngineError::Full(m)) => {
-                    // No room for a run: keep using the log's slack.
+                    // No run written: keep using the log's slack, half of
+                    // it for writes that add data, all of it for deletes.
                     self.full_fallbacks.fetch_add(1, Ordering::Relaxed);
-                    if w.pos + len > w.man.cap {
+                    let limit = if deletes_only {
+                        w.man.cap
+                    } else {
+                        w.man.cap.saturating_sub(self.opts.log_slack / 2)
+                    };
+                    if w.pos + len > limit {
                         return Err(EngineError::Full(m));
                     }
                 }
@@ -634,9 +653,18 @@ impl Lsm {
         w.graveyard.clear();
     }
 
-    /// Flushes the memtable into a run (merging newer runs per the policy),
-    /// making room for a record of `need` bytes.
-    fn flush(&self, w: &mut Writer, at: &mut dyn AllocThread, need: u64) -> Result<()> {
+    /// True while the allocator has room for a flush and then a merge of
+    /// every run: free bytes at least the runs' bytes plus twice the
+    /// memtable's log bytes (size-tiered merging needs up to 2× the data).
+    fn headroom_ok(&self, w: &Writer) -> bool {
+        let runs: u64 = self.state.read().version.runs.iter().map(|r| r.len).sum();
+        let need = runs + 2 * w.pos + 2 * format::LINE * 64;
+        self.alloc.stats().free >= need
+    }
+
+    /// Flushes the memtable into a run (merging newer runs per the policy,
+    /// or all of them when `major`), making room for a record of `need` bytes.
+    fn flush(&self, w: &mut Writer, at: &mut dyn AllocThread, need: u64, major: bool) -> Result<()> {
         self.wait_graveyard(w);
         let (mem, version) = {
             let st = self.state.read();
@@ -656,6 +684,9 @@ impl Lsm {
         {
             acc += runs[j].meta.data_bytes;
             j += 1;
+        }
+        if major {
+            j = runs.len().min(max_merge);
         }
         match self.flush_with(w, at, &mem, runs, j, need) {
             Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, &mem, runs, 0, need),
