@@ -264,7 +264,7 @@ impl Manifest {
                 .map(|i| (u64_at(&runs_raw, 16 * i), u64_at(&runs_raw, 16 * i + 8)))
                 .collect(),
         };
-        if m.cap < LINE || m.cap % LINE != 0 {
+        if m.cap < LINE || !m.cap.is_multiple_of(LINE) {
             return Err(corrupt(format!("manifest: log capacity {}", m.cap)));
         }
         Ok(m)
@@ -341,7 +341,7 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
 /// Bloom filter probe positions (double hashing).
 fn bloom_bits(h: u64, k: u32, m: u64) -> impl Iterator<Item = u64> {
     let h1 = h;
-    let h2 = (h >> 32) | (h << 32) | 1;
+    let h2 = h.rotate_left(32) | 1;
     (0..u64::from(k)).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % m)
 }
 
@@ -403,13 +403,16 @@ impl RunBuilder {
         }
         if self.data.len() == self.block_start {
             self.index_open = self.index.len();
-            self.index.extend_from_slice(&(self.block_start as u64).to_le_bytes());
+            self.index
+                .extend_from_slice(&(self.block_start as u64).to_le_bytes());
             self.index.extend_from_slice(&[0u8; 8]);
-            self.index.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            self.index
+                .extend_from_slice(&(key.len() as u16).to_le_bytes());
             self.index.extend_from_slice(key);
             self.blocks += 1;
         }
-        self.data.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        self.data
+            .extend_from_slice(&(key.len() as u16).to_le_bytes());
         self.data.push(u8::from(value.is_none()));
         let v = value.unwrap_or(&[]);
         self.data.extend_from_slice(&(v.len() as u32).to_le_bytes());
@@ -456,7 +459,11 @@ impl RunBuilder {
 
 /// One record of a data block: key, and value (`None`: tombstone), and
 /// the position of the next record.
-pub(crate) fn parse_run_record(b: &[u8], p: usize) -> Result<(&[u8], Option<&[u8]>, usize)> {
+/// A record parsed from a data block: key, value (`None`: tombstone),
+/// position of the next record.
+pub(crate) type RunRecord<'a> = (&'a [u8], Option<&'a [u8]>, usize);
+
+pub(crate) fn parse_run_record(b: &[u8], p: usize) -> Result<RunRecord<'_>> {
     if p + REC_FIXED > b.len() {
         return Err(corrupt("run record header past its block"));
     }

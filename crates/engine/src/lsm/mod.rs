@@ -223,7 +223,9 @@ fn fault_of(opts: &StoreOptions) -> Option<Fault> {
 fn check_opts(o: &Options) -> Result<()> {
     if o.memtable_bytes < 256 || o.block_bytes == 0 || o.max_runs == 0 || o.bloom_bits_per_key == 0
     {
-        return Err(EngineError::BadOption(format!("lsm options out of range: {o:?}")));
+        return Err(EngineError::BadOption(format!(
+            "lsm options out of range: {o:?}"
+        )));
     }
     Ok(())
 }
@@ -350,25 +352,20 @@ pub(crate) fn open(
     let mut seq = man.first_seq;
     let mut body = Vec::new();
     let mut replayed = 0usize;
-    loop {
-        match format::read_record(
-            pool,
-            man.seg,
-            man.cap,
-            pos,
-            nonce,
-            seq,
-            man.log_gen,
-            &mut body,
-        )? {
-            Some(len) => {
-                apply_body(&mut mem, &body)?;
-                replayed += 1;
-                seq += 1;
-                pos += len;
-            }
-            None => break,
-        }
+    while let Some(len) = format::read_record(
+        pool,
+        man.seg,
+        man.cap,
+        pos,
+        nonce,
+        seq,
+        man.log_gen,
+        &mut body,
+    )? {
+        apply_body(&mut mem, &body)?;
+        replayed += 1;
+        seq += 1;
+        pos += len;
     }
     // Scrub everything after the valid prefix (see the module docs).
     scrub(pool, man.seg + pos, man.cap - pos);
@@ -664,7 +661,13 @@ impl Lsm {
 
     /// Flushes the memtable into a run (merging newer runs per the policy,
     /// or all of them when `major`), making room for a record of `need` bytes.
-    fn flush(&self, w: &mut Writer, at: &mut dyn AllocThread, need: u64, major: bool) -> Result<()> {
+    fn flush(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        need: u64,
+        major: bool,
+    ) -> Result<()> {
         self.wait_graveyard(w);
         let (mem, version) = {
             let st = self.state.read();
@@ -911,10 +914,10 @@ impl<'a> Merge<'a> {
     fn next(&mut self) -> Result<Option<Entry>> {
         let mut best: Option<usize> = None;
         for i in 0..self.heads.len() {
-            if let Some((k, _)) = &self.heads[i] {
-                if best.is_none_or(|b| k < &self.heads[b].as_ref().expect("head").0) {
-                    best = Some(i);
-                }
+            if let Some((k, _)) = &self.heads[i]
+                && best.is_none_or(|b| k < &self.heads[b].as_ref().expect("head").0)
+            {
+                best = Some(i);
             }
         }
         let Some(b) = best else { return Ok(None) };

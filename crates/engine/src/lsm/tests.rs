@@ -50,11 +50,9 @@ fn check_store(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), 
         ));
     }
     let mut alloc = BTreeMap::new();
-    store
-        .allocator()
-        .for_each_allocated(&mut |off, n| {
-            alloc.insert(off.raw(), n as u64);
-        });
+    store.allocator().for_each_allocated(&mut |off, n| {
+        alloc.insert(off.raw(), n as u64);
+    });
     let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
     if mine.len() != w.blocks.len() {
         return Err("a block referenced twice".into());
@@ -68,7 +66,10 @@ fn check_store(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), 
     }
     for (off, need) in &w.blocks {
         if alloc[off] < *need {
-            return Err(format!("block {off:#x} needs {need} > usable {}", alloc[off]));
+            return Err(format!(
+                "block {off:#x} needs {need} > usable {}",
+                alloc[off]
+            ));
         }
     }
     Ok(())
@@ -110,7 +111,10 @@ fn basic_operations_both_allocators() {
                 (b"d".to_vec(), b"44".to_vec())
             ]
         );
-        assert_eq!(s.scan(b"c", 1).unwrap(), vec![(b"d".to_vec(), b"44".to_vec())]);
+        assert_eq!(
+            s.scan(b"c", 1).unwrap(),
+            vec![(b"d".to_vec(), b"44".to_vec())]
+        );
         assert_eq!(s.scan(b"e", 5).unwrap(), vec![]);
         drop(s);
         let mut model = BTreeMap::new();
@@ -137,7 +141,11 @@ fn sizes_and_refusals() {
             .into_iter()
             .enumerate()
         {
-            let key = if i == 3 { big_key.clone() } else { vec![b'a' + i as u8] };
+            let key = if i == 3 {
+                big_key.clone()
+            } else {
+                vec![b'a' + i as u8]
+            };
             let val: Vec<u8> = (0..n).map(|j| (j * 31 + i) as u8).collect();
             s.put(&key, &val).unwrap();
             model.insert(key, val);
@@ -401,8 +409,14 @@ fn full_pool_then_delete_then_put() {
             }
         }
         drop(s);
-        eprintln!("{a}: {deleted} deleted, {put_again} put again; {}", store.stats().detail);
-        assert!(put_again > 100, "{a}: only {put_again} puts after the deletes");
+        eprintln!(
+            "{a}: {deleted} deleted, {put_again} put again; {}",
+            store.stats().detail
+        );
+        assert!(
+            put_again > 100,
+            "{a}: only {put_again} puts after the deletes"
+        );
         check_store(&store, &model).unwrap();
         drop(store);
         let p2 = reopen(&pool, mib);
@@ -442,7 +456,11 @@ fn one_fence_per_write_and_none_in_flight() {
     for i in 0..100u32 {
         s.put(format!("key{i:05}").as_bytes(), &val).unwrap();
     }
-    assert_eq!(c.fences.load(Ordering::Relaxed) - f0, 100, "one fence per put");
+    assert_eq!(
+        c.fences.load(Ordering::Relaxed) - f0,
+        100,
+        "one fence per put"
+    );
     let f0 = c.fences.load(Ordering::Relaxed);
     assert!(s.delete(b"key00001").unwrap());
     assert!(!s.delete(b"absent").unwrap());
@@ -454,7 +472,11 @@ fn one_fence_per_write_and_none_in_flight() {
         Op::Delete { key: b"key00002" },
     ])
     .unwrap();
-    assert_eq!(c.fences.load(Ordering::Relaxed) - f0, 2, "delete 1, absent 0, batch 1");
+    assert_eq!(
+        c.fences.load(Ordering::Relaxed) - f0,
+        2,
+        "delete 1, absent 0, batch 1"
+    );
     let f0 = c.fences.load(Ordering::Relaxed);
     for i in 0..100u32 {
         s.get(format!("key{i:05}").as_bytes()).unwrap();
@@ -513,7 +535,11 @@ fn crash_script(pool: &Pool, m: &mut Model, opts: &StoreOptions) {
         let ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = match i % 5 {
             0 | 1 | 3 => vec![(k(i), Some(v(i)))],
             2 => vec![(k(i + 1), None)],
-            _ => vec![(k(i), Some(v(i))), (k(i + 2), None), (k(i + 3), Some(v(i + 7)))],
+            _ => vec![
+                (k(i), Some(v(i))),
+                (k(i + 2), None),
+                (k(i + 3), Some(v(i + 7))),
+            ],
         };
         m.pending = ops.clone();
         let r = if ops.len() == 1 {
@@ -571,6 +597,7 @@ fn explore(fault: Option<Fault>, budget: usize) -> ferrite_crash::Report {
 #[test]
 fn crash_exploration_holds() {
     let r = explore(None, 400);
+    eprintln!("no fault: {r}");
     assert!(r.ok(), "{r}");
     assert!(r.fences > 14, "{r}");
 }
@@ -583,6 +610,7 @@ fn crash_exploration_catches_planted_faults() {
         Fault::TruncateBeforeSwitch,
     ] {
         let r = explore(Some(f), 400);
+        eprintln!("{f:?}: {r}");
         assert!(!r.ok(), "fault {f:?} not caught: {r}");
     }
 }
