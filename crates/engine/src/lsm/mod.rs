@@ -211,6 +211,10 @@ pub(crate) struct Lsm {
     flushes: AtomicU64,
     merged_runs: AtomicU64,
     full_fallbacks: AtomicU64,
+    /// Wall time spent flushing and merging, nanoseconds.
+    flush_nanos: AtomicU64,
+    /// Bytes of runs written.
+    run_bytes: AtomicU64,
 }
 
 fn fault_of(opts: &StoreOptions) -> Option<Fault> {
@@ -469,6 +473,8 @@ impl Lsm {
             flushes: AtomicU64::new(0),
             merged_runs: AtomicU64::new(0),
             full_fallbacks: AtomicU64::new(0),
+            flush_nanos: AtomicU64::new(0),
+            run_bytes: AtomicU64::new(0),
         }
     }
 
@@ -668,6 +674,20 @@ impl Lsm {
         need: u64,
         major: bool,
     ) -> Result<()> {
+        let t = std::time::Instant::now();
+        let r = self.flush_inner(w, at, need, major);
+        self.flush_nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+
+    fn flush_inner(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        need: u64,
+        major: bool,
+    ) -> Result<()> {
         self.wait_graveyard(w);
         let (mem, version) = {
             let st = self.state.read();
@@ -807,6 +827,10 @@ impl Lsm {
         w.graveyard.extend(runs[..j].iter().cloned());
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.merged_runs.fetch_add(j as u64, Ordering::Relaxed);
+        self.run_bytes.fetch_add(
+            image.as_ref().map_or(0, |i| i.len() as u64),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 }
@@ -1065,13 +1089,15 @@ impl Engine for Lsm {
         EngineStats {
             keys,
             detail: format!(
-                "memtable {} entries, log {pos}/{cap} bytes, {} runs ({} records), {} flushes, {} runs merged, {} full fallbacks, manifest gen {gen_}",
+                "memtable {} entries, log {pos}/{cap} bytes, {} runs ({} records), {} flushes, {} runs merged, {} full fallbacks, {} run bytes written in {:.3} s, manifest gen {gen_}",
                 mem.len(),
                 version.runs.len(),
                 version.runs.iter().map(|r| r.meta.entries).sum::<u64>(),
                 self.flushes.load(Ordering::Relaxed),
                 self.merged_runs.load(Ordering::Relaxed),
                 self.full_fallbacks.load(Ordering::Relaxed),
+                self.run_bytes.load(Ordering::Relaxed),
+                self.flush_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
             ),
         }
     }

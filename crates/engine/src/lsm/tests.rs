@@ -614,3 +614,42 @@ fn crash_exploration_catches_planted_faults() {
         assert!(!r.ok(), "fault {f:?} not caught: {r}");
     }
 }
+
+/// Rough timing (run with `--release --ignored --nocapture`): 50/50
+/// read/update of 1000-byte values on a pool file in /dev/shm.
+#[test]
+#[ignore]
+fn timing_mixed_50_50() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("lsm.pool");
+    let opts = StoreOptions::new(EngineKind::Lsm).sessions(2);
+    let store = Store::create_file(&path, 512 << 20, &opts).unwrap();
+    let mut s = store.session().unwrap();
+    let n = 50_000u64;
+    let val = vec![7u8; 1000];
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        s.put(format!("user{i:012}").as_bytes(), &val).unwrap();
+    }
+    let load = t.elapsed();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let ops = 200_000;
+    let mut out = Vec::new();
+    let t = std::time::Instant::now();
+    for _ in 0..ops {
+        let k = format!("user{:012}", rng.random_range(0..n));
+        if rng.random_bool(0.5) {
+            assert!(s.get_into(k.as_bytes(), &mut out).unwrap());
+        } else {
+            s.put(k.as_bytes(), &val).unwrap();
+        }
+    }
+    let run = t.elapsed();
+    eprintln!(
+        "load {n}: {:.0} ops/s; 50/50 {ops}: {:.0} ops/s ({:.2} us/op); {}",
+        n as f64 / load.as_secs_f64(),
+        ops as f64 / run.as_secs_f64(),
+        run.as_secs_f64() * 1e6 / ops as f64,
+        store.stats().detail
+    );
+}
