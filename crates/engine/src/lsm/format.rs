@@ -363,6 +363,8 @@ pub(crate) struct RunBuilder {
     index_open: usize,
     target: usize,
     blocks: u32,
+    /// The fence pointers, for the DRAM copy of the finished run.
+    refs: Vec<BlockRef>,
     entries: u64,
 }
 
@@ -376,6 +378,7 @@ impl RunBuilder {
             index_open: 0,
             target: block_bytes.max(64),
             blocks: 0,
+            refs: Vec::new(),
             entries: 0,
         }
     }
@@ -391,6 +394,9 @@ impl RunBuilder {
             // The index entry was opened with the block; fill length and crc.
             let e = self.index_open;
             self.index[e + 8..e + 12].copy_from_slice(&(blk.len() as u32).to_le_bytes());
+            if let Some(r) = self.refs.last_mut() {
+                r.len = blk.len() as u32;
+            }
             self.index[e + 12..e + 16].copy_from_slice(&c.to_le_bytes());
             self.block_start = self.data.len();
         }
@@ -403,6 +409,11 @@ impl RunBuilder {
         }
         if self.data.len() == self.block_start {
             self.index_open = self.index.len();
+            self.refs.push(BlockRef {
+                first: key.into(),
+                off: self.block_start as u64,
+                len: 0,
+            });
             self.index
                 .extend_from_slice(&(self.block_start as u64).to_le_bytes());
             self.index.extend_from_slice(&[0u8; 8]);
@@ -422,8 +433,9 @@ impl RunBuilder {
         self.entries += 1;
     }
 
-    /// The finished image.
-    pub fn finish(mut self, nonce: u64, bits_per_key: u32) -> Vec<u8> {
+    /// The finished image, and its DRAM metadata (what [`load_run`] would
+    /// decode from it).
+    pub fn finish(mut self, nonce: u64, bits_per_key: u32) -> (Vec<u8>, RunMeta) {
         self.close_block(nonce);
         let bits = (self.entries * u64::from(bits_per_key.max(1))).max(64);
         let words = bits.div_ceil(64) as usize;
@@ -436,7 +448,9 @@ impl RunBuilder {
             }
         }
         let bloom_bytes: Vec<u8> = bloom.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let mut out = vec![0u8; RUN_HEADER];
+        let mut out =
+            Vec::with_capacity(RUN_HEADER + self.data.len() + self.index.len() + bloom_bytes.len());
+        out.resize(RUN_HEADER, 0);
         out[0..8].copy_from_slice(RUN_MAGIC);
         out[8..16].copy_from_slice(&self.entries.to_le_bytes());
         out[16..24].copy_from_slice(&(self.data.len() as u64).to_le_bytes());
@@ -453,7 +467,14 @@ impl RunBuilder {
         out.extend_from_slice(&self.data);
         out.extend_from_slice(&self.index);
         out.extend_from_slice(&bloom_bytes);
-        out
+        let meta = RunMeta {
+            entries: self.entries,
+            data_bytes: self.data.len() as u64,
+            blocks: self.refs,
+            bloom,
+            k,
+        };
+        (out, meta)
     }
 }
 

@@ -738,7 +738,13 @@ impl Lsm {
                 b.push(nonce, &k, v.as_deref());
             }
         }
-        let image = (!b.is_empty()).then(|| b.finish(nonce, self.opts.bloom_bits_per_key));
+        let (image, meta) = match b.is_empty() {
+            true => (None, None),
+            false => {
+                let (img, meta) = b.finish(nonce, self.opts.bloom_bits_per_key);
+                (Some(img), Some(meta))
+            }
+        };
         let want_cap = default_cap(&self.opts).max(round_line(need));
         let new_seg = want_cap != w.man.cap;
         let run_count = usize::from(image.is_some()) + runs.len() - j;
@@ -807,8 +813,7 @@ impl Lsm {
         }
         // Durable: switch the volatile state.
         let mut new_runs = Vec::with_capacity(run_count);
-        if let (Some(o), Some(img)) = (run_at, &image) {
-            let meta = format::load_run(&self.pool, o, img.len() as u64, nonce)?;
+        if let (Some(o), Some(img), Some(meta)) = (run_at, &image, meta) {
             new_runs.push(Arc::new(Run {
                 off: o,
                 len: img.len() as u64,
