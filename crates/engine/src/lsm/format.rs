@@ -353,31 +353,35 @@ pub(crate) fn bloom_may_contain(bloom: &[u64], k: u32, key: &[u8]) -> bool {
     bloom_bits(key_hash(key), k, m).all(|b| bloom[(b / 64) as usize] & (1 << (b % 64)) != 0)
 }
 
-/// Builds a run image from entries in strictly increasing key order.
+/// Builds a run image from entries in strictly increasing key order, in
+/// one buffer (the header's room first, then the data blocks as they are
+/// made, then index and bloom filter), which the caller may reuse.
 pub(crate) struct RunBuilder {
-    data: Vec<u8>,
+    out: Vec<u8>,
     index: Vec<u8>,
     hashes: Vec<u64>,
+    /// Buffer offset where the open block starts.
     block_start: usize,
     /// Index offset of the open block's entry.
     index_open: usize,
     target: usize,
-    blocks: u32,
     /// The fence pointers, for the DRAM copy of the finished run.
     refs: Vec<BlockRef>,
     entries: u64,
 }
 
 impl RunBuilder {
-    pub fn new(block_bytes: usize) -> RunBuilder {
+    /// A builder writing into `buf` (cleared; its capacity is reused).
+    pub fn new(block_bytes: usize, mut buf: Vec<u8>) -> RunBuilder {
+        buf.clear();
+        buf.resize(RUN_HEADER, 0);
         RunBuilder {
-            data: Vec::new(),
+            out: buf,
             index: Vec::new(),
             hashes: Vec::new(),
-            block_start: 0,
+            block_start: RUN_HEADER,
             index_open: 0,
             target: block_bytes.max(64),
-            blocks: 0,
             refs: Vec::new(),
             entries: 0,
         }
@@ -387,48 +391,53 @@ impl RunBuilder {
         self.entries == 0
     }
 
+    /// Gives the buffer back (for reuse) without finishing.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.out
+    }
+
     fn close_block(&mut self, nonce: u64) {
-        if self.data.len() > self.block_start {
-            let blk = &self.data[self.block_start..];
+        if self.out.len() > self.block_start {
+            let blk = &self.out[self.block_start..];
             let c = crc(nonce, &[blk]);
             // The index entry was opened with the block; fill length and crc.
             let e = self.index_open;
             self.index[e + 8..e + 12].copy_from_slice(&(blk.len() as u32).to_le_bytes());
+            self.index[e + 12..e + 16].copy_from_slice(&c.to_le_bytes());
             if let Some(r) = self.refs.last_mut() {
                 r.len = blk.len() as u32;
             }
-            self.index[e + 12..e + 16].copy_from_slice(&c.to_le_bytes());
-            self.block_start = self.data.len();
+            self.block_start = self.out.len();
         }
     }
 
     /// Appends one entry (`None`: tombstone).
     pub fn push(&mut self, nonce: u64, key: &[u8], value: Option<&[u8]>) {
-        if self.data.len() - self.block_start >= self.target {
+        if self.out.len() - self.block_start >= self.target {
             self.close_block(nonce);
         }
-        if self.data.len() == self.block_start {
+        if self.out.len() == self.block_start {
+            let rel = (self.block_start - RUN_HEADER) as u64;
             self.index_open = self.index.len();
             self.refs.push(BlockRef {
                 first: key.into(),
-                off: self.block_start as u64,
+                off: rel,
                 len: 0,
             });
-            self.index
-                .extend_from_slice(&(self.block_start as u64).to_le_bytes());
+            self.index.extend_from_slice(&rel.to_le_bytes());
             self.index.extend_from_slice(&[0u8; 8]);
             self.index
                 .extend_from_slice(&(key.len() as u16).to_le_bytes());
             self.index.extend_from_slice(key);
-            self.blocks += 1;
         }
-        self.data
-            .extend_from_slice(&(key.len() as u16).to_le_bytes());
-        self.data.push(u8::from(value.is_none()));
         let v = value.unwrap_or(&[]);
-        self.data.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        self.data.extend_from_slice(key);
-        self.data.extend_from_slice(v);
+        let mut h = [0u8; REC_FIXED];
+        h[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        h[2] = u8::from(value.is_none());
+        h[3..7].copy_from_slice(&(v.len() as u32).to_le_bytes());
+        self.out.extend_from_slice(&h);
+        self.out.extend_from_slice(key);
+        self.out.extend_from_slice(v);
         self.hashes.push(key_hash(key));
         self.entries += 1;
     }
@@ -437,6 +446,7 @@ impl RunBuilder {
     /// decode from it).
     pub fn finish(mut self, nonce: u64, bits_per_key: u32) -> (Vec<u8>, RunMeta) {
         self.close_block(nonce);
+        let data_len = (self.out.len() - RUN_HEADER) as u64;
         let bits = (self.entries * u64::from(bits_per_key.max(1))).max(64);
         let words = bits.div_ceil(64) as usize;
         let k = ((f64::from(bits_per_key.max(1)) * 0.69).round() as u32).clamp(1, 16);
@@ -447,34 +457,33 @@ impl RunBuilder {
                 bloom[(b / 64) as usize] |= 1 << (b % 64);
             }
         }
-        let bloom_bytes: Vec<u8> = bloom.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let mut out =
-            Vec::with_capacity(RUN_HEADER + self.data.len() + self.index.len() + bloom_bytes.len());
-        out.resize(RUN_HEADER, 0);
+        let ci = crc(nonce, &[&self.index]);
+        let bloom_at = self.out.len() + self.index.len();
+        self.out.extend_from_slice(&self.index);
+        for w in &bloom {
+            self.out.extend_from_slice(&w.to_le_bytes());
+        }
+        let cb = crc(nonce, &[&self.out[bloom_at..]]);
+        let out = &mut self.out;
         out[0..8].copy_from_slice(RUN_MAGIC);
         out[8..16].copy_from_slice(&self.entries.to_le_bytes());
-        out[16..24].copy_from_slice(&(self.data.len() as u64).to_le_bytes());
-        out[24..28].copy_from_slice(&self.blocks.to_le_bytes());
+        out[16..24].copy_from_slice(&data_len.to_le_bytes());
+        out[24..28].copy_from_slice(&(self.refs.len() as u32).to_le_bytes());
         out[28..32].copy_from_slice(&(self.index.len() as u32).to_le_bytes());
-        out[32..36].copy_from_slice(&(bloom_bytes.len() as u32).to_le_bytes());
+        out[32..36].copy_from_slice(&((words * 8) as u32).to_le_bytes());
         out[36] = k as u8;
-        let ci = crc(nonce, &[&self.index]);
-        let cb = crc(nonce, &[&bloom_bytes]);
         out[48..52].copy_from_slice(&ci.to_le_bytes());
         out[52..56].copy_from_slice(&cb.to_le_bytes());
         let ch = crc(nonce, &[&out[0..60]]);
         out[60..64].copy_from_slice(&ch.to_le_bytes());
-        out.extend_from_slice(&self.data);
-        out.extend_from_slice(&self.index);
-        out.extend_from_slice(&bloom_bytes);
         let meta = RunMeta {
             entries: self.entries,
-            data_bytes: self.data.len() as u64,
+            data_bytes: data_len,
             blocks: self.refs,
             bloom,
             k,
         };
-        (out, meta)
+        (self.out, meta)
     }
 }
 

@@ -194,6 +194,8 @@ struct Writer {
     next_seq: u64,
     /// Runs freed by a publish that readers may still hold.
     graveyard: Vec<Arc<Run>>,
+    /// The run image buffer, reused by every flush.
+    buf: Vec<u8>,
 }
 
 pub(crate) struct Lsm {
@@ -427,8 +429,7 @@ fn count_live(
     mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     runs: &[Arc<Run>],
 ) -> Result<u64> {
-    let mem: Vec<Entry> = mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let mut m = Merge::new(pool, &mem, runs, &[])?;
+    let mut m = Merge::new(pool, mem_iter(mem.iter()), runs, &[])?;
     let mut n = 0;
     while let Some((_, v)) = m.next()? {
         n += u64::from(v.is_some());
@@ -462,6 +463,7 @@ impl Lsm {
                 pos,
                 next_seq,
                 graveyard: Vec::new(),
+                buf: Vec::new(),
             }),
             state: RwLock::new(State {
                 mem,
@@ -566,13 +568,13 @@ impl Lsm {
             }
             (v, st.version.clone())
         };
-        let mut m = Merge::new(&self.pool, &mem, &version.runs, from)?;
+        let mut m = Merge::new(&self.pool, entries_iter(&mem), &version.runs, from)?;
         let mut n = 0;
         while n < limit {
             match m.next()? {
                 None => break,
                 Some((k, Some(v))) => {
-                    f(&k, &v);
+                    f(k, v);
                     n += 1;
                 }
                 Some((_, None)) => {}
@@ -689,11 +691,7 @@ impl Lsm {
         major: bool,
     ) -> Result<()> {
         self.wait_graveyard(w);
-        let (mem, version) = {
-            let st = self.state.read();
-            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            (mem, st.version.clone())
-        };
+        let version = self.state.read().version.clone();
         let runs = &version.runs;
         // Ops of the publish besides the merged runs' frees: run, manifest,
         // segment allocs and frees, the link, with room for split words.
@@ -711,40 +709,75 @@ impl Lsm {
         if major {
             j = runs.len().min(max_merge);
         }
-        match self.flush_with(w, at, &mem, runs, j, need) {
-            Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, &mem, runs, 0, need),
+        match self.flush_with(w, at, runs, j, need) {
+            Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, runs, 0, need),
             r => r,
         }
+    }
+
+    /// Merges the memtable with `runs[..j]` into a run image built in
+    /// `buf`; tombstones are dropped when the output is the oldest run.
+    /// Returns the buffer (the image when there is a run) and the run's
+    /// metadata (`None`: nothing left, no run).
+    fn build_run(
+        &self,
+        runs: &[Arc<Run>],
+        j: usize,
+        buf: Vec<u8>,
+    ) -> Result<(Vec<u8>, Option<RunMeta>)> {
+        let nonce = self.nonce;
+        let last = j == runs.len();
+        let mut b = RunBuilder::new(self.opts.block_bytes, buf);
+        // Only this writer changes the memtable, and it holds the writer
+        // lock: the read lock just keeps the borrow honest (no medium
+        // event happens under it).
+        let st = self.state.read();
+        let mut m = Merge::new(&self.pool, mem_iter(st.mem.iter()), &runs[..j], &[])?;
+        while let Some((k, v)) = m.next()? {
+            if last && v.is_none() {
+                continue;
+            }
+            b.push(nonce, k, v);
+        }
+        drop(m);
+        drop(st);
+        Ok(if b.is_empty() {
+            (b.into_buffer(), None)
+        } else {
+            let (img, meta) = b.finish(nonce, self.opts.bloom_bits_per_key);
+            (img, Some(meta))
+        })
     }
 
     fn flush_with(
         &self,
         w: &mut Writer,
         at: &mut dyn AllocThread,
-        mem: &[Entry],
         runs: &[Arc<Run>],
         j: usize,
         need: u64,
     ) -> Result<()> {
+        let (buf, meta) = self.build_run(runs, j, std::mem::take(&mut w.buf))?;
+        let image = meta.is_some().then_some(&buf[..]);
+        let r = self.switch(w, at, runs, j, need, image, meta);
+        w.buf = buf;
+        r
+    }
+
+    /// Writes the run image and a new manifest and publishes the switch;
+    /// then installs the new version and empties the memtable.
+    #[allow(clippy::too_many_arguments)]
+    fn switch(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        runs: &[Arc<Run>],
+        j: usize,
+        need: u64,
+        image: Option<&[u8]>,
+        meta: Option<RunMeta>,
+    ) -> Result<()> {
         let nonce = self.nonce;
-        let last = j == runs.len();
-        let mut b = RunBuilder::new(self.opts.block_bytes);
-        {
-            let mut m = Merge::new(&self.pool, mem, &runs[..j], &[])?;
-            while let Some((k, v)) = m.next()? {
-                if last && v.is_none() {
-                    continue;
-                }
-                b.push(nonce, &k, v.as_deref());
-            }
-        }
-        let (image, meta) = match b.is_empty() {
-            true => (None, None),
-            false => {
-                let (img, meta) = b.finish(nonce, self.opts.bloom_bits_per_key);
-                (Some(img), Some(meta))
-            }
-        };
         let want_cap = default_cap(&self.opts).max(round_line(need));
         let new_seg = want_cap != w.man.cap;
         let run_count = usize::from(image.is_some()) + runs.len() - j;
@@ -840,7 +873,27 @@ impl Lsm {
     }
 }
 
-/// A cursor over a run's records from a key on (owned entries).
+/// One source's current entry in a [`Merge`] (buffers reused).
+#[derive(Default)]
+struct Head {
+    key: Vec<u8>,
+    val: Vec<u8>,
+    tomb: bool,
+    live: bool,
+}
+
+impl Head {
+    fn set(&mut self, key: &[u8], val: Option<&[u8]>) {
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        self.val.clear();
+        self.val.extend_from_slice(val.unwrap_or(&[]));
+        self.tomb = val.is_none();
+        self.live = true;
+    }
+}
+
+/// A cursor over a run's records from a key on.
 struct RunCursor<'a> {
     pool: &'a Region,
     run: &'a Run,
@@ -889,75 +942,103 @@ impl<'a> RunCursor<'a> {
         Ok(())
     }
 
-    fn next_entry(&mut self) -> Result<Option<Entry>> {
+    fn fill(&mut self, h: &mut Head) -> Result<()> {
         while self.pos >= self.buf.len() {
             if self.block >= self.run.meta.blocks.len() {
-                return Ok(None);
+                h.live = false;
+                return Ok(());
             }
             self.block += 1;
             self.load()?;
         }
         let (k, v, next) = parse_run_record(&self.buf, self.pos)?;
-        let e = (k.to_vec(), v.map(<[u8]>::to_vec));
+        h.set(k, v);
         self.pos = next;
-        Ok(Some(e))
+        Ok(())
     }
 }
 
+/// Memtable entries in key order (value or tombstone).
+type MemIter<'a> = Box<dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a>;
+
+fn entries_iter(mem: &[Entry]) -> MemIter<'_> {
+    Box::new(mem.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))
+}
+
+fn mem_iter<'a>(mem: impl Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)> + 'a) -> MemIter<'a> {
+    Box::new(mem.map(|(k, v)| (k.as_slice(), v.as_deref())))
+}
+
 enum Source<'a> {
-    Mem(std::slice::Iter<'a, Entry>),
+    Mem(MemIter<'a>),
     Run(RunCursor<'a>),
 }
 
 impl Source<'_> {
-    fn next_entry(&mut self) -> Result<Option<Entry>> {
+    fn fill(&mut self, h: &mut Head) -> Result<()> {
         match self {
-            Source::Mem(it) => Ok(it.next().cloned()),
-            Source::Run(c) => c.next_entry(),
+            Source::Mem(it) => {
+                match it.next() {
+                    Some((k, v)) => h.set(k, v),
+                    None => h.live = false,
+                }
+                Ok(())
+            }
+            Source::Run(c) => c.fill(h),
         }
     }
 }
 
 /// K-way merge, newest source first: for equal keys the newest wins and
-/// the older versions are skipped. Yields tombstones too.
+/// the older versions are skipped. Yields tombstones too. Entries are
+/// copied into per-source buffers, so a merge allocates nothing per entry.
 struct Merge<'a> {
     srcs: Vec<Source<'a>>,
-    heads: Vec<Option<Entry>>,
+    heads: Vec<Head>,
+    /// The source whose entry the last `next` returned (advanced lazily).
+    cur: Option<usize>,
 }
 
 impl<'a> Merge<'a> {
-    /// Memtable entries `mem` (sorted; those `>= from` are used), then `runs` newest first.
-    fn new(pool: &'a Region, mem: &'a [Entry], runs: &'a [Arc<Run>], from: &[u8]) -> Result<Self> {
-        let start = mem.partition_point(|(k, _)| k.as_slice() < from);
-        let mut srcs = vec![Source::Mem(mem[start..].iter())];
+    /// `mem` (already starting at `from`), then `runs` newest first from `from`.
+    fn new(pool: &'a Region, mem: MemIter<'a>, runs: &'a [Arc<Run>], from: &[u8]) -> Result<Self> {
+        let mut srcs = vec![Source::Mem(mem)];
         for r in runs {
             srcs.push(Source::Run(RunCursor::seek(pool, r, from)?));
         }
-        let mut heads = Vec::with_capacity(srcs.len());
-        for s in &mut srcs {
-            heads.push(s.next_entry()?);
+        let mut heads: Vec<Head> = (0..srcs.len()).map(|_| Head::default()).collect();
+        for (s, h) in srcs.iter_mut().zip(heads.iter_mut()) {
+            s.fill(h)?;
         }
-        Ok(Merge { srcs, heads })
+        Ok(Merge {
+            srcs,
+            heads,
+            cur: None,
+        })
     }
 
-    fn next(&mut self) -> Result<Option<Entry>> {
+    #[allow(clippy::should_implement_trait)]
+    fn next(&mut self) -> Result<Option<(&[u8], Option<&[u8]>)>> {
+        if let Some(c) = self.cur.take() {
+            self.srcs[c].fill(&mut self.heads[c])?;
+        }
         let mut best: Option<usize> = None;
         for i in 0..self.heads.len() {
-            if let Some((k, _)) = &self.heads[i]
-                && best.is_none_or(|b| k < &self.heads[b].as_ref().expect("head").0)
-            {
+            if self.heads[i].live && best.is_none_or(|b| self.heads[i].key < self.heads[b].key) {
                 best = Some(i);
             }
         }
         let Some(b) = best else { return Ok(None) };
-        let e = self.heads[b].take().expect("head");
-        self.heads[b] = self.srcs[b].next_entry()?;
+        // Older versions of the same key are shadowed: skip them.
         for i in b + 1..self.heads.len() {
-            while self.heads[i].as_ref().is_some_and(|(k, _)| *k <= e.0) {
-                self.heads[i] = self.srcs[i].next_entry()?;
+            let (lo, hi) = self.heads.split_at_mut(i);
+            while hi[0].live && hi[0].key <= lo[b].key {
+                self.srcs[i].fill(&mut hi[0])?;
             }
         }
-        Ok(Some(e))
+        self.cur = Some(b);
+        let h = &self.heads[b];
+        Ok(Some((&h.key, (!h.tomb).then_some(&h.val[..]))))
     }
 }
 
@@ -1079,7 +1160,7 @@ impl Engine for Lsm {
             (mem, st.version.clone())
         };
         let keys = (|| -> Result<u64> {
-            let mut m = Merge::new(&self.pool, &mem, &version.runs, &[])?;
+            let mut m = Merge::new(&self.pool, entries_iter(&mem), &version.runs, &[])?;
             let mut n = 0;
             while let Some((_, v)) = m.next()? {
                 n += u64::from(v.is_some());
@@ -1120,10 +1201,10 @@ impl Engine for Lsm {
             (mem, st.version.clone())
         };
         let mut entries = Vec::new();
-        let mut m = Merge::new(&self.pool, &mem, &version.runs, &[])?;
+        let mut m = Merge::new(&self.pool, entries_iter(&mem), &version.runs, &[])?;
         while let Some((k, v)) = m.next()? {
             if let Some(v) = v {
-                entries.push((k, v));
+                entries.push((k.to_vec(), v.to_vec()));
             }
         }
         let mut blocks = vec![(w.man_off, w.man.len() as u64), (w.man.seg, w.man.cap)];
