@@ -622,7 +622,10 @@ fn crash_exploration_catches_planted_faults() {
 fn timing_mixed_50_50() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let path = dir.path().join("lsm.pool");
-    let opts = StoreOptions::new(EngineKind::Lsm).sessions(2);
+    let mut opts = StoreOptions::new(EngineKind::Lsm).sessions(2);
+    if let Ok(m) = std::env::var("LSM_MEMTABLE_MIB") {
+        opts.lsm.memtable_bytes = m.parse::<u64>().unwrap() << 20;
+    }
     let store = Store::create_file(&path, 512 << 20, &opts).unwrap();
     let mut s = store.session().unwrap();
     let n = 50_000u64;
