@@ -344,6 +344,11 @@ pub(crate) fn open(
     if block_len(man.seg, "log segment")? < man.cap {
         return Err(corrupt("log segment smaller than its capacity"));
     }
+    // The manifest, segment and runs are distinct blocks.
+    let mut seen = std::collections::BTreeSet::from([man_off, man.seg]);
+    if seen.len() != 2 || man.runs.iter().any(|&(o, _)| !seen.insert(o)) {
+        return Err(corrupt("manifest names a block twice"));
+    }
     let mut runs = Vec::with_capacity(man.runs.len());
     for &(off, len) in &man.runs {
         if block_len(off, "run")? < len {
@@ -781,6 +786,11 @@ impl Lsm {
         let want_cap = default_cap(&self.opts).max(round_line(need));
         let new_seg = want_cap != w.man.cap;
         let run_count = usize::from(image.is_some()) + runs.len() - j;
+        if run_count > format::MAX_MANIFEST_RUNS {
+            return Err(EngineError::Full(format!(
+                "{run_count} runs: more than a manifest lists"
+            )));
+        }
         let man_len = format::MANIFEST_HEADER + 16 * run_count;
         let mut sizes = Vec::new();
         if let Some(img) = &image {

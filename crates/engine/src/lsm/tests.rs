@@ -656,3 +656,53 @@ fn timing_mixed_50_50() {
         store.stats().detail
     );
 }
+
+/// Corrupt bytes anywhere in the engine's blocks: open (and walk, when
+/// open succeeds) returns, with an error or a store, and never panics.
+#[test]
+fn corruption_is_an_error_never_a_panic() {
+    let mib = 4;
+    let pool = new_pool(mib);
+    let opts = small(AllocKind::Ferrite);
+    let store = Store::create(&pool, &opts).unwrap();
+    let mut s = store.session().unwrap();
+    for i in 0..600u32 {
+        s.put(format!("k{i:04}").as_bytes(), &[i as u8; 90])
+            .unwrap();
+        if i % 5 == 0 {
+            s.delete(format!("k{:04}", i / 2).as_bytes()).unwrap();
+        }
+    }
+    drop(s);
+    let blocks = store.walk().unwrap().blocks;
+    drop(store);
+    let image = pool.image();
+    let header = ferrite_pmem::HEADER_SIZE;
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let (mut errors, mut opened) = (0, 0);
+    for round in 0..150 {
+        let mut img = image.clone();
+        // Corrupt 1–4 bytes in one of the blocks (or the link word).
+        let (off, len) = blocks[round % blocks.len()];
+        for _ in 0..rng.random_range(1..5) {
+            let at = if round % 17 == 0 {
+                header + crate::store::SUPERBLOCK_BYTES + rng.random_range(0..8)
+            } else {
+                (off + rng.random_range(0..len.min(4096))) as usize
+            };
+            img[at] ^= 1 << rng.random_range(0..8);
+        }
+        let p = Pool::open_image(&img, &pool_opts(mib), Domain::Adr, None).unwrap();
+        match Store::open(&p, &opts) {
+            Err(_) => errors += 1,
+            Ok(st) => {
+                opened += 1;
+                let _ = st.walk();
+                let mut s = st.session().unwrap();
+                let _ = s.get(b"k0001");
+                let _ = s.scan(b"k", 50);
+            }
+        }
+    }
+    assert!(errors > 50, "{errors} errors, {opened} opened");
+}
