@@ -706,3 +706,110 @@ fn corruption_is_an_error_never_a_panic() {
     }
     assert!(errors > 50, "{errors} errors, {opened} opened");
 }
+
+/// Two threads' acknowledged writes, and each one's write in flight.
+#[derive(Default)]
+struct Model2 {
+    acked: BTreeMap<Vec<u8>, Vec<u8>>,
+    pending: [Vec<(Vec<u8>, Option<Vec<u8>>)>; 2],
+}
+
+fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    for (k, v) in ops {
+        match v {
+            Some(v) => m.insert(k.clone(), v.clone()),
+            None => m.remove(k),
+        };
+    }
+}
+
+fn two_thread_script(pool: &Pool, model: &mut Model2, opts: &StoreOptions) {
+    use ferrite_crash::lockstep;
+    use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+    use std::sync::Mutex;
+    let store = Store::open(pool, opts).expect("open");
+    let shared = Mutex::new(std::mem::take(model));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let bodies: Vec<Box<dyn FnOnce() + Send + '_>> = (0..2usize)
+            .map(|t| {
+                let (store, shared) = (&store, &shared);
+                Box::new(move || {
+                    let mut s = store.session().expect("session");
+                    for i in 0..7u32 {
+                        // Disjoint keys per thread; a key of the other
+                        // thread is only read.
+                        let k = |j: u32| format!("t{t}k{}", j % 4).into_bytes();
+                        let v = vec![b'a' + (i + t as u32) as u8; 50 + 9 * i as usize];
+                        let ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = match i % 4 {
+                            0 | 1 => vec![(k(i), Some(v))],
+                            2 => vec![(k(i + 3), None)],
+                            _ => vec![(k(i), Some(v.clone())), (k(i + 1), Some(v))],
+                        };
+                        shared.lock().unwrap().pending[t] = ops.clone();
+                        let r = match (ops.len(), &ops[0]) {
+                            (1, (key, Some(val))) => s.put(key, val),
+                            (1, (key, None)) => s.delete(key).map(|_| ()),
+                            _ => {
+                                let o: Vec<Op<'_>> = ops
+                                    .iter()
+                                    .map(|(k, v)| Op::Put {
+                                        key: k,
+                                        value: v.as_deref().unwrap(),
+                                    })
+                                    .collect();
+                                s.batch(&o)
+                            }
+                        };
+                        r.expect("write");
+                        let mut m = shared.lock().unwrap();
+                        let p = std::mem::take(&mut m.pending[t]);
+                        apply(&mut m.acked, &p);
+                        drop(m);
+                        let other = format!("t{}k{}", 1 - t, i % 4);
+                        s.get(other.as_bytes()).expect("get");
+                    }
+                }) as Box<dyn FnOnce() + Send + '_>
+            })
+            .collect();
+        lockstep::run(5, 3, bodies)
+    }));
+    *model = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Err(p) = r {
+        resume_unwind(p);
+    }
+}
+
+#[test]
+fn crash_exploration_two_threads() {
+    let mut opts = crash_opts(None).sessions(2);
+    opts.lsm.memtable_bytes = 700;
+    let setup_opts = opts.clone();
+    let run_opts = opts.clone();
+    let r = Explorer::new(Config::new(LAYOUT).budget(300).pool_size(640 << 10))
+        .setup(move |pool| {
+            Store::create(pool, &setup_opts).expect("create");
+        })
+        .explore(
+            |pool, m: &mut Model2| two_thread_script(pool, m, &run_opts),
+            |pool| Store::open(pool, &opts).map_err(|e| e.to_string()),
+            |_, store, m| {
+                let mut last = String::new();
+                for mask in 0..4 {
+                    let mut want = m.acked.clone();
+                    for t in 0..2 {
+                        if mask & (1 << t) != 0 {
+                            apply(&mut want, &m.pending[t]);
+                        }
+                    }
+                    match check_store(store, &want) {
+                        Ok(()) => return Ok(()),
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            },
+        )
+        .unwrap();
+    eprintln!("two threads: {r}");
+    assert!(r.ok(), "{r}");
+}
