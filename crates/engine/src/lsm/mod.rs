@@ -39,7 +39,22 @@
 //!   `O(log(data / memtable))` times. Shadowed versions are dropped by the
 //!   merge; tombstones are dropped when the output becomes the oldest run.
 //!   There is no background thread, so [`Engine::quiesce`] has nothing to
-//!   wait for.
+//!   wait for. (A background merger would take the merge's time out of
+//!   the one write that triggers it, but not out of the throughput: the
+//!   writer lock serializes the manifest switches either way.)
+//!
+//! Stats and the key count of [`EngineRecovery`] are computed by a merge
+//! over everything (O(data)); nothing on the write path counts keys.
+//! - **A full pool.** Size-tiered merging needs room for its output
+//!   before it frees its inputs, so a flush that would leave less free
+//!   space than the runs' bytes plus twice the memtable's (the room a
+//!   merge of everything needs) is refused to writes that add data
+//!   ([`EngineError::Full`]), which may still use half of the log's slack
+//!   ([`Options::log_slack`]); deletes may use all of it, and a delete that
+//!   needs a flush then merges *every* run, dropping its tombstones and
+//!   what they shadow — so deleting keys of a full store frees space and
+//!   later puts succeed again. (The ceiling is the usual size-tiered one:
+//!   about half the pool for live data.)
 //! - **Readers** never take the writer lock: a get looks up the memtable
 //!   under a short read lock, clones the `Arc` of the current run list
 //!   (the *version*), and searches the runs newest first without any lock.
@@ -61,6 +76,7 @@
 //! | batch of n ops         | 1      | `⌈(28 + Σ(7 + key + value)) / 64⌉`            |
 //! | get / scan             | 0      | 0                                              |
 //! | flush (+ merge)        | 3      | the run image, the manifest, the allocator's record and words |
+//! | open (recovery)        | 0–1    | the scrubbed tail of the log segment          |
 //!
 //! One fence per write is the floor for a durable write whose record must
 //! be durable before it returns. A flush costs one fence for the run and
@@ -91,11 +107,14 @@
 //!   loses acknowledged writes).
 //! - [`Fault::AppendUnfenced`]: a write returns after flushing its record
 //!   without fencing: an acknowledged write can be lost.
-//! - [`Fault::ReplayPastTear`]: recovery skips an invalid record and goes
-//!   on replaying the records after it (the classic "skip the bad record"
-//!   bug): a torn *older* record is dropped while later ones survive
-//!   — here a batch can be half applied across a torn record of it, as a
-//!   begin/commit log without checking the commit would.
+//! - [`Fault::TruncateBeforeSwitch`]: a flush resets the log segment for
+//!   its next generation (zeroes the records it just copied into the run)
+//!   *before* the publish that switches the manifest: a crash in between
+//!   leaves the old manifest, whose log lost its records — acknowledged
+//!   writes vanish.
+//!
+//! A "batch applied without its commit record" cannot be planted: a batch
+//! is one record, with no separate commit record to forget.
 
 mod format;
 #[cfg(test)]
@@ -968,6 +987,9 @@ impl<'a> RunCursor<'a> {
     }
 }
 
+/// A merged entry: key and value (`None`: tombstone).
+type MergedEntry<'a> = (&'a [u8], Option<&'a [u8]>);
+
 /// Memtable entries in key order (value or tombstone).
 type MemIter<'a> = Box<dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a>;
 
@@ -1028,7 +1050,7 @@ impl<'a> Merge<'a> {
     }
 
     #[allow(clippy::should_implement_trait)]
-    fn next(&mut self) -> Result<Option<(&[u8], Option<&[u8]>)>> {
+    fn next(&mut self) -> Result<Option<MergedEntry<'_>>> {
         if let Some(c) = self.cur.take() {
             self.srcs[c].fill(&mut self.heads[c])?;
         }

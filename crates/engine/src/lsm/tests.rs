@@ -707,11 +707,14 @@ fn corruption_is_an_error_never_a_panic() {
     assert!(errors > 50, "{errors} errors, {opened} opened");
 }
 
+/// One key's write: a value, or `None` for a delete.
+type Write = (Vec<u8>, Option<Vec<u8>>);
+
 /// Two threads' acknowledged writes, and each one's write in flight.
 #[derive(Default)]
 struct Model2 {
     acked: BTreeMap<Vec<u8>, Vec<u8>>,
-    pending: [Vec<(Vec<u8>, Option<Vec<u8>>)>; 2],
+    pending: [Vec<Write>; 2],
 }
 
 fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
