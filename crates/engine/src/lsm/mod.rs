@@ -652,8 +652,8 @@ impl Lsm {
         }
         format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen);
         let at_off = (w.man.seg + w.pos) as usize;
-        self.pool.write(at_off, rec);
-        self.pool.flush(at_off, rec.len());
+        // Stored and flushed (non-temporal stores for a large record).
+        self.pool.write_nodrain(at_off, rec);
         if self.fault != Some(Fault::AppendUnfenced) {
             self.pool.fence();
         }
@@ -842,9 +842,11 @@ impl Lsm {
             runs: list,
         };
         if let (Some(o), Some(img)) = (run_at, &image) {
-            self.pool.write(o as usize, img);
-            if self.fault != Some(Fault::RunUnflushed) {
-                self.pool.flush(o as usize, img.len());
+            if self.fault == Some(Fault::RunUnflushed) {
+                self.pool.write(o as usize, img);
+            } else {
+                // Large and sequential: non-temporal stores (no flushes).
+                self.pool.write_nodrain(o as usize, img);
             }
         }
         let mb = man.encode(nonce);
