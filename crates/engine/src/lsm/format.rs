@@ -305,7 +305,7 @@ impl Manifest {
 /// record larger than the target forms a block of its own).
 pub(crate) const RUN_MAGIC: &[u8; 8] = b"FRLSMRN1";
 pub(crate) const RUN_HEADER: usize = 64;
-const REC_FIXED: usize = 7;
+pub(crate) const REC_FIXED: usize = 7;
 const INDEX_FIXED: usize = 18;
 
 /// A fence pointer: one data block of a run.

@@ -904,33 +904,18 @@ impl Lsm {
     }
 }
 
-/// One source's current entry in a [`Merge`] (buffers reused).
-#[derive(Default)]
-struct Head {
-    key: Vec<u8>,
-    val: Vec<u8>,
-    tomb: bool,
-    live: bool,
-}
-
-impl Head {
-    fn set(&mut self, key: &[u8], val: Option<&[u8]>) {
-        self.key.clear();
-        self.key.extend_from_slice(key);
-        self.val.clear();
-        self.val.extend_from_slice(val.unwrap_or(&[]));
-        self.tomb = val.is_none();
-        self.live = true;
-    }
-}
-
-/// A cursor over a run's records from a key on.
+/// A cursor over a run's records from a key on; its current record is
+/// read in place from the block buffer.
 struct RunCursor<'a> {
     pool: &'a Region,
     run: &'a Run,
     block: usize,
     buf: Vec<u8>,
-    pos: usize,
+    /// The current record: (start, end) of key and value in `buf`, and
+    /// whether it is a tombstone; `None` at the end.
+    cur: Option<(usize, usize, usize, bool)>,
+    /// Where the record after the current one starts.
+    next: usize,
 }
 
 impl<'a> RunCursor<'a> {
@@ -945,22 +930,20 @@ impl<'a> RunCursor<'a> {
             run,
             block: i,
             buf: Vec::new(),
-            pos: 0,
+            cur: None,
+            next: 0,
         };
         c.load()?;
-        // Skip the records before `from` in the first block.
-        while c.pos < c.buf.len() {
-            let (k, _, next) = parse_run_record(&c.buf, c.pos)?;
-            if k >= from {
-                break;
-            }
-            c.pos = next;
+        c.advance()?;
+        // Skip the records before `from`.
+        while c.current().is_some_and(|(k, _)| k < from) {
+            c.advance()?;
         }
         Ok(c)
     }
 
     fn load(&mut self) -> Result<()> {
-        self.pos = 0;
+        self.next = 0;
         self.buf.clear();
         if let Some(b) = self.run.meta.blocks.get(self.block) {
             read_checked(
@@ -973,19 +956,29 @@ impl<'a> RunCursor<'a> {
         Ok(())
     }
 
-    fn fill(&mut self, h: &mut Head) -> Result<()> {
-        while self.pos >= self.buf.len() {
+    fn advance(&mut self) -> Result<()> {
+        while self.next >= self.buf.len() {
             if self.block >= self.run.meta.blocks.len() {
-                h.live = false;
+                self.cur = None;
                 return Ok(());
             }
             self.block += 1;
             self.load()?;
         }
-        let (k, v, next) = parse_run_record(&self.buf, self.pos)?;
-        h.set(k, v);
-        self.pos = next;
+        let p = self.next;
+        let (k, v, next) = parse_run_record(&self.buf, p)?;
+        let ks = p + format::REC_FIXED;
+        let ke = ks + k.len();
+        self.cur = Some((ks, ke, next, v.is_none()));
+        self.next = next;
         Ok(())
+    }
+
+    fn current(&self) -> Option<MergedEntry<'_>> {
+        self.cur.map(|(ks, ke, end, tomb)| {
+            let v = (!tomb).then(|| &self.buf[ke..end]);
+            (&self.buf[ks..ke], v)
+        })
     }
 }
 
@@ -993,7 +986,7 @@ impl<'a> RunCursor<'a> {
 type MergedEntry<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// Memtable entries in key order (value or tombstone).
-type MemIter<'a> = Box<dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a>;
+type MemIter<'a> = Box<dyn Iterator<Item = MergedEntry<'a>> + 'a>;
 
 fn entries_iter(mem: &[Entry]) -> MemIter<'_> {
     Box::new(mem.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))
@@ -1004,75 +997,85 @@ fn mem_iter<'a>(mem: impl Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)> + 
 }
 
 enum Source<'a> {
-    Mem(MemIter<'a>),
+    Mem {
+        it: MemIter<'a>,
+        cur: Option<MergedEntry<'a>>,
+    },
     Run(RunCursor<'a>),
 }
 
 impl Source<'_> {
-    fn fill(&mut self, h: &mut Head) -> Result<()> {
+    fn advance(&mut self) -> Result<()> {
         match self {
-            Source::Mem(it) => {
-                match it.next() {
-                    Some((k, v)) => h.set(k, v),
-                    None => h.live = false,
-                }
+            Source::Mem { it, cur } => {
+                *cur = it.next();
                 Ok(())
             }
-            Source::Run(c) => c.fill(h),
+            Source::Run(c) => c.advance(),
+        }
+    }
+
+    fn current(&self) -> Option<MergedEntry<'_>> {
+        match self {
+            Source::Mem { cur, .. } => *cur,
+            Source::Run(c) => c.current(),
         }
     }
 }
 
 /// K-way merge, newest source first: for equal keys the newest wins and
 /// the older versions are skipped. Yields tombstones too. Entries are
-/// copied into per-source buffers, so a merge allocates nothing per entry.
+/// read in place (memtable, or a run's block buffer): a merge copies and
+/// allocates nothing per entry.
 struct Merge<'a> {
     srcs: Vec<Source<'a>>,
-    heads: Vec<Head>,
     /// The source whose entry the last `next` returned (advanced lazily).
     cur: Option<usize>,
 }
 
 impl<'a> Merge<'a> {
     /// `mem` (already starting at `from`), then `runs` newest first from `from`.
-    fn new(pool: &'a Region, mem: MemIter<'a>, runs: &'a [Arc<Run>], from: &[u8]) -> Result<Self> {
-        let mut srcs = vec![Source::Mem(mem)];
+    fn new(
+        pool: &'a Region,
+        mut mem: MemIter<'a>,
+        runs: &'a [Arc<Run>],
+        from: &[u8],
+    ) -> Result<Self> {
+        let first = mem.next();
+        let mut srcs = vec![Source::Mem {
+            it: mem,
+            cur: first,
+        }];
         for r in runs {
             srcs.push(Source::Run(RunCursor::seek(pool, r, from)?));
         }
-        let mut heads: Vec<Head> = (0..srcs.len()).map(|_| Head::default()).collect();
-        for (s, h) in srcs.iter_mut().zip(heads.iter_mut()) {
-            s.fill(h)?;
-        }
-        Ok(Merge {
-            srcs,
-            heads,
-            cur: None,
-        })
+        Ok(Merge { srcs, cur: None })
     }
 
     #[allow(clippy::should_implement_trait)]
     fn next(&mut self) -> Result<Option<MergedEntry<'_>>> {
         if let Some(c) = self.cur.take() {
-            self.srcs[c].fill(&mut self.heads[c])?;
+            self.srcs[c].advance()?;
         }
         let mut best: Option<usize> = None;
-        for i in 0..self.heads.len() {
-            if self.heads[i].live && best.is_none_or(|b| self.heads[i].key < self.heads[b].key) {
+        for i in 0..self.srcs.len() {
+            if let Some((k, _)) = self.srcs[i].current()
+                && best.is_none_or(|b| k < self.srcs[b].current().expect("live").0)
+            {
                 best = Some(i);
             }
         }
         let Some(b) = best else { return Ok(None) };
         // Older versions of the same key are shadowed: skip them.
-        for i in b + 1..self.heads.len() {
-            let (lo, hi) = self.heads.split_at_mut(i);
-            while hi[0].live && hi[0].key <= lo[b].key {
-                self.srcs[i].fill(&mut hi[0])?;
+        for i in b + 1..self.srcs.len() {
+            let (lo, hi) = self.srcs.split_at_mut(i);
+            let key = lo[b].current().expect("live").0;
+            while hi[0].current().is_some_and(|(k, _)| k <= key) {
+                hi[0].advance()?;
             }
         }
         self.cur = Some(b);
-        let h = &self.heads[b];
-        Ok(Some((&h.key, (!h.tomb).then_some(&h.val[..]))))
+        Ok(self.srcs[b].current())
     }
 }
 
