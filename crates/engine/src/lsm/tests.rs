@@ -515,7 +515,14 @@ struct Model {
 }
 
 fn crash_opts(fault: Option<Fault>) -> StoreOptions {
-    let mut o = StoreOptions::new(EngineKind::Lsm).sessions(1).nonce(11);
+    crash_opts_in(fault, AllocKind::Ferrite)
+}
+
+fn crash_opts_in(fault: Option<Fault>, a: AllocKind) -> StoreOptions {
+    let mut o = StoreOptions::new(EngineKind::Lsm)
+        .allocator(a)
+        .sessions(1)
+        .nonce(11);
     o.lsm.memtable_bytes = 600;
     o.lsm.log_slack = 256;
     o.lsm.block_bytes = 128;
@@ -531,7 +538,17 @@ fn crash_script(pool: &Pool, m: &mut Model, opts: &StoreOptions) {
     let mut s = store.session().expect("session");
     for i in 0..14u32 {
         let k = |j: u32| format!("k{:02}", j % 6).into_bytes();
-        let v = |j: u32| vec![b'a' + (j % 26) as u8; 40 + (j as usize * 13) % 70];
+        // Write 9 does not fit the log segment: the flush replaces it.
+        let v = |j: u32| {
+            vec![
+                b'a' + (j % 26) as u8;
+                if j == 9 {
+                    1500
+                } else {
+                    40 + (j as usize * 13) % 70
+                }
+            ]
+        };
         let ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = match i % 5 {
             0 | 1 | 3 => vec![(k(i), Some(v(i)))],
             2 => vec![(k(i + 1), None)],
@@ -568,15 +585,20 @@ fn crash_script(pool: &Pool, m: &mut Model, opts: &StoreOptions) {
 }
 
 fn explore(fault: Option<Fault>, budget: usize) -> ferrite_crash::Report {
-    let opts = crash_opts(fault);
-    let setup_opts = crash_opts(None);
+    explore_in(fault, AllocKind::Ferrite, budget)
+}
+
+fn explore_in(fault: Option<Fault>, a: AllocKind, budget: usize) -> ferrite_crash::Report {
+    let opts = crash_opts_in(fault, a);
+    let setup_opts = crash_opts_in(None, a);
+    let rec_opts = crash_opts_in(None, a);
     Explorer::new(Config::new(LAYOUT).budget(budget).pool_size(640 << 10))
         .setup(move |pool| {
             Store::create(pool, &setup_opts).expect("create");
         })
         .explore(
             |pool, m: &mut Model| crash_script(pool, m, &opts),
-            |pool| Store::open(pool, &crash_opts(None)).map_err(|e| e.to_string()),
+            |pool| Store::open(pool, &rec_opts).map_err(|e| e.to_string()),
             |_, store, m| {
                 if check_store(store, &m.acked).is_ok() {
                     return Ok(());
@@ -595,8 +617,23 @@ fn explore(fault: Option<Fault>, budget: usize) -> ferrite_crash::Report {
 }
 
 #[test]
+fn crash_exploration_holds_lock_heap() {
+    let r = explore_in(None, AllocKind::Lock, budget(300));
+    eprintln!("lock heap: {r}");
+    assert!(r.ok(), "{r}");
+}
+
+/// `LSM_CRASH_BUDGET` raises the budget for a longer run.
+fn budget(default: usize) -> usize {
+    std::env::var("LSM_CRASH_BUDGET")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
 fn crash_exploration_holds() {
-    let r = explore(None, 400);
+    let r = explore(None, budget(400));
     eprintln!("no fault: {r}");
     assert!(r.ok(), "{r}");
     assert!(r.fences > 14, "{r}");
@@ -788,7 +825,7 @@ fn crash_exploration_two_threads() {
     opts.lsm.memtable_bytes = 700;
     let setup_opts = opts.clone();
     let run_opts = opts.clone();
-    let r = Explorer::new(Config::new(LAYOUT).budget(300).pool_size(640 << 10))
+    let r = Explorer::new(Config::new(LAYOUT).budget(budget(300)).pool_size(640 << 10))
         .setup(move |pool| {
             Store::create(pool, &setup_opts).expect("create");
         })
