@@ -592,7 +592,14 @@ fn explore_in(fault: Option<Fault>, a: AllocKind, budget: usize) -> ferrite_cras
     let opts = crash_opts_in(fault, a);
     let setup_opts = crash_opts_in(None, a);
     let rec_opts = crash_opts_in(None, a);
-    Explorer::new(Config::new(LAYOUT).budget(budget).pool_size(640 << 10))
+    // LSM_CRASH_FLUSH=1 also crashes at every flush, with 8-byte tearing.
+    let wide = std::env::var_os("LSM_CRASH_FLUSH").is_some();
+    let cfg = Config::new(LAYOUT)
+        .budget(budget)
+        .pool_size(640 << 10)
+        .crash_on_flush(wide)
+        .tearing(wide);
+    Explorer::new(cfg)
         .setup(move |pool| {
             Store::create(pool, &setup_opts).expect("create");
         })
