@@ -485,6 +485,43 @@ fn one_fence_per_write_and_none_in_flight() {
     drop(s);
     drop(store);
 
+    // Flushes (with their merges): fences beyond one per put.
+    for a in AllocKind::ALL {
+        let mut opts = small(a);
+        opts.lsm.memtable_bytes = 32 << 10;
+        let pool = new_pool(16);
+        drop(Store::create(&pool, &opts).unwrap());
+        let c = Arc::new(Counter::default());
+        let p =
+            Pool::open_image(&pool.image(), &pool_opts(16), Domain::Adr, Some(c.clone())).unwrap();
+        let store = Store::open(&p, &opts).unwrap();
+        let mut s = store.session().unwrap();
+        let f0 = c.fences.load(Ordering::Relaxed);
+        let n = 3000u32;
+        for i in 0..n {
+            s.put(format!("key{:05}", (i * 7919) % 2000).as_bytes(), &val)
+                .unwrap();
+        }
+        let extra = c.fences.load(Ordering::Relaxed) - f0 - n as usize;
+        let d = store.stats().detail;
+        let flushes: usize = d
+            .split(", ")
+            .find_map(|p| p.strip_suffix(" flushes"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        eprintln!("{a}: {n} puts, {flushes} flushes, {extra} extra fences; {d}");
+        assert!(flushes > 50, "{d}");
+        // 3 per flush (run + manifest, publish's two), plus the
+        // allocator's own reserve fences: the lock heap fences twice for
+        // each block it splits (run and manifest: up to 4 more).
+        let per = if a == AllocKind::Ferrite { 4 } else { 8 };
+        assert!(
+            extra <= per * flushes,
+            "{extra} fences for {flushes} flushes"
+        );
+    }
+
     // No flush in flight when a write (or a flush of the memtable) returns.
     let mut opts = small(AllocKind::Ferrite);
     opts.lsm.memtable_bytes = 4 << 10;
