@@ -1143,6 +1143,24 @@ impl Session for LsmSession<'_> {
         if ops.is_empty() {
             return Ok(());
         }
+        // A record's body length is a u32 (and the whole batch one record).
+        let bytes: usize = ops
+            .iter()
+            .map(|o| {
+                7 + o.key().len()
+                    + if let Op::Put { value, .. } = o {
+                        value.len()
+                    } else {
+                        0
+                    }
+            })
+            .sum();
+        if bytes >= u32::MAX as usize - 4 {
+            return Err(EngineError::BatchTooLarge {
+                ops: ops.len(),
+                max: (u32::MAX as usize - 4) / (7 + crate::MAX_KEY + crate::MAX_VALUE),
+            });
+        }
         format::encode_ops(&mut self.rec, ops);
         let mut w = self.eng.writer.lock();
         let _held = LockHeld::enter();
