@@ -220,6 +220,9 @@ struct Writer {
     graveyard: Vec<Arc<Run>>,
     /// The run image buffer, reused by every flush.
     buf: Vec<u8>,
+    /// After a flush failed for want of space, the log position before
+    /// which no flush is tried again (0: none failed).
+    retry_at: u64,
 }
 
 pub(crate) struct Lsm {
@@ -493,6 +496,7 @@ impl Lsm {
                 next_seq,
                 graveyard: Vec::new(),
                 buf: Vec::new(),
+                retry_at: 0,
             }),
             state: RwLock::new(State {
                 mem,
@@ -630,15 +634,24 @@ impl Lsm {
             // (Full) and deletes flush with a full merge, which drops their
             // tombstones and what they shadow, and so frees space.
             let tight = !self.headroom_ok(w);
+            let fits = w.pos + len <= w.man.cap;
             let r = if tight && !deletes_only {
                 Err(EngineError::Full(
                     "no room left to merge the runs (deletes still go through)".into(),
                 ))
+            } else if fits && w.pos < w.retry_at {
+                // A flush failed for want of space a moment ago: do not
+                // rebuild the (maybe large) merge for every write.
+                Err(EngineError::Full("no room for a run".into()))
             } else {
-                self.flush(w, at, len, tight)
+                let r = self.flush(w, at, len, tight);
+                if let Err(EngineError::Full(_)) = r {
+                    w.retry_at = w.pos + len + self.opts.log_slack / 8;
+                }
+                r
             };
             match r {
-                Ok(()) => {}
+                Ok(()) => w.retry_at = 0,
                 Err(EngineError::Full(m)) => {
                     // No run written: keep using the log's slack, half of
                     // it for writes that add data, all of it for deletes.
