@@ -23,6 +23,25 @@
 //! metadata, `pmemobj_root`'s zeroing) are issued inside libpmem and are
 //! **invisible** to those counters.
 //!
+//! # Use (from a suite)
+//!
+//! ```no_run
+//! # fn main() -> Result<(), ferrite_bench::pmdk_alloc::PmdkStoreError> {
+//! use ferrite_bench::pmdk_alloc::{open_pmdk_store, pmdk_store};
+//! use ferrite_engine::{EngineKind, StoreOptions};
+//! use std::path::Path;
+//! // Once, first thing in the process (before any PMDK call), for PMDK's
+//! // flush path on /dev/shm: `unsafe { ferrite_pmdk::force_pmem() }`.
+//! let path = Path::new("/dev/shm/kv-pmdk.pool");
+//! let opts = StoreOptions::new(EngineKind::Cow).sessions(4);
+//! let store = pmdk_store(path, 256 << 20, &opts)?; // derefs to ferrite_engine::Store
+//! store.session()?.put(b"k", b"v")?;
+//! drop(store); // or store.close()?
+//! let store = open_pmdk_store(path, &opts)?;
+//! store.remove()?; // close and delete the pool file
+//! # Ok(()) }
+//! ```
+//!
 //! # The mapping of the interface
 //!
 //! | `AllocThread`                | PMDK                                                                      |
@@ -716,6 +735,14 @@ impl PmdkStore {
         store.close()?;
         drop(alloc);
         Ok(())
+    }
+
+    /// [`close`](Self::close)s the store and deletes its pool file.
+    pub fn remove(self) -> Result<(), PmdkStoreError> {
+        let path = self.path.clone();
+        self.close()?;
+        std::fs::remove_file(&path)
+            .map_err(|e| PmdkStoreError::Setup(format!("removing {}: {e}", path.display())))
     }
 }
 

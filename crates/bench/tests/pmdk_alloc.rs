@@ -474,7 +474,13 @@ fn every_engine_runs_on_pmdk() {
                 assert_eq!(ss.get(k).unwrap().as_ref(), Some(v), "{kind} after reopen");
             }
         }
-        s.close().unwrap();
+        let path = s.path().to_path_buf();
+        s.remove().unwrap();
+        assert!(!path.exists(), "remove deletes the pool file");
+        assert!(matches!(
+            open_pmdk_store(&path, &opts),
+            Err(PmdkStoreError::Pmdk(_))
+        ));
     }
 }
 
@@ -999,4 +1005,56 @@ fn rough_throughput_50_50() {
         }
         eprintln!("{line}");
     }
+}
+
+#[test]
+fn opening_what_is_not_a_store_is_a_typed_error() {
+    let dir = ShmDir::new("notastore");
+    let opts = StoreOptions::new(EngineKind::Lsm);
+    // A PMDK pool of our layout without a root object.
+    drop(PmemObj::create(&dir.file(), PMDK_LAYOUT, POOL).unwrap());
+    assert!(matches!(
+        open_pmdk_store(&dir.file(), &opts),
+        Err(PmdkStoreError::NoStore(_))
+    ));
+    // An existing file is not overwritten.
+    assert!(matches!(
+        pmdk_store(&dir.file(), 64 << 20, &opts),
+        Err(PmdkStoreError::Pmdk(_))
+    ));
+    // A pool of another layout.
+    let other = dir.0.join("other");
+    drop(PmemObj::create(&other, "something-else", POOL).unwrap());
+    assert!(matches!(
+        open_pmdk_store(&other, &opts),
+        Err(PmdkStoreError::Pmdk(_))
+    ));
+    // A root object without a superblock, then a damaged superblock.
+    let rooted = dir.0.join("rooted");
+    {
+        let a = alloc_on(&rooted);
+        a.thread().unwrap().root(8192).unwrap();
+    }
+    assert!(matches!(
+        open_pmdk_store(&rooted, &opts),
+        Err(PmdkStoreError::Engine(EngineError::NotAStore))
+    ));
+    let store_path = dir.0.join("store");
+    let Some(s) = engine_or_skip(pmdk_store(&store_path, 64 << 20, &opts), EngineKind::Lsm) else {
+        return;
+    };
+    let sb = s.alloc().root().raw().next_multiple_of(64) as usize;
+    drop(s);
+    {
+        let a = reopen(&store_path);
+        let r = a.region().unwrap();
+        let mut b = [0u8; 1];
+        r.read(sb + 20, &mut b);
+        r.write(sb + 20, &[b[0] ^ 1]);
+        r.persist(sb + 20, 1);
+    }
+    assert!(matches!(
+        open_pmdk_store(&store_path, &opts),
+        Err(PmdkStoreError::Engine(EngineError::Checksum { .. }))
+    ));
 }
