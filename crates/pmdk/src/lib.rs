@@ -6,6 +6,12 @@
 //! B+tree of `txbtree` in `csrc/txbtree.c`) because PMDK's
 //! `TX_BEGIN`/`TX_END` are built on `setjmp`.
 //!
+//! Besides the baselines, [`PmemObj`] exposes libpmemobj's reserve/publish
+//! action API, the root object and object iteration (`action.rs`), on which
+//! `ferrite-bench`'s `pmdk_alloc` runs Ferrite's storage engines over
+//! PMDK's allocator; with the feature `count`, `csrc/count.c` counts the
+//! flushes and fences libpmemobj issues (`PmdkCounts`).
+//!
 //! Everything is behind the `link` feature. Without it this crate is empty
 //! and builds on machines without PMDK; with it, `build.rs` compiles the
 //! shim and links `pmem`, `pmemlog`, `pmemblk` and `pmemobj`, which need the
