@@ -1058,3 +1058,46 @@ fn opening_what_is_not_a_store_is_a_typed_error() {
         Err(PmdkStoreError::Engine(EngineError::Checksum { .. }))
     ));
 }
+
+#[test]
+fn engines_on_pmdk_with_threads() {
+    for kind in EngineKind::ALL {
+        let dir = ShmDir::new(&format!("mt-{}", kind.name()));
+        let opts = StoreOptions::new(kind).sessions(4);
+        let Some(s) = engine_or_skip(pmdk_store(&dir.file(), 128 << 20, &opts), kind) else {
+            continue;
+        };
+        std::thread::scope(|sc| {
+            for th in 0..3u32 {
+                let s = &s;
+                sc.spawn(move || {
+                    let mut ss = s.session().unwrap();
+                    for i in 0..300u32 {
+                        let k = key(th * 10_000 + i % 100);
+                        if i % 4 == 3 {
+                            ss.delete(&k).unwrap();
+                        } else {
+                            ss.put(&k, &value(i, th)).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        // Each thread's keys: the last op on key i%100 among i in 0..300.
+        let mut model = BTreeMap::new();
+        for th in 0..3u32 {
+            for i in 0..300u32 {
+                let k = key(th * 10_000 + i % 100);
+                if i % 4 == 3 {
+                    model.remove(&k);
+                } else {
+                    model.insert(k, value(i, th));
+                }
+            }
+        }
+        check_walk(&s, &model);
+        drop(s);
+        let s = open_pmdk_store(&dir.file(), &opts).unwrap();
+        check_walk(&s, &model);
+    }
+}
