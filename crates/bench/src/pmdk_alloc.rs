@@ -686,14 +686,21 @@ impl Drop for PmdkThread<'_> {
 /// Why a PMDK-backed store could not be made or opened.
 #[derive(Debug, thiserror::Error)]
 pub enum PmdkStoreError {
+    /// libpmemobj refused the pool (missing file, existing file on create,
+    /// other layout, too small, ...).
     #[error("PMDK: {0}")]
     Pmdk(#[from] ferrite_pmdk::Error),
+    /// The engine's create or open failed (a damaged superblock included).
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The allocator could not be put on the pool or make the root object.
     #[error("allocator: {0}")]
     Alloc(#[from] AllocError),
+    /// Wrapping PMDK's mapping for Ferrite failed (e.g. no flush
+    /// instruction for the `adr` domain), or removing the pool file.
     #[error("{0}")]
     Setup(String),
+    /// The pool has no root object, so no store.
     #[error("{} holds no Ferrite store (no root object)", .0.display())]
     NoStore(PathBuf),
 }
