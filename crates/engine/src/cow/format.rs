@@ -8,14 +8,27 @@
 //!          8  4  format version (1)
 //!         12 48  zero
 //!         60  4  crc32c(nonce LE ‖ bytes 0..60)
-//! line 1: 64  8  root word: pool offset of the root node, 0 = empty tree
+//! line 1: 64  8  root: pool offset of the root node, 0 = empty tree
+//!         72  8  root's checksum (its header crc, in the low 32 bits)
+//!         80  8  previous root (the version the last switch replaced)
+//!         88  8  previous root's checksum
 //! ```
 //!
-//! The header is written and persisted once at create. The root word is
-//! only ever changed by an allocator publish (a [`ferrite_alloc::Link`]),
+//! The header is written and persisted once at create. The root line is
+//! only ever changed by an allocator publish (four [`ferrite_alloc::Link`]s),
 //! so it switches atomically with the allocations of the new version.
-//! It sits on its own line so that the switch's store never shares a line
-//! with anything else.
+//!
+//! **Why the checksums and the previous root.** A switch writes and flushes
+//! its new nodes and then publishes; the allocator's first fence makes
+//! both its redo record and the nodes durable — but a crash *at* that
+//! fence may keep the record and lose some node lines, and recovery would
+//! then replay a root pointing at them. Every pointer to a node therefore
+//! carries the node's checksum (branch entries and the root line: a
+//! Merkle tree), so recovery can tell whether the newest version reached
+//! the media entirely. When it did not, the previous version — whose
+//! blocks are freed only by publishes after the switch completed — is
+//! intact, and recovery switches back to it. This saves a fence per
+//! switch over flushing, fencing and then publishing.
 //!
 //! # Node (one allocator block, `len` bytes of it used)
 //!
@@ -46,7 +59,8 @@
 //!
 //! ```text
 //!  0  2  klen (0 for the first entry, 1 ..= MAX_KEY for the others)
-//!  2  6  zero
+//!  2  2  zero
+//!  4  4  the child's checksum (its header crc)
 //!  8  8  child pool offset
 //! 16  klen key
 //! ```
@@ -70,7 +84,8 @@ pub const AREA_MAGIC: &[u8; 8] = b"FRCOWv01";
 pub const AREA_VERSION: u32 = 1;
 /// Bytes of the fixed area: header line and root-word line.
 pub const AREA_BYTES: usize = 128;
-/// Offset of the root word in the fixed area.
+/// Offset of the root line in the fixed area: root, its crc, previous
+/// root, its crc (8 bytes each).
 pub const ROOT_AT: u64 = 64;
 const AREA_CRC_AT: usize = 60;
 
@@ -204,7 +219,8 @@ pub struct Entries<'b> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ent<'b> {
     Leaf(&'b [u8], ValRef<'b>),
-    Branch(&'b [u8], u64),
+    /// Key, child offset, child checksum.
+    Branch(&'b [u8], u64, u32),
 }
 
 impl<'b> Entries<'b> {
@@ -270,10 +286,10 @@ impl<'b> Entries<'b> {
             } else {
                 klen >= 1 && klen <= MAX_KEY
             };
-            if !klen_ok || child == 0 || h[2..8].iter().any(|&z| z != 0) {
+            if !klen_ok || child == 0 || h[2..4] != [0, 0] {
                 return Err(corrupt("cow: bad branch entry"));
             }
-            Ok(Ent::Branch(self.take(klen)?, child))
+            Ok(Ent::Branch(self.take(klen)?, child, u32_at(h, 4)))
         }
     }
 }
@@ -320,26 +336,32 @@ pub fn push_leaf_entry(out: &mut Vec<u8>, key: &[u8], val: ValRef<'_>) {
     }
 }
 
-pub fn push_branch_entry(out: &mut Vec<u8>, key: &[u8], child: u64) {
+pub fn push_branch_entry(out: &mut Vec<u8>, key: &[u8], child: u64, child_crc: u32) {
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&[0u8; 6]);
+    out.extend_from_slice(&[0u8; 2]);
+    out.extend_from_slice(&child_crc.to_le_bytes());
     out.extend_from_slice(&child.to_le_bytes());
     out.extend_from_slice(key);
 }
 
-pub fn finish_node(out: &mut [u8], nonce: u64) {
+/// Sets the length and checksum; returns the checksum.
+pub fn finish_node(out: &mut [u8], nonce: u64) -> u32 {
     let len = out.len() as u32;
     out[8..12].copy_from_slice(&len.to_le_bytes());
     let c = crc(nonce, &out[4..]);
     out[0..4].copy_from_slice(&c.to_le_bytes());
+    c
 }
 
-/// Verifies a node's checksum (`b` is exactly the node's bytes).
-pub fn check_node_crc(b: &[u8], nonce: u64) -> Result<()> {
+/// Verifies a node (`b` is exactly its bytes) against its own checksum
+/// and the one its parent (or the root line) recorded.
+pub fn check_node_crc(b: &[u8], nonce: u64, expected: u32) -> Result<()> {
     let stored = u32_at(b, 0);
     let computed = crc(nonce, &b[4..]);
-    if stored != computed {
-        return Err(EngineError::Checksum { stored, computed });
+    if stored != computed || stored != expected {
+        return Err(corrupt(format!(
+            "cow: node checksum {stored:#010x}, computed {computed:#010x}, its parent recorded {expected:#010x}"
+        )));
     }
     Ok(())
 }
@@ -372,9 +394,10 @@ mod tests {
                 crc: 7,
             },
         );
-        finish_node(&mut b, 9);
-        check_node_crc(&b, 9).unwrap();
-        assert!(check_node_crc(&b, 10).is_err());
+        let c = finish_node(&mut b, 9);
+        check_node_crc(&b, 9, c).unwrap();
+        assert!(check_node_crc(&b, 10, c).is_err());
+        assert!(check_node_crc(&b, 9, c ^ 1).is_err());
         let h = Header::decode(&b).unwrap();
         assert_eq!(h.len, b.len());
         let mut it = Entries::new(&h, &b);
@@ -415,15 +438,15 @@ mod tests {
     fn branch_first_key_must_be_empty() {
         let mut b = Vec::new();
         begin_node(&mut b, KIND_BRANCH, 1, 2);
-        push_branch_entry(&mut b, b"", 64);
-        push_branch_entry(&mut b, b"m", 128);
+        push_branch_entry(&mut b, b"", 64, 5);
+        push_branch_entry(&mut b, b"m", 128, 6);
         finish_node(&mut b, 1);
         let h = Header::decode(&b).unwrap();
         let v: Vec<_> = Entries::new(&h, &b).collect::<Result<_>>().unwrap();
-        assert_eq!(v, vec![Ent::Branch(b"", 64), Ent::Branch(b"m", 128)]);
+        assert_eq!(v, vec![Ent::Branch(b"", 64, 5), Ent::Branch(b"m", 128, 6)]);
         let mut b2 = Vec::new();
         begin_node(&mut b2, KIND_BRANCH, 1, 1);
-        push_branch_entry(&mut b2, b"k", 64);
+        push_branch_entry(&mut b2, b"k", 64, 0);
         finish_node(&mut b2, 1);
         let h = Header::decode(&b2).unwrap();
         assert!(Entries::new(&h, &b2).next().unwrap().is_err());

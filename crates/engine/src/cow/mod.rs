@@ -147,7 +147,7 @@ pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engi
         detail: "created".into(),
         ..EngineRecovery::default()
     };
-    Ok(Box::new(CowEngine::new(ctx, opts, 0, 0, recovery)))
+    Ok(Box::new(CowEngine::new(ctx, opts, (0, 0), 0, recovery)))
 }
 
 pub(crate) fn open(
@@ -162,8 +162,19 @@ pub(crate) fn open(
     let mut head = [0u8; 64];
     ctx.pool.read(area, &mut head);
     format::check_area(&head, ctx.sb.nonce)?;
-    let root = ctx.pool.load_u64(area + format::ROOT_AT as usize);
-    let found = walk_tree(&ctx.pool, ctx.sb.nonce, root, false)?;
+    let line = area + format::ROOT_AT as usize;
+    let word = |i: usize| ctx.pool.load_u64(line + 8 * i);
+    let (root, root_crc) = (word(0), word(1) as u32);
+    let (prev, prev_crc) = (word(2), word(3) as u32);
+    // The newest version, or — when its switch's record reached the media
+    // before all of its nodes did (see `format`) — the previous one.
+    let (root, root_crc, found, reverted) = match walk_tree(&ctx.pool, ctx.sb.nonce, root, root_crc, false) {
+        Ok(f) => (root, root_crc, f, false),
+        Err(e) => match walk_tree(&ctx.pool, ctx.sb.nonce, prev, prev_crc, false) {
+            Ok(f) if (prev, prev_crc) != (root, root_crc) => (prev, prev_crc, f, true),
+            _ => return Err(e),
+        },
+    };
 
     // Compare with the allocator: every referenced block allocated and
     // large enough; every other allocated block is garbage of an earlier
@@ -190,35 +201,66 @@ pub(crate) fn open(
     }
     let mut orphans: Vec<POff<u8>> = allocated.into_keys().map(POff::new).collect();
     orphans.sort_unstable_by_key(|o| o.raw());
-    if !orphans.is_empty() {
+    if !orphans.is_empty() || reverted {
         let mut th = ctx.alloc.thread()?;
-        let max = th.max_publish_ops().max(1);
-        for chunk in orphans.chunks(max) {
+        let max = th.max_publish_ops().max(5);
+        // The switch back goes with the first frees, atomically: the
+        // newest version's blocks must not be free while the root line
+        // may still point to them.
+        let back = root_links(line as u64, (root, root_crc), (root, root_crc));
+        let mut first = true;
+        let mut rest = &orphans[..];
+        while first || !rest.is_empty() {
+            let links: &[Link] = if first && reverted { &back } else { &[] };
+            let n = rest.len().min(max - links.len());
             th.publish(&Publish {
                 allocs: &[],
-                frees: chunk,
-                links: &[],
+                frees: &rest[..n],
+                links,
             })?;
+            rest = &rest[n..];
+            first = false;
         }
     }
     let recovery = EngineRecovery {
-        replayed: 0,
+        replayed: usize::from(reverted),
         keys: found.keys,
         detail: format!(
-            "root {root:#x}: {} keys in {} blocks; freed {} unreferenced blocks",
+            "root {root:#x}{}: {} keys in {} blocks; freed {} unreferenced blocks",
+            if reverted {
+                " (the newest switch was torn: went back to the previous version)"
+            } else {
+                ""
+            },
             found.keys,
             found.blocks.len(),
             orphans.len()
         ),
         ..EngineRecovery::default()
     };
-    let e = CowEngine::new(ctx, opts, root, found.keys, recovery.clone());
+    let e = CowEngine::new(ctx, opts, (root, root_crc), found.keys, recovery.clone());
     Ok((Box::new(e), recovery))
+}
+
+/// The four links of a root switch: the new root and its checksum, the
+/// version it replaces and its checksum (the root line, see [`format`]).
+fn root_links(line: u64, new: (u64, u32), prev: (u64, u32)) -> [Link; 4] {
+    let l = |i: u64, value: u64| Link {
+        at: POff::new(line + 8 * i),
+        value,
+    };
+    [
+        l(0, new.0),
+        l(1, u64::from(new.1)),
+        l(2, prev.0),
+        l(3, u64::from(prev.1)),
+    ]
 }
 
 /// A committed version: the durable root it was switched to.
 struct Version {
     root: u64,
+    crc: u32,
     keys: u64,
 }
 
@@ -279,7 +321,7 @@ struct Counts {
 pub struct CowEngine {
     pool: Region,
     nonce: u64,
-    /// Pool offset of the root word.
+    /// Pool offset of the root line.
     root_at: u64,
     alloc: Arc<dyn PAllocator>,
     opts: Options,
@@ -298,7 +340,7 @@ impl CowEngine {
     fn new(
         ctx: EngineCtx,
         opts: &StoreOptions,
-        root: u64,
+        root: (u64, u32),
         keys: u64,
         recovery: EngineRecovery,
     ) -> CowEngine {
@@ -315,7 +357,11 @@ impl CowEngine {
             fault,
             max_sessions: ctx.sb.sessions as usize,
             sessions: AtomicUsize::new(0),
-            current: RwLock::new(Arc::new(Version { root, keys })),
+            current: RwLock::new(Arc::new(Version {
+                root: root.0,
+                crc: root.1,
+                keys,
+            })),
             gate: Mutex::new(Gate::default()),
             cv: Condvar::new(),
             writer: Mutex::new(Writer::default()),
@@ -386,7 +432,7 @@ impl CowEngine {
         let mut sh = Shadow::new(
             self.pool.clone(),
             self.nonce,
-            base.root,
+            (base.root, base.crc),
             self.opts.node_bytes,
             self.opts.inline_max,
         );
@@ -427,11 +473,12 @@ impl CowEngine {
                 }
             }
         }
-        self.publish_switch(th, w, res, new_root)?;
+        self.publish_switch(th, w, res, new_root, (base.root, base.crc))?;
         let keys = (base.keys as i64 + sh.key_delta).max(0) as u64;
         drop(base);
         let newv = Arc::new(Version {
-            root: new_root,
+            root: new_root.0,
+            crc: new_root.1,
             keys,
         });
         let old = std::mem::replace(&mut *self.current.write(), newv);
@@ -452,16 +499,14 @@ impl CowEngine {
         th: &mut dyn AllocThread,
         w: &mut Writer,
         res: Vec<Reservation>,
-        new_root: u64,
+        new_root: (u64, u32),
+        prev: (u64, u32),
     ) -> Result<()> {
-        let max = th.max_publish_ops().max(2);
-        let links = [Link {
-            at: POff::new(self.root_at),
-            value: new_root,
-        }];
+        let links = root_links(self.root_at, new_root, prev);
+        let max = th.max_publish_ops().max(links.len() + 1);
         let mut done = 0;
-        while res.len() - done + 1 > max {
-            let end = done + (max - 1);
+        while res.len() - done + links.len() > max {
+            let end = done + (max - links.len());
             if let Err(e) = th.publish(&Publish {
                 allocs: &res[done..end],
                 frees: &[],
@@ -472,7 +517,7 @@ impl CowEngine {
             self.counts.publishes.fetch_add(1, Ordering::Relaxed);
             done = end;
         }
-        let nfree = w.ready.len().min(max - (res.len() - done) - 1);
+        let nfree = w.ready.len().min(max - (res.len() - done) - links.len());
         if let Err(e) = th.publish(&Publish {
             allocs: &res[done..],
             frees: &w.ready[..nfree],
@@ -609,7 +654,7 @@ impl Engine for CowEngine {
 
     fn walk(&self) -> Result<Walk> {
         let v = self.snapshot();
-        let t = walk_tree(&self.pool, self.nonce, v.root, true)?;
+        let t = walk_tree(&self.pool, self.nonce, v.root, v.crc, true)?;
         Ok(Walk {
             entries: t.entries,
             blocks: t.blocks,
@@ -747,7 +792,7 @@ impl Session for CowSession<'_> {
                             return Ok(false);
                         }
                     }
-                    Ent::Branch(k, child) => {
+                    Ent::Branch(k, child, _) => {
                         if next.is_some() && k > key {
                             break;
                         }
@@ -853,7 +898,7 @@ fn scan_node(
     }
     let mut children: Vec<(&[u8], u64)> = Vec::with_capacity(h.count as usize);
     for e in format::Entries::new(&h, &buf) {
-        if let Ent::Branch(k, c) = e? {
+        if let Ent::Branch(k, c, _) = e? {
             children.push((k, c));
         }
     }
@@ -882,7 +927,7 @@ struct Found {
 /// Walks and verifies the whole tree at `root`: checksums, levels, key
 /// order and bounds, each block referenced once. With `values`, collects
 /// the contents too.
-fn walk_tree(pool: &Region, nonce: u64, root: u64, values: bool) -> Result<Found> {
+fn walk_tree(pool: &Region, nonce: u64, root: u64, crc: u32, values: bool) -> Result<Found> {
     let mut f = Found {
         entries: Vec::new(),
         blocks: Vec::new(),
@@ -898,6 +943,7 @@ fn walk_tree(pool: &Region, nonce: u64, root: u64, values: bool) -> Result<Found
         pool,
         nonce,
         root,
+        crc,
         first.level,
         None,
         None,
@@ -913,6 +959,7 @@ fn walk_node(
     pool: &Region,
     nonce: u64,
     off: u64,
+    crc: u32,
     level: u8,
     lo: Option<&[u8]>,
     hi: Option<&[u8]>,
@@ -926,7 +973,7 @@ fn walk_node(
     }
     let mut buf = Vec::new();
     let h = tree::read_node(pool, off, &mut buf)?;
-    format::check_node_crc(&buf, nonce)?;
+    format::check_node_crc(&buf, nonce, crc)?;
     if h.level != level {
         return Err(corrupt(format!("level {} where {level} expected", h.level)));
     }
@@ -955,10 +1002,9 @@ fn walk_node(
                     tree::read_blob(pool, b, len as usize, &mut x)?;
                     let computed = format::crc(nonce, &x);
                     if computed != crc {
-                        return Err(EngineError::Checksum {
-                            stored: crc,
-                            computed,
-                        });
+                        return Err(corrupt(format!(
+                            "blob {b:#x} checksum {computed:#010x}, the leaf recorded {crc:#010x}"
+                        )));
                     }
                     values.then_some(x)
                 }
@@ -968,22 +1014,23 @@ fn walk_node(
             }
         }
     } else {
-        let mut kids: Vec<(&[u8], u64)> = Vec::with_capacity(h.count as usize);
+        let mut kids: Vec<(&[u8], u64, u32)> = Vec::with_capacity(h.count as usize);
         for e in it.by_ref() {
-            let Ent::Branch(k, c) = e? else {
+            let Ent::Branch(k, c, ccrc) = e? else {
                 return Err(corrupt("leaf entry in a branch".into()));
             };
-            if let Some(&(p, _)) = kids.last()
+            if let Some(&(p, ..)) = kids.last()
                 && (p >= k || !in_bounds(k))
             {
                 return Err(corrupt("keys out of order".into()));
             }
-            kids.push((k, c));
+            kids.push((k, c, ccrc));
         }
         for i in 0..kids.len() {
             let clo = if i == 0 { lo } else { Some(kids[i].0) };
             let chi = kids.get(i + 1).map(|k| k.0).or(hi);
-            walk_node(pool, nonce, kids[i].1, level - 1, clo, chi, values, seen, f)?;
+            let (_, c, ccrc) = kids[i];
+            walk_node(pool, nonce, c, ccrc, level - 1, clo, chi, values, seen, f)?;
         }
     }
     if !it.exhausted() {

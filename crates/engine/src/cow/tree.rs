@@ -17,8 +17,9 @@
 //!   branch entry that points to it; a branch's first key is −∞;
 //! - a leaf is at level 0, a branch one above its children;
 //! - no node is empty; the empty tree is root word 0;
-//! - a node holds at most its split target of bytes, unless it has a
-//!   single entry (which cannot be split).
+//! - a node holds at most its split target of bytes, unless splitting it
+//!   cannot help (a leaf of one entry, a branch of two);
+//! - a branch entry records its child's checksum (see [`format`]).
 
 use super::format::{self, Ent, Header, KIND_BRANCH, KIND_LEAF, MAX_HEIGHT, ValRef};
 use crate::{EngineError, Result};
@@ -28,8 +29,8 @@ use std::borrow::Cow;
 
 /// A child pointer of the shadow tree.
 pub enum DChild<'a> {
-    /// An unchanged node of the durable tree.
-    Clean(u64),
+    /// An unchanged node of the durable tree: offset, checksum.
+    Clean(u64, u32),
     /// A node this group changed (or created).
     Dirty(Box<DNode<'a>>),
 }
@@ -93,6 +94,18 @@ impl DNode<'_> {
                     .map(|b| format::branch_entry_bytes(b.key.len()))
                     .sum(),
             }
+    }
+
+    /// Whether the node is over `target` and splitting helps: a leaf of
+    /// two entries splits into two leaves, but a branch needs three (two
+    /// one-entry branches under a new root would be as big again, forever,
+    /// when the keys are long).
+    fn should_split(&self, target: usize) -> bool {
+        let min = match self.body {
+            Body::Leaf(_) => 2,
+            Body::Branch(_) => 3,
+        };
+        self.len() >= min && self.bytes() > target
     }
 
     /// Split point by bytes: the first index whose prefix holds half.
@@ -171,9 +184,15 @@ pub struct Shadow<'a> {
 }
 
 impl<'a> Shadow<'a> {
-    pub fn new(pool: Region, nonce: u64, root: u64, target: usize, inline_max: usize) -> Self {
+    pub fn new(
+        pool: Region,
+        nonce: u64,
+        root: (u64, u32),
+        target: usize,
+        inline_max: usize,
+    ) -> Self {
         Shadow {
-            root: (root != 0).then_some(DChild::Clean(root)),
+            root: (root.0 != 0).then_some(DChild::Clean(root.0, root.1)),
             retired: Vec::new(),
             pool,
             nonce,
@@ -188,7 +207,7 @@ impl<'a> Shadow<'a> {
     pub fn changed(&self) -> bool {
         match &self.root {
             None => !self.retired.is_empty(),
-            Some(DChild::Clean(_)) => !self.retired.is_empty(),
+            Some(DChild::Clean(..)) => !self.retired.is_empty(),
             Some(DChild::Dirty(_)) => true,
         }
     }
@@ -225,12 +244,12 @@ impl<'a> Shadow<'a> {
             } else {
                 let mut v = Vec::with_capacity(h.count as usize + 1);
                 for e in it.by_ref() {
-                    let Ent::Branch(k, child) = e? else {
+                    let Ent::Branch(k, child, crc) = e? else {
                         unreachable!("a branch yields branch entries")
                     };
                     v.push(BEnt {
                         key: Cow::Owned(k.to_vec()),
-                        child: DChild::Clean(child),
+                        child: DChild::Clean(child, crc),
                     });
                 }
                 Body::Branch(v)
@@ -254,13 +273,13 @@ impl<'a> Shadow<'a> {
 
     /// Makes `c` dirty (decoding it if clean) and returns the node.
     fn dirty<'c>(&mut self, c: &'c mut DChild<'a>, level: Option<u8>) -> Result<&'c mut DNode<'a>> {
-        if let DChild::Clean(off) = *c {
+        if let DChild::Clean(off, _) = *c {
             let n = self.load(off, level)?;
             *c = DChild::Dirty(Box::new(n));
         }
         match c {
             DChild::Dirty(n) => Ok(n),
-            DChild::Clean(_) => unreachable!("made dirty above"),
+            DChild::Clean(..) => unreachable!("made dirty above"),
         }
     }
 
@@ -358,7 +377,7 @@ impl<'a> Shadow<'a> {
     ) -> Result<bool> {
         // Look before copying: a delete of an absent key changes nothing.
         let mut checked = checked;
-        if let DChild::Clean(off) = *c
+        if let DChild::Clean(off, _) = *c
             && !checked
         {
             if !self.durable_contains(off, key)? {
@@ -409,7 +428,7 @@ impl<'a> Shadow<'a> {
                                 return Ok(false);
                             }
                         }
-                        Ent::Branch(k, child) => {
+                        Ent::Branch(k, child, _) => {
                             if next.is_some() && k > key {
                                 break;
                             }
@@ -448,7 +467,7 @@ impl<'a> Shadow<'a> {
             }
             return Ok(());
         }
-        if child.bytes() > self.target && child.len() >= 2 {
+        if child.should_split(self.target) {
             let at = child.split_index();
             let level = child.level;
             let (sep, right) = match &mut child.body {
@@ -526,7 +545,7 @@ impl<'a> Shadow<'a> {
                 self.root = None;
                 return Ok(());
             }
-            if node.bytes() > self.target && node.len() >= 2 {
+            if node.should_split(self.target) {
                 if node.level >= MAX_HEIGHT {
                     return Err(EngineError::Corrupt("cow: tree too deep".into()));
                 }
@@ -569,12 +588,12 @@ impl<'a> Shadow<'a> {
     /// Writes and flushes every reserved block (no fence: the publish's
     /// first fence orders them before the root switch). `flush == false`
     /// is the planted fault that leaves them unflushed. Returns the new
-    /// root offset (0: empty tree).
-    pub fn write(&mut self, flush: bool) -> u64 {
+    /// root offset (0: empty tree) and checksum.
+    pub fn write(&mut self, flush: bool) -> (u64, u32) {
         let mut buf = std::mem::take(&mut self.buf);
         let root = match &self.root {
-            None => 0,
-            Some(DChild::Clean(off)) => *off,
+            None => (0, 0),
+            Some(DChild::Clean(off, crc)) => (*off, *crc),
             Some(DChild::Dirty(n)) => write_node(n, &self.pool, self.nonce, flush, &mut buf),
         };
         self.buf = buf;
@@ -607,7 +626,13 @@ fn reserve_node(n: &mut DNode<'_>, th: &mut dyn AllocThread, out: &mut Vec<Reser
     Ok(())
 }
 
-fn write_node(n: &DNode<'_>, pool: &Region, nonce: u64, flush: bool, buf: &mut Vec<u8>) -> u64 {
+fn write_node(
+    n: &DNode<'_>,
+    pool: &Region,
+    nonce: u64,
+    flush: bool,
+    buf: &mut Vec<u8>,
+) -> (u64, u32) {
     // Children first: the encoding needs their offsets, and their bytes
     // are in place before anything points to them.
     let put = |off: u64, bytes: &[u8]| {
@@ -643,21 +668,21 @@ fn write_node(n: &DNode<'_>, pool: &Region, nonce: u64, flush: bool, buf: &mut V
             }
         }
         Body::Branch(ents) => {
-            let offs: Vec<u64> = ents
+            let offs: Vec<(u64, u32)> = ents
                 .iter()
                 .map(|e| match &e.child {
-                    DChild::Clean(off) => *off,
+                    DChild::Clean(off, crc) => (*off, *crc),
                     DChild::Dirty(c) => write_node(c, pool, nonce, flush, buf),
                 })
                 .collect();
             format::begin_node(buf, KIND_BRANCH, n.level, ents.len());
-            for (i, (e, off)) in ents.iter().zip(offs).enumerate() {
+            for (i, (e, (off, crc))) in ents.iter().zip(offs).enumerate() {
                 let key: &[u8] = if i == 0 { &[] } else { &e.key };
-                format::push_branch_entry(buf, key, off);
+                format::push_branch_entry(buf, key, off, crc);
             }
         }
     }
-    format::finish_node(buf, nonce);
+    let crc = format::finish_node(buf, nonce);
     put(n.new_off, buf);
-    n.new_off
+    (n.new_off, crc)
 }
