@@ -168,22 +168,22 @@ pub(crate) fn open(
     let (prev, prev_crc) = (word(2), word(3) as u32);
     // The newest version, or — when its switch's record reached the media
     // before all of its nodes did (see `format`) — the previous one.
-    let (root, root_crc, found, reverted) = match walk_tree(&ctx.pool, ctx.sb.nonce, root, root_crc, false) {
-        Ok(f) => (root, root_crc, f, false),
-        Err(e) => match walk_tree(&ctx.pool, ctx.sb.nonce, prev, prev_crc, false) {
-            Ok(f) if (prev, prev_crc) != (root, root_crc) => (prev, prev_crc, f, true),
-            _ => return Err(e),
-        },
-    };
+    let (root, root_crc, found, reverted) =
+        match walk_tree(&ctx.pool, ctx.sb.nonce, root, root_crc, false) {
+            Ok(f) => (root, root_crc, f, false),
+            Err(e) => match walk_tree(&ctx.pool, ctx.sb.nonce, prev, prev_crc, false) {
+                Ok(f) if (prev, prev_crc) != (root, root_crc) => (prev, prev_crc, f, true),
+                _ => return Err(e),
+            },
+        };
 
     // Compare with the allocator: every referenced block allocated and
     // large enough; every other allocated block is garbage of an earlier
     // switch (or of a switch that crashed) and is freed here.
     let mut allocated: HashMap<u64, usize> = HashMap::new();
-    ctx.alloc
-        .for_each_allocated(&mut |off, size| {
-            allocated.insert(off.raw(), size);
-        });
+    ctx.alloc.for_each_allocated(&mut |off, size| {
+        allocated.insert(off.raw(), size);
+    });
     for &(off, need) in &found.blocks {
         match allocated.remove(&off) {
             Some(size) if size as u64 >= need => {}
@@ -400,7 +400,10 @@ impl CowEngine {
             Err(e) if reqs.len() == 1 => vec![Err(e)],
             Err(_) => reqs
                 .iter()
-                .map(|r| self.commit(th, &mut w, std::slice::from_ref(r)).map(|v| v[0]))
+                .map(|r| {
+                    self.commit(th, &mut w, std::slice::from_ref(r))
+                        .map(|v| v[0])
+                })
                 .collect(),
         }
     }
@@ -805,7 +808,9 @@ impl Session for CowSession<'_> {
                 _ => return Ok(false),
             }
         }
-        Err(EngineError::Corrupt("cow: tree deeper than the limit".into()))
+        Err(EngineError::Corrupt(
+            "cow: tree deeper than the limit".into(),
+        ))
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -834,16 +839,7 @@ impl Session for CowSession<'_> {
         let mut n = 0;
         if v.root != 0 && limit > 0 {
             let mut val = Vec::new();
-            scan_node(
-                &self.eng.pool,
-                v.root,
-                from,
-                limit,
-                &mut n,
-                f,
-                0,
-                &mut val,
-            )?;
+            scan_node(&self.eng.pool, v.root, from, limit, &mut n, f, 0, &mut val)?;
         }
         Ok(n)
     }
@@ -869,7 +865,9 @@ fn scan_node(
     val: &mut Vec<u8>,
 ) -> Result<()> {
     if depth > MAX_HEIGHT as usize {
-        return Err(EngineError::Corrupt("cow: tree deeper than the limit".into()));
+        return Err(EngineError::Corrupt(
+            "cow: tree deeper than the limit".into(),
+        ));
     }
     let mut buf = Vec::new();
     let h = tree::read_node(pool, off, &mut buf)?;

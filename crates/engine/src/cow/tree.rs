@@ -55,9 +55,16 @@ pub struct LEnt<'a> {
 pub enum LVal<'a> {
     Inline(Cow<'a, [u8]>),
     /// A blob of the durable tree.
-    Blob { off: u64, len: u32, crc: u32 },
+    Blob {
+        off: u64,
+        len: u32,
+        crc: u32,
+    },
     /// A value of this group, to be written to a new blob at `off`.
-    New { data: &'a [u8], off: u64 },
+    New {
+        data: &'a [u8],
+        off: u64,
+    },
 }
 
 pub struct BEnt<'a> {
@@ -149,9 +156,8 @@ fn bad_off(off: u64) -> EngineError {
 /// Reads a blob's `len` bytes at `off`, appending them to `out`.
 pub fn read_blob(pool: &Region, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
     let o = usize::try_from(off).map_err(|_| bad_off(off))?;
-    pool.check(o, len).map_err(|_| {
-        EngineError::Corrupt(format!("cow: blob {off:#x}+{len} outside the pool"))
-    })?;
+    pool.check(o, len)
+        .map_err(|_| EngineError::Corrupt(format!("cow: blob {off:#x}+{len} outside the pool")))?;
     let start = out.len();
     out.resize(start + len, 0);
     pool.read(o, &mut out[start..]);
@@ -441,7 +447,9 @@ impl<'a> Shadow<'a> {
                     _ => return Ok(false),
                 }
             }
-            Err(EngineError::Corrupt("cow: tree deeper than the limit".into()))
+            Err(EngineError::Corrupt(
+                "cow: tree deeper than the limit".into(),
+            ))
         })();
         self.buf = buf;
         r
@@ -601,7 +609,11 @@ impl<'a> Shadow<'a> {
     }
 }
 
-fn reserve_node(n: &mut DNode<'_>, th: &mut dyn AllocThread, out: &mut Vec<Reservation>) -> Result<()> {
+fn reserve_node(
+    n: &mut DNode<'_>,
+    th: &mut dyn AllocThread,
+    out: &mut Vec<Reservation>,
+) -> Result<()> {
     match &mut n.body {
         Body::Leaf(ents) => {
             for e in ents.iter_mut() {
