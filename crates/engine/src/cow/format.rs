@@ -196,15 +196,6 @@ pub enum ValRef<'b> {
     Blob { off: u64, len: u32, crc: u32 },
 }
 
-impl ValRef<'_> {
-    pub fn len(&self) -> usize {
-        match self {
-            ValRef::Inline(v) => v.len(),
-            ValRef::Blob { len, .. } => *len as usize,
-        }
-    }
-}
-
 /// Parses the entries of a node held in `b` (`b.len() == header.len`):
 /// yields `(key, Leaf(val))` or `(key, Child(off))` in order, each bounds
 /// checked; the first error ends the iteration.
@@ -284,7 +275,7 @@ impl<'b> Entries<'b> {
             let klen_ok = if self.first {
                 klen == 0
             } else {
-                klen >= 1 && klen <= MAX_KEY
+                (1..=MAX_KEY).contains(&klen)
             };
             if !klen_ok || child == 0 || h[2..4] != [0, 0] {
                 return Err(corrupt("cow: bad branch entry"));

@@ -294,6 +294,9 @@ impl Writer {
     }
 }
 
+/// A queued request's ticket and result.
+type Answer = (u64, Result<bool>);
+
 /// A request queued by a session waiting for a leader.
 struct Pending {
     ticket: u64,
@@ -739,7 +742,7 @@ impl CowSession<'_> {
         &mut self,
         own: Option<&[Op<'_>]>,
         others: Vec<Pending>,
-    ) -> (Option<Result<bool>>, Vec<(u64, Result<bool>)>) {
+    ) -> (Option<Result<bool>>, Vec<Answer>) {
         let owned: Vec<Vec<Op<'_>>> = others
             .iter()
             .map(|p| {

@@ -628,11 +628,14 @@ const HEADER: usize = ferrite_pmem::HEADER_SIZE;
 
 // ---- crash exploration ------------------------------------------------------
 
+/// One scripted write: keys with a value (put) or none (delete).
+type Write = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// What was acknowledged, and the write in flight (applied or not).
 #[derive(Default)]
 struct Model {
     done: BTreeMap<Vec<u8>, Vec<u8>>,
-    inflight: Option<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+    inflight: Option<Write>,
 }
 
 fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
@@ -645,7 +648,7 @@ fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[(Vec<u8>, Option<Vec<u8>>)])
 }
 
 /// A short script of puts (inline and blob values), deletes and batches.
-fn script(seed: u64, steps: usize) -> Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+fn script(seed: u64, steps: usize) -> Vec<Write> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = Vec::new();
     for _ in 0..steps {
