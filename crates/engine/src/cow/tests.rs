@@ -681,11 +681,21 @@ fn crash_opts(a: AllocKind, fault: Option<Fault>) -> StoreOptions {
 }
 
 fn explore(a: AllocKind, fault: Option<Fault>, budget: usize) -> ferrite_crash::Report {
+    explore_with(a, fault, budget, false)
+}
+
+fn explore_with(
+    a: AllocKind,
+    fault: Option<Fault>,
+    budget: usize,
+    tearing: bool,
+) -> ferrite_crash::Report {
     let o = crash_opts(a, fault);
     let steps = script(5, 14);
     let cfg = Config::new(LAYOUT)
         .pool_size(512 << 10)
         .budget(budget)
+        .tearing(tearing)
         .seed(3);
     let setup_o = o.clone();
     Explorer::new(cfg)
@@ -762,15 +772,26 @@ fn explore(a: AllocKind, fault: Option<Fault>, budget: usize) -> ferrite_crash::
 fn crash_explorer_both_allocators() {
     for a in AllocKind::ALL {
         let r = explore(a, None, 400);
+        eprintln!("{a}: {r}");
         assert!(r.ok(), "{a}: {r}");
         assert!(r.states > 100, "{a}: only {} states", r.states);
     }
+}
+
+/// 8-byte failure atomicity (x86's guarantee): a torn node line, a torn
+/// root line.
+#[test]
+fn crash_explorer_tearing() {
+    let r = explore_with(AllocKind::Ferrite, None, 300, true);
+    eprintln!("tearing: {r}");
+    assert!(r.ok(), "{r}");
 }
 
 #[test]
 fn crash_explorer_catches_planted_faults() {
     for f in [Fault::SwitchBeforeFlush, Fault::FreeBeforeSwitch] {
         let r = explore(AllocKind::Ferrite, Some(f), 300);
+        eprintln!("{f:?}: {r}");
         assert!(!r.ok(), "{f:?} not caught: {r}");
     }
 }
