@@ -6,7 +6,7 @@
 //!
 //! - **Nodes are allocator blocks, immutable once reachable** from the
 //!   durable root (the root word in the fixed area; formats in
-//!   [`format`]). Values longer than [`Options::inline_max`] live in their
+//!   [`format`](mod@format)). Values longer than [`Options::inline_max`] live in their
 //!   own blob blocks, referenced from the leaves; shorter ones inline. A
 //!   node is split when its encoding passes [`Options::node_bytes`] and
 //!   merged with a neighbour when under a quarter of it.
@@ -20,7 +20,7 @@
 //!   There is no log. The publish's first fence makes the nodes durable
 //!   together with the allocator's redo record; a crash at that fence can
 //!   keep the record and lose node lines, which is why pointers carry
-//!   checksums and the root line keeps the previous root (see [`format`]):
+//!   checksums and the root line keeps the previous root (see [`format`](mod@format)):
 //!   recovery then goes back one version instead of paying a third fence
 //!   per switch.
 //! - **Group commit.** A writing session joins the current group: if no
@@ -258,7 +258,7 @@ pub(crate) fn open(
 }
 
 /// The four links of a root switch: the new root and its checksum, the
-/// version it replaces and its checksum (the root line, see [`format`]).
+/// version it replaces and its checksum (the root line, see [`format`](mod@format)).
 fn root_links(line: u64, new: (u64, u32), prev: (u64, u32)) -> [Link; 4] {
     let l = |i: u64, value: u64| Link {
         at: POff::new(line + 8 * i),

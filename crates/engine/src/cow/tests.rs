@@ -875,3 +875,43 @@ fn group_commit_shares_one_switch() {
     let w = eng.walk().unwrap();
     assert_eq!(w.entries.len(), 3);
 }
+
+/// Throughput of a 50/50 get/update mix of 1000-byte values on 100k keys,
+/// one session, durable per op (`--release --ignored`, prints ops/s).
+#[test]
+#[ignore = "timing; run with --release -- --ignored"]
+fn throughput_50_50_mix() {
+    for a in AllocKind::ALL {
+        let pool = new_pool(512 << 20);
+        let store = Store::create(&pool, &opts(a)).unwrap();
+        let mut s = store.session().unwrap();
+        let keys = 100_000u64;
+        let v = value(3, 1000);
+        let key = |i: u64| format!("user{:012}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % keys);
+        for i in 0..keys {
+            s.put(format!("user{i:012}").as_bytes(), &v).unwrap();
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = Vec::new();
+        let n = 200_000u64;
+        let c = Counters::snapshot();
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let k = key(rng.random::<u64>());
+            if i % 2 == 0 {
+                s.get_into(k.as_bytes(), &mut out).unwrap();
+            } else {
+                s.put(k.as_bytes(), &v).unwrap();
+            }
+        }
+        let el = t.elapsed();
+        let d = Counters::snapshot() - c;
+        eprintln!(
+            "cow/{a}: {:.0} ops/s ({:.2} us/op), {:.2} fences/op, {:.1} lines/op",
+            n as f64 / el.as_secs_f64(),
+            el.as_secs_f64() * 1e6 / n as f64,
+            d.fences as f64 / n as f64,
+            d.lines_flushed as f64 / n as f64
+        );
+    }
+}

@@ -19,7 +19,7 @@
 //! - no node is empty; the empty tree is root word 0;
 //! - a node holds at most its split target of bytes, unless splitting it
 //!   cannot help (a leaf of one entry, a branch of two);
-//! - a branch entry records its child's checksum (see [`format`]).
+//! - a branch entry records its child's checksum (see [`format`](mod@format)).
 
 use super::format::{self, Ent, Header, KIND_BRANCH, KIND_LEAF, MAX_HEIGHT, ValRef};
 use crate::{EngineError, Result};
