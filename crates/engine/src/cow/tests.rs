@@ -915,3 +915,51 @@ fn throughput_50_50_mix() {
         );
     }
 }
+
+/// A batch whose new blocks exceed one publish: the surplus allocations
+/// are published first, the switch last; all of it lands, nothing leaks.
+#[test]
+fn batch_larger_than_one_publish() {
+    for a in AllocKind::ALL {
+        let pool = new_pool(32 << 20);
+        let store = Store::create(&pool, &opts(a)).unwrap();
+        let max = store.allocator().max_publish_ops();
+        let n = max * 2 + 17;
+        let owned: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+            .map(|i| (format!("big{i:05}").into_bytes(), value(i as u64, 500)))
+            .collect();
+        let ops: Vec<Op<'_>> = owned
+            .iter()
+            .map(|(k, v)| Op::Put { key: k, value: v })
+            .collect();
+        let mut s = store.session().unwrap();
+        s.batch(&ops).unwrap();
+        assert_eq!(s.scan(b"", usize::MAX).unwrap(), owned);
+        drop(s);
+        assert!(
+            store.stats().detail.contains("1 root switches"),
+            "{}",
+            store.stats().detail
+        );
+        check_blocks(&store);
+        let (_p, again) = reopen(&pool, &opts(a));
+        assert_eq!(again.walk().unwrap().entries, owned);
+        check_blocks(&again);
+    }
+}
+
+#[test]
+fn sessions_are_bounded() {
+    let pool = new_pool(8 << 20);
+    let store = Store::create(&pool, &opts(AllocKind::Ferrite).sessions(2)).unwrap();
+    let a = store.session().unwrap();
+    let b = store.session().unwrap();
+    assert!(matches!(
+        store.session().map(drop),
+        Err(EngineError::TooManySessions { max: 2 })
+    ));
+    drop(a);
+    let mut c = store.session().unwrap();
+    c.put(b"x", b"y").unwrap();
+    drop(b);
+}
