@@ -137,7 +137,9 @@ pub fn check_area(b: &[u8; 64], nonce: u64) -> Result<()> {
     let stored = u32::from_le_bytes(b[AREA_CRC_AT..].try_into().expect("4 bytes"));
     let computed = crc(nonce, &b[..AREA_CRC_AT]);
     if stored != computed {
-        return Err(EngineError::Checksum { stored, computed });
+        return Err(corrupt(format!(
+            "cow: fixed area checksum {stored:#010x}, computed {computed:#010x}"
+        )));
     }
     Ok(())
 }
