@@ -64,14 +64,17 @@
 //! the allocator's publish does exactly this. With `n` writers in a group
 //! the two fences are shared: `2/n` per operation. Allocator extras come
 //! on top: the Ferrite heap fences once when a thread opens a new run
-//! (measured 2.13 fences per 1000-byte put, 17 lines), the lock heap twice
-//! per reserve that splits a free block (6.6 fences per put: a put
-//! reserves a blob and the path's nodes). Measured (`fences_per_operation`,
-//! 2 cores shared with other jobs): 2 and 4 writer threads gave 2.13
-//! fences/op too — the writers rarely overlapped inside a commit on this
-//! machine, whose DRAM fences are cheap, so groups stayed at one request;
-//! `group_commit_shares_one_switch` forces the overlap: three queued puts,
-//! one switch, 3 fences for the three.
+//! (measured: 2.13 fences per 1000-byte put into a 6000-key tree), the
+//! lock heap twice per reserve that splits a free block (7.6 fences per
+//! put: a put reserves a blob and the path's nodes). Bytes per put with
+//! the default 512-byte nodes: the 1000-byte blob and 3–4 path nodes,
+//! written non-temporally (≥ 256 B) or flushed (≈ 2.3 KB in all).
+//! Measured (`fences_per_operation`, 2 cores shared with other jobs): 2
+//! and 4 writer threads gave 2.13 and 2.09 fences/op — the writers seldom
+//! overlapped inside a commit on this machine (1.00–1.09 requests per
+//! switch), whose DRAM fences are cheap; `group_commit_shares_one_switch`
+//! forces the overlap: three queued puts, one switch, 3 fences for the
+//! three.
 //!
 //! # Planted faults ([`Fault`], checks only)
 //!
@@ -116,7 +119,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            node_bytes: 1024,
+            node_bytes: 512,
             inline_max: 128,
         }
     }
