@@ -5,9 +5,10 @@
 //! # Design
 //!
 //! - **Nodes are allocator blocks, immutable once reachable** from the
-//!   durable root (the root word in the fixed area; formats in
-//!   [`format`](mod@format)). Values longer than [`Options::inline_max`] live in their
-//!   own blob blocks, referenced from the leaves; shorter ones inline. A
+//!   durable root (the root line in the fixed area; formats in
+//!   [`format`](mod@format)). Values longer than [`Options::inline_max`]
+//!   live in their own blob blocks, referenced from the leaves (with their
+//!   checksum); shorter ones inline. A
 //!   node is split when its encoding passes [`Options::node_bytes`] and
 //!   merged with a neighbour when under a quarter of it.
 //! - **An update copies its leaf-to-root path** into DRAM ([`tree`]),
@@ -20,9 +21,9 @@
 //!   There is no log. The publish's first fence makes the nodes durable
 //!   together with the allocator's redo record; a crash at that fence can
 //!   keep the record and lose node lines, which is why pointers carry
-//!   checksums and the root line keeps the previous root (see [`format`](mod@format)):
-//!   recovery then goes back one version instead of paying a third fence
-//!   per switch.
+//!   checksums and the root line keeps the previous root (see
+//!   [`format`](mod@format)): recovery then goes back one version instead
+//!   of paying a third fence per switch.
 //! - **Group commit.** A writing session joins the current group: if no
 //!   leader is committing, it becomes the leader, takes every request
 //!   queued so far, applies them all to one shadow tree (a node touched by
@@ -41,8 +42,9 @@
 //!   the pool is full) once no reader holds that version or an older one.
 //! - **Recovery** reads the root line: the tree is consistent by
 //!   construction, or — the switch in flight at the crash being torn — its
-//!   predecessor is, intact. Open walks it (checksums, key order, levels, bounds),
-//!   counts the keys and compares the blocks it references with the
+//!   predecessor is, intact. Open walks it (checksums, key order, levels,
+//!   bounds; O(tree + heap)), counts the keys and compares the blocks it
+//!   references with the
 //!   allocator's: a referenced block that is not allocated is corruption;
 //!   an allocated block that is not referenced (the deferred frees of the
 //!   last switches, or new blocks of a switch that crashed) is freed —
