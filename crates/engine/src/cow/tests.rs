@@ -887,9 +887,14 @@ fn group_commit_shares_one_switch() {
 #[test]
 #[ignore = "timing; run with --release -- --ignored"]
 fn throughput_50_50_mix() {
-    let nb: usize = std::env::var("COW_NODE_BYTES").map_or(1024, |v| v.parse().unwrap());
+    let nb: usize = std::env::var("COW_NODE_BYTES").map_or(512, |v| v.parse().unwrap());
+    let dom = match std::env::var("COW_DOMAIN").as_deref() {
+        Ok("volatile") => Domain::Volatile,
+        _ => Domain::Adr,
+    };
     for a in AllocKind::ALL {
-        let pool = new_pool(512 << 20);
+        let pool =
+            Pool::create_in_memory(&PoolOptions::new(LAYOUT, 512 << 20).domain(dom)).unwrap();
         let mut o = opts(a);
         o.cow.node_bytes = nb;
         let store = Store::create(&pool, &o).unwrap();
@@ -915,6 +920,18 @@ fn throughput_50_50_mix() {
         }
         let el = t.elapsed();
         let d = Counters::snapshot() - c;
+        let t2 = std::time::Instant::now();
+        for _ in 0..50_000 {
+            s.get_into(key(rng.random::<u64>()).as_bytes(), &mut out)
+                .unwrap();
+        }
+        let g = t2.elapsed().as_secs_f64() * 1e6 / 50_000.0;
+        let t3 = std::time::Instant::now();
+        for _ in 0..50_000 {
+            s.put(key(rng.random::<u64>()).as_bytes(), &v).unwrap();
+        }
+        let p = t3.elapsed().as_secs_f64() * 1e6 / 50_000.0;
+        eprintln!("cow/{a}: get {g:.2} us, put {p:.2} us");
         eprintln!(
             "cow/{a}: {:.0} ops/s ({:.2} us/op), {:.2} fences/op, {:.1} lines/op, {:.0} nt bytes/op",
             n as f64 / el.as_secs_f64(),
