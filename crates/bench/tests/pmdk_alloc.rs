@@ -677,6 +677,45 @@ fn publish_fences_pmdk_vs_ferrite() {
 /// tests return at once.
 const CHILD_ENV: &str = "FERRITE_PMDK_KILL_CHILD";
 
+/// Spawns `cmd` so that the child keeps no descriptor but 0, 1 and 2.
+///
+/// Other tests of this process have PMDK pools open at any moment, and
+/// libpmemobj holds each pool's `flock` on a descriptor it opens without
+/// `O_CLOEXEC`: a child inheriting one keeps that pool locked until it
+/// exits, and another child then fails to open it (`EAGAIN`). (Any
+/// program that spawns processes while PMDK pools are open has this
+/// problem.)
+fn spawn_clean(cmd: &mut std::process::Command) -> KillOnDrop {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure makes one async-signal-safe system call and
+    // touches no memory of the parent; its failure (an old kernel) only
+    // leaves the descriptors inherited, as without it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
+            Ok(())
+        })
+    };
+    KillOnDrop(cmd.spawn().unwrap())
+}
+
+/// A child process killed (and reaped) when the test lets go of it, also
+/// when the test fails, so that no child outlives its test.
+struct KillOnDrop(std::process::Child);
+
+impl KillOnDrop {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Slots in the root that the kill test links blocks from.
 const KILL_SLOTS: u64 = 64;
 
@@ -691,6 +730,14 @@ fn kill_child_alloc() {
     let root = a.root().raw();
     let region = a.region().unwrap();
     let mut t = a.thread().unwrap();
+    // Straight to the process's stdout (println! may be captured by the
+    // test harness).
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout();
+        writeln!(out, "started").unwrap();
+        out.flush().unwrap();
+    }
     let mut x: u64 = std::process::id().into();
     loop {
         x ^= x << 13;
@@ -741,24 +788,32 @@ fn kill_9_leaves_no_leak() {
     }
     let exe = std::env::current_exe().unwrap();
     for round in 0..4u64 {
-        let mut child = std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                "kill_child_alloc",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.file())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_clean(
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "kill_child_alloc",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, dir.file())
+                .stdout(std::process::Stdio::piped()),
+        );
+        // Wait until the child has the pool open (so a child that cannot
+        // open it fails the test instead of passing for lack of work).
+        // (The test harness prints its own lines first, and "test NAME
+        // ... " without a newline before the test's own output.)
+        let out = std::io::BufReader::new(child.0.stdout.take().unwrap());
+        let started = std::io::BufRead::lines(out)
+            .map_while(Result::ok)
+            .any(|l| l.ends_with("started"));
+        assert!(started, "round {round}: the child did not start");
         std::thread::sleep(std::time::Duration::from_millis(150 + 70 * round));
         assert!(
-            child.try_wait().unwrap().is_none(),
+            child.0.try_wait().unwrap().is_none(),
             "the child stopped on its own (an error in it?)"
         );
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.kill();
 
         let a = reopen(&dir.file());
         let root = a.root().raw();
@@ -862,22 +917,23 @@ fn kill_9_engine_on_pmdk() {
         s.close().unwrap();
         let exe = std::env::current_exe().unwrap();
         for round in 0..3u64 {
-            let mut child = std::process::Command::new(&exe)
-                .args([
-                    "--exact",
-                    "kill_child_engine",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD_ENV, dir.file())
-                .env(CHILD_ENGINE_ENV, kind.name())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut child = spawn_clean(
+                std::process::Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "kill_child_engine",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(CHILD_ENV, dir.file())
+                    .env(CHILD_ENGINE_ENV, kind.name())
+                    .stdout(std::process::Stdio::piped()),
+            );
+            let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
             let mut acked = None;
             let note = |acked: &mut Option<u64>, l: &str| {
-                if let Some(j) = l.strip_prefix("acked ") {
+                // The first may follow the harness's "test NAME ... ".
+                if let Some(j) = l.split("acked ").nth(1) {
                     *acked = Some(j.parse::<u64>().unwrap());
                 }
             };
@@ -894,8 +950,7 @@ fn kill_9_engine_on_pmdk() {
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(3 + 11 * round));
-            child.kill().unwrap();
-            child.wait().unwrap();
+            child.kill();
             for l in lines.map_while(Result::ok) {
                 note(&mut acked, &l);
             }
