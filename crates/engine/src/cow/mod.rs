@@ -94,6 +94,7 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
+use crate::breakdown::{self, Phase};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
@@ -808,6 +809,7 @@ fn poisoned() -> EngineError {
 impl Session for CowSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
         out.clear();
         let v = self.eng.snapshot();
         let pool = &self.eng.pool;
@@ -874,6 +876,7 @@ impl Session for CowSession<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
         let mut n = 0;
         if v.root != 0 && limit > 0 {

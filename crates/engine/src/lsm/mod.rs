@@ -125,6 +125,7 @@ mod format;
 #[cfg(test)]
 mod tests;
 
+use crate::breakdown::{self, Phase};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
@@ -691,6 +692,7 @@ impl Lsm {
                 Err(e) => return Err(e),
             }
         }
+        let cc = breakdown::phase(Phase::Cc);
         format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen);
         let at_off = (w.man.seg + w.pos) as usize;
         // Stored and flushed (non-temporal stores for a large record).
@@ -698,6 +700,7 @@ impl Lsm {
         if self.fault != Some(Fault::AppendUnfenced) {
             self.pool.fence();
         }
+        drop(cc);
         w.pos += len;
         w.next_seq += 1;
         let mut st = self.state.write();
@@ -1137,6 +1140,7 @@ impl Drop for LsmSession<'_> {
 impl Session for LsmSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
         self.eng.get_into(key, out, &mut self.blk)
     }
 
@@ -1157,9 +1161,11 @@ impl Session for LsmSession<'_> {
         let mut w = self.eng.writer.lock();
         let _held = LockHeld::enter();
         // Under the writer lock no other write can change the answer.
+        let scan = breakdown::phase(Phase::Scan);
         if !self.eng.get_into(key, &mut self.scratch, &mut self.blk)? {
             return Ok(false);
         }
+        drop(scan);
         self.eng
             .append(&mut w, &mut *self.at, &mut self.rec, &ops)
             .map(|()| true)
@@ -1171,6 +1177,7 @@ impl Session for LsmSession<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
         self.eng.scan(from, limit, f)
     }
 
