@@ -12,7 +12,14 @@
 //! 24  .. items, each a multiple of 8 bytes:
 //!        allocator operation (16 B): ferrite_alloc::MetaOp::encode (kind 1..=3 in the top byte)
 //!        write (16 B + data padded to 8): word0 = 4 << 56 | pool offset, word1 = length, data
+//!        fresh block (16 B): word0 = 5 << 56 | pool offset, word1 = length | CRC32C << 32
 //! ```
+//!
+//! A *fresh* item names a block the operation allocated and wrote directly
+//! (a tuple or a node): it is flushed with the record, under the same
+//! fence, so a crash at that fence may keep the record and lose the block.
+//! Recovery replays the newest record only if every fresh block it names
+//! still has its checksum; otherwise that record never committed.
 //!
 //! A record is valid when its CRC matches: a torn record (some of its
 //! lines from an older record) or bytes of an earlier store (another
@@ -23,6 +30,7 @@ use ferrite_alloc::MetaOp;
 pub(crate) const REC_HDR: usize = 24;
 const REC_MAGIC: u32 = u32::from_le_bytes(*b"IREC");
 const KIND_WRITE: u64 = 4;
+const KIND_FRESH: u64 = 5;
 const OFF_MASK: u64 = (1 << 56) - 1;
 
 /// One item of a record.
@@ -30,6 +38,7 @@ const OFF_MASK: u64 = (1 << 56) - 1;
 pub(crate) enum Item<'a> {
     Write { off: u64, data: &'a [u8] },
     Meta(MetaOp),
+    Fresh { off: u64, len: usize, crc: u32 },
 }
 
 /// CRC seed of a store: stale records of another store never validate.
@@ -63,6 +72,15 @@ impl RecBuf {
         self.buf.extend_from_slice(data);
         let pad = data.len().next_multiple_of(8) - data.len();
         self.buf.extend(std::iter::repeat_n(0u8, pad));
+        self.items += 1;
+    }
+
+    pub fn push_fresh(&mut self, off: u64, len: usize, crc: u32) {
+        self.buf
+            .extend_from_slice(&((KIND_FRESH << 56) | (off & OFF_MASK)).to_le_bytes());
+        self.buf.extend_from_slice(
+            &((len as u64 & 0xFFFF_FFFF) | (u64::from(crc) << 32)).to_le_bytes(),
+        );
         self.items += 1;
     }
 
@@ -129,6 +147,13 @@ pub(crate) fn for_each_item(
                 data: &rec[at + 16..at + 16 + len],
             })?;
             at = end;
+        } else if w0 >> 56 == KIND_FRESH {
+            f(Item::Fresh {
+                off: w0 & OFF_MASK,
+                len: (w1 & 0xFFFF_FFFF) as usize,
+                crc: (w1 >> 32) as u32,
+            })?;
+            at += 16;
         } else {
             let op = MetaOp::decode(w).ok_or_else(|| format!("item {i}: unknown kind"))?;
             f(Item::Meta(op))?;

@@ -82,9 +82,9 @@
 //! ```
 
 mod log;
-mod tree;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 use crate::store::EngineCtx;
 use crate::{
@@ -99,9 +99,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tree::{
-    FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, SLOTS, Src, TUPLE_HDR, corrupt,
-    descend, init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot,
-    shortest_sep, slot,
+    FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, SLOTS, Src, TUPLE_HDR, corrupt, descend,
+    init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot, shortest_sep,
+    slot,
 };
 
 /// Tuning knobs of this engine.
@@ -273,6 +273,7 @@ pub(crate) fn open(
             let ok = match it {
                 Item::Write { off, data } => in_bounds(off, data.len()),
                 Item::Meta(m) => m.off.is_multiple_of(8) && in_bounds(m.off, 8),
+                Item::Fresh { off, len, .. } => off >= lo && in_bounds(off, len),
             };
             if ok {
                 Ok(())
@@ -282,7 +283,26 @@ pub(crate) fn open(
         })
         .map_err(|e| corrupt(format!("log record {seq}: {e}")))?;
     }
-    let mut seq = retired;
+    // Every record found is dead after this recovery, replayed or not.
+    let newest = recs.last().map_or(retired, |r| r.0);
+    // The newest record committed only if the blocks it wrote directly
+    // survived its fence; the older one's did (its fence completed).
+    if let Some((s, rec)) = recs.last() {
+        let mut whole = true;
+        log::for_each_item(rec, |it| {
+            if let Item::Fresh { off, len, crc } = it
+                && crc32c::crc32c(&p.read_vec(off as usize, len)) != crc
+            {
+                whole = false;
+            }
+            Ok(())
+        })
+        .map_err(|e| corrupt(format!("log record {s}: {e}")))?;
+        if !whole {
+            recs.pop();
+            detail.push_str("newest record discarded (its new blocks did not survive); ");
+        }
+    }
     let mut changed_meta = false;
     for (s, rec) in &recs {
         log::for_each_item(rec, |it| {
@@ -298,15 +318,17 @@ pub(crate) fn open(
                     m.apply(&p);
                     p.flush(m.off as usize, 8);
                 }
+                Item::Fresh { .. } => {}
             }
             Ok(())
         })
         .map_err(|e| corrupt(format!("log record {s}: {e}")))?;
-        seq = *s;
     }
-    if !recs.is_empty() {
+    let seq = newest;
+    if seq != retired {
         p.fence();
-        // Retire them: replaying them again after later writes would undo those.
+        // Retire them: replaying them again after later writes would undo
+        // those, and a discarded one must never validate later.
         p.store_u64_persist((a + RETIRED_AT) as usize, seq);
         if changed_meta {
             // The heap was opened on the image as the crash left it; it
@@ -490,6 +512,14 @@ impl Inp {
         for m in metaops.iter() {
             rec.push_meta(m);
         }
+        for (&base, st) in &op.staged {
+            if st.fresh {
+                rec.push_fresh(base, st.buf.len(), crc32c::crc32c(&st.buf));
+            }
+        }
+        for &(o, l, crc) in &op.fresh_tuples {
+            rec.push_fresh(o, l, crc);
+        }
         if rec.len() > self.log_cap {
             th.abort_prepared(&Publish {
                 allocs: &op.res,
@@ -509,7 +539,7 @@ impl Inp {
                 pool.flush(base as usize, st.buf.len());
             }
         }
-        for &(o, l) in &op.fresh_tuples {
+        for &(o, l, _) in &op.fresh_tuples {
             pool.flush(o as usize, l);
         }
         let at = self.area_at(seq);
@@ -590,6 +620,7 @@ impl Inp {
                     m.apply(pool);
                     pending.push((m.off, 8));
                 }
+                Item::Fresh { .. } => {}
             }
             Ok(())
         });
@@ -672,8 +703,16 @@ impl Inp {
             }
         }
         for (i, &c) in d.children.iter().enumerate() {
-            let clo = if i == 0 { lo } else { Some(d.seps[i - 1].as_slice()) };
-            let chi = if i == d.seps.len() { hi } else { Some(d.seps[i].as_slice()) };
+            let clo = if i == 0 {
+                lo
+            } else {
+                Some(d.seps[i - 1].as_slice())
+            };
+            let chi = if i == d.seps.len() {
+                hi
+            } else {
+                Some(d.seps[i].as_slice())
+            };
             self.walk_node(c, depth + 1, clo, chi, Some(d.level - 1), out, seen)?;
         }
         Ok(())
@@ -749,6 +788,12 @@ impl Engine for Inp {
     fn quiesce(&self) -> Result<()> {
         let _held = LockHeld::enter();
         let mut w = self.w.lock();
+        if !w.held.is_empty() {
+            // Give held-back frees to the allocator: its accounting then
+            // matches the tree.
+            let mut th = self.alloc.thread()?;
+            self.rotate(&mut w, &mut *th)?;
+        }
         self.settle(&mut w);
         Ok(())
     }
@@ -778,7 +823,7 @@ struct OpState {
     /// Node base → its staged copy (ordered: deterministic records).
     staged: BTreeMap<u64, Staged>,
     res: Vec<Reservation>,
-    fresh_tuples: Vec<(u64, usize)>,
+    fresh_tuples: Vec<(u64, usize, u32)>,
     frees: Vec<POff<u8>>,
     free_ranges: Vec<(u64, u64)>,
     /// Logged in-place tuple writes.
@@ -886,7 +931,8 @@ impl Writer<'_, '_> {
         p.write(off as usize, &h);
         p.write(off as usize + TUPLE_HDR, key);
         p.write(off as usize + TUPLE_HDR + key.len(), value);
-        self.op.fresh_tuples.push((off, len));
+        let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(&h), key), value);
+        self.op.fresh_tuples.push((off, len, crc));
         Ok(off)
     }
 
@@ -1106,7 +1152,10 @@ impl<'e> InpSession<'e> {
                 };
                 f(&mut wr)
             };
-            let r = r.and_then(|v| eng.commit(&mut w, &mut *self.th, &mut self.op, false).map(|()| v));
+            let r = r.and_then(|v| {
+                eng.commit(&mut w, &mut *self.th, &mut self.op, false)
+                    .map(|()| v)
+            });
             match r {
                 Ok(v) => return Ok(v),
                 Err(e) => {

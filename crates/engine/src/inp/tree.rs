@@ -202,7 +202,9 @@ fn sep_cmp<S: Src>(
     }
     let (ko, kl) = (u32_at(&e, 8) as usize, u32_at(&e, 12) as usize);
     if kl == 0 || kl > MAX_KEY || ko < KEYS_AT || ko + kl > INNER_BYTES {
-        return Err(corrupt(format!("inner {off:#x}: separator {j} out of bounds")));
+        return Err(corrupt(format!(
+            "inner {off:#x}: separator {j} out of bounds"
+        )));
     }
     s.read(off, INNER_BYTES, ko, &mut buf[..kl])?;
     Ok(buf[..kl].cmp(key))
@@ -437,8 +439,7 @@ impl InnerD {
             left_bytes += self.seps[m - 1].len();
             let right_bytes = total - left_bytes - self.seps[m].len();
             let (lc, rc) = (m + 1, ns - m);
-            if lc <= FANOUT && rc <= FANOUT && left_bytes <= KEY_HEAP && right_bytes <= KEY_HEAP
-            {
+            if lc <= FANOUT && rc <= FANOUT && left_bytes <= KEY_HEAP && right_bytes <= KEY_HEAP {
                 let score = left_bytes.abs_diff(right_bytes) + 64 * lc.abs_diff(rc);
                 if best.is_none_or(|(_, s)| score < s) {
                     best = Some((m, score));
