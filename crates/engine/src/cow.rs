@@ -16,16 +16,12 @@ pub(crate) fn fixed_area_bytes(_opts: &StoreOptions) -> usize {
 }
 
 pub(crate) fn create(_ctx: EngineCtx, _opts: &StoreOptions) -> Result<Box<dyn Engine>> {
-    Err(EngineError::BadOption(
-        "engine 'cow' is not built yet".into(),
-    ))
+    Err(EngineError::BadOption("engine 'cow' is not built yet".into()))
 }
 
 pub(crate) fn open(
     _ctx: EngineCtx,
     _opts: &StoreOptions,
 ) -> Result<(Box<dyn Engine>, EngineRecovery)> {
-    Err(EngineError::BadOption(
-        "engine 'cow' is not built yet".into(),
-    ))
+    Err(EngineError::BadOption("engine 'cow' is not built yet".into()))
 }
