@@ -153,6 +153,13 @@ fn log_cap(area_len: u64) -> usize {
     (area_len.saturating_sub(HDR_BYTES) / 2) as usize & !63
 }
 
+/// Key bounds and level a subtree must respect (walk).
+type Bounds<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, Option<u16>);
+
+/// Where a writer found a key: its leaf, and its slot and tuple if present
+/// (`None`: the tree is empty).
+type Found = Option<(u64, Option<(usize, u64)>)>;
+
 /// Volatile counters.
 #[derive(Default)]
 struct Counters {
@@ -637,13 +644,13 @@ impl Inp {
         Ok(())
     }
 
+    /// Walks the subtree at `n`; its keys must lie in `lo..hi` and its
+    /// level be `expect_level` (when known).
     fn walk_node(
         &self,
         n: u64,
         depth: usize,
-        lo: Option<&[u8]>,
-        hi: Option<&[u8]>,
-        expect_level: Option<u16>,
+        (lo, hi, expect_level): Bounds<'_>,
         out: &mut Walk,
         seen: &mut HashSet<u64>,
     ) -> Result<()> {
@@ -713,7 +720,7 @@ impl Inp {
             } else {
                 Some(d.seps[i].as_slice())
             };
-            self.walk_node(c, depth + 1, clo, chi, Some(d.level - 1), out, seen)?;
+            self.walk_node(c, depth + 1, (clo, chi, Some(d.level - 1)), out, seen)?;
         }
         Ok(())
     }
@@ -804,7 +811,7 @@ impl Engine for Inp {
         let root = self.root();
         if root != 0 {
             let mut seen = HashSet::new();
-            self.walk_node(root, 0, None, None, None, &mut out, &mut seen)?;
+            self.walk_node(root, 0, (None, None, None), &mut out, &mut seen)?;
         }
         Ok(out)
     }
@@ -942,7 +949,7 @@ impl Writer<'_, '_> {
     }
 
     /// Finds `key`: `(leaf, slot, tuple)` or the leaf it belongs in.
-    fn find(&mut self, key: &[u8]) -> Result<Option<(u64, Option<(usize, u64)>)>> {
+    fn find(&mut self, key: &[u8]) -> Result<Found> {
         let root = self.root();
         if root == 0 {
             return Ok(None);

@@ -430,7 +430,7 @@ fn corrupt_fixed_area_is_an_error() {
     drop(Store::open(&p1, &opts(AllocKind::Ferrite)).unwrap());
     let p2 = reimage(&p1);
     // Point the root outside the heap.
-    let area = (ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES) as usize;
+    let area = ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES;
     ferrite_pmem::Region::whole(p2.medium().clone()).store_u64(area + 8, 8);
     assert!(matches!(
         Store::open(&p2, &opts(AllocKind::Ferrite)),
@@ -574,11 +574,14 @@ impl Model {
     }
 }
 
+/// One operation or batch of the crash script: key, new value or deletion.
+type Step<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
+
 fn script(p: &Pool, m: &mut Model, o: &StoreOptions) {
     let st = Store::open(p, o).unwrap();
     let mut s = st.session().unwrap();
     let big = vec![7u8; 300];
-    let steps: Vec<Vec<(&[u8], Option<&[u8]>)>> = vec![
+    let steps: Vec<Step<'_>> = vec![
         vec![(b"a", Some(b"one"))],
         vec![(b"b", Some(&big))],
         vec![(b"a", Some(b"two"))],
@@ -610,6 +613,51 @@ fn script(p: &Pool, m: &mut Model, o: &StoreOptions) {
         m.done();
     }
     // Leave as a crash would: no settling on drop.
+    std::mem::forget(s);
+    std::mem::forget(st);
+}
+
+/// Splits a leaf inside a batch, stores a value big enough for a Ferrite
+/// extent, frees it and then allocates small blocks (which may reuse its
+/// pages once the free is released), all while older records are still
+/// replayable.
+fn script_split_extent(p: &Pool, m: &mut Model, o: &StoreOptions) {
+    let st = Store::open(p, o).unwrap();
+    let mut s = st.session().unwrap();
+    let keys: Vec<Vec<u8>> = (0..40u32)
+        .map(|i| format!("key{i:03}").into_bytes())
+        .collect();
+    let vals: Vec<Vec<u8>> = (0..40u32).map(|i| vec![i as u8; 20]).collect();
+    let step: Step<'_> = keys
+        .iter()
+        .zip(&vals)
+        .map(|(k, v)| (k.as_slice(), Some(v.as_slice())))
+        .collect();
+    let ops: Vec<Op<'_>> = keys
+        .iter()
+        .zip(&vals)
+        .map(|(k, v)| Op::Put { key: k, value: v })
+        .collect();
+    m.begin(&step);
+    s.batch(&ops).unwrap();
+    m.done();
+    let big = vec![5u8; 40 << 10];
+    m.begin(&[(b"big", Some(&big))]);
+    s.put(b"big", &big).unwrap();
+    m.done();
+    m.begin(&[(b"big", None)]);
+    s.delete(b"big").unwrap();
+    m.done();
+    for i in 0..6u32 {
+        let k = format!("after{i}").into_bytes();
+        let v = vec![9u8; 3000];
+        m.begin(&[(&k, Some(&v))]);
+        s.put(&k, &v).unwrap();
+        m.done();
+    }
+    m.begin(&[(b"key005", None)]);
+    s.delete(b"key005").unwrap();
+    m.done();
     std::mem::forget(s);
     std::mem::forget(st);
 }
@@ -648,6 +696,15 @@ fn verify(st: &Store, m: &Model) -> Result<(), String> {
 }
 
 fn explore(a: AllocKind, fault: Option<Fault>, budget: usize) -> ferrite_crash::explorer::Report {
+    explore_with(a, fault, budget, script)
+}
+
+fn explore_with(
+    a: AllocKind,
+    fault: Option<Fault>,
+    budget: usize,
+    work: fn(&Pool, &mut Model, &StoreOptions),
+) -> ferrite_crash::explorer::Report {
     let mut o = sim_opts(a);
     if let Some(f) = fault {
         o.fault = crate::Fault::Inp(f);
@@ -661,7 +718,7 @@ fn explore(a: AllocKind, fault: Option<Fault>, budget: usize) -> ferrite_crash::
             drop(Store::create(p, &c).unwrap());
         })
         .explore(
-            move |p, m: &mut Model| script(p, m, &o2),
+            move |p, m: &mut Model| work(p, m, &o2),
             move |p| Store::open(p, &o3).map_err(|e| e.to_string()),
             |_, st, m| verify(st, m),
         )
@@ -678,13 +735,24 @@ fn crash_exploration_is_clean() {
 }
 
 #[test]
+fn crash_exploration_of_splits_and_extents_is_clean() {
+    for a in AllocKind::ALL {
+        let r = explore_with(a, None, 400, script_split_extent);
+        assert!(r.ok(), "{a}: {r}");
+    }
+}
+
+#[test]
 fn crash_exploration_catches_the_planted_faults() {
-    for f in [
-        Fault::SkipRecordFlush,
-        Fault::ApplyBeforeCommit,
-        Fault::SkipDeferredFlush,
-    ] {
-        let r = explore(AllocKind::Ferrite, Some(f), 300);
-        assert!(!r.ok(), "{f:?} not caught: {r}");
+    for a in AllocKind::ALL {
+        for f in [
+            Fault::SkipRecordFlush,
+            Fault::ApplyBeforeCommit,
+            Fault::SkipDeferredFlush,
+        ] {
+            let r = explore(a, Some(f), 300);
+            assert!(!r.ok(), "{a}: {f:?} not caught: {r}");
+            eprintln!("{a} {f:?}: {}", r.violations[0]);
+        }
     }
 }
