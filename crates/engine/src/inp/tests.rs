@@ -506,6 +506,7 @@ fn one_fence_per_write_none_per_read() {
         let del = fences_per_op(a, "delete");
         let get = fences_per_op(a, "get");
         let ins = fences_per_op(a, "insert");
+        eprintln!("{a}: fences/op update {up}, delete {del}, get {get}, insert {ins}");
         assert_eq!(up, 1.0, "{a}: update");
         assert_eq!(del, 1.0, "{a}: delete");
         assert_eq!(get, 0.0, "{a}: get");
@@ -755,4 +756,107 @@ fn crash_exploration_catches_the_planted_faults() {
             eprintln!("{a} {f:?}: {}", r.violations[0]);
         }
     }
+}
+
+/// Throughput of a 50/50 read/update mix of 1000-byte values, one thread,
+/// durable per operation, on a pool file (`cargo test --release -p
+/// ferrite-engine --lib inp::tests::timing -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing; run in release"]
+fn timing_read_update_mix() {
+    for a in AllocKind::ALL {
+        for inplace in [true, false] {
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+            let mut o = opts(a);
+            if !inplace {
+                o.inp.inplace_max = 0;
+            }
+            let st = Store::create_file(dir.path().join("p"), 256 << 20, &o).unwrap();
+            let mut s = st.session().unwrap();
+            let n = 20_000u32;
+            let v = vec![1u8; 1000];
+            for i in 0..n {
+                s.put(format!("user{i:08}").as_bytes(), &v).unwrap();
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(1);
+            let ops = 200_000;
+            let mut out = Vec::new();
+            let t = std::time::Instant::now();
+            for j in 0..ops {
+                let k = format!("user{:08}", rng.random_range(0..n));
+                if j % 2 == 0 {
+                    s.get_into(k.as_bytes(), &mut out).unwrap();
+                } else {
+                    s.put(k.as_bytes(), &v).unwrap();
+                }
+            }
+            let el = t.elapsed();
+            eprintln!(
+                "{a} inplace={inplace}: {:.0} ops/s ({:.2} us/op); {}",
+                ops as f64 / el.as_secs_f64(),
+                el.as_secs_f64() * 1e6 / ops as f64,
+                st.stats().detail
+            );
+        }
+    }
+}
+
+#[test]
+fn corrupted_nodes_tuples_and_log_are_errors_not_panics() {
+    let p = pool(4 << 20);
+    let o = opts(AllocKind::Ferrite);
+    let store = Store::create(&p, &o).unwrap();
+    let mut s = store.session().unwrap();
+    for i in 0..300u32 {
+        s.put(
+            format!("k{i:04}").as_bytes(),
+            &vec![i as u8; (i as usize * 13) % 200],
+        )
+        .unwrap();
+    }
+    drop(s);
+    let blocks = store.walk().unwrap().blocks;
+    drop(store);
+    let base = reimage(&p);
+    let img = base.image();
+    let area = ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES;
+    let mut rng = ChaCha8Rng::seed_from_u64(99);
+    let mut errors = 0;
+    for round in 0..150 {
+        let mut im = img.clone();
+        for _ in 0..rng.random_range(1..4) {
+            // A word of a node or tuple, or of the fixed area and log.
+            let at = if round % 3 == 0 {
+                area + rng.random_range(0..4096usize)
+            } else {
+                let (b, n) = blocks[rng.random_range(0..blocks.len())];
+                b as usize + rng.random_range(0..n as usize)
+            };
+            let at = at & !7;
+            let v: u64 = match rng.random_range(0..4) {
+                0 => 0,
+                1 => rng.random(),
+                2 => rng.random_range(0..1 << 24),
+                _ => u64::MAX,
+            };
+            im[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let size = im.len() as u64;
+        let p2 = Pool::open_image(&im, &PoolOptions::new(LAYOUT, size), Domain::Adr, None).unwrap();
+        match Store::open(&p2, &o) {
+            Err(_) => errors += 1,
+            Ok(st) => {
+                let w = st.walk();
+                let mut s = st.session().unwrap();
+                let _ = s.get(b"k0100");
+                let _ = s.scan(b"k01", 50);
+                let _ = s.put(b"k0100", b"x");
+                let _ = s.delete(b"k0200");
+                if w.is_err() {
+                    errors += 1;
+                }
+            }
+        }
+    }
+    assert!(errors > 10, "only {errors} of 150 corruptions were noticed");
 }
