@@ -562,9 +562,11 @@ impl Inp {
             pool.flush(o as usize, l);
         }
         let at = self.area_at(seq);
-        pool.write(at, &rec.buf);
-        if self.fault != Some(Fault::SkipRecordFlush) {
-            pool.flush(at, rec.len());
+        if self.fault == Some(Fault::SkipRecordFlush) {
+            pool.write(at, &rec.buf);
+        } else {
+            // Stores and flushes (non-temporal stores for a long record).
+            pool.write_nodrain(at, &rec.buf);
         }
         if self.fault != Some(Fault::SkipDeferredFlush) {
             for &(o, l) in &w.pending {
@@ -992,16 +994,18 @@ impl Writer<'_, '_> {
                 self.op.keys_delta += 1;
             }
             Some((leaf, Some((i, t)))) => {
-                let (kl, _, cap) = self.eng.geo.tuple_hdr(t)?;
+                let (kl, vl, cap) = self.eng.geo.tuple_hdr(t)?;
                 let budget = self.eng.log_cap / 2;
                 if TUPLE_HDR + kl + value.len() <= cap
                     && value.len() <= self.eng.opts.inplace_max
                     && self.op.inplace_bytes + value.len() + 64 <= budget
                 {
                     self.op.inplace_bytes += value.len() + 64;
-                    self.op
-                        .writes
-                        .push((t + 4, (value.len() as u32).to_le_bytes().to_vec()));
+                    if vl != value.len() {
+                        self.op
+                            .writes
+                            .push((t + 4, (value.len() as u32).to_le_bytes().to_vec()));
+                    }
                     self.op
                         .writes
                         .push((t + (TUPLE_HDR + kl) as u64, value.to_vec()));
