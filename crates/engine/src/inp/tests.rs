@@ -860,3 +860,149 @@ fn corrupted_nodes_tuples_and_log_are_errors_not_panics() {
     }
     assert!(errors > 10, "only {errors} of 150 corruptions were noticed");
 }
+
+/// Two threads' acknowledged writes and each one's write in flight.
+#[derive(Default, Clone)]
+struct Model2 {
+    acked: BTreeMap<Vec<u8>, Vec<u8>>,
+    pending: [Vec<(Vec<u8>, Option<Vec<u8>>)>; 2],
+}
+
+type Shared = std::sync::Arc<std::sync::Mutex<Model2>>;
+
+fn two_threads(p: &Pool, m: &mut Shared, o: &StoreOptions) {
+    let st = Store::open(p, o).unwrap();
+    let bodies: Vec<Box<dyn FnOnce() + Send + '_>> = (0..2usize)
+        .map(|t| {
+            let st = &st;
+            let m = m.clone();
+            Box::new(move || {
+                let mut s = st.session().unwrap();
+                let steps: Vec<(String, Option<Vec<u8>>)> = vec![
+                    (format!("t{t}a"), Some(vec![t as u8; 30])),
+                    (format!("t{t}b"), Some(vec![t as u8 + 10; 200])),
+                    (format!("t{t}a"), Some(vec![t as u8 + 20; 30])),
+                    (format!("t{t}a"), None),
+                    (format!("t{t}c"), Some(vec![t as u8 + 30; 2000])),
+                    (format!("t{t}b"), None),
+                ];
+                for (k, v) in steps {
+                    m.lock().unwrap().pending[t] = vec![(k.clone().into_bytes(), v.clone())];
+                    match &v {
+                        Some(v) => s.put(k.as_bytes(), v).unwrap(),
+                        None => {
+                            s.delete(k.as_bytes()).unwrap();
+                        }
+                    }
+                    let mut g = m.lock().unwrap();
+                    for (k, v) in std::mem::take(&mut g.pending[t]) {
+                        match v {
+                            Some(v) => g.acked.insert(k, v),
+                            None => g.acked.remove(&k),
+                        };
+                    }
+                }
+                std::mem::forget(s);
+            }) as Box<dyn FnOnce() + Send + '_>
+        })
+        .collect();
+    ferrite_crash::lockstep::run(5, 3, bodies);
+    std::mem::forget(st);
+}
+
+fn verify2(st: &Store, m: &Shared) -> Result<(), String> {
+    let m = m.lock().unwrap().clone();
+    let w = st.walk().map_err(|e| e.to_string())?;
+    let got: BTreeMap<_, _> = w.entries.iter().cloned().collect();
+    let ok = (0..4).any(|mask: usize| {
+        let mut want = m.acked.clone();
+        for t in 0..2 {
+            if mask & (1 << t) != 0 {
+                for (k, v) in &m.pending[t] {
+                    match v {
+                        Some(v) => want.insert(k.clone(), v.clone()),
+                        None => want.remove(k),
+                    };
+                }
+            }
+        }
+        want == got
+    });
+    if !ok {
+        return Err(format!(
+            "{} keys: not the acknowledged state plus in-flight writes",
+            got.len()
+        ));
+    }
+    let mut alloc = BTreeSet::new();
+    st.allocator().for_each_allocated(&mut |o, _| {
+        alloc.insert(o.raw());
+    });
+    let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
+    if alloc != mine {
+        return Err(format!(
+            "blocks: {} allocated, {} referenced",
+            alloc.len(),
+            mine.len()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn crash_exploration_with_two_threads_is_clean() {
+    for a in AllocKind::ALL {
+        let o = sim_opts(a);
+        let (o1, o2) = (o.clone(), o.clone());
+        let r = explorer(300)
+            .setup(move |p| drop(Store::create(p, &o).unwrap()))
+            .explore(
+                move |p, m: &mut Shared| two_threads(p, m, &o1),
+                move |p| Store::open(p, &o2).map_err(|e| e.to_string()),
+                |_, st, m| verify2(st, m),
+            )
+            .unwrap();
+        assert!(r.ok(), "{a}: {r}");
+        assert!(r.fences > 12 && r.states > 50, "{a}: {r}");
+        eprintln!("{a}: {r}");
+    }
+}
+
+#[test]
+fn batches_up_to_the_log_size_and_refused_beyond() {
+    for a in AllocKind::ALL {
+        let p = pool(32 << 20);
+        let store = Store::create(&p, &opts(a)).unwrap();
+        let mut s = store.session().unwrap();
+        let keys: Vec<Vec<u8>> = (0..6000u32)
+            .map(|i| format!("b{i:05}").into_bytes())
+            .collect();
+        let v = vec![4u8; 100];
+        let ops: Vec<Op<'_>> = keys[..400]
+            .iter()
+            .map(|k| Op::Put { key: k, value: &v })
+            .collect();
+        s.batch(&ops).unwrap();
+        let mut model: BTreeMap<_, _> =
+            keys[..400].iter().map(|k| (k.clone(), v.clone())).collect();
+        // Far more than one record holds: refused, nothing changed.
+        let big: Vec<Op<'_>> = keys.iter().map(|k| Op::Put { key: k, value: &v }).collect();
+        assert!(matches!(
+            s.batch(&big),
+            Err(EngineError::BatchTooLarge { .. })
+        ));
+        drop(s);
+        check(&store, &model);
+        // Updates in place beyond the log's budget go out of place.
+        let v2 = vec![5u8; 100];
+        let ups: Vec<Op<'_>> = keys[..400]
+            .iter()
+            .map(|k| Op::Put { key: k, value: &v2 })
+            .collect();
+        store.session().unwrap().batch(&ups).unwrap();
+        for val in model.values_mut() {
+            *val = v2.clone();
+        }
+        check(&store, &model);
+    }
+}
