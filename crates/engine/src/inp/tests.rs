@@ -861,11 +861,14 @@ fn corrupted_nodes_tuples_and_log_are_errors_not_panics() {
     assert!(errors > 10, "only {errors} of 150 corruptions were noticed");
 }
 
+/// A write in flight: key → new value, or deletion.
+type Pending = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// Two threads' acknowledged writes and each one's write in flight.
 #[derive(Default, Clone)]
 struct Model2 {
     acked: BTreeMap<Vec<u8>, Vec<u8>>,
-    pending: [Vec<(Vec<u8>, Option<Vec<u8>>)>; 2],
+    pending: [Pending; 2],
 }
 
 type Shared = std::sync::Arc<std::sync::Mutex<Model2>>;
