@@ -14,7 +14,8 @@
 //!   bitmap; inner nodes hold their own copies of (shortest) separator keys,
 //!   so a deleted tuple never leaves a dangling separator. Leaves split in
 //!   place (the left half stays, the right half goes to a new leaf); no node
-//!   is ever freed (an emptied leaf stays, as in many B-link trees).
+//!   is freed except an emptied leaf, which is unlinked from its parent when
+//!   the parent keeps two or more children (inner nodes never merge).
 //! - **Redo log**: one record per operation or batch (format in `inp/log.rs`):
 //!   the bytes every in-place change writes (tuple values, leaf bitmaps and
 //!   slots, inner nodes, the root word) plus the allocator's operations,
@@ -179,6 +180,7 @@ struct Counters {
     inplace: AtomicU64,
     outplace: AtomicU64,
     splits: AtomicU64,
+    leaves_freed: AtomicU64,
     rotations: AtomicU64,
 }
 
@@ -500,7 +502,9 @@ impl Inp {
         rec.reset();
         let freed = |off: u64| op.free_ranges.iter().any(|&(a, b)| off >= a && off < b);
         for (&base, st) in &op.staged {
-            if st.fresh {
+            // A block this record frees gets no writes: once the free is
+            // released, a replay of this record must not touch its reuse.
+            if st.fresh || freed(base) {
                 continue;
             }
             tmp.resize(st.buf.len(), 0);
@@ -617,6 +621,9 @@ impl Inp {
         self.st.inplace.fetch_add(op.inplace, Ordering::Relaxed);
         self.st.outplace.fetch_add(op.outplace, Ordering::Relaxed);
         self.st.splits.fetch_add(op.splits, Ordering::Relaxed);
+        self.st
+            .leaves_freed
+            .fetch_add(op.leaves_freed, Ordering::Relaxed);
         if op.keys_delta >= 0 {
             self.keys.fetch_add(op.keys_delta as u64, Ordering::Relaxed);
         } else {
@@ -796,11 +803,12 @@ impl Engine for Inp {
         EngineStats {
             keys: self.keys.load(Ordering::Relaxed),
             detail: format!(
-                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, free rotations {}",
+                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}",
                 s.commits.load(Ordering::Relaxed),
                 s.inplace.load(Ordering::Relaxed),
                 s.outplace.load(Ordering::Relaxed),
                 s.splits.load(Ordering::Relaxed),
+                s.leaves_freed.load(Ordering::Relaxed),
                 s.rotations.load(Ordering::Relaxed),
             ),
         }
@@ -856,6 +864,7 @@ struct OpState {
     inplace: u64,
     outplace: u64,
     splits: u64,
+    leaves_freed: u64,
 }
 
 impl OpState {
@@ -873,6 +882,7 @@ impl OpState {
         self.inplace = 0;
         self.outplace = 0;
         self.splits = 0;
+        self.leaves_freed = 0;
     }
 }
 
@@ -1034,11 +1044,41 @@ impl Writer<'_, '_> {
         };
         let (_, _, cap) = self.eng.geo.tuple_hdr(t)?;
         let b = self.stage(leaf, LEAF_BYTES)?;
-        let bm = leaf_bitmap(b)?;
-        set_bitmap(b, bm & !(1 << i));
+        let bm = leaf_bitmap(b)? & !(1 << i);
+        set_bitmap(b, bm);
         self.free_tuple(t, cap);
         self.op.keys_delta -= 1;
+        if bm == 0 {
+            self.drop_empty_leaf(leaf)?;
+        }
         Ok(true)
+    }
+
+    /// Unlinks and frees an emptied leaf when its parent keeps at least
+    /// two children (its key range joins a neighbour's). A leaf this
+    /// operation allocated, or one whose parent would be left with one
+    /// child, stays (empty leaves are valid).
+    fn drop_empty_leaf(&mut self, leaf: u64) -> Result<()> {
+        let Some(&(p, i)) = self.path.last() else {
+            return Ok(());
+        };
+        if self.op.staged.get(&leaf).is_some_and(|s| s.fresh) {
+            return Ok(());
+        }
+        let b = self.stage(p, INNER_BYTES)?;
+        let mut d = InnerD::decode(b, p)?;
+        if d.children.len() < 3 || d.children.get(i) != Some(&leaf) {
+            return Ok(());
+        }
+        d.children.remove(i);
+        // Child i covered sep[i-1]..sep[i]: the left neighbour takes it
+        // (the right one, for the first child).
+        d.seps.remove(i.saturating_sub(1));
+        d.encode(b);
+        self.op.frees.push(POff::new(leaf));
+        self.op.free_ranges.push((leaf, leaf + LEAF_BYTES as u64));
+        self.op.leaves_freed += 1;
+        Ok(())
     }
 
     /// Inserts `(kp, t)` for `key` into `leaf` (path in `self.path`),

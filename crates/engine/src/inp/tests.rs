@@ -220,6 +220,56 @@ fn splits_scan_order_and_reopen() {
 }
 
 #[test]
+fn emptied_leaves_are_freed() {
+    for a in AllocKind::ALL {
+        let p = pool(16 << 20);
+        let store = Store::create(&p, &opts(a)).unwrap();
+        let mut s = store.session().unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..2000u32 {
+            let k = format!("q{i:05}").into_bytes();
+            s.put(&k, b"v").unwrap();
+            model.insert(k, b"v".to_vec());
+        }
+        let before = store.walk().unwrap().blocks.len();
+        // Delete all but every 200th key, one by one and in batches.
+        let doomed: Vec<Vec<u8>> = model
+            .keys()
+            .enumerate()
+            .filter(|(i, _)| i % 200 != 0)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for k in &doomed[..1000] {
+            assert!(s.delete(k).unwrap());
+        }
+        for chunk in doomed[1000..].chunks(100) {
+            let ops: Vec<Op<'_>> = chunk.iter().map(|k| Op::Delete { key: k }).collect();
+            s.batch(&ops).unwrap();
+        }
+        for k in &doomed {
+            model.remove(k);
+        }
+        drop(s);
+        check(&store, &model);
+        let after = store.walk().unwrap().blocks.len();
+        assert!(
+            after < before - doomed.len() - 50,
+            "{a}: {before} -> {after} blocks"
+        );
+        assert!(store.stats().detail.contains("empty leaves freed"));
+        // The tree still takes inserts everywhere.
+        let mut s = store.session().unwrap();
+        for i in 0..2000u32 {
+            let k = format!("q{:05}", (i * 7) % 2000).into_bytes();
+            s.put(&k, b"w").unwrap();
+            model.insert(k, b"w".to_vec());
+        }
+        drop(s);
+        check(&store, &model);
+    }
+}
+
+#[test]
 fn long_keys_split_inner_nodes_by_bytes() {
     let p = pool(64 << 20);
     let store = Store::create(&p, &opts(AllocKind::Ferrite)).unwrap();
@@ -659,6 +709,48 @@ fn script_split_extent(p: &Pool, m: &mut Model, o: &StoreOptions) {
     m.begin(&[(b"key005", None)]);
     s.delete(b"key005").unwrap();
     m.done();
+    // Empty a leaf: it is unlinked and freed only when its parent keeps
+    // two children, so split off a third leaf first.
+    let more: Vec<Vec<u8>> = (0..30u32)
+        .map(|i| format!("zz{i:03}").into_bytes())
+        .collect();
+    for (i, k) in more.iter().enumerate() {
+        if i % 10 == 0 {
+            m.begin(&[(k, Some(b"m"))]);
+            s.put(k, b"m").unwrap();
+            m.done();
+        }
+    }
+    let ops: Vec<Op<'_>> = more
+        .iter()
+        .map(|k| Op::Put {
+            key: k,
+            value: b"m",
+        })
+        .collect();
+    let step: Step<'_> = more
+        .iter()
+        .map(|k| (k.as_slice(), Some(&b"m"[..])))
+        .collect();
+    m.begin(&step);
+    s.batch(&ops).unwrap();
+    m.done();
+    // The batch's split left key000..key015 in the first leaf, and the
+    // after* keys went there too: empty it.
+    let afters: Vec<Vec<u8>> = (0..6u32)
+        .map(|i| format!("after{i}").into_bytes())
+        .collect();
+    let upper: Vec<&Vec<u8>> = keys[..16].iter().chain(&afters).collect();
+    let ops: Vec<Op<'_>> = upper.iter().map(|k| Op::Delete { key: k }).collect();
+    let step: Step<'_> = upper.iter().map(|k| (k.as_slice(), None)).collect();
+    m.begin(&step);
+    s.batch(&ops).unwrap();
+    m.done();
+    m.begin(&[(b"key030", None)]);
+    s.delete(b"key030").unwrap();
+    m.done();
+    let d = st.stats().detail;
+    assert!(!d.contains("empty leaves freed 0"), "{d}");
     std::mem::forget(s);
     std::mem::forget(st);
 }
