@@ -131,7 +131,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            log_bytes: 256 << 10,
+            log_bytes: 128 << 10,
             inplace_max: 16 << 10,
         }
     }

@@ -798,24 +798,32 @@ fn explore_with(
     budget: usize,
     work: fn(&Pool, &mut Model, &StoreOptions),
 ) -> ferrite_crash::explorer::Report {
+    explore_cfg(a, fault, explorer(budget), work)
+}
+
+fn explore_cfg(
+    a: AllocKind,
+    fault: Option<Fault>,
+    ex: Explorer<'static>,
+    work: fn(&Pool, &mut Model, &StoreOptions),
+) -> ferrite_crash::explorer::Report {
     let mut o = sim_opts(a);
     if let Some(f) = fault {
         o.fault = crate::Fault::Inp(f);
     }
     let o2 = o.clone();
     let o3 = o.clone();
-    explorer(budget)
-        .setup(move |p| {
-            let mut c = o.clone();
-            c.fault = crate::Fault::None;
-            drop(Store::create(p, &c).unwrap());
-        })
-        .explore(
-            move |p, m: &mut Model| work(p, m, &o2),
-            move |p| Store::open(p, &o3).map_err(|e| e.to_string()),
-            |_, st, m| verify(st, m),
-        )
-        .unwrap()
+    ex.setup(move |p| {
+        let mut c = o.clone();
+        c.fault = crate::Fault::None;
+        drop(Store::create(p, &c).unwrap());
+    })
+    .explore(
+        move |p, m: &mut Model| work(p, m, &o2),
+        move |p| Store::open(p, &o3).map_err(|e| e.to_string()),
+        |_, st, m| verify(st, m),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -1099,5 +1107,28 @@ fn batches_up_to_the_log_size_and_refused_beyond() {
             *val = v2.clone();
         }
         check(&store, &model);
+    }
+}
+
+/// A longer exploration: every flush is a crash point too, and 8-byte
+/// tearing (`cargo test -p ferrite-engine --lib inp::tests::deep --
+/// --ignored`).
+#[test]
+#[ignore = "minutes"]
+fn deep_crash_exploration() {
+    for a in AllocKind::ALL {
+        for tearing in [false, true] {
+            for work in [script, script_split_extent] {
+                let cfg = Config::new(LAYOUT)
+                    .pool_size(2 << 20)
+                    .budget(3000)
+                    .crash_on_flush(true)
+                    .tearing(tearing)
+                    .seed(17);
+                let r = explore_cfg(a, None, Explorer::new(cfg), work);
+                eprintln!("{a} tearing={tearing}: {r}");
+                assert!(r.ok(), "{a}: {r}");
+            }
+        }
     }
 }
