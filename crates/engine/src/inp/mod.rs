@@ -27,7 +27,14 @@
 //!   (marked with `LockHeld`); **readers** (`get`, `scan`) take a shared
 //!   `RwLock` that writers take exclusively only for the short apply phase
 //!   (stores only, no flush, no fence), so reads run concurrently with the
-//!   expensive part of every write.
+//!   expensive part of every write. A scan holds the shared lock while it
+//!   calls its visitor.
+//! - **One log, not one per session.** Writers are serialized, so a log per
+//!   session would buy nothing; a single pair of areas lets every write's
+//!   one fence also cover the previous write's in-place stores, whichever
+//!   session made them. (N-Store partitions the data per thread instead;
+//!   concurrent writers would need latch coupling in the tree and per-
+//!   session logs — not done.)
 //!
 //! # Commit protocol (why one fence)
 //!
