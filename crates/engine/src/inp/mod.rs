@@ -1023,9 +1023,11 @@ impl Writer<'_, '_> {
                             .writes
                             .push((t + 4, (value.len() as u32).to_le_bytes().to_vec()));
                     }
-                    self.op
-                        .writes
-                        .push((t + (TUPLE_HDR + kl) as u64, value.to_vec()));
+                    if !value.is_empty() {
+                        self.op
+                            .writes
+                            .push((t + (TUPLE_HDR + kl) as u64, value.to_vec()));
+                    }
                     self.op.inplace += 1;
                 } else {
                     let t2 = self.new_tuple(key, value)?;
