@@ -106,6 +106,7 @@ mod log;
 mod tests;
 mod tree;
 
+use crate::breakdown::Measured;
 use crate::store::EngineCtx;
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
@@ -385,8 +386,15 @@ pub(crate) fn open(
                 .sub(lo as usize, (hi - lo) as usize)
                 .map_err(|e| corrupt(e.to_string()))?;
             let alloc: Arc<dyn PAllocator> = match ctx.sb.allocator {
-                AllocKind::Ferrite => Arc::new(Heap::open(region)?),
-                AllocKind::Lock => Arc::new(LockHeap::open(region)?),
+                AllocKind::Ferrite => Arc::new(Measured(Arc::new(Heap::open(region)?))),
+                AllocKind::Lock => Arc::new(Measured(Arc::new(LockHeap::open(region)?))),
+                // prepare() is Ferrite's: an external allocator commits
+                // through its own publish, so no record holds its operations.
+                AllocKind::Pmdk => {
+                    return Err(corrupt(
+                        "a log record holds allocator operations, but the store is on the pmdk allocator",
+                    ));
+                }
             };
             ctx.alloc = alloc;
             detail.push_str("allocator reopened after replay; ");
