@@ -106,7 +106,7 @@ mod log;
 mod tests;
 mod tree;
 
-use crate::breakdown::Measured;
+use crate::breakdown::{self, Measured, Phase};
 use crate::store::EngineCtx;
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
@@ -518,6 +518,8 @@ impl Inp {
         {
             return Ok(());
         }
+        // Building, writing and fencing the record: P2's crash consistency.
+        let cc = breakdown::phase(Phase::Cc);
         let pool = self.pool();
         w.metaops.clear();
         if !op.res.is_empty() || !op.frees.is_empty() {
@@ -618,6 +620,7 @@ impl Inp {
             self.apply(w);
         }
         pool.fence();
+        drop(cc);
         if !early {
             let _g = self.rw.write();
             self.apply(w);
@@ -1278,6 +1281,7 @@ impl<'e> InpSession<'e> {
 impl Session for InpSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
         let eng = self.eng;
         let _r = eng.rw.read();
         let root = eng.root();
@@ -1314,6 +1318,7 @@ impl Session for InpSession<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
         let eng = self.eng;
         let g = &eng.geo;
         let _r = eng.rw.read();

@@ -263,6 +263,8 @@ pub(crate) fn descend<S: Src>(
     path: &mut Vec<(u64, usize)>,
     buf: &mut [u8; MAX_KEY],
 ) -> Result<u64> {
+    // Index look-ups, of reads and of writes: P2's SCAN.
+    let _p = crate::breakdown::phase(crate::breakdown::Phase::Scan);
     path.clear();
     let kp = prefix(key);
     let mut cur = root;
