@@ -95,6 +95,7 @@ pub mod tree;
 mod tests;
 
 use crate::breakdown::{self, Phase};
+use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
@@ -106,7 +107,7 @@ use format::{Ent, KIND_LEAF, MAX_HEIGHT, ValRef};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tree::Shadow;
 
 /// Tuning knobs of this engine.
@@ -366,8 +367,7 @@ pub struct CowEngine {
     alloc: Arc<dyn PAllocator>,
     opts: Options,
     fault: Option<Fault>,
-    max_sessions: usize,
-    sessions: AtomicUsize,
+    sessions: SessionGate,
     current: RwLock<Arc<Version>>,
     gate: Mutex<Gate>,
     cv: Condvar,
@@ -395,8 +395,7 @@ impl CowEngine {
             alloc: ctx.alloc,
             opts: opts.cow.clone(),
             fault,
-            max_sessions: ctx.sb.sessions as usize,
-            sessions: AtomicUsize::new(0),
+            sessions: SessionGate::new(ctx.sb.sessions as usize),
             current: RwLock::new(Arc::new(Version {
                 root: root.0,
                 crc: root.1,
@@ -624,32 +623,13 @@ impl Engine for CowEngine {
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {
-        let mut n = self.sessions.load(Ordering::Relaxed);
-        loop {
-            if n >= self.max_sessions {
-                return Err(EngineError::TooManySessions {
-                    max: self.max_sessions,
-                });
-            }
-            match self
-                .sessions
-                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => break,
-                Err(cur) => n = cur,
-            }
-        }
-        match self.alloc.thread() {
-            Ok(th) => Ok(Box::new(CowSession {
-                eng: self,
-                th,
-                buf: Vec::new(),
-            })),
-            Err(e) => {
-                self.sessions.fetch_sub(1, Ordering::AcqRel);
-                Err(e.into())
-            }
-        }
+        let (ticket, th) = self.sessions.enter(&*self.alloc)?;
+        Ok(Box::new(CowSession {
+            eng: self,
+            th,
+            buf: Vec::new(),
+            _ticket: ticket,
+        }))
     }
 
     fn allocator(&self) -> &dyn PAllocator {
@@ -710,12 +690,7 @@ struct CowSession<'e> {
     eng: &'e CowEngine,
     th: Box<dyn AllocThread + 'e>,
     buf: Vec<u8>,
-}
-
-impl Drop for CowSession<'_> {
-    fn drop(&mut self) {
-        self.eng.sessions.fetch_sub(1, Ordering::AcqRel);
-    }
+    _ticket: Ticket<'e>,
 }
 
 impl CowSession<'_> {

@@ -107,6 +107,7 @@ mod tests;
 mod tree;
 
 use crate::breakdown::{self, Measured, Phase};
+use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
@@ -118,7 +119,7 @@ use log::{Item, REC_HDR, RecBuf};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tree::{
     FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, SLOTS, Src, TUPLE_HDR, corrupt, descend,
     init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot, shortest_sep,
@@ -232,12 +233,11 @@ struct Inp {
     seed: u32,
     alloc: Arc<dyn PAllocator>,
     hold_frees: bool,
-    sessions: usize,
     opts: Options,
     fault: Option<Fault>,
     w: Mutex<WState>,
     rw: RwLock<()>,
-    open: AtomicUsize,
+    gate: SessionGate,
     keys: AtomicU64,
     recovery: EngineRecovery,
     st: Counters,
@@ -429,7 +429,6 @@ impl Inp {
             seed: log::seed(ctx.sb.nonce),
             alloc: ctx.alloc,
             hold_frees: ctx.sb.allocator == AllocKind::Ferrite,
-            sessions: ctx.sb.sessions as usize,
             opts: opts.inp.clone(),
             fault: fault_of(opts),
             w: Mutex::new(WState {
@@ -441,7 +440,7 @@ impl Inp {
                 tmp: Vec::new(),
             }),
             rw: RwLock::new(()),
-            open: AtomicUsize::new(0),
+            gate: SessionGate::new(ctx.sb.sessions as usize),
             keys: AtomicU64::new(keys),
             recovery: rec,
             st: Counters::default(),
@@ -808,20 +807,11 @@ impl Engine for Inp {
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {
-        if self.open.fetch_add(1, Ordering::AcqRel) >= self.sessions {
-            self.open.fetch_sub(1, Ordering::AcqRel);
-            return Err(EngineError::TooManySessions { max: self.sessions });
-        }
-        let th = match self.alloc.thread() {
-            Ok(t) => t,
-            Err(e) => {
-                self.open.fetch_sub(1, Ordering::AcqRel);
-                return Err(e.into());
-            }
-        };
+        let (ticket, th) = self.gate.enter(&*self.alloc)?;
         Ok(Box::new(InpSession {
             eng: self,
             th,
+            _ticket: ticket,
             op: OpState::default(),
             path: Vec::with_capacity(MAX_DEPTH),
             kbuf: Box::new([0u8; MAX_KEY]),
@@ -1226,12 +1216,7 @@ struct InpSession<'e> {
     op: OpState,
     path: Vec<(u64, usize)>,
     kbuf: Box<[u8; MAX_KEY]>,
-}
-
-impl Drop for InpSession<'_> {
-    fn drop(&mut self) {
-        self.eng.open.fetch_sub(1, Ordering::AcqRel);
-    }
+    _ticket: Ticket<'e>,
 }
 
 impl<'e> InpSession<'e> {

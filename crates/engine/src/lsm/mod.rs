@@ -126,6 +126,7 @@ mod format;
 mod tests;
 
 use crate::breakdown::{self, Phase};
+use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
@@ -141,7 +142,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Tuning knobs of this engine.
 #[derive(Clone, Debug)]
@@ -258,8 +259,7 @@ pub(crate) struct Lsm {
     fault: Option<Fault>,
     writer: Mutex<Writer>,
     state: RwLock<State>,
-    sessions: AtomicUsize,
-    max_sessions: usize,
+    sessions: SessionGate,
     recovery: EngineRecovery,
     flushes: AtomicU64,
     merged_runs: AtomicU64,
@@ -526,8 +526,7 @@ impl Lsm {
                 mem,
                 version: Arc::new(Version { runs }),
             }),
-            sessions: AtomicUsize::new(0),
-            max_sessions: usize::from(ctx.sb.sessions),
+            sessions: SessionGate::new(usize::from(ctx.sb.sessions)),
             recovery,
             flushes: AtomicU64::new(0),
             merged_runs: AtomicU64::new(0),
@@ -1129,12 +1128,7 @@ struct LsmSession<'a> {
     rec: Vec<u8>,
     blk: Vec<u8>,
     scratch: Vec<u8>,
-}
-
-impl Drop for LsmSession<'_> {
-    fn drop(&mut self) {
-        self.eng.sessions.fetch_sub(1, Ordering::AcqRel);
-    }
+    _ticket: Ticket<'a>,
 }
 
 impl Session for LsmSession<'_> {
@@ -1217,31 +1211,11 @@ impl Engine for Lsm {
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {
-        let mut n = self.sessions.load(Ordering::Acquire);
-        loop {
-            if n >= self.max_sessions {
-                return Err(EngineError::TooManySessions {
-                    max: self.max_sessions,
-                });
-            }
-            match self
-                .sessions
-                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break,
-                Err(m) => n = m,
-            }
-        }
-        let at = match self.alloc.thread() {
-            Ok(a) => a,
-            Err(e) => {
-                self.sessions.fetch_sub(1, Ordering::AcqRel);
-                return Err(e.into());
-            }
-        };
+        let (ticket, at) = self.sessions.enter(&*self.alloc)?;
         Ok(Box::new(LsmSession {
             eng: self,
             at,
+            _ticket: ticket,
             rec: Vec::new(),
             blk: Vec::new(),
             scratch: Vec::new(),
