@@ -22,6 +22,7 @@ pub mod ctx;
 pub mod error;
 pub mod floor;
 pub mod group_suite;
+pub mod lmdb;
 pub mod log;
 pub mod measure;
 pub mod page_suite;
