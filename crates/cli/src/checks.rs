@@ -10,6 +10,7 @@ use ferrite_blocks::page::PageAlgorithm;
 use ferrite_crash::selftest::{self, Variant};
 use ferrite_crash::{Config, Report};
 use ferrite_ds::Structure;
+use ferrite_engine::EngineKind;
 use ferrite_tx::Strategy;
 
 /// One explored variant of a target.
@@ -173,12 +174,70 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         |c| run_tx(Strategy::Clobber, Structure::RbTree, c),
     ),
     (
+        "engine-inp",
+        "InP engine (in-place tuples, write-ahead log, persistent B+tree): puts, deletes, batches, scans; both allocators, tearing, 2 lockstep sessions, eadr [P2 §3]",
+        true,
+        |c| run_engine(EngineKind::Inp, c),
+    ),
+    (
+        "engine-cow",
+        "CoW engine (shadow-paged B+tree, atomic root switch, group commit): puts, deletes, batches, scans; both allocators, tearing, 2 lockstep sessions, eadr [P2 §3]",
+        true,
+        |c| run_engine(EngineKind::Cow, c),
+    ),
+    (
+        "engine-lsm",
+        "LSM engine (persistent memtable log, sorted runs, compaction): puts, deletes, batches, flushes, compactions; both allocators, tearing, 2 lockstep sessions, eadr [P2 §3]",
+        true,
+        |c| run_engine(EngineKind::Lsm, c),
+    ),
+    (
+        "engine-planted",
+        "every engine with each of its planted bugs: each must be caught",
+        false,
+        run_engine_planted,
+    ),
+    (
         "alloc",
         "persistent allocators (Ferrite heap, single-lock heap): reserve/publish/free/cancel from 3 simulated threads [P2 §2.2]",
         true,
         run_alloc,
     ),
 ];
+
+fn run_engine(kind: EngineKind, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs =
+        ferrite_engine::checks::check_engine(kind, cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
+
+/// Every run of every planted bug: each bug must show violations in some run.
+fn run_engine_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let faults: Vec<_> = EngineKind::ALL
+        .into_iter()
+        .flat_map(|k| {
+            ferrite_engine::checks::planted_faults(k)
+                .into_iter()
+                .map(move |f| (k, f))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for &(kind, fault) in &faults {
+        let runs =
+            ferrite_engine::checks::check_engine_fault(kind, split(cfg, faults.len()), fault)
+                .map_err(|e| e.to_string())?;
+        for (run, report) in runs {
+            out.push(Outcome {
+                variant: format!("{kind}-{fault:?}/{run}"),
+                report,
+            });
+        }
+    }
+    Ok(out)
+}
 
 fn run_alloc(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_alloc::checks::check_alloc(cfg.clone()).map_err(|e| e.to_string())?;

@@ -1,8 +1,10 @@
-//! `ferrite`: probe the machine, benchmark, explore crash states, manage pools.
+//! `ferrite`: probe the machine, benchmark, explore crash states, manage
+//! pools, use an embedded key-value store.
 //!
 //! Errors are printed as one line (`ferrite: …`) with a non-zero exit status.
 
 mod checks;
+mod kv;
 
 use clap::{Parser, Subcommand};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
@@ -77,6 +79,16 @@ enum Cmd {
         /// Replay one reported state, e.g. `fence:17/s5` (use with the same --seed).
         #[arg(long)]
         at: Option<ferrite_crash::Repro>,
+    },
+    /// Use an embedded key-value store in a pool file (`ferrite kv PATH create`, then get/put/del/batch/scan/info).
+    Kv {
+        /// The pool file holding the store.
+        path: PathBuf,
+        /// Keys and values are hexadecimal.
+        #[arg(long, global = true)]
+        hex: bool,
+        #[command(subcommand)]
+        cmd: kv::KvCmd,
     },
     /// Create, inspect and verify pool files.
     Pool {
@@ -183,6 +195,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
             check(&target, &cfg)
         }
         Cmd::Pool { cmd } => pool(cmd),
+        Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
     }
 }
 

@@ -1,1 +1,610 @@
-//! Crash checks of the engines (placeholder: being built).
+//! Crash checks of the engines, run through the `ferrite-crash` explorer
+//! (feature `checks`; also compiled for this crate's tests).
+//! `ferrite check engine-inp | engine-cow | engine-lsm` calls
+//! [`check_engine`]; one harness serves all three engines.
+//!
+//! # Workload
+//!
+//! A store in a small simulated pool ([`CHECK_POOL_SIZE`]) with the
+//! engine's check options (small nodes, a small memtable: splits, merges,
+//! root switches, memtable flushes and compactions happen within a few
+//! dozen operations). A seeded script of puts (new keys and updates),
+//! deletes (present and absent keys), atomic batches of 2–4 operations
+//! (repeated keys too), gets and scans, over [`KEYS`] keys of 1 to 90
+//! bytes and values of 0 B to 1.5 KiB (inline and out-of-line paths). Gets
+//! and scans are checked against the model as the script runs: a wrong
+//! answer without a crash is a workload failure.
+//!
+//! The *threads* run has two sessions on two OS threads under
+//! [`ferrite_crash::lockstep`] (handing over at stores, flushes and fences
+//! by a seeded schedule; each a simulated thread whose fences complete
+//! only its own flushes), each with its own script over its own half of
+//! the key space, so two operations are caught in flight at once.
+//!
+//! # Invariant (after recovery from every crash state, nested crashes too)
+//!
+//! - the store opens (recovery succeeds);
+//! - a walk of it is ordered (strictly increasing keys, so no duplicates)
+//!   and equals the model of acknowledged operations plus, for each
+//!   session, its operation in flight applied entirely or not at all (a
+//!   batch all or nothing);
+//! - a scan through a session returns the same pairs as the walk;
+//! - no space leaks and nothing dangles: the blocks the engine references
+//!   are exactly the allocator's allocated blocks, each large enough;
+//! - the recovered store works: a new key is put, read back and deleted,
+//!   and the walk's blocks still equal the allocator's.
+//!
+//! # Runs
+//!
+//! The budget is split ([`spend_budget`]) between: the main run on the
+//! Ferrite heap (weight 3), the same on the single-lock heap (weight 2),
+//! the main run in tearing mode (8-byte failure atomicity, weight 1), the
+//! threads run (weight 2) and `eadr` crashing before every store (weight
+//! 1). Budget left over goes to further main and threads runs with new
+//! seeds.
+
+use crate::{AllocKind, EngineKind, Fault, Op, Session, Store, StoreOptions, Walk};
+use ferrite_crash::explorer::spend_budget;
+use ferrite_crash::lockstep;
+use ferrite_crash::{Config, ExploreError, Explorer, Report};
+use ferrite_pmem::{Domain, Pool};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// Size of the simulated pool every check uses.
+pub const CHECK_POOL_SIZE: u64 = 1536 * 1024;
+/// Keys a script draws from (the threads run splits them).
+pub const KEYS: usize = 20;
+const MAIN_STEPS: usize = 40;
+const THREAD_STEPS: usize = 16;
+const MAIN_SCRIPT: u64 = 0x656e_6769_6e65;
+const THREAD_SCRIPT: u64 = 0x7468_7264;
+const MAX_EXTRA: u64 = 16;
+const NONCE: u64 = 0x7e57_e6e1_5eed_0011;
+
+/// Why a check could not run (a violation is not an error: it is in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("explorer: {0}")]
+    Explore(#[from] ExploreError),
+}
+
+/// One run of a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Run {
+    Main(AllocKind),
+    Tearing,
+    Threads,
+    Eadr,
+}
+
+impl Run {
+    pub fn name(self) -> String {
+        match self {
+            Run::Main(a) => format!("main-{a}"),
+            Run::Tearing => "main-ferrite-tearing".into(),
+            Run::Threads => "threads-2".into(),
+            Run::Eadr => "eadr-stores".into(),
+        }
+    }
+}
+
+/// The store options of the checks for `kind` on `alloc`: the engine's
+/// small check configuration, two sessions, a fixed nonce.
+pub fn check_options(kind: EngineKind, alloc: AllocKind, fault: Fault) -> StoreOptions {
+    let mut o = StoreOptions::new(kind)
+        .allocator(alloc)
+        .sessions(2)
+        .nonce(NONCE)
+        .fault(fault);
+    o.inp = crate::inp::Options::for_checks();
+    o.cow = crate::cow::Options::for_checks();
+    o.lsm = crate::lsm::Options::for_checks();
+    o
+}
+
+/// Key number `i`: lengths vary from 1 to 90 bytes, and keys share
+/// prefixes (so prefix comparisons tie and full keys decide).
+pub fn key(i: usize) -> Vec<u8> {
+    match i % 4 {
+        0 => vec![b'a' + (i / 4) as u8],
+        1 => format!("key-{i:03}").into_bytes(),
+        2 => {
+            let mut k = b"key-".to_vec();
+            k.extend(std::iter::repeat_n(b'k', 30 + i));
+            k
+        }
+        _ => {
+            let mut k = format!("key-{i:03}").into_bytes();
+            k.extend_from_slice(&[0xff; 8]);
+            k.push(i as u8);
+            k
+        }
+    }
+}
+
+/// Deterministic value of length `len` for (`key`, `version`).
+pub fn value(key: &[u8], version: u64, len: usize) -> Vec<u8> {
+    let mut x = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ crc32c::crc32c(key) as u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// What the workload saw acknowledged, and what each session had in
+/// flight (its changes in order) when the crash hit.
+#[derive(Default)]
+pub struct Model {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default, Clone)]
+struct Inner {
+    acked: BTreeMap<Vec<u8>, Vec<u8>>,
+    inflight: [Option<Vec<Change>>; 2],
+}
+
+impl Model {
+    fn begin(&self, t: usize, changes: Vec<Change>) {
+        self.inner.lock().expect("model lock").inflight[t] = Some(changes);
+    }
+
+    fn ack(&self, t: usize) {
+        let mut g = self.inner.lock().expect("model lock");
+        if let Some(ch) = g.inflight[t].take() {
+            apply(&mut g.acked, &ch);
+        }
+    }
+
+    fn snapshot(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.inner.lock().expect("model lock").acked.clone()
+    }
+}
+
+fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
+    for (k, v) in changes {
+        match v {
+            Some(v) => m.insert(k.clone(), v.clone()),
+            None => m.remove(k),
+        };
+    }
+}
+
+/// Runs a script of `steps` operations drawn from `seed` over keys
+/// `keys` on session `s`, as model thread `t`.
+#[allow(clippy::too_many_arguments)]
+fn script(
+    s: &mut dyn Session,
+    m: &Model,
+    t: usize,
+    keys: &[usize],
+    seed: u64,
+    steps: usize,
+    version: &mut u64,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    const LENS: [usize; 6] = [0, 8, 40, 200, 700, 1500];
+    let mut out = Vec::new();
+    for step in 0..steps {
+        let pick = |rng: &mut ChaCha8Rng| key(keys[rng.random_range(0..keys.len())]);
+        let mut value_of = |rng: &mut ChaCha8Rng, k: &[u8]| {
+            *version += 1;
+            value(k, *version, LENS[rng.random_range(0..LENS.len())])
+        };
+        let d = rng.random_range(0..100);
+        if d < 35 {
+            let k = pick(&mut rng);
+            let v = value_of(&mut rng, &k);
+            m.begin(t, vec![(k.clone(), Some(v.clone()))]);
+            s.put(&k, &v)
+                .unwrap_or_else(|e| panic!("step {step}: put: {e}"));
+            m.ack(t);
+        } else if d < 55 {
+            let k = pick(&mut rng);
+            let had = m.snapshot().contains_key(&k);
+            m.begin(t, vec![(k.clone(), None)]);
+            let r = s
+                .delete(&k)
+                .unwrap_or_else(|e| panic!("step {step}: delete: {e}"));
+            assert_eq!(r, had, "step {step}: delete of {k:?} returned {r}");
+            m.ack(t);
+        } else if d < 72 {
+            let n = rng.random_range(2..=4);
+            let mut changes: Vec<Change> = Vec::new();
+            for _ in 0..n {
+                let k = pick(&mut rng);
+                if rng.random_range(0..3) == 0 {
+                    changes.push((k, None));
+                } else {
+                    let v = value_of(&mut rng, &k);
+                    changes.push((k, Some(v)));
+                }
+            }
+            let ops: Vec<Op<'_>> = changes
+                .iter()
+                .map(|(k, v)| match v {
+                    Some(v) => Op::Put { key: k, value: v },
+                    None => Op::Delete { key: k },
+                })
+                .collect();
+            m.begin(t, changes.clone());
+            s.batch(&ops)
+                .unwrap_or_else(|e| panic!("step {step}: batch: {e}"));
+            m.ack(t);
+        } else if d < 86 {
+            let k = pick(&mut rng);
+            let want = m.snapshot().get(&k).cloned();
+            let found = s
+                .get_into(&k, &mut out)
+                .unwrap_or_else(|e| panic!("step {step}: get: {e}"));
+            assert_eq!(
+                found.then_some(out.as_slice()),
+                want.as_deref(),
+                "step {step}: get of {k:?}"
+            );
+        } else {
+            let from = pick(&mut rng);
+            let limit = rng.random_range(1..=6);
+            let got = s
+                .scan(&from, limit)
+                .unwrap_or_else(|e| panic!("step {step}: scan: {e}"));
+            // Only this thread's keys are certain (the other thread may be
+            // in flight): compare on them.
+            let mine: BTreeSet<Vec<u8>> = keys.iter().map(|&i| key(i)).collect();
+            let snap = m.snapshot();
+            let got_mine: Vec<_> = got.iter().filter(|(k, _)| mine.contains(k)).collect();
+            let want: Vec<_> = snap
+                .range(from.clone()..)
+                .take(limit)
+                .filter(|(k, _)| mine.contains(*k))
+                .collect();
+            if keys.len() == KEYS {
+                assert_eq!(got.len(), want.len(), "step {step}: scan from {from:?}");
+            }
+            for (g, w) in got_mine.iter().zip(want.iter()) {
+                assert_eq!((&g.0, &g.1), (w.0, w.1), "step {step}: scan from {from:?}");
+            }
+            assert!(
+                got.windows(2).all(|w| w[0].0 < w[1].0),
+                "step {step}: scan out of order"
+            );
+        }
+    }
+}
+
+/// What recovery produced: the walk and the store.
+pub struct Recovered {
+    pub walk: Walk,
+    pub store: Store,
+}
+
+fn recover(pool: &Pool, opts: &StoreOptions) -> Result<Recovered, String> {
+    let store = Store::open(pool, opts).map_err(|e| e.to_string())?;
+    store.quiesce().map_err(|e| e.to_string())?;
+    let walk = store.walk().map_err(|e| format!("walk: {e}"))?;
+    Ok(Recovered { walk, store })
+}
+
+fn blocks_match(store: &Store, walk: &Walk) -> Result<(), String> {
+    let mut referenced = BTreeMap::new();
+    for &(off, need) in &walk.blocks {
+        if referenced.insert(off, need).is_some() {
+            return Err(format!("block {off:#x} referenced twice"));
+        }
+    }
+    let mut allocated = BTreeMap::new();
+    store.allocator().for_each_allocated(&mut |off, size| {
+        allocated.insert(off.raw(), size as u64);
+    });
+    for (off, need) in &referenced {
+        match allocated.get(off) {
+            None => return Err(format!("block {off:#x} is referenced but not allocated")),
+            Some(&size) if size < *need => {
+                return Err(format!(
+                    "block {off:#x} holds {size} bytes, the engine needs {need}"
+                ));
+            }
+            _ => {}
+        }
+    }
+    let leaked: Vec<_> = allocated
+        .keys()
+        .filter(|o| !referenced.contains_key(o))
+        .collect();
+    if !leaked.is_empty() {
+        return Err(format!(
+            "{} allocated blocks are not referenced (leak), first {:#x}",
+            leaked.len(),
+            leaked[0]
+        ));
+    }
+    Ok(())
+}
+
+fn check(r: &Recovered, m: &Model) -> Result<(), String> {
+    let entries = &r.walk.entries;
+    if let Some(w) = entries.windows(2).find(|w| w[0].0 >= w[1].0) {
+        return Err(format!("walk out of order or duplicated at {:?}", w[1].0));
+    }
+    let found: BTreeMap<Vec<u8>, Vec<u8>> = entries.iter().cloned().collect();
+    let g = m.inner.lock().expect("model lock").clone();
+    // Every combination of the in-flight operations applied or not.
+    let mut ok = false;
+    for mask in 0..4u32 {
+        let mut want = g.acked.clone();
+        let mut skip = false;
+        for t in 0..2 {
+            if mask & (1 << t) != 0 {
+                match &g.inflight[t] {
+                    Some(ch) => apply(&mut want, ch),
+                    None => skip = true,
+                }
+            }
+        }
+        if !skip && want == found {
+            ok = true;
+            break;
+        }
+    }
+    if !ok {
+        let diff: Vec<String> = g
+            .acked
+            .iter()
+            .filter(|(k, v)| found.get(*k) != Some(v))
+            .map(|(k, _)| format!("{:?}", String::from_utf8_lossy(k)))
+            .chain(
+                found
+                    .keys()
+                    .filter(|k| !g.acked.contains_key(*k))
+                    .map(|k| format!("+{:?}", String::from_utf8_lossy(k))),
+            )
+            .take(4)
+            .collect();
+        return Err(format!(
+            "contents differ from every acknowledged state (in flight: {}, {}); keys differing from acked: {}",
+            g.inflight[0].as_ref().map_or(0, |c| c.len()),
+            g.inflight[1].as_ref().map_or(0, |c| c.len()),
+            diff.join(", ")
+        ));
+    }
+    blocks_match(&r.store, &r.walk)?;
+    let mut s = r.store.session().map_err(|e| format!("session: {e}"))?;
+    let scanned = s
+        .scan(&[0u8], usize::MAX)
+        .map_err(|e| format!("scan: {e}"))?;
+    if scanned != *entries {
+        return Err(format!(
+            "a session's scan ({} pairs) differs from the walk ({} pairs)",
+            scanned.len(),
+            entries.len()
+        ));
+    }
+    // The recovered store works.
+    let probe = b"zz-probe-after-recovery";
+    s.put(probe, b"alive")
+        .map_err(|e| format!("put after recovery: {e}"))?;
+    match s
+        .get(probe)
+        .map_err(|e| format!("get after recovery: {e}"))?
+    {
+        Some(v) if v == b"alive" => {}
+        other => return Err(format!("put after recovery read back {other:?}")),
+    }
+    if !s
+        .delete(probe)
+        .map_err(|e| format!("delete after recovery: {e}"))?
+    {
+        return Err("delete after recovery found nothing".into());
+    }
+    drop(s);
+    r.store.quiesce().map_err(|e| e.to_string())?;
+    let w = r
+        .store
+        .walk()
+        .map_err(|e| format!("walk after probe: {e}"))?;
+    blocks_match(&r.store, &w).map_err(|e| format!("after a put and a delete: {e}"))?;
+    Ok(())
+}
+
+fn explorer(cfg: Config, opts: &StoreOptions) -> Explorer<'_> {
+    let mut cfg = cfg;
+    cfg.layout = crate::LAYOUT.into();
+    cfg.pool_size = CHECK_POOL_SIZE;
+    Explorer::new(cfg).setup(move |p| {
+        Store::create(p, opts).unwrap_or_else(|e| panic!("creating the store: {e}"));
+    })
+}
+
+/// The main run: one session, one script.
+fn check_main(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
+    let seed = cfg.seed ^ MAIN_SCRIPT;
+    let all: Vec<usize> = (0..KEYS).collect();
+    Ok(explorer(cfg, opts).explore(
+        |pool: &Pool, m: &mut Model| {
+            let store = Store::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
+            let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
+            let mut version = 0;
+            script(s.as_mut(), m, 0, &all, seed, MAIN_STEPS, &mut version);
+        },
+        |pool| recover(pool, opts),
+        |_, r, m| check(r, m),
+    )?)
+}
+
+/// The threads run: two sessions on two lockstep threads, disjoint keys.
+fn check_threads(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
+    let seed = cfg.seed ^ THREAD_SCRIPT;
+    Ok(explorer(cfg, opts).explore(
+        |pool: &Pool, m: &mut Model| {
+            let store = Store::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
+            let m: &Model = m;
+            let store = &store;
+            let bodies: Vec<Box<dyn FnOnce() + Send + '_>> = (0..2)
+                .map(|t| {
+                    Box::new(move || {
+                        let keys: Vec<usize> = (0..KEYS).filter(|i| i % 2 == t).collect();
+                        let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
+                        let mut version = (t as u64) << 32;
+                        script(
+                            s.as_mut(),
+                            m,
+                            t,
+                            &keys,
+                            seed.wrapping_add(t as u64),
+                            THREAD_STEPS,
+                            &mut version,
+                        );
+                    }) as Box<dyn FnOnce() + Send + '_>
+                })
+                .collect();
+            lockstep::run(seed, 3, bodies);
+        },
+        |pool| recover(pool, opts),
+        |_, r, m| check(r, m),
+    )?)
+}
+
+/// Runs one run of the check of `kind` with `fault`.
+pub fn check_run(
+    kind: EngineKind,
+    run: Run,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Report, CheckError> {
+    match run {
+        Run::Main(a) => check_main(cfg, &check_options(kind, a, fault)),
+        Run::Tearing => check_main(
+            cfg.tearing(true),
+            &check_options(kind, AllocKind::Ferrite, fault),
+        ),
+        Run::Threads => check_threads(cfg, &check_options(kind, AllocKind::Ferrite, fault)),
+        Run::Eadr => check_main(
+            cfg.domain(Domain::Eadr).crash_on_store(true),
+            &check_options(kind, AllocKind::Ferrite, fault),
+        ),
+    }
+}
+
+fn plan(cfg: &Config) -> Vec<(Run, usize)> {
+    // A domain or tearing mode chosen by the user applies to every run.
+    if cfg.domain != Domain::Adr || cfg.tearing {
+        return vec![
+            (Run::Main(AllocKind::Ferrite), 3),
+            (Run::Main(AllocKind::Lock), 2),
+            (Run::Threads, 2),
+        ];
+    }
+    vec![
+        (Run::Main(AllocKind::Ferrite), 3),
+        (Run::Main(AllocKind::Lock), 2),
+        (Run::Tearing, 1),
+        (Run::Threads, 2),
+        (Run::Eadr, 1),
+    ]
+}
+
+/// `ferrite check engine-<kind>` with a planted `fault` (or
+/// [`Fault::None`]): `cfg.budget` crash states split over the runs. The
+/// pool size and layout of `cfg` are replaced. One report per run.
+pub fn check_engine_fault(
+    kind: EngineKind,
+    cfg: Config,
+    fault: Fault,
+) -> Result<Vec<(String, Report)>, CheckError> {
+    spend_budget(
+        &cfg,
+        plan(&cfg),
+        MAX_EXTRA,
+        |i| {
+            if i % 2 == 0 {
+                Run::Main(AllocKind::Ferrite)
+            } else {
+                Run::Threads
+            }
+        },
+        |r| r.name(),
+        |r, c| check_run(kind, r, c.clone(), fault),
+    )
+}
+
+/// [`check_engine_fault`] without a planted bug.
+pub fn check_engine(kind: EngineKind, cfg: Config) -> Result<Vec<(String, Report)>, CheckError> {
+    check_engine_fault(kind, cfg, Fault::None)
+}
+
+/// The planted bugs of `kind` the checks must catch.
+pub fn planted_faults(kind: EngineKind) -> Vec<Fault> {
+    match kind {
+        EngineKind::Inp => crate::inp::Fault::ALL
+            .iter()
+            .map(|&f| Fault::Inp(f))
+            .collect(),
+        EngineKind::Cow => crate::cow::Fault::ALL
+            .iter()
+            .map(|&f| Fault::Cow(f))
+            .collect(),
+        EngineKind::Lsm => crate::lsm::Fault::ALL
+            .iter()
+            .map(|&f| Fault::Lsm(f))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The script runs clean without crashes on every engine and both
+    /// allocators, and exercises deletes of present keys and batches.
+    #[test]
+    fn the_check_workload_runs_clean_without_crashes() {
+        for kind in EngineKind::ALL {
+            for alloc in AllocKind::ALL {
+                let opts = check_options(kind, alloc, Fault::None);
+                let p = Pool::create_in_memory(
+                    &ferrite_pmem::PoolOptions::new(crate::LAYOUT, CHECK_POOL_SIZE)
+                        .domain(Domain::Adr),
+                )
+                .unwrap();
+                Store::create(&p, &opts).unwrap();
+                let m = Model::default();
+                {
+                    let store = Store::open(&p, &opts).unwrap();
+                    let mut s = store.session().unwrap();
+                    let all: Vec<usize> = (0..KEYS).collect();
+                    let mut v = 0;
+                    script(s.as_mut(), &m, 0, &all, MAIN_SCRIPT ^ 1, MAIN_STEPS, &mut v);
+                }
+                let r = recover(&p, &opts).unwrap();
+                check(&r, &m).unwrap_or_else(|e| panic!("{kind}/{alloc}: {e}"));
+                assert!(r.walk.entries.len() >= 5, "{kind}/{alloc}: few keys left");
+            }
+        }
+    }
+
+    /// Every engine's check passes a small budget, and catches each of its
+    /// planted bugs.
+    #[test]
+    fn small_checks_pass_and_planted_bugs_are_caught() {
+        for kind in EngineKind::ALL {
+            let runs = check_engine(kind, Config::new("x").budget(150)).unwrap();
+            for (name, rep) in &runs {
+                assert!(rep.ok(), "{kind} {name}: {rep}");
+            }
+            for f in planted_faults(kind) {
+                let runs = check_engine_fault(kind, Config::new("x").budget(400), f).unwrap();
+                let caught: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
+                assert!(caught > 0, "{kind}: planted {f:?} not caught");
+            }
+        }
+    }
+}

@@ -27,7 +27,9 @@ pub enum EngineError {
     NotAStore,
     #[error("unsupported store format version {found} (this build reads version {supported})")]
     UnsupportedVersion { found: u16, supported: u16 },
-    #[error("store superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    #[error(
+        "store superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+    )]
     Checksum { stored: u32, computed: u32 },
     #[error("the store holds engine '{found}', not '{asked}'")]
     WrongEngine { found: String, asked: String },

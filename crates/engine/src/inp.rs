@@ -7,21 +7,36 @@ use crate::{Engine, EngineError, EngineRecovery, Result, StoreOptions};
 #[derive(Clone, Debug, Default)]
 pub struct Options {}
 
+impl Options {
+    /// Small sizes for the crash checks.
+    pub fn for_checks() -> Options {
+        Options::default()
+    }
+}
+
 /// Planted bugs of this engine (checks only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {}
+
+impl Fault {
+    pub const ALL: &'static [Fault] = &[];
+}
 
 pub(crate) fn fixed_area_bytes(_opts: &StoreOptions) -> usize {
     0
 }
 
 pub(crate) fn create(_ctx: EngineCtx, _opts: &StoreOptions) -> Result<Box<dyn Engine>> {
-    Err(EngineError::BadOption("engine 'inp' is not built yet".into()))
+    Err(EngineError::BadOption(
+        "engine 'inp' is not built yet".into(),
+    ))
 }
 
 pub(crate) fn open(
     _ctx: EngineCtx,
     _opts: &StoreOptions,
 ) -> Result<(Box<dyn Engine>, EngineRecovery)> {
-    Err(EngineError::BadOption("engine 'inp' is not built yet".into()))
+    Err(EngineError::BadOption(
+        "engine 'inp' is not built yet".into(),
+    ))
 }

@@ -316,7 +316,9 @@ pub trait Session {
     /// Up to `limit` pairs with keys `>= from`, in key order.
     fn scan(&mut self, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut v = Vec::new();
-        self.scan_with(from, limit, &mut |k, val| v.push((k.to_vec(), val.to_vec())))?;
+        self.scan_with(from, limit, &mut |k, val| {
+            v.push((k.to_vec(), val.to_vec()))
+        })?;
         Ok(v)
     }
 }

@@ -71,8 +71,7 @@ impl Superblock {
         }
         let corrupt = |what: &str| EngineError::Corrupt(format!("superblock: {what}"));
         let engine = EngineKind::from_code(b[10]).ok_or_else(|| corrupt("unknown engine"))?;
-        let allocator =
-            AllocKind::from_code(b[11]).ok_or_else(|| corrupt("unknown allocator"))?;
+        let allocator = AllocKind::from_code(b[11]).ok_or_else(|| corrupt("unknown allocator"))?;
         let sessions = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
         let sb = Superblock {
             engine,
@@ -89,7 +88,10 @@ impl Superblock {
             || !sb.engine_area.is_multiple_of(page)
             || sb.heap_off < sb.engine_area
             || !sb.heap_off.is_multiple_of(page)
-            || sb.heap_off.checked_add(sb.heap_len).is_none_or(|e| e > data_len)
+            || sb
+                .heap_off
+                .checked_add(sb.heap_len)
+                .is_none_or(|e| e > data_len)
         {
             return Err(corrupt("areas out of bounds"));
         }
@@ -121,7 +123,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("superblock", &self.sb).finish()
+        f.debug_struct("Store")
+            .field("superblock", &self.sb)
+            .finish()
     }
 }
 
