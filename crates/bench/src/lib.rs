@@ -19,6 +19,7 @@
 pub mod alloc_suite;
 pub mod cell_suite;
 pub mod ctx;
+pub mod engine_suite;
 pub mod error;
 pub mod floor;
 pub mod group_suite;

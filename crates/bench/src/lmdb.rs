@@ -133,28 +133,16 @@ impl LmdbStore {
         self.dir.path()
     }
 
-    /// Puts every pair of `pairs` in write transactions of up to `per_txn`
-    /// puts each (bulk loading, untimed: not one commit per operation).
-    pub fn load<'p>(
-        &self,
-        pairs: impl IntoIterator<Item = (&'p [u8], &'p [u8])>,
-        per_txn: usize,
-    ) -> Result<u64, heed::Error> {
-        let mut n = 0u64;
-        let mut wtxn = self.env.write_txn()?;
-        let mut in_txn = 0usize;
-        for (k, v) in pairs {
-            self.db.put(&mut wtxn, k, v)?;
-            n += 1;
-            in_txn += 1;
-            if in_txn >= per_txn.max(1) {
-                wtxn.commit()?;
-                wtxn = self.env.write_txn()?;
-                in_txn = 0;
-            }
+    /// A loading handle: writes go into one write transaction committed
+    /// every `per_txn` writes and by [`LmdbBulk::finish`] (loading is
+    /// untimed, so it is not held to one commit per operation).
+    pub fn bulk(&self, per_txn: usize) -> LmdbBulk<'_> {
+        LmdbBulk {
+            store: self,
+            txn: None,
+            pending: 0,
+            per_txn: per_txn.max(1),
         }
-        wtxn.commit()?;
-        Ok(n)
     }
 
     /// Live keys.
@@ -243,4 +231,146 @@ impl Kv for LmdbKv<'_> {
         }
         wtxn.commit()
     }
+}
+
+/// A [`Kv`] for loading an [`LmdbStore`]: its writes share write
+/// transactions of up to `per_txn` operations; reads see them. Call
+/// [`finish`](Self::finish) to commit the last one (dropping it aborts).
+pub struct LmdbBulk<'a> {
+    store: &'a LmdbStore,
+    txn: Option<heed::RwTxn<'a>>,
+    pending: usize,
+    per_txn: usize,
+}
+
+impl<'a> LmdbBulk<'a> {
+    fn txn(&mut self) -> Result<&mut heed::RwTxn<'a>, heed::Error> {
+        if self.txn.is_none() {
+            self.txn = Some(self.store.env.write_txn()?);
+        }
+        Ok(self.txn.as_mut().expect("just opened"))
+    }
+
+    /// Counts one write; commits when the transaction is full.
+    fn wrote(&mut self) -> Result<(), heed::Error> {
+        self.pending += 1;
+        if self.pending >= self.per_txn {
+            self.finish_txn()?;
+        }
+        Ok(())
+    }
+
+    fn finish_txn(&mut self) -> Result<(), heed::Error> {
+        self.pending = 0;
+        match self.txn.take() {
+            Some(t) => t.commit(),
+            None => Ok(()),
+        }
+    }
+
+    /// Commits what is pending.
+    pub fn finish(mut self) -> Result<(), heed::Error> {
+        self.finish_txn()
+    }
+}
+
+impl std::fmt::Debug for LmdbBulk<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LmdbBulk")
+            .field("pending", &self.pending)
+            .finish()
+    }
+}
+
+impl Kv for LmdbBulk<'_> {
+    type Error = heed::Error;
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, heed::Error> {
+        out.clear();
+        let db = self.store.db;
+        let txn = self.txn()?;
+        match db.get(txn, key)? {
+            Some(v) => {
+                out.extend_from_slice(v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), heed::Error> {
+        let db = self.store.db;
+        db.put(self.txn()?, key, value)?;
+        self.wrote()
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, heed::Error> {
+        let db = self.store.db;
+        let found = db.delete(self.txn()?, key)?;
+        self.wrote()?;
+        Ok(found)
+    }
+
+    fn scan(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, heed::Error> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let db = self.store.db;
+        let txn = self.txn()?;
+        let range: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Included(from), Bound::Unbounded);
+        let mut n = 0usize;
+        for item in db.range(txn, &range)? {
+            let (k, v) = item?;
+            f(k, v);
+            n += 1;
+            if n == limit {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    fn batch(&mut self, ops: &[BatchOp<'_>]) -> Result<(), heed::Error> {
+        // One transaction holds the whole batch (all or nothing).
+        self.finish_txn()?;
+        let db = self.store.db;
+        let txn = self.txn()?;
+        for op in ops {
+            match *op {
+                BatchOp::Put { key, value } => db.put(txn, key, value)?,
+                BatchOp::Delete { key } => {
+                    db.delete(txn, key)?;
+                }
+            }
+        }
+        self.finish_txn()
+    }
+}
+
+/// Opens the existing environment in `dir` (map of `map_bytes`), opens
+/// its database in a first read transaction and returns the entries it
+/// holds: what an application does to reopen LMDB after a crash. The
+/// environment is closed again on return.
+pub fn open_existing(dir: &Path, map_bytes: usize) -> Result<u64, heed::Error> {
+    let mut opts = EnvOpenOptions::new();
+    opts.map_size(map_bytes).max_dbs(1);
+    // SAFETY: as in `LmdbStore::create_in`: `dir` is a private copy that
+    // nothing else in this process has open or maps.
+    #[allow(unsafe_code)]
+    let env = unsafe { opts.open(dir) }?;
+    let rtxn = env.read_txn()?;
+    let db: Option<Database<Bytes, Bytes>> = env.open_database(&rtxn, None)?;
+    let n = match db {
+        Some(db) => db.len(&rtxn)?,
+        None => 0,
+    };
+    drop(rtxn);
+    // Close now, so the next open of the same path is a fresh one.
+    env.prepare_for_closing().wait();
+    Ok(n)
 }

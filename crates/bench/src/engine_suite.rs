@@ -1,0 +1,783 @@
+//! `ferrite bench engine`: the storage engines InP / CoW / LSM over both
+//! allocators against LMDB, in the same run [P2 §4; issue 11, items 4-5].
+//!
+//! # Groups
+//!
+//! One interleaved group (see [`crate::measure`]) per workload × thread
+//! count (1, 2) × Ferrite domain (`adr`, `eadr`). A group holds LMDB (the
+//! baseline: every Ferrite row's `ratio_vs_baseline` is its throughput ÷
+//! LMDB's in the same group) and the six Ferrite systems of that domain:
+//! `inp`, `cow`, `lsm` × the `ferrite` heap and the `nstore-lock` heap.
+//! The two domains are separate groups, each with its own LMDB row,
+//! because all the stores of a group are alive at once: splitting halves
+//! the memory a group needs and keeps every ratio within one interleaved
+//! run. LMDB does not run in a Ferrite domain; its rows say `tmpfs`.
+//!
+//! Every store of a group is created fresh (Ferrite: a pool file in a
+//! temporary directory on `/dev/shm`, `Pool::create` with layout
+//! [`ferrite_engine::LAYOUT`] and the group's domain, `Store::create`;
+//! LMDB: [`crate::lmdb::LmdbStore`] on `/dev/shm`) and loaded with the
+//! workload's dataset before timing (untimed; LMDB loads in transactions
+//! of 1000 writes, Ferrite by single puts). A store that cannot be created
+//! or loaded — e.g. an engine not built yet — yields a row with
+//! `extra.skipped` = the reason and no measurement, never an abort; a
+//! system that fails during the timed run likewise.
+//!
+//! # Workloads
+//!
+//! The same generator code ([`ferrite_workload`]) drives every system
+//! through [`ferrite_workload::Kv`], one handle per thread (a
+//! [`ferrite_engine::Session`] or an LMDB handle), opened at the start of
+//! each batch. See [`workloads`] for the list, sizes and how `p2-h`
+//! (delete until empty) is sized: its dataset holds exactly the keys the
+//! warm-up and the timed repetitions delete, each thread deleting its own
+//! partition, so the last repetition empties the store.
+//!
+//! # Latency
+//!
+//! Each operation (a TPC-C transaction counts as one) is timed in the
+//! timed pass itself with two `Instant::now()` calls around it (about
+//! 40 ns, under 2 % of the cheapest durable operation measured here) and
+//! recorded in a per-thread [`hdrhistogram`] (3 significant digits); the
+//! warm-up batch is not recorded. Rows carry `extra.p50_us`, `p99_us`,
+//! `p999_us` over all timed repetitions and threads. The engines expose no
+//! time breakdown yet, so the `scan` / `cc` / `mm` / `mod` shares are
+//! absent.
+//!
+//! # Recovery
+//!
+//! For each engine × allocator a store is loaded with a dataset of `N`
+//! bytes of 1000-byte values (quick: 64 MiB; full: 1 GiB and 4 GiB, the
+//! latter skipped when the machine lacks memory for the pool and its
+//! image), settled with `quiesce`, and the pool image taken as is — the
+//! store is never closed, so what the image holds is what a power failure
+//! at that instant leaves (all acknowledged writes durable, nothing
+//! shut down). `Store::open` of that image (allocator and engine
+//! recovery) is timed `reps` times, each on a fresh copy: rows
+//! `workload = recovery`, `extra.ms` (median), `extra.keys`. An LMDB row
+//! times opening its environment after the same load.
+
+use crate::ctx::BenchCtx;
+use crate::error::BenchError;
+use crate::lmdb::{LmdbStore, SHM};
+use crate::measure::{Variant, median, run_interleaved, spread};
+use crate::row::Row;
+use ferrite_engine::{
+    AllocKind, EngineError, EngineKind, LAYOUT, Op, Session, Store, StoreOptions,
+};
+use ferrite_pmem::{Domain, Pool, PoolOptions};
+use ferrite_workload::{BatchOp, Kv};
+use hdrhistogram::Histogram;
+use serde_json::json;
+use std::sync::Mutex;
+use std::time::Instant;
+
+pub mod workloads;
+
+pub use workloads::{Workload, WorkloadSpec};
+
+/// Suite name of every row.
+pub const SUITE: &str = "engine";
+/// Variant name of the LMDB rows (the baseline).
+pub const LMDB: &str = "lmdb";
+const MIB: u64 = 1 << 20;
+
+// ---------------------------------------------------------------------
+// Adapters
+// ---------------------------------------------------------------------
+
+/// A Ferrite session driven as a [`Kv`]: each call is the session's own
+/// durable operation.
+pub struct FerriteKv<'a>(pub Box<dyn Session + 'a>);
+
+impl Kv for FerriteKv<'_> {
+    type Error = EngineError;
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, EngineError> {
+        self.0.get_into(key, out)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+        self.0.put(key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, EngineError> {
+        self.0.delete(key)
+    }
+
+    fn scan(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, EngineError> {
+        self.0.scan_with(from, limit, f)
+    }
+
+    fn batch(&mut self, ops: &[BatchOp<'_>]) -> Result<(), EngineError> {
+        let ops: Vec<Op<'_>> = ops
+            .iter()
+            .map(|o| match *o {
+                BatchOp::Put { key, value } => Op::Put { key, value },
+                BatchOp::Delete { key } => Op::Delete { key },
+            })
+            .collect();
+        self.0.batch(&ops)
+    }
+}
+
+/// The [`Kv`] every driver sees: any system's, with its errors as text
+/// (converted only on the error path), so one driver serves all systems.
+pub type DynKv<'a> = dyn Kv<Error = String> + 'a;
+
+/// Erases a [`Kv`]'s error type (see [`DynKv`]).
+pub struct Erased<K>(pub K);
+
+impl<K: Kv> Kv for Erased<K> {
+    type Error = String;
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, String> {
+        self.0.get(key, out).map_err(|e| e.to_string())
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        self.0.put(key, value).map_err(|e| e.to_string())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, String> {
+        self.0.delete(key).map_err(|e| e.to_string())
+    }
+
+    fn scan(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, String> {
+        self.0.scan(from, limit, f).map_err(|e| e.to_string())
+    }
+
+    fn batch(&mut self, ops: &[BatchOp<'_>]) -> Result<(), String> {
+        self.0.batch(ops).map_err(|e| e.to_string())
+    }
+}
+
+// ---------------------------------------------------------------------
+// Systems
+// ---------------------------------------------------------------------
+
+/// One system measured: a Ferrite engine on an allocator in a domain, or LMDB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    Ferrite {
+        engine: EngineKind,
+        alloc: AllocKind,
+        domain: Domain,
+    },
+    Lmdb,
+}
+
+impl System {
+    /// The row's variant: the engine name or `lmdb`.
+    pub fn variant(&self) -> &'static str {
+        match self {
+            System::Ferrite { engine, .. } => engine.name(),
+            System::Lmdb => LMDB,
+        }
+    }
+
+    pub fn allocator(&self) -> &'static str {
+        match self {
+            System::Ferrite { alloc, .. } => alloc.name(),
+            System::Lmdb => "lmdb",
+        }
+    }
+
+    pub fn domain(&self) -> &'static str {
+        match self {
+            System::Ferrite { domain, .. } => domain.name(),
+            System::Lmdb => "tmpfs",
+        }
+    }
+
+    /// One-line label for progress notes.
+    pub fn label(&self) -> String {
+        format!("{}/{}/{}", self.variant(), self.allocator(), self.domain())
+    }
+
+    /// Every Ferrite engine × allocator in `domain`.
+    pub fn ferrite_all(domain: Domain) -> Vec<System> {
+        let mut v = Vec::new();
+        for engine in EngineKind::ALL {
+            for alloc in AllocKind::ALL {
+                v.push(System::Ferrite {
+                    engine,
+                    alloc,
+                    domain,
+                });
+            }
+        }
+        v
+    }
+}
+
+/// A pool file in its own temporary directory on `/dev/shm`, removed on drop.
+pub struct PoolFile {
+    pub pool: Pool,
+    _dir: tempfile::TempDir,
+}
+
+impl PoolFile {
+    fn create(bytes: u64, domain: Domain) -> Result<PoolFile, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("ferrite-bench-engine-")
+            .tempdir_in(SHM)
+            .map_err(|e| format!("temporary directory in {SHM}: {e}"))?;
+        let pool = Pool::create(
+            dir.path().join("store.pool"),
+            &PoolOptions::new(LAYOUT, bytes).domain(domain),
+        )
+        .map_err(|e| format!("pool: {e}"))?;
+        Ok(PoolFile { pool, _dir: dir })
+    }
+}
+
+/// An open store of any system. Fields drop in order: the store before
+/// the pool file that holds it.
+pub enum Opened {
+    Ferrite { store: Store, file: PoolFile },
+    Lmdb(LmdbStore),
+}
+
+/// Pool bytes for `capacity` bytes of keys and values: room for the
+/// engines' copies (CoW), runs and compaction (LSM), logs and allocator
+/// metadata.
+pub fn pool_bytes(capacity: u64) -> u64 {
+    (capacity.saturating_mul(3) + 64 * MIB).next_multiple_of(MIB)
+}
+
+fn store_options(engine: EngineKind, alloc: AllocKind, threads: usize) -> StoreOptions {
+    StoreOptions::new(engine)
+        .allocator(alloc)
+        .sessions((threads as u16).saturating_add(2).max(4))
+}
+
+impl Opened {
+    /// Creates an empty store of `system` for up to `capacity` bytes of
+    /// keys and values used by `threads` threads.
+    pub fn create(system: System, capacity: u64, threads: usize) -> Result<Opened, String> {
+        Self::create_sized(system, capacity, pool_bytes(capacity), threads)
+    }
+
+    /// As [`create`](Self::create) with a Ferrite pool of `pool` bytes.
+    pub fn create_sized(
+        system: System,
+        capacity: u64,
+        pool: u64,
+        threads: usize,
+    ) -> Result<Opened, String> {
+        match system {
+            System::Ferrite {
+                engine,
+                alloc,
+                domain,
+            } => {
+                let file = PoolFile::create(pool, domain)?;
+                let store = Store::create(&file.pool, &store_options(engine, alloc, threads))
+                    .map_err(|e| format!("{engine} store: {e}"))?;
+                Ok(Opened::Ferrite { store, file })
+            }
+            System::Lmdb => LmdbStore::create(capacity, threads)
+                .map(Opened::Lmdb)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Runs `f` with a fresh per-thread handle (a session, for Ferrite).
+    pub fn with_kv<R>(&self, f: impl FnOnce(&mut DynKv<'_>) -> R) -> Result<R, String> {
+        match self {
+            Opened::Ferrite { store, .. } => {
+                let s = store.session().map_err(|e| format!("session: {e}"))?;
+                let mut kv = Erased(FerriteKv(s));
+                Ok(f(&mut kv))
+            }
+            Opened::Lmdb(l) => {
+                let mut kv = Erased(l.kv());
+                Ok(f(&mut kv))
+            }
+        }
+    }
+
+    /// Loads through `load` with the system's loading handle (LMDB: write
+    /// transactions of 1000 writes; Ferrite: its sessions' own writes).
+    pub fn load(
+        &self,
+        load: impl FnOnce(&mut DynKv<'_>) -> Result<u64, String>,
+    ) -> Result<u64, String> {
+        match self {
+            Opened::Ferrite { .. } => self.with_kv(load)?,
+            Opened::Lmdb(l) => {
+                let mut kv = Erased(l.bulk(1000));
+                let n = load(&mut kv)?;
+                kv.0.finish().map_err(|e| format!("lmdb commit: {e}"))?;
+                Ok(n)
+            }
+        }
+    }
+
+    /// The Ferrite pool, if any.
+    pub fn pool(&self) -> Option<&Pool> {
+        match self {
+            Opened::Ferrite { file, .. } => Some(&file.pool),
+            Opened::Lmdb(_) => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// Latency
+// ---------------------------------------------------------------------
+
+/// A latency histogram in nanoseconds, 1 ns .. 100 s, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// `p50_us`, `p99_us`, `p999_us` of `h` into `row.extra` (nothing when empty).
+pub fn set_latency(row: &mut Row, h: &Histogram<u64>) {
+    if h.is_empty() {
+        return;
+    }
+    for (key, q) in [("p50_us", 0.5), ("p99_us", 0.99), ("p999_us", 0.999)] {
+        let us = h.value_at_quantile(q) as f64 / 1000.0;
+        row.set_extra(key, (us * 100.0).round() / 100.0);
+    }
+}
+
+// ---------------------------------------------------------------------
+// Groups
+// ---------------------------------------------------------------------
+
+/// One thread's state in one variant: its operation stream and latencies.
+struct ThreadState {
+    driver: Box<dyn workloads::Driver>,
+    hist: Histogram<u64>,
+    /// Batches run so far (the first is the warm-up, not recorded).
+    batches: u64,
+}
+
+/// A system of a group, ready to run or skipped.
+struct Member {
+    system: System,
+    opened: Option<Opened>,
+    skipped: Option<String>,
+    loaded: u64,
+    threads: Vec<Mutex<ThreadState>>,
+    failed: Mutex<Option<String>>,
+}
+
+/// The identity params of a row of `system` on `w`.
+fn params(system: System, w: &dyn Workload) -> serde_json::Value {
+    json!({
+        "workload": w.name(),
+        "allocator": system.allocator(),
+        "domain": system.domain(),
+        "value_bytes": w.value_bytes(),
+    })
+}
+
+/// A row that measured nothing, saying why.
+pub fn skipped_row(variant: &str, params: serde_json::Value, threads: usize, why: &str) -> Row {
+    let mut r = Row::empty(SUITE, variant, params);
+    r.threads = threads;
+    r.set_extra("skipped", why);
+    r
+}
+
+/// Runs one interleaved group: `systems` (LMDB among them is the
+/// baseline) on workload `w` with `threads` threads, each batch being
+/// `ops_per_thread` operations per thread.
+pub fn run_group(
+    ctx: &BenchCtx,
+    w: &dyn Workload,
+    systems: &[System],
+    threads: usize,
+    ops_per_thread: u64,
+) -> Vec<Row> {
+    let capacity = w.capacity_bytes();
+    let mut members: Vec<Member> = Vec::new();
+    for &system in systems {
+        let t0 = Instant::now();
+        let mut m = Member {
+            system,
+            opened: None,
+            skipped: None,
+            loaded: 0,
+            threads: Vec::new(),
+            failed: Mutex::new(None),
+        };
+        match Opened::create(system, capacity, threads)
+            .and_then(|o| o.load(|kv| w.load(kv)).map(|n| (o, n)))
+        {
+            Ok((o, n)) => {
+                m.opened = Some(o);
+                m.loaded = n;
+                m.threads = (0..threads)
+                    .map(|t| {
+                        Mutex::new(ThreadState {
+                            driver: w.driver(t, threads),
+                            hist: new_histogram(),
+                            batches: 0,
+                        })
+                    })
+                    .collect();
+                ctx.note(format!(
+                    "[engine] {} {} x{threads}: loaded {n} records in {:.2} s",
+                    w.name(),
+                    system.label(),
+                    t0.elapsed().as_secs_f64()
+                ));
+            }
+            Err(e) => {
+                ctx.note(format!(
+                    "[engine] {} {}: skipped ({e})",
+                    w.name(),
+                    system.label()
+                ));
+                m.skipped = Some(e);
+            }
+        }
+        members.push(m);
+    }
+
+    let has_lmdb = members
+        .iter()
+        .any(|m| m.system == System::Lmdb && m.opened.is_some());
+    let mut variants: Vec<Variant<'_>> = Vec::new();
+    let mut measured: Vec<usize> = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let Some(opened) = m.opened.as_ref() else {
+            continue;
+        };
+        let states = &m.threads;
+        let failed = &m.failed;
+        let body = move |t: usize, n: u64| {
+            if failed.lock().map(|f| f.is_some()).unwrap_or(true) {
+                return;
+            }
+            let Ok(mut st) = states[t].lock() else {
+                return;
+            };
+            let st = &mut *st;
+            let record = st.batches > 0;
+            st.batches += 1;
+            let r = opened.with_kv(|kv| -> Result<(), String> {
+                for _ in 0..n {
+                    let t0 = Instant::now();
+                    st.driver.step(kv)?;
+                    if record {
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        st.hist.saturating_record(ns.max(1));
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) | Ok(Err(e)) = r {
+                if let Ok(mut f) = failed.lock() {
+                    f.get_or_insert(e);
+                }
+            }
+        };
+        let mut v = Variant::threaded(
+            m.system.variant(),
+            params(m.system, w),
+            threads,
+            ops_per_thread,
+            body,
+        );
+        if has_lmdb && m.system != System::Lmdb {
+            v = v.baseline(LMDB);
+        }
+        variants.push(v);
+        measured.push(i);
+    }
+    let measured_rows = run_interleaved(ctx, SUITE, &mut variants);
+    drop(variants);
+
+    let mut rows = Vec::with_capacity(members.len());
+    let mut it = measured.iter().zip(measured_rows);
+    let mut next = it.next();
+    for (i, m) in members.iter().enumerate() {
+        let params = params(m.system, w);
+        let mut row = match next.take() {
+            Some((&j, row)) if j == i => {
+                next = it.next();
+                row
+            }
+            other => {
+                next = other;
+                let why = m.skipped.clone().unwrap_or_else(|| "not run".into());
+                let mut r = skipped_row(m.system.variant(), params, threads, &why);
+                if has_lmdb && m.system != System::Lmdb {
+                    r.baseline = Some(LMDB.into());
+                }
+                rows.push(r);
+                continue;
+            }
+        };
+        if let Some(e) = m.failed.lock().ok().and_then(|f| f.clone()) {
+            let mut r = skipped_row(m.system.variant(), params, threads, &format!("failed: {e}"));
+            r.baseline = row.baseline.clone();
+            rows.push(r);
+            continue;
+        }
+        let mut h = new_histogram();
+        for st in &m.threads {
+            if let Ok(st) = st.lock() {
+                let _ = h.add(&st.hist);
+            }
+        }
+        set_latency(&mut row, &h);
+        row.set_extra("records", m.loaded);
+        if m.system == System::Lmdb {
+            // LMDB persists with write()/fdatasync, outside ferrite-pmem.
+            row.counters_observed = false;
+        }
+        rows.push(row);
+    }
+    // A failed LMDB run leaves no baseline: drop ratios taken against it.
+    if rows
+        .iter()
+        .any(|r| r.variant == LMDB && r.extra_str("skipped").is_some())
+    {
+        for r in &mut rows {
+            r.ratio_vs_baseline = None;
+        }
+    }
+    rows
+}
+
+trait ExtraStr {
+    fn extra_str(&self, key: &str) -> Option<&str>;
+}
+
+impl ExtraStr for Row {
+    fn extra_str(&self, key: &str) -> Option<&str> {
+        self.extra.as_ref()?.get(key)?.as_str()
+    }
+}
+
+// ---------------------------------------------------------------------
+// Recovery
+// ---------------------------------------------------------------------
+
+/// Bytes of memory available (`MemAvailable`), if the kernel says.
+fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Pool bytes for the recovery datasets: tighter than [`pool_bytes`]
+/// (nothing is written after the load), so that a 4 GiB dataset, its pool
+/// image and the reopened copy fit in memory.
+pub fn recovery_pool_bytes(capacity: u64) -> u64 {
+    (capacity + capacity / 2 + 64 * MIB).next_multiple_of(MIB)
+}
+
+/// Recovery rows for a dataset of `bytes` bytes of 1000-byte values, for
+/// every engine × allocator and LMDB.
+pub fn recovery(ctx: &BenchCtx, bytes: u64, domain: Domain) -> Vec<Row> {
+    let w = workloads::recovery_dataset(bytes);
+    let mut rows = Vec::new();
+    let need = recovery_pool_bytes(w.capacity_bytes()) * 2 + w.capacity_bytes();
+    let room = mem_available().is_none_or(|a| a > need + need / 4);
+    let mut systems = System::ferrite_all(domain);
+    systems.push(System::Lmdb);
+    for system in systems {
+        let mut p = params(system, &*w);
+        p["dataset_bytes"] = json!(bytes);
+        if !room {
+            rows.push(skipped_row(
+                system.variant(),
+                p,
+                1,
+                &format!("needs {} MiB of memory for the pool and its image", need / MIB),
+            ));
+            continue;
+        }
+        ctx.note(format!(
+            "[engine] recovery {} MiB {}: loading",
+            bytes / MIB,
+            system.label()
+        ));
+        match recover_one(ctx, system, &*w) {
+            Ok(mut r) => {
+                r.params = p;
+                rows.push(r)
+            }
+            Err(e) => rows.push(skipped_row(system.variant(), p, 1, &e)),
+        }
+    }
+    rows
+}
+
+fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, String> {
+    let reps = ctx.reps.max(1);
+    let cap = w.capacity_bytes();
+    let opened = Opened::create_sized(system, cap, recovery_pool_bytes(cap), 1)?;
+    let keys = opened.load(|kv| w.load(kv))?;
+    let mut ms = Vec::with_capacity(reps);
+    let mut detail = String::new();
+    let mut recovered = 0u64;
+    match opened {
+        Opened::Ferrite { store, file } => {
+            store.quiesce().map_err(|e| format!("quiesce: {e}"))?;
+            // The crash: the pool as it is, the store never closed.
+            let image = file.pool.image();
+            let opts = PoolOptions::new(LAYOUT, image.len() as u64);
+            let domain = file.pool.domain();
+            drop(store);
+            drop(file);
+            for _ in 0..reps {
+                let pool = Pool::open_image(&image, &opts, domain, None)
+                    .map_err(|e| format!("image: {e}"))?;
+                let t0 = Instant::now();
+                let s = Store::open(&pool, &StoreOptions::new(EngineKind::Inp))
+                    .map_err(|e| format!("recovery: {e}"))?;
+                ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                recovered = s.recovery().keys;
+                detail = s.recovery().detail.clone();
+            }
+        }
+        Opened::Lmdb(l) => {
+            // LMDB is consistent at every commit: opening is mapping the
+            // file and reading the meta pages. Time a fresh open of the
+            // same files (the first handle closed, as after a crash).
+            let dir = tempfile::Builder::new()
+                .prefix("ferrite-bench-lmdb-copy-")
+                .tempdir_in(SHM)
+                .map_err(|e| e.to_string())?;
+            let map = l.map_bytes();
+            std::fs::copy(l.path().join("data.mdb"), dir.path().join("data.mdb"))
+                .map_err(|e| format!("copy: {e}"))?;
+            drop(l);
+            for _ in 0..reps {
+                let t0 = Instant::now();
+                let n = crate::lmdb::open_existing(dir.path(), map)
+                    .map_err(|e| format!("lmdb reopen: {e}"))?;
+                ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                recovered = n;
+            }
+            detail = "mdb_env_open + first read txn".into();
+        }
+    }
+    let mut row = Row::empty(SUITE, system.variant(), serde_json::Value::Null);
+    row.reps = reps;
+    row.ops = 1;
+    let med = median(&ms);
+    row.secs = med / 1e3;
+    row.ns_per_op = med * 1e6;
+    row.ops_per_s = if med > 0.0 { 1e3 / med } else { 0.0 };
+    row.ns_per_op_spread = spread(&ms);
+    row.set_extra("ms", (med * 1000.0).round() / 1000.0);
+    row.set_extra("keys", recovered);
+    row.set_extra("loaded", keys);
+    row.set_extra("detail", detail);
+    if system == System::Lmdb {
+        row.counters_observed = false;
+    }
+    Ok(row)
+}
+
+// ---------------------------------------------------------------------
+// The suite
+// ---------------------------------------------------------------------
+
+/// Sizes of a run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Records loaded before a group (the `p2-h` dataset is sized apart).
+    pub records: u64,
+    /// Operations per thread per batch.
+    pub ops_per_thread: u64,
+    /// TPC-C warehouses.
+    pub warehouses: u32,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Domains of the Ferrite rows.
+    pub domains: Vec<Domain>,
+    /// Recovery dataset sizes, bytes.
+    pub recovery_bytes: Vec<u64>,
+    /// Workloads by name (empty: all).
+    pub workloads: Vec<String>,
+}
+
+impl Plan {
+    pub fn for_ctx(ctx: &BenchCtx) -> Plan {
+        Plan {
+            records: ctx.scale.pick(20_000, 500_000),
+            ops_per_thread: ctx.scale.pick(2_000, 20_000),
+            warehouses: ctx.scale.pick(1, 2),
+            threads: vec![1, 2],
+            domains: vec![Domain::Adr, Domain::Eadr],
+            recovery_bytes: ctx.scale.pick(vec![64 * MIB], vec![1024 * MIB, 4096 * MIB]),
+            workloads: Vec::new(),
+        }
+    }
+}
+
+/// Runs the suite at `ctx`'s scale.
+pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
+    run_plan(ctx, &Plan::for_ctx(ctx))
+}
+
+/// Runs the suite with explicit sizes.
+pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
+    let started = Instant::now();
+    let reps = ctx.reps.max(1) as u64;
+    let mut rows = Vec::new();
+    let specs: Vec<WorkloadSpec> = WorkloadSpec::all()
+        .into_iter()
+        .filter(|s| plan.workloads.is_empty() || plan.workloads.iter().any(|n| n == s.name()))
+        .collect();
+    for spec in &specs {
+        for &threads in &plan.threads {
+            let per_thread = (plan.ops_per_thread / threads as u64).max(1);
+            let built = spec.build(plan, threads, per_thread * (reps + 1));
+            for &domain in &plan.domains {
+                ctx.note(format!(
+                    "[engine] {} x{threads} {}: {:.0} s so far",
+                    spec.name(),
+                    domain.name(),
+                    started.elapsed().as_secs_f64()
+                ));
+                let mut systems = vec![System::Lmdb];
+                systems.extend(System::ferrite_all(domain));
+                match &built {
+                    Ok(w) => rows.extend(run_group(ctx, &**w, &systems, threads, per_thread)),
+                    Err(why) => {
+                        for s in systems {
+                            let p = json!({
+                                "workload": spec.name(),
+                                "allocator": s.allocator(),
+                                "domain": s.domain(),
+                                "value_bytes": serde_json::Value::Null,
+                            });
+                            rows.push(skipped_row(s.variant(), p, threads, why));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for &bytes in &plan.recovery_bytes {
+        rows.extend(recovery(ctx, bytes, plan.domains[0]));
+    }
+    ctx.note(format!(
+        "[engine] done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(rows)
+}
