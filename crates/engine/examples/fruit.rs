@@ -9,8 +9,7 @@ fn main() -> Result<(), ferrite_engine::EngineError> {
         .unwrap_or_else(|| "/dev/shm/fruit.pool".into());
     // Creates the pool file the first time; afterwards opens it, running
     // recovery (after a crash or `kill -9`, every acknowledged write is there).
-    let store =
-        Store::open_or_create_file(&path, 64 << 20, &StoreOptions::new(EngineKind::Cow))?;
+    let store = Store::open_or_create_file(&path, 64 << 20, &StoreOptions::new(EngineKind::Cow))?;
     println!(
         "{path}: opened in {:.2} ms ({})",
         store.recovery().elapsed.as_secs_f64() * 1e3,

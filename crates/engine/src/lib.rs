@@ -53,11 +53,11 @@
 //!  0  8  magic "FRTENGN1"
 //!  8  2  format version (1)
 //! 10  1  engine: 1 inp, 2 cow, 3 lsm
-//! 11  1  allocator: 1 ferrite heap, 2 lock heap
+//! 11  1  allocator: 1 ferrite heap, 2 lock heap, 3 PMDK (external)
 //! 12  4  sessions: most sessions open at once
 //! 16  8  engine area length (bytes from data start, multiple of 4096)
-//! 24  8  heap offset (from data start, multiple of 4096)
-//! 32  8  heap length
+//! 24  8  heap offset (from data start, multiple of 4096); 0 with an external allocator
+//! 32  8  heap length; 0 with an external allocator
 //! 40  8  nonce (seeds record checksums, so stale records of an earlier store never validate)
 //! 48 12  reserved, zero
 //! 60  4  CRC32C of bytes 0..60
@@ -65,6 +65,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod breakdown;
 pub mod cow;
 pub mod error;
 pub mod inp;
@@ -75,7 +76,7 @@ pub mod store;
 pub mod checks;
 
 pub use error::{EngineError, Result};
-pub use store::{Store, Superblock};
+pub use store::{Store, Superblock, area_bytes};
 
 use ferrite_alloc::{PAllocator, RecoveryReport};
 use std::time::Duration;
@@ -136,15 +137,20 @@ pub enum AllocKind {
     Ferrite,
     /// `ferrite_alloc::LockHeap`: one lock, per-block headers (N-Store's default).
     Lock,
+    /// PMDK's `pmemobj` heap (reserve / publish / defer-free), in a PMDK
+    /// pool: only through [`Store::create_with`] (ferrite-bench, feature `pmdk`).
+    Pmdk,
 }
 
 impl AllocKind {
+    /// The allocators of a Ferrite pool (PMDK's needs its own pool).
     pub const ALL: [AllocKind; 2] = [AllocKind::Ferrite, AllocKind::Lock];
 
     pub fn name(self) -> &'static str {
         match self {
             AllocKind::Ferrite => "ferrite",
             AllocKind::Lock => "nstore-lock",
+            AllocKind::Pmdk => "pmdk",
         }
     }
 
@@ -152,6 +158,7 @@ impl AllocKind {
         match s {
             "ferrite" => Some(AllocKind::Ferrite),
             "nstore-lock" | "lock" => Some(AllocKind::Lock),
+            "pmdk" => Some(AllocKind::Pmdk),
             _ => None,
         }
     }
@@ -160,11 +167,14 @@ impl AllocKind {
         match self {
             AllocKind::Ferrite => 1,
             AllocKind::Lock => 2,
+            AllocKind::Pmdk => 3,
         }
     }
 
     pub(crate) fn from_code(c: u8) -> Option<AllocKind> {
-        AllocKind::ALL.into_iter().find(|k| k.code() == c)
+        [AllocKind::Ferrite, AllocKind::Lock, AllocKind::Pmdk]
+            .into_iter()
+            .find(|k| k.code() == c)
     }
 }
 

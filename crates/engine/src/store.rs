@@ -2,6 +2,7 @@
 //! choice, and the dispatch to [`crate::inp`], [`crate::cow`], [`crate::lsm`].
 //! The superblock's format is in the crate documentation.
 
+use crate::breakdown::Measured;
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, LAYOUT, Result,
     Session, StoreOptions, Walk, cow, inp, lsm,
@@ -129,12 +130,34 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Bytes a store's superblock and fixed area take: what a caller of
+/// [`Store::create_with`] must set aside at the superblock offset.
+pub fn area_bytes(opts: &StoreOptions) -> u64 {
+    round_page(SUPERBLOCK_BYTES as u64 + fixed_area_bytes(opts) as u64)
+}
+
 fn fixed_area_bytes(opts: &StoreOptions) -> usize {
     match opts.engine {
         EngineKind::Inp => inp::fixed_area_bytes(opts),
         EngineKind::Cow => cow::fixed_area_bytes(opts),
         EngineKind::Lsm => lsm::fixed_area_bytes(opts),
     }
+}
+
+fn check_sessions(opts: &StoreOptions) -> Result<()> {
+    if opts.sessions == 0 || opts.sessions > 1000 {
+        return Err(EngineError::BadOption(format!(
+            "sessions must be 1..=1000, not {}",
+            opts.sessions
+        )));
+    }
+    Ok(())
+}
+
+fn pmdk_needs_own_pool() -> EngineError {
+    EngineError::BadOption(
+        "the pmdk allocator lives in a PMDK pool: open it with ferrite-bench's pmdk feature (Store::create_with), not in a Ferrite pool".into(),
+    )
 }
 
 fn round_page(n: u64) -> u64 {
@@ -150,15 +173,10 @@ impl Store {
     /// opens it. The pool must have been created with layout [`LAYOUT`].
     pub fn create(pool: &Pool, opts: &StoreOptions) -> Result<Store> {
         let start = Instant::now();
-        if opts.sessions == 0 || opts.sessions > 1000 {
-            return Err(EngineError::BadOption(format!(
-                "sessions must be 1..=1000, not {}",
-                opts.sessions
-            )));
-        }
+        check_sessions(opts)?;
         let data = pool.data();
         let data_len = data.len() as u64;
-        let engine_area = round_page(SUPERBLOCK_BYTES as u64 + fixed_area_bytes(opts) as u64);
+        let engine_area = area_bytes(opts);
         if engine_area + 16 * PAGE as u64 > data_len {
             return Err(EngineError::Full(format!(
                 "pool of {data_len} data bytes has no room for a {} store ({engine_area} bytes of logs and roots plus a heap)",
@@ -178,6 +196,7 @@ impl Store {
             .sub(sb.heap_off as usize, sb.heap_len as usize)
             .map_err(|e| EngineError::BadOption(e.to_string()))?;
         let alloc: Arc<dyn PAllocator> = match sb.allocator {
+            AllocKind::Pmdk => return Err(pmdk_needs_own_pool()),
             AllocKind::Ferrite => {
                 let mut ho = HeapOptions::default().lanes(heap_lanes(sb.sessions));
                 ho.nonce = opts.nonce;
@@ -191,7 +210,20 @@ impl Store {
                 },
             )?),
         };
-        let ctx = Self::ctx(pool, sb, alloc);
+        let whole = Region::whole(pool.medium().clone());
+        Self::format(whole, HEADER_SIZE as u64, sb, alloc, opts, start)
+    }
+
+    /// Formats the engine's area, then writes the superblock at `sb_off`.
+    fn format(
+        whole: Region,
+        sb_off: u64,
+        sb: Superblock,
+        alloc: Arc<dyn PAllocator>,
+        opts: &StoreOptions,
+        start: Instant,
+    ) -> Result<Store> {
+        let ctx = Self::ctx(whole.clone(), sb_off, sb, Arc::new(Measured(alloc)));
         // The engine formats its area first; the superblock, written last,
         // is what makes the pool a store (a crash before it leaves no store).
         let engine = match sb.engine {
@@ -199,8 +231,8 @@ impl Store {
             EngineKind::Cow => cow::create(ctx, opts)?,
             EngineKind::Lsm => lsm::create(ctx, opts)?,
         };
-        data.write(0, &sb.encode());
-        data.persist(0, 64);
+        whole.write(sb_off as usize, &sb.encode());
+        whole.persist(sb_off as usize, 64);
         Ok(Store {
             engine,
             sb,
@@ -222,15 +254,34 @@ impl Store {
         let mut raw = [0u8; 64];
         data.read(0, &mut raw);
         let sb = Superblock::decode(&raw, data.len() as u64)?;
+        if sb.heap_len == 0 {
+            return Err(EngineError::Corrupt(
+                "superblock: a store on an external allocator in a Ferrite pool".into(),
+            ));
+        }
         let heap_region = data
             .sub(sb.heap_off as usize, sb.heap_len as usize)
             .map_err(|e| EngineError::Corrupt(e.to_string()))?;
         let alloc: Arc<dyn PAllocator> = match sb.allocator {
+            AllocKind::Pmdk => return Err(pmdk_needs_own_pool()),
             AllocKind::Ferrite => Arc::new(Heap::open(heap_region)?),
             AllocKind::Lock => Arc::new(LockHeap::open(heap_region)?),
         };
+        let whole = Region::whole(pool.medium().clone());
+        Self::recover(whole, HEADER_SIZE as u64, sb, alloc, opts, start)
+    }
+
+    /// Opens the engine whose superblock `sb` is at `sb_off`.
+    fn recover(
+        whole: Region,
+        sb_off: u64,
+        sb: Superblock,
+        alloc: Arc<dyn PAllocator>,
+        opts: &StoreOptions,
+        start: Instant,
+    ) -> Result<Store> {
         let alloc_report = alloc.recovery().clone();
-        let ctx = Self::ctx(pool, sb, alloc);
+        let ctx = Self::ctx(whole, sb_off, sb, Arc::new(Measured(alloc)));
         let mut o = opts.clone();
         o.engine = sb.engine;
         o.allocator = sb.allocator;
@@ -250,11 +301,72 @@ impl Store {
         })
     }
 
-    fn ctx(pool: &Pool, sb: Superblock, alloc: Arc<dyn PAllocator>) -> EngineCtx {
-        let whole = Region::whole(pool.medium().clone());
+    /// Creates a store on an allocator of the caller's (P2's allocator
+    /// axis beyond Ferrite's own: PMDK's `pmemobj` heap, in ferrite-bench
+    /// under its `pmdk` feature). `whole` spans the mapping whose offsets
+    /// the allocator hands out; the superblock and the engine's fixed area
+    /// go at `sb_off` (64-byte aligned), in [`area_bytes`]`(opts)` bytes the
+    /// caller set aside, zeroed and durable (e.g. the allocator's root
+    /// object). `opts.allocator` is recorded, and must be given again to
+    /// [`open_with`](Self::open_with).
+    pub fn create_with(
+        whole: Region,
+        sb_off: u64,
+        alloc: Arc<dyn PAllocator>,
+        opts: &StoreOptions,
+    ) -> Result<Store> {
+        let start = Instant::now();
+        check_sessions(opts)?;
+        let engine_area = area_bytes(opts);
+        if !sb_off.is_multiple_of(64)
+            || sb_off
+                .checked_add(engine_area)
+                .is_none_or(|e| e > whole.len() as u64)
+        {
+            return Err(EngineError::BadOption(format!(
+                "superblock offset {sb_off:#x} (+{engine_area} bytes) is not a 64-byte aligned area of the mapping"
+            )));
+        }
+        let sb = Superblock {
+            engine: opts.engine,
+            allocator: opts.allocator,
+            sessions: opts.sessions,
+            engine_area,
+            heap_off: 0,
+            heap_len: 0,
+            nonce: opts.nonce.unwrap_or_else(rand::random),
+        };
+        Self::format(whole, sb_off, sb, alloc, opts, start)
+    }
+
+    /// Opens a store made by [`create_with`](Self::create_with), running
+    /// the engine's recovery (the allocator has recovered itself).
+    pub fn open_with(
+        whole: Region,
+        sb_off: u64,
+        alloc: Arc<dyn PAllocator>,
+        opts: &StoreOptions,
+    ) -> Result<Store> {
+        let start = Instant::now();
+        let mut raw = [0u8; 64];
+        whole
+            .check(sb_off as usize, 64)
+            .map_err(|e| EngineError::Corrupt(e.to_string()))?;
+        whole.read(sb_off as usize, &mut raw);
+        let sb = Superblock::decode(&raw, whole.len() as u64 - sb_off)?;
+        if sb.heap_len != 0 || sb.allocator != opts.allocator {
+            return Err(EngineError::Corrupt(format!(
+                "superblock: the store was made on the {} allocator, not on {}",
+                sb.allocator, opts.allocator
+            )));
+        }
+        Self::recover(whole, sb_off, sb, alloc, opts, start)
+    }
+
+    fn ctx(whole: Region, sb_off: u64, sb: Superblock, alloc: Arc<dyn PAllocator>) -> EngineCtx {
         EngineCtx {
             pool: whole,
-            area_off: (HEADER_SIZE + SUPERBLOCK_BYTES) as u64,
+            area_off: sb_off + SUPERBLOCK_BYTES as u64,
             area_len: sb.engine_area - SUPERBLOCK_BYTES as u64,
             sb,
             alloc,

@@ -9,6 +9,22 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dist;
+mod memkv;
+pub mod record;
+pub mod tpcc;
+pub mod ycsb;
+
+pub use memkv::MemKv;
+pub use record::{KeyMode, ValueError, ValueLayout};
+pub use ycsb::{
+    Distribution, Generator, Loader, Mix, Op, OpKind, OpOutcome, Workload, WorkloadError, run_op,
+    workload_names,
+};
+
+#[cfg(test)]
+mod ycsb_tests;
+
 /// One write of an atomic batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BatchOp<'a> {

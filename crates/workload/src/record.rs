@@ -1,0 +1,307 @@
+//! Keys and values of the YCSB-style workloads.
+//!
+//! A record is named by its *key number* (0, 1, 2, … in insertion order)
+//! and its value is a pure function of (key bytes, version, layout), so a
+//! check can verify any value it reads without a model of the run.
+//!
+//! ## Keys ([`KeyMode`])
+//! - [`KeyMode::User`]: YCSB's `CoreWorkload.buildKeyName` with its
+//!   defaults (`insertorder=hashed`, `zeropadding=1`): `"user"` followed by
+//!   the decimal digits of [`fnvhash64`]`(keynum)` — 5 to 23 ASCII bytes.
+//! - [`KeyMode::Int`]: P2's 8-byte integer primary key, YCSB's hashed
+//!   order: `fnvhash64(keynum)` as 8 bytes big-endian (so byte order is
+//!   numeric order, and inserts land all over the key space as in YCSB).
+//! - [`KeyMode::Ordered`]: `keynum` itself, 8 bytes big-endian (YCSB's
+//!   `insertorder=ordered`): inserts append at the end of the key space.
+//!
+//! ## Values ([`ValueLayout`])
+//! `Fields { count, len }` is `count` columns of `len` bytes concatenated
+//! (P2: 5 × 200 B; YCSB core: 10 × 100 B); `Var { min, max }` has a length
+//! in `min..=max` chosen by a hash of (key, version) — uniform over the
+//! range, so a verifier can recompute it (P2's YCSB-var: 1..=256 B).
+//!
+//! Value bytes, for a value of length L:
+//! - bytes 0..16 (only when L >= 16): the version as 16 lowercase hex
+//!   digits, so a verifier can tell which version it holds;
+//! - the rest: a SplitMix64 stream seeded with
+//!   `fnv1a64(key) ^ version·0x9E3779B97F4A7C15`, each 64-bit output giving
+//!   eight bytes low-first, each byte mapped to `b'0' + (b & 63)` (printable
+//!   ASCII `'0'..='o'`, like YCSB's random strings).
+//!
+//! Loaded records are version 0; a generator's writes use fresh versions
+//! (see [`crate::ycsb::Generator`]).
+
+use crate::dist::fnvhash64;
+
+/// How key numbers become key bytes (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMode {
+    User,
+    Int,
+    Ordered,
+}
+
+impl KeyMode {
+    /// The longest key this mode produces.
+    pub const fn max_len(self) -> usize {
+        match self {
+            KeyMode::User => 4 + 20,
+            KeyMode::Int | KeyMode::Ordered => 8,
+        }
+    }
+
+    /// Writes the key of `keynum` into `out` (cleared first).
+    #[inline]
+    pub fn write_key(self, keynum: u64, out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            KeyMode::User => {
+                out.extend_from_slice(b"user");
+                push_decimal(fnvhash64(keynum), out);
+            }
+            KeyMode::Int => out.extend_from_slice(&fnvhash64(keynum).to_be_bytes()),
+            KeyMode::Ordered => out.extend_from_slice(&keynum.to_be_bytes()),
+        }
+    }
+
+    /// The key of `keynum` as a new vector (for tests and tools; the
+    /// generators reuse a buffer).
+    pub fn key(self, keynum: u64) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.max_len());
+        self.write_key(keynum, &mut v);
+        v
+    }
+}
+
+/// Appends the decimal digits of `v` without allocating.
+fn push_decimal(mut v: u64, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// The shape of values (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueLayout {
+    Fields { count: u32, len: u32 },
+    Var { min: u32, max: u32 },
+}
+
+/// Why a value failed verification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("value of {len} bytes: this layout's values are {min}..={max} bytes")]
+    Length { len: usize, min: usize, max: usize },
+    #[error("value of {len} bytes has no version header (values shorter than 16 bytes carry none)")]
+    NoHeader { len: usize },
+    #[error("value header is not a version (16 hex digits)")]
+    BadHeader,
+    #[error("value bytes differ from version {version} of this key at byte {at}")]
+    Mismatch { version: u64, at: usize },
+}
+
+/// Values of at least this many bytes start with the version header.
+pub const HEADER_LEN: usize = 16;
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// 64-bit FNV-1a over bytes (seeds the value stream from the key).
+#[inline]
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(1_099_511_628_211);
+    }
+    h
+}
+
+#[inline]
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(GOLDEN);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl ValueLayout {
+    /// P2's tuple: 5 columns × 200 B.
+    pub const P2: ValueLayout = ValueLayout::Fields { count: 5, len: 200 };
+    /// YCSB core: 10 fields × 100 B.
+    pub const YCSB: ValueLayout = ValueLayout::Fields {
+        count: 10,
+        len: 100,
+    };
+    /// P2's YCSB-var: 1..=256 B.
+    pub const P2_VAR: ValueLayout = ValueLayout::Var { min: 1, max: 256 };
+
+    /// Smallest and largest value length.
+    pub fn bounds(self) -> (usize, usize) {
+        match self {
+            ValueLayout::Fields { count, len } => {
+                let l = count as usize * len as usize;
+                (l, l)
+            }
+            ValueLayout::Var { min, max } => (min as usize, max as usize),
+        }
+    }
+
+    /// Length of version `version` of `key`'s value.
+    #[inline]
+    pub fn len_of(self, key: &[u8], version: u64) -> usize {
+        match self {
+            ValueLayout::Fields { count, len } => count as usize * len as usize,
+            ValueLayout::Var { min, max } => {
+                let span = (max - min) as u64 + 1;
+                let h = fnvhash64(fnv1a64(key) ^ version.wrapping_mul(GOLDEN));
+                min as usize + (h % span) as usize
+            }
+        }
+    }
+
+    /// Writes version `version` of `key`'s value into `out` (cleared
+    /// first). No allocation once `out` has grown to the largest value.
+    pub fn write_value(self, key: &[u8], version: u64, out: &mut Vec<u8>) {
+        let len = self.len_of(key, version);
+        out.clear();
+        out.resize(len, 0);
+        fill(key, version, out);
+    }
+
+    /// The version `value` holds, after checking every byte against it.
+    pub fn verify(self, key: &[u8], value: &[u8]) -> Result<u64, ValueError> {
+        let (min, max) = self.bounds();
+        if value.len() < min || value.len() > max {
+            return Err(ValueError::Length {
+                len: value.len(),
+                min,
+                max,
+            });
+        }
+        if value.len() < HEADER_LEN {
+            return Err(ValueError::NoHeader { len: value.len() });
+        }
+        let mut version = 0u64;
+        for &c in &value[..HEADER_LEN] {
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                _ => return Err(ValueError::BadHeader),
+            };
+            version = (version << 4) | d as u64;
+        }
+        self.verify_version(key, version, value)?;
+        Ok(version)
+    }
+
+    /// Checks that `value` is exactly version `version` of `key`'s value
+    /// (works for every length, header or not).
+    pub fn verify_version(self, key: &[u8], version: u64, value: &[u8]) -> Result<(), ValueError> {
+        let want = self.len_of(key, version);
+        if value.len() != want {
+            return Err(ValueError::Length {
+                len: value.len(),
+                min: want,
+                max: want,
+            });
+        }
+        let mut buf = [0u8; 256];
+        let mut expect = Vec::new();
+        let exp: &mut [u8] = if want <= buf.len() {
+            &mut buf[..want]
+        } else {
+            expect.resize(want, 0);
+            &mut expect
+        };
+        fill(key, version, exp);
+        match exp.iter().zip(value).position(|(a, b)| a != b) {
+            Some(at) => Err(ValueError::Mismatch { version, at }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Fills `out` (its length fixed by the caller) per the module docs.
+fn fill(key: &[u8], version: u64, out: &mut [u8]) {
+    let body = if out.len() >= HEADER_LEN {
+        for (i, b) in out[..HEADER_LEN].iter_mut().enumerate() {
+            let nib = (version >> (60 - 4 * i)) & 0xf;
+            *b = b"0123456789abcdef"[nib as usize];
+        }
+        &mut out[HEADER_LEN..]
+    } else {
+        out
+    };
+    let mut state = fnv1a64(key) ^ version.wrapping_mul(GOLDEN);
+    for chunk in body.chunks_mut(8) {
+        let r = splitmix(&mut state).to_le_bytes();
+        for (b, r) in chunk.iter_mut().zip(r) {
+            *b = b'0' + (r & 63);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_keys_are_ycsb_names() {
+        let k = KeyMode::User.key(0);
+        assert!(k.starts_with(b"user"));
+        let digits = std::str::from_utf8(&k[4..]).unwrap();
+        assert_eq!(digits.parse::<u64>().unwrap(), fnvhash64(0));
+        assert_eq!(KeyMode::Ordered.key(258), 258u64.to_be_bytes());
+        assert_eq!(KeyMode::Int.key(3), fnvhash64(3).to_be_bytes());
+        assert!(KeyMode::User.key(u64::MAX).len() <= KeyMode::User.max_len());
+    }
+
+    #[test]
+    fn values_verify_and_detect_damage() {
+        for layout in [ValueLayout::P2, ValueLayout::YCSB] {
+            let key = KeyMode::Int.key(42);
+            let mut v = Vec::new();
+            layout.write_value(&key, 77, &mut v);
+            assert_eq!(v.len(), 1000);
+            assert_eq!(layout.verify(&key, &v), Ok(77));
+            v[500] ^= 1;
+            assert!(matches!(
+                layout.verify(&key, &v),
+                Err(ValueError::Mismatch { version: 77, at: 500 })
+            ));
+            // Another key's value does not verify under this key.
+            let mut w = Vec::new();
+            layout.write_value(&KeyMode::Int.key(43), 77, &mut w);
+            assert!(layout.verify(&key, &w).is_err());
+        }
+    }
+
+    #[test]
+    fn var_lengths_cover_the_range_and_verify() {
+        let l = ValueLayout::P2_VAR;
+        let mut seen = [false; 257];
+        let mut v = Vec::new();
+        for n in 0..20_000u64 {
+            let key = KeyMode::Int.key(n);
+            l.write_value(&key, n % 3, &mut v);
+            assert!((1..=256).contains(&v.len()));
+            seen[v.len()] = true;
+            assert_eq!(l.verify_version(&key, n % 3, &v), Ok(()));
+            if v.len() >= HEADER_LEN {
+                assert_eq!(l.verify(&key, &v), Ok(n % 3));
+            } else {
+                assert!(matches!(l.verify(&key, &v), Err(ValueError::NoHeader { .. })));
+            }
+        }
+        assert!(seen[1..].iter().all(|s| *s), "every length 1..=256 drawn");
+    }
+}

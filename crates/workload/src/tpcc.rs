@@ -1,0 +1,1 @@
+//! TPC-C (in progress)
