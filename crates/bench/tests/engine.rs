@@ -5,19 +5,9 @@ use ferrite_bench::engine_suite::{self, LMDB, Plan, SUITE};
 use ferrite_bench::lmdb::LmdbStore;
 use ferrite_bench::{BenchCtx, Row};
 use ferrite_pmem::Domain;
-use ferrite_workload::{BatchOp, Kv};
+use ferrite_workload::{BatchOp, Kv, MemKv};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
-
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-fn scan_model(m: &Model, from: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-    m.range(from.to_vec()..)
-        .take(limit)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
 
 fn scan_kv<K: Kv>(kv: &mut K, from: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)>
 where
@@ -69,38 +59,38 @@ fn lmdb_basic_semantics() {
 }
 
 #[test]
-fn lmdb_matches_a_model_under_random_operations() {
+fn lmdb_matches_memkv_under_random_operations() {
     let store = LmdbStore::create_in(&std::env::temp_dir(), 4 << 20, 1).expect("lmdb");
     let mut kv = store.kv();
-    let mut m = Model::new();
+    let mut m = MemKv::new();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let key = |rng: &mut ChaCha8Rng| -> Vec<u8> {
         let n: u16 = rng.random_range(0..200);
         let len = rng.random_range(1..=3);
         n.to_be_bytes().iter().cycle().take(len).copied().collect()
     };
-    let mut out = Vec::new();
+    let (mut out, mut mout) = (Vec::new(), Vec::new());
     for step in 0..2000 {
         match rng.random_range(0..10) {
             0..=3 => {
                 let k = key(&mut rng);
                 let v: Vec<u8> = vec![step as u8; rng.random_range(0..64)];
                 kv.put(&k, &v).unwrap();
-                m.insert(k, v);
+                m.put(&k, &v).unwrap();
             }
             4..=5 => {
                 let k = key(&mut rng);
-                assert_eq!(kv.delete(&k).unwrap(), m.remove(&k).is_some());
+                assert_eq!(kv.delete(&k).unwrap(), m.delete(&k).unwrap());
             }
             6..=7 => {
                 let k = key(&mut rng);
-                let found = kv.get(&k, &mut out).unwrap();
-                assert_eq!(found.then(|| out.clone()), m.get(&k).cloned());
+                assert_eq!(kv.get(&k, &mut out).unwrap(), m.get(&k, &mut mout).unwrap());
+                assert_eq!(out, mout);
             }
             8 => {
                 let k = key(&mut rng);
                 let limit = rng.random_range(0..20);
-                assert_eq!(scan_kv(&mut kv, &k, limit), scan_model(&m, &k, limit));
+                assert_eq!(scan_kv(&mut kv, &k, limit), scan_kv(&mut m, &k, limit));
             }
             _ => {
                 let ks: Vec<Vec<u8>> = (0..4).map(|_| key(&mut rng)).collect();
@@ -117,17 +107,12 @@ fn lmdb_matches_a_model_under_random_operations() {
                     })
                     .collect();
                 kv.batch(&ops).unwrap();
-                for (i, k) in ks.iter().enumerate() {
-                    if i % 2 == 0 {
-                        m.insert(k.clone(), v.clone());
-                    } else {
-                        m.remove(k);
-                    }
-                }
+                m.batch(&ops).unwrap();
             }
         }
     }
-    assert_eq!(scan_kv(&mut kv, &[0], usize::MAX), scan_model(&m, &[0], usize::MAX));
+    assert_eq!(scan_kv(&mut kv, &[0], usize::MAX), m.snapshot());
+    assert_eq!(store.len().unwrap(), m.len() as u64);
     // The loading handle sees its own uncommitted writes and commits them.
     let mut bulk = store.bulk(3);
     for i in 0u8..10 {
