@@ -40,9 +40,19 @@
 //! 40 ns, under 2 % of the cheapest durable operation measured here) and
 //! recorded in a per-thread [`hdrhistogram`] (3 significant digits); the
 //! warm-up batch is not recorded. Rows carry `extra.p50_us`, `p99_us`,
-//! `p999_us` over all timed repetitions and threads. The engines expose no
-//! time breakdown yet, so the `scan` / `cc` / `mm` / `mod` shares are
-//! absent.
+//! `p999_us` over all timed repetitions and threads.
+//!
+//! # Breakdown
+//!
+//! One-thread Ferrite rows carry P2's time breakdown as shares of the
+//! operation time, `extra.scan` (finding: index descent, probes, reads),
+//! `cc` (crash consistency: logs, flushes, fences, root switches), `mm`
+//! (every allocator call) and `mod` (modifying the data, and the rest),
+//! from [`ferrite_engine::breakdown`]'s phase timers in one extra,
+//! untimed batch after the repetitions (the timers read the clock at each
+//! phase switch, so they stay off in the timed pass). LMDB has no such
+//! instrumentation; two-thread rows have none either (the pass runs one
+//! thread).
 //!
 //! # Recovery
 //!
@@ -245,8 +255,14 @@ impl PoolFile {
 /// An open store of any system. Fields drop in order: the store before
 /// the pool file that holds it.
 pub enum Opened {
-    Ferrite { store: Store, file: PoolFile },
+    Ferrite(Box<FerriteStore>),
     Lmdb(LmdbStore),
+}
+
+/// A Ferrite store and the pool file holding it (dropped in that order).
+pub struct FerriteStore {
+    pub store: Store,
+    pub file: PoolFile,
 }
 
 /// Pool bytes for `capacity` bytes of keys and values: room for the
@@ -285,7 +301,7 @@ impl Opened {
                 let file = PoolFile::create(pool, domain)?;
                 let store = Store::create(&file.pool, &store_options(engine, alloc, threads))
                     .map_err(|e| format!("{engine} store: {e}"))?;
-                Ok(Opened::Ferrite { store, file })
+                Ok(Opened::Ferrite(Box::new(FerriteStore { store, file })))
             }
             System::Lmdb => LmdbStore::create(capacity, threads)
                 .map(Opened::Lmdb)
@@ -296,8 +312,8 @@ impl Opened {
     /// Runs `f` with a fresh per-thread handle (a session, for Ferrite).
     pub fn with_kv<R>(&self, f: impl FnOnce(&mut DynKv<'_>) -> R) -> Result<R, String> {
         match self {
-            Opened::Ferrite { store, .. } => {
-                let s = store.session().map_err(|e| format!("session: {e}"))?;
+            Opened::Ferrite(fs) => {
+                let s = fs.store.session().map_err(|e| format!("session: {e}"))?;
                 let mut kv = Erased(FerriteKv(s));
                 Ok(f(&mut kv))
             }
@@ -315,7 +331,7 @@ impl Opened {
         load: impl FnOnce(&mut DynKv<'_>) -> Result<u64, String>,
     ) -> Result<u64, String> {
         match self {
-            Opened::Ferrite { .. } => self.with_kv(load)?,
+            Opened::Ferrite(_) => self.with_kv(load)?,
             Opened::Lmdb(l) => {
                 let mut kv = Erased(l.bulk(1000));
                 let n = load(&mut kv)?;
@@ -328,7 +344,7 @@ impl Opened {
     /// The Ferrite pool, if any.
     pub fn pool(&self) -> Option<&Pool> {
         match self {
-            Opened::Ferrite { file, .. } => Some(&file.pool),
+            Opened::Ferrite(f) => Some(&f.file.pool),
             Opened::Lmdb(_) => None,
         }
     }
@@ -482,10 +498,10 @@ pub fn run_group(
                 }
                 Ok(())
             });
-            if let Err(e) | Ok(Err(e)) = r {
-                if let Ok(mut f) = failed.lock() {
-                    f.get_or_insert(e);
-                }
+            if let Err(e) | Ok(Err(e)) = r
+                && let Ok(mut f) = failed.lock()
+            {
+                f.get_or_insert(e);
             }
         };
         let mut v = Variant::threaded(
@@ -503,6 +519,14 @@ pub fn run_group(
     }
     let measured_rows = run_interleaved(ctx, SUITE, &mut variants);
     drop(variants);
+    let breakdowns: Vec<Option<[f64; 4]>> = members
+        .iter()
+        .map(|m| {
+            (threads == 1 && matches!(m.system, System::Ferrite { .. }))
+                .then(|| breakdown_pass(m, ops_per_thread))
+                .flatten()
+        })
+        .collect();
 
     let mut rows = Vec::with_capacity(members.len());
     let mut it = measured.iter().zip(measured_rows);
@@ -538,6 +562,11 @@ pub fn run_group(
             }
         }
         set_latency(&mut row, &h);
+        if let Some(sh) = breakdowns[i] {
+            for (k, v) in ["scan", "cc", "mm", "mod"].into_iter().zip(sh) {
+                row.set_extra(k, (v * 1000.0).round() / 1000.0);
+            }
+        }
         row.set_extra("records", m.loaded);
         if m.system == System::Lmdb {
             // LMDB persists with write()/fdatasync, outside ferrite-pmem.
@@ -555,6 +584,44 @@ pub fn run_group(
         }
     }
     rows
+}
+
+/// P2's breakdown of `m`'s operation time into SCAN / CC / MM / MOD
+/// shares ([`ferrite_engine::breakdown`]): one more batch of `ops` per
+/// thread's stream, run on the calling thread after the timed
+/// repetitions, with the engine's phase timers on only around each call
+/// into the system (not around generation). The timers cost a clock read
+/// per phase switch, which is why this pass is apart from the timed one.
+/// `None` when the engine charged nothing or the pass failed.
+fn breakdown_pass(m: &Member, ops: u64) -> Option<[f64; 4]> {
+    use ferrite_engine::breakdown;
+    let opened = m.opened.as_ref()?;
+    if m.failed.lock().ok()?.is_some() {
+        return None;
+    }
+    let mut total = breakdown::Breakdown::default();
+    for st in &m.threads {
+        let mut st = st.lock().ok()?;
+        let r = opened.with_kv(|kv| -> Result<(), String> {
+            for _ in 0..ops {
+                st.driver.step_marked(kv, &mut |on| {
+                    if on {
+                        breakdown::enable();
+                    } else {
+                        let b = breakdown::take();
+                        for (t, n) in total.ns.iter_mut().zip(b.ns) {
+                            *t += n;
+                        }
+                    }
+                })?;
+            }
+            Ok(())
+        });
+        if !matches!(r, Ok(Ok(()))) {
+            return None;
+        }
+    }
+    (total.ns.iter().sum::<u64>() > 0).then(|| total.shares())
 }
 
 trait ExtraStr {
@@ -603,7 +670,10 @@ pub fn recovery(ctx: &BenchCtx, bytes: u64, domain: Domain) -> Vec<Row> {
                 system.variant(),
                 p,
                 1,
-                &format!("needs {} MiB of memory for the pool and its image", need / MIB),
+                &format!(
+                    "needs {} MiB of memory for the pool and its image",
+                    need / MIB
+                ),
             ));
             continue;
         }
@@ -632,7 +702,8 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
     let mut detail = String::new();
     let mut recovered = 0u64;
     match opened {
-        Opened::Ferrite { store, file } => {
+        Opened::Ferrite(f) => {
+            let FerriteStore { store, file } = *f;
             store.quiesce().map_err(|e| format!("quiesce: {e}"))?;
             // The crash: the pool as it is, the store never closed.
             let image = file.pool.image();
@@ -718,7 +789,7 @@ impl Plan {
     pub fn for_ctx(ctx: &BenchCtx) -> Plan {
         Plan {
             records: ctx.scale.pick(20_000, 500_000),
-            ops_per_thread: ctx.scale.pick(2_000, 20_000),
+            ops_per_thread: ctx.scale.pick(4_000, 20_000),
             warehouses: ctx.scale.pick(1, 2),
             threads: vec![1, 2],
             domains: vec![Domain::Adr, Domain::Eadr],
@@ -745,7 +816,9 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     for spec in &specs {
         for &threads in &plan.threads {
             let per_thread = (plan.ops_per_thread / threads as u64).max(1);
-            let built = spec.build(plan, threads, per_thread * (reps + 1));
+            // Warm-up, timed repetitions and (one thread) the breakdown pass.
+            let batches = reps + 1 + u64::from(threads == 1);
+            let built = spec.build(plan, threads, per_thread * batches);
             for &domain in &plan.domains {
                 ctx.note(format!(
                     "[engine] {} x{threads} {}: {:.0} s so far",

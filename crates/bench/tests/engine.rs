@@ -15,7 +15,9 @@ where
 {
     let mut v = Vec::new();
     let n = kv
-        .scan(from, limit, &mut |k, val| v.push((k.to_vec(), val.to_vec())))
+        .scan(from, limit, &mut |k, val| {
+            v.push((k.to_vec(), val.to_vec()))
+        })
         .expect("scan");
     assert_eq!(n, v.len(), "scan's count is what it visited");
     v
@@ -39,16 +41,25 @@ fn lmdb_basic_semantics() {
     let s = scan_kv(&mut kv, b"a", 10);
     let keys: Vec<&[u8]> = s.iter().map(|(k, _)| k.as_slice()).collect();
     assert_eq!(keys, [&b"a"[..], b"b", b"c"]);
-    assert_eq!(scan_kv(&mut kv, b"b", 1), vec![(b"b".to_vec(), b"22".to_vec())]);
+    assert_eq!(
+        scan_kv(&mut kv, b"b", 1),
+        vec![(b"b".to_vec(), b"22".to_vec())]
+    );
     assert_eq!(scan_kv(&mut kv, b"bb", 5).len(), 1);
     assert!(scan_kv(&mut kv, b"a", 0).is_empty());
     assert!(kv.delete(b"a").unwrap());
     assert!(!kv.delete(b"a").unwrap(), "second delete finds nothing");
     // A batch applies in order: the later op on a key wins.
     kv.batch(&[
-        BatchOp::Put { key: b"x", value: b"1" },
+        BatchOp::Put {
+            key: b"x",
+            value: b"1",
+        },
         BatchOp::Delete { key: b"b" },
-        BatchOp::Put { key: b"x", value: b"2" },
+        BatchOp::Put {
+            key: b"x",
+            value: b"2",
+        },
         BatchOp::Delete { key: b"absent" },
     ])
     .unwrap();

@@ -15,10 +15,10 @@
 //! Sizing: `records` loaded (the suite's plan; P2 loads 10 M), and the
 //! generator is told the group's total operations (warm-up included) so
 //! its Zipfian covers the keys inserts add. `p2-h` (delete until empty)
-//! loads exactly `threads × ops_per_thread × (reps + 1)` records — the
-//! operations of the warm-up and of every timed repetition — so each
-//! batch deletes keys that exist and the last repetition leaves the store
-//! empty. Every read must find its key and every delete its record (the
+//! loads exactly the records its batches delete — `threads ×
+//! ops_per_thread × batches`, the batches being the warm-up, every timed
+//! repetition and, with one thread, the breakdown pass — so each batch
+//! deletes keys that exist and the last one leaves the store empty. Every read must find its key and every delete its record (the
 //! generator only picks keys that exist): a miss fails the row.
 
 use super::{DynKv, Plan};
@@ -31,6 +31,20 @@ pub const SEED: u64 = 0x00f3_2217_e000_0001;
 pub trait Driver: Send {
     /// Performs one operation (a TPC-C transaction counts as one).
     fn step(&mut self, kv: &mut DynKv<'_>) -> Result<(), String>;
+
+    /// As [`step`](Self::step), calling `around(true)` just before the
+    /// system is called and `around(false)` just after, so that a
+    /// breakdown pass charges the system's time only, not the generator's.
+    fn step_marked(
+        &mut self,
+        kv: &mut DynKv<'_>,
+        around: &mut dyn FnMut(bool),
+    ) -> Result<(), String> {
+        around(true);
+        let r = self.step(kv);
+        around(false);
+        r
+    }
 }
 
 /// A workload, sized for one group.
@@ -224,12 +238,24 @@ struct YcsbDriver {
 impl Driver for YcsbDriver {
     #[inline]
     fn step(&mut self, kv: &mut DynKv<'_>) -> Result<(), String> {
+        self.step_marked(kv, &mut |_| {})
+    }
+
+    #[inline]
+    fn step_marked(
+        &mut self,
+        kv: &mut DynKv<'_>,
+        around: &mut dyn FnMut(bool),
+    ) -> Result<(), String> {
         let op = self
             .generator
             .next_op()
             .ok_or_else(|| "the workload ran out of keys to delete".to_string())?;
         let kind = op.kind();
-        match run_op(&mut Fwd(kv), &op, &mut self.scratch)? {
+        around(true);
+        let r = run_op(&mut Fwd(kv), &op, &mut self.scratch);
+        around(false);
+        match r? {
             OpOutcome::Miss if kind != OpKind::ReadModifyWrite => Err(format!(
                 "{kind:?} of key {:02x?} found nothing, yet the generator only picks keys that exist",
                 op.key()
