@@ -328,7 +328,7 @@ impl Counter {
 
     /// The next number.
     #[inline]
-    pub fn next(&mut self) -> u64 {
+    pub fn next_value(&mut self) -> u64 {
         let v = self.next;
         self.next += 1;
         v
@@ -425,7 +425,12 @@ mod tests {
         // (YCSB's scrambling flattens Zipf: the long tail of the big space
         // spreads over all items). And the hottest item is not item 0.
         assert!((0.18..0.3).contains(&share), "top-1% share {share}");
-        let hottest = counts.iter().enumerate().max_by_key(|(_, c)| **c).unwrap().0;
+        let hottest = counts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, c)| **c)
+            .unwrap()
+            .0;
         assert_eq!(hottest as u64, fnvhash64(0) % n);
         // The first 1 % of item numbers is not where the mass is.
         let prefix: u32 = counts[..(n / 100) as usize].iter().sum();
@@ -477,6 +482,6 @@ mod tests {
     #[test]
     fn counter_counts() {
         let mut c = Counter::new(10);
-        assert_eq!((c.next(), c.next(), c.peek()), (10, 11, 12));
+        assert_eq!((c.next_value(), c.next_value(), c.peek()), (10, 11, 12));
     }
 }

@@ -22,6 +22,29 @@ pub use ycsb::{
     workload_names,
 };
 
+pub use tpcc::{
+    Terminal, TpccConfig, TpccError, TpccLoader, TxnKind, TxnOutcome, check_consistency,
+};
+
+/// Any named workload: a YCSB-style one or TPC-C.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AnyWorkload {
+    Ycsb(Workload),
+    Tpcc(TpccConfig),
+}
+
+impl AnyWorkload {
+    /// Parses `tpcc[:…]` with [`TpccConfig::parse`], anything else with
+    /// [`Workload::parse`].
+    pub fn parse(name: &str) -> Result<AnyWorkload, WorkloadError> {
+        if name == "tpcc" || name.starts_with("tpcc:") {
+            TpccConfig::parse(name).map(AnyWorkload::Tpcc)
+        } else {
+            Workload::parse(name).map(AnyWorkload::Ycsb)
+        }
+    }
+}
+
 #[cfg(test)]
 mod ycsb_tests;
 

@@ -81,7 +81,10 @@ impl Kv for MemKv {
     ) -> Result<usize, Infallible> {
         let map = self.lock();
         let mut n = 0;
-        for (k, v) in map.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded)).take(limit) {
+        for (k, v) in map
+            .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            .take(limit)
+        {
             f(k, v);
             n += 1;
         }

@@ -23,10 +23,12 @@
 //! Value bytes, for a value of length L:
 //! - bytes 0..16 (only when L >= 16): the version as 16 lowercase hex
 //!   digits, so a verifier can tell which version it holds;
-//! - the rest: a SplitMix64 stream seeded with
-//!   `fnv1a64(key) ^ version·0x9E3779B97F4A7C15`, each 64-bit output giving
-//!   eight bytes low-first, each byte mapped to `b'0' + (b & 63)` (printable
-//!   ASCII `'0'..='o'`, like YCSB's random strings).
+//! - the rest, as 64-bit words i = 0, 1, … written low byte first (the
+//!   last one cut short): `P[i % 512] ^ (s + i·G)` where G =
+//!   0x9E3779B97F4A7C15, P = the first 512 SplitMix64 outputs from state
+//!   0, and s = one SplitMix64 step from `fnv1a64(key) ^ version·G`; each
+//!   byte then mapped to `b'0' + (b & 63)` (printable ASCII `'0'..='o'`,
+//!   like YCSB's random strings).
 //!
 //! Loaded records are version 0; a generator's writes use fresh versions
 //! (see [`crate::ycsb::Generator`]).
@@ -172,7 +174,8 @@ impl ValueLayout {
     /// first). No allocation once `out` has grown to the largest value.
     pub fn write_value(self, key: &[u8], version: u64, out: &mut Vec<u8>) {
         let len = self.len_of(key, version);
-        out.clear();
+        // Every byte is overwritten by `fill`: only grow, never re-zero.
+        out.truncate(len);
         out.resize(len, 0);
         fill(key, version, out);
     }
@@ -241,13 +244,39 @@ fn fill(key: &[u8], version: u64, out: &mut [u8]) {
     } else {
         out
     };
-    let mut state = fnv1a64(key) ^ version.wrapping_mul(GOLDEN);
-    for chunk in body.chunks_mut(8) {
-        let r = splitmix(&mut state).to_le_bytes();
-        for (b, r) in chunk.iter_mut().zip(r) {
-            *b = b'0' + (r & 63);
-        }
+    // Word i of the body is PATTERN[i % 512] ^ (seed + i·GOLDEN): a fixed
+    // random pattern (so neighbouring words differ) under a per-(key,
+    // version) Weyl sequence (so every word depends on key and version).
+    // Two operations per eight bytes: generation stays well under the cost
+    // of the operation it feeds.
+    let seed = splitmix(&mut (fnv1a64(key) ^ version.wrapping_mul(GOLDEN)));
+    let pattern = pattern();
+    let word = |i: usize| {
+        let w = pattern[i % PATTERN_WORDS] ^ seed.wrapping_add((i as u64).wrapping_mul(GOLDEN));
+        ((w & 0x3f3f_3f3f_3f3f_3f3f) + 0x3030_3030_3030_3030).to_le_bytes()
+    };
+    let mut chunks = body.chunks_exact_mut(8);
+    let mut i = 0;
+    for chunk in &mut chunks {
+        chunk.copy_from_slice(&word(i));
+        i += 1;
     }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let n = tail.len();
+        tail.copy_from_slice(&word(i)[..n]);
+    }
+}
+
+const PATTERN_WORDS: usize = 512;
+
+/// SplitMix64 outputs 1..=512 from state 0, computed once.
+fn pattern() -> &'static [u64; PATTERN_WORDS] {
+    static PATTERN: std::sync::OnceLock<[u64; PATTERN_WORDS]> = std::sync::OnceLock::new();
+    PATTERN.get_or_init(|| {
+        let mut state = 0u64;
+        std::array::from_fn(|_| splitmix(&mut state))
+    })
 }
 
 #[cfg(test)]
@@ -276,7 +305,10 @@ mod tests {
             v[500] ^= 1;
             assert!(matches!(
                 layout.verify(&key, &v),
-                Err(ValueError::Mismatch { version: 77, at: 500 })
+                Err(ValueError::Mismatch {
+                    version: 77,
+                    at: 500
+                })
             ));
             // Another key's value does not verify under this key.
             let mut w = Vec::new();
@@ -299,7 +331,10 @@ mod tests {
             if v.len() >= HEADER_LEN {
                 assert_eq!(l.verify(&key, &v), Ok(n % 3));
             } else {
-                assert!(matches!(l.verify(&key, &v), Err(ValueError::NoHeader { .. })));
+                assert!(matches!(
+                    l.verify(&key, &v),
+                    Err(ValueError::NoHeader { .. })
+                ));
             }
         }
         assert!(seen[1..].iter().all(|s| *s), "every length 1..=256 drawn");

@@ -57,6 +57,8 @@ use rand_chacha::ChaCha8Rng;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkloadError {
     #[error("unknown workload '{0}' (known: p2-a … p2-h, p2-var, ycsb-a … ycsb-f, tpcc)")]
+    /// Not a known base name. ([`Workload::parse`] takes the YCSB-style
+    /// names; [`crate::AnyWorkload::parse`] also takes `tpcc`.)
     Unknown(String),
     #[error("workload '{workload}': unknown option '{option}'")]
     UnknownOption { workload: String, option: String },
@@ -435,14 +437,30 @@ impl Workload {
 /// buffers (valid until its next call).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op<'a> {
-    Read { key: &'a [u8] },
-    Insert { key: &'a [u8], value: &'a [u8] },
-    Update { key: &'a [u8], value: &'a [u8] },
-    Delete { key: &'a [u8] },
+    Read {
+        key: &'a [u8],
+    },
+    Insert {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    Update {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    Delete {
+        key: &'a [u8],
+    },
     /// Up to `len` records from `key` on.
-    Scan { key: &'a [u8], len: usize },
+    Scan {
+        key: &'a [u8],
+        len: usize,
+    },
     /// Read `key`, then write `value` (YCSB's read-modify-write).
-    ReadModifyWrite { key: &'a [u8], value: &'a [u8] },
+    ReadModifyWrite {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
 }
 
 /// The kind of an [`Op`], for counting.
@@ -784,7 +802,11 @@ pub enum OpOutcome {
 /// Executes one operation against any [`Kv`] — the one code path every
 /// system runs. `scratch` receives values read (reuse it across calls).
 #[inline]
-pub fn run_op<K: Kv>(kv: &mut K, op: &Op<'_>, scratch: &mut Vec<u8>) -> Result<OpOutcome, K::Error> {
+pub fn run_op<K: Kv>(
+    kv: &mut K,
+    op: &Op<'_>,
+    scratch: &mut Vec<u8>,
+) -> Result<OpOutcome, K::Error> {
     Ok(match *op {
         Op::Read { key } => hit(kv.get(key, scratch)?),
         Op::Insert { key, value } | Op::Update { key, value } => {

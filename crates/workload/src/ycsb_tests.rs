@@ -12,15 +12,21 @@ fn small(name: &str, records: u64, ops: u64) -> Workload {
 }
 
 /// The stream as owned data, for comparisons.
-fn stream(w: &Workload, seed: u64, thread: u32, threads: u32, n: usize) -> Vec<(OpKind, Vec<u8>, Vec<u8>, usize)> {
+fn stream(
+    w: &Workload,
+    seed: u64,
+    thread: u32,
+    threads: u32,
+    n: usize,
+) -> Vec<(OpKind, Vec<u8>, Vec<u8>, usize)> {
     let mut g = Generator::new(w, seed, thread, threads);
     let mut out = Vec::new();
     while out.len() < n {
         let Some(op) = g.next_op() else { break };
         let (value, len) = match op {
-            Op::Insert { value, .. } | Op::Update { value, .. } | Op::ReadModifyWrite { value, .. } => {
-                (value.to_vec(), 0)
-            }
+            Op::Insert { value, .. }
+            | Op::Update { value, .. }
+            | Op::ReadModifyWrite { value, .. } => (value.to_vec(), 0),
             Op::Scan { len, .. } => (Vec::new(), len),
             _ => (Vec::new(), 0),
         };
@@ -38,7 +44,11 @@ fn same_seed_same_stream() {
         if name != "p2-h" {
             assert_ne!(a, stream(&w, 43, 0, 1, 500), "{name}: seed must matter");
             // Two threads of one run draw different streams.
-            assert_ne!(stream(&w, 42, 0, 2, 500), stream(&w, 42, 1, 2, 500), "{name}");
+            assert_ne!(
+                stream(&w, 42, 0, 2, 500),
+                stream(&w, 42, 1, 2, 500),
+                "{name}"
+            );
         }
     }
 }
@@ -60,7 +70,10 @@ fn mixes_have_their_proportions() {
         ("ycsb-c", &[(OpKind::Read, 1000)]),
         ("ycsb-d", &[(OpKind::Read, 950), (OpKind::Insert, 50)]),
         ("ycsb-e", &[(OpKind::Scan, 950), (OpKind::Insert, 50)]),
-        ("ycsb-f", &[(OpKind::Read, 500), (OpKind::ReadModifyWrite, 500)]),
+        (
+            "ycsb-f",
+            &[(OpKind::Read, 500), (OpKind::ReadModifyWrite, 500)],
+        ),
     ];
     assert_eq!(expect.len(), workload_names().count());
     let n = 20_000;
@@ -102,7 +115,10 @@ fn every_workload_runs_on_memkv() {
             let Some(op) = g.next_op() else { break };
             if let Op::Insert { key, .. } = op {
                 let mut tmp = Vec::new();
-                assert!(!kv.get(key, &mut tmp).unwrap(), "{name}: insert of an existing key");
+                assert!(
+                    !kv.get(key, &mut tmp).unwrap(),
+                    "{name}: insert of an existing key"
+                );
                 inserts += 1;
             }
             let out = run_op(&mut kv, &op, &mut scratch).unwrap();
@@ -114,7 +130,10 @@ fn every_workload_runs_on_memkv() {
                     } else {
                         // Short variable values carry no header; they must
                         // still be some version of this key.
-                        assert!(scratch.len() < crate::record::HEADER_LEN, "{name}: bad value");
+                        assert!(
+                            scratch.len() < crate::record::HEADER_LEN,
+                            "{name}: bad value"
+                        );
                     }
                 }
                 Op::Delete { .. } => assert_eq!(out, OpOutcome::Hit, "{name}"),
@@ -225,7 +244,10 @@ fn ycsb_e_scans_have_uniform_lengths() {
     assert_eq!(lens[0], 0);
     let per = scans as f64 / 100.0;
     for (l, c) in lens.iter().enumerate().skip(1) {
-        assert!((*c as f64) > per * 0.6 && (*c as f64) < per * 1.4, "length {l}: {c}");
+        assert!(
+            (*c as f64) > per * 0.6 && (*c as f64) < per * 1.4,
+            "length {l}: {c}"
+        );
     }
 }
 
@@ -236,7 +258,9 @@ fn zipfian_reads_are_skewed_and_uniform_reads_are_not() {
         let mut g = Generator::new(&w, 1, 0, 1);
         let mut counts: std::collections::HashMap<Vec<u8>, u32> = Default::default();
         for _ in 0..100_000 {
-            *counts.entry(g.next_op().unwrap().key().to_vec()).or_default() += 1;
+            *counts
+                .entry(g.next_op().unwrap().key().to_vec())
+                .or_default() += 1;
         }
         let mut c: Vec<u32> = counts.into_values().collect();
         c.sort_unstable_by(|a, b| b.cmp(a));
@@ -295,8 +319,14 @@ fn names_and_options_parse() {
 
 #[test]
 fn bad_names_are_typed_errors() {
-    assert!(matches!(Workload::parse("p2-z"), Err(WorkloadError::Unknown(_))));
-    assert!(matches!(Workload::parse(""), Err(WorkloadError::Unknown(_))));
+    assert!(matches!(
+        Workload::parse("p2-z"),
+        Err(WorkloadError::Unknown(_))
+    ));
+    assert!(matches!(
+        Workload::parse(""),
+        Err(WorkloadError::Unknown(_))
+    ));
     assert!(matches!(
         Workload::parse("p2-a:bogus"),
         Err(WorkloadError::UnknownOption { .. })
@@ -314,5 +344,60 @@ fn bad_names_are_typed_errors() {
             matches!(Workload::parse(bad), Err(WorkloadError::BadValue { .. })),
             "{bad}"
         );
+    }
+}
+
+#[test]
+fn any_workload_parses_tpcc_too() {
+    use crate::{AnyWorkload, TpccConfig};
+    assert!(matches!(
+        AnyWorkload::parse("p2-b"),
+        Ok(AnyWorkload::Ycsb(_))
+    ));
+    assert_eq!(
+        AnyWorkload::parse("tpcc"),
+        Ok(AnyWorkload::Tpcc(TpccConfig::standard(8)))
+    );
+    let Ok(AnyWorkload::Tpcc(q)) = AnyWorkload::parse("tpcc:quick:w=3:local") else {
+        panic!()
+    };
+    assert_eq!((q.warehouses, q.items, q.remote), (3, 2000, false));
+    assert!(matches!(
+        AnyWorkload::parse("tpcc:w=0"),
+        Err(WorkloadError::BadValue { .. })
+    ));
+    assert!(matches!(
+        AnyWorkload::parse("tpcc:fast"),
+        Err(WorkloadError::UnknownOption { .. })
+    ));
+    assert!(matches!(
+        AnyWorkload::parse("tpc"),
+        Err(WorkloadError::Unknown(_))
+    ));
+}
+
+/// Cost of drawing one operation (run in release:
+/// `cargo test -p ferrite-workload --release --lib generation_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing, not a check"]
+fn generation_cost() {
+    for name in [
+        "p2-a",
+        "p2-c",
+        "p2-g",
+        "p2-var",
+        "ycsb-d",
+        "ycsb-e",
+        "p2-a:uniform",
+    ] {
+        let w = Workload::parse(name).unwrap();
+        let mut g = Generator::new(&w, 1, 0, 1);
+        let n = 2_000_000;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(g.next_op());
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        println!("{name:>14}: {ns:6.1} ns/op");
     }
 }
