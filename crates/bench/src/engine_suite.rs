@@ -773,8 +773,12 @@ pub struct Plan {
     pub records: u64,
     /// Operations per thread per batch.
     pub ops_per_thread: u64,
-    /// TPC-C warehouses.
-    pub warehouses: u32,
+    /// TPC-C warehouses (at least the largest thread count: each
+    /// terminal owns its home warehouses).
+    pub warehouses: u16,
+    /// TPC-C's standard cardinalities (else ferrite-workload's quick ones,
+    /// about 1/60 of the data).
+    pub tpcc_standard: bool,
     /// Thread counts.
     pub threads: Vec<usize>,
     /// Domains of the Ferrite rows.
@@ -790,7 +794,8 @@ impl Plan {
         Plan {
             records: ctx.scale.pick(20_000, 500_000),
             ops_per_thread: ctx.scale.pick(4_000, 20_000),
-            warehouses: ctx.scale.pick(1, 2),
+            warehouses: 2,
+            tpcc_standard: ctx.scale == crate::ctx::Scale::Full,
             threads: vec![1, 2],
             domains: vec![Domain::Adr, Domain::Eadr],
             recovery_bytes: ctx.scale.pick(vec![64 * MIB], vec![1024 * MIB, 4096 * MIB]),

@@ -336,8 +336,8 @@ impl Kv for LmdbBulk<'_> {
     }
 
     fn batch(&mut self, ops: &[BatchOp<'_>]) -> Result<(), heed::Error> {
-        // One transaction holds the whole batch (all or nothing).
-        self.finish_txn()?;
+        // The whole batch goes into the current transaction, which commits
+        // only between batches: each batch stays all or nothing.
         let db = self.store.db;
         let txn = self.txn()?;
         for op in ops {
@@ -348,7 +348,8 @@ impl Kv for LmdbBulk<'_> {
                 }
             }
         }
-        self.finish_txn()
+        self.pending += ops.len().max(1) - 1;
+        self.wrote()
     }
 }
 

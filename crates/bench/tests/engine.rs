@@ -145,15 +145,22 @@ fn tiny_suite_yields_the_conventional_rows() {
     let plan = Plan {
         records: 300,
         ops_per_thread: 60,
-        warehouses: 1,
+        warehouses: 2,
+        tpcc_standard: false,
         threads: vec![1, 2],
         domains: vec![Domain::Adr, Domain::Eadr],
         recovery_bytes: vec![1 << 20],
-        workloads: vec!["p2-a".into(), "p2-f".into(), "p2-h".into(), "p2-var".into()],
+        workloads: vec![
+            "p2-a".into(),
+            "p2-f".into(),
+            "p2-h".into(),
+            "p2-var".into(),
+            "tpcc".into(),
+        ],
     };
     let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
     // Per workload x threads x domain: LMDB + 3 engines x 2 allocators.
-    assert_eq!(rows.len(), 4 * 2 * 2 * 7 + 7);
+    assert_eq!(rows.len(), 5 * 2 * 2 * 7 + 7);
     for r in &rows {
         assert_eq!(r.suite, SUITE);
         assert!(

@@ -10,8 +10,13 @@
 //! | `p2-a`…`p2-g` | R/I/U as P2 | scrambled Zipfian θ = 0.99 | 5 × 200 B |
 //! | `p2-h`   | D100             | each thread its share, in order | 5 × 200 B |
 //! | `p2-var` | R50 I50          | scrambled Zipfian  | 1-256 B uniform (P2 §4.3.1) |
-//! | `tpcc`   | the standard mix | —                  | TPC-C rows |
+//! | `tpcc`   | the standard mix (45 % NewOrder, 43 % Payment, 4 % each other) | TPC-C's NURand | TPC-C rows |
 //!
+//! TPC-C runs `Plan::warehouses` warehouses (2: each of the two threads'
+//! terminals owns one; P2 runs 8), at TPC-C's cardinalities at full scale
+//! and at ferrite-workload's quick cardinalities (about 1/60 of the data)
+//! at quick scale; one operation is one transaction, whose writes are one
+//! atomic batch.
 //! Sizing: `records` loaded (the suite's plan; P2 loads 10 M), and the
 //! generator is told the group's total operations (warm-up included) so
 //! its Zipfian covers the keys inserts add. `p2-h` (delete until empty)
@@ -22,6 +27,7 @@
 //! generator only picks keys that exist): a miss fails the row.
 
 use super::{DynKv, Plan};
+use ferrite_workload::tpcc::{Terminal, TpccConfig, TpccLoader};
 use ferrite_workload::{BatchOp, Generator, Kv, Loader, OpKind, OpOutcome, run_op};
 
 /// Seed of every operation stream (per thread: a ChaCha stream of it).
@@ -111,7 +117,12 @@ impl WorkloadSpec {
                 }))
             }
             WorkloadSpec::Tpcc => {
-                Err("TPC-C: ferrite-workload's generator is not built yet".into())
+                let cfg = if plan.tpcc_standard {
+                    TpccConfig::standard(plan.warehouses)
+                } else {
+                    TpccConfig::quick(plan.warehouses)
+                };
+                Tpcc::new(cfg, threads * ops_per_thread).map(|t| Box::new(t) as Box<dyn Workload>)
             }
         }
     }
@@ -262,5 +273,86 @@ impl Driver for YcsbDriver {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// TPC-C: [`ferrite_workload::tpcc`]'s loader and terminals (one per
+/// thread, each owning its home warehouses). One operation is one
+/// transaction of the standard mix, its writes one atomic batch.
+struct Tpcc {
+    cfg: TpccConfig,
+    /// Bytes of keys and values the load writes.
+    loaded_bytes: u64,
+    /// Transactions of the group, over all threads.
+    txns: u64,
+}
+
+/// Bytes a TPC-C transaction can add at most, about: a NewOrder's order,
+/// new-order and index rows and up to 15 order lines; a Payment's history row.
+const TPCC_GROWTH_PER_TXN: u64 = 1536;
+
+impl Tpcc {
+    fn new(cfg: TpccConfig, txns: u64) -> Result<Tpcc, String> {
+        let loader = TpccLoader::new::<String>(&cfg, SEED).map_err(|e| e.to_string())?;
+        let mut bytes = 0u64;
+        let mut count = |k: &[u8], v: &[u8]| -> Result<(), String> {
+            bytes += (k.len() + v.len()) as u64;
+            Ok(())
+        };
+        loader.items(&mut count)?;
+        for w in 1..=cfg.warehouses {
+            loader.warehouse(w, &mut count)?;
+        }
+        Ok(Tpcc {
+            cfg,
+            loaded_bytes: bytes,
+            txns,
+        })
+    }
+}
+
+impl Workload for Tpcc {
+    fn name(&self) -> String {
+        "tpcc".into()
+    }
+
+    fn value_bytes(&self) -> serde_json::Value {
+        serde_json::json!("tpcc-rows")
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.loaded_bytes + self.txns * TPCC_GROWTH_PER_TXN
+    }
+
+    fn load(&self, kv: &mut DynKv<'_>) -> Result<u64, String> {
+        let loader = TpccLoader::new::<String>(&self.cfg, SEED).map_err(|e| e.to_string())?;
+        loader.load_all(&mut Fwd(kv), 1).map_err(|e| e.to_string())
+    }
+
+    fn driver(&self, thread: usize, threads: usize) -> Box<dyn Driver> {
+        match Terminal::new::<String>(&self.cfg, SEED, thread as u32, threads as u32) {
+            Ok(t) => Box::new(TpccDriver(t)),
+            Err(e) => Box::new(Failing(e.to_string())),
+        }
+    }
+}
+
+struct TpccDriver(Terminal);
+
+impl Driver for TpccDriver {
+    fn step(&mut self, kv: &mut DynKv<'_>) -> Result<(), String> {
+        self.0
+            .run(&mut Fwd(kv))
+            .map(|_| ())
+            .map_err(|e| format!("tpcc: {e}"))
+    }
+}
+
+/// A driver that cannot run (e.g. a TPC-C thread without a warehouse).
+struct Failing(String);
+
+impl Driver for Failing {
+    fn step(&mut self, _kv: &mut DynKv<'_>) -> Result<(), String> {
+        Err(self.0.clone())
     }
 }
