@@ -149,6 +149,7 @@ fn tiny_suite_yields_the_conventional_rows() {
         tpcc_standard: false,
         threads: vec![1, 2],
         domains: vec![Domain::Adr, Domain::Eadr],
+        eadr_max_threads: 2,
         recovery_bytes: vec![1 << 20],
         workloads: vec![
             "p2-a".into(),
