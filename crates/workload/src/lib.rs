@@ -5,7 +5,32 @@
 //!
 //! Systems are driven through [`Kv`], a minimal ordered key-value
 //! interface with an atomic batch; adapters for each system live with the
-//! benchmark that measures it.
+//! benchmark that measures it. [`MemKv`] is the reference implementation.
+//!
+//! - [`dist`]: YCSB's request distributions (Zipfian, scrambled Zipfian,
+//!   skewed-latest, uniform, counter) and N-Store's hot set.
+//! - [`record`]: key naming ([`KeyMode`]) and values that are a function
+//!   of (key, version) and verify ([`ValueLayout`]).
+//! - [`ycsb`]: P2's mixes `p2-a`…`p2-h`, `p2-var`, YCSB's `ycsb-a`…`ycsb-f`:
+//!   [`Workload::parse`], [`Loader`], [`Generator`], [`run_op`].
+//! - [`tpcc`]: TPC-C's tables, [`TpccLoader`], [`Terminal`] (the five
+//!   transactions), [`check_consistency`], [`check_customers`].
+//!
+//! ```
+//! use ferrite_workload::{Generator, Loader, MemKv, Workload, run_op};
+//!
+//! let w = Workload::parse("p2-f:records=1000:ops=2000").unwrap();
+//! let mut kv = MemKv::new();
+//! Loader::new(&w).load_into(&mut kv, 64).unwrap();
+//! // One generator per thread; same (workload, seed, thread, threads) =
+//! // same operations on every system.
+//! let mut ops = Generator::new(&w, 42, 0, 1).unwrap();
+//! let mut scratch = Vec::new();
+//! for _ in 0..w.ops_for_thread(0, 1) {
+//!     let op = ops.next_op().unwrap();
+//!     run_op(&mut kv, &op, &mut scratch).unwrap();
+//! }
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +49,7 @@ pub use ycsb::{
 
 pub use tpcc::{
     Terminal, TpccConfig, TpccError, TpccLoader, TxnKind, TxnOutcome, check_consistency,
+    check_customers,
 };
 
 /// Any named workload: a YCSB-style one or TPC-C.

@@ -157,6 +157,19 @@ impl ValueLayout {
         }
     }
 
+    /// Column `i` of a `Fields` value (None past the last column, for a
+    /// `Var` layout, or when `value` is too short). The header is part of
+    /// column 0.
+    pub fn field(self, value: &[u8], i: u32) -> Option<&[u8]> {
+        match self {
+            ValueLayout::Fields { count, len } if i < count => {
+                let (at, len) = (i as usize * len as usize, len as usize);
+                value.get(at..at + len)
+            }
+            _ => None,
+        }
+    }
+
     /// Length of version `version` of `key`'s value.
     #[inline]
     pub fn len_of(self, key: &[u8], version: u64) -> usize {
@@ -302,6 +315,14 @@ mod tests {
             layout.write_value(&key, 77, &mut v);
             assert_eq!(v.len(), 1000);
             assert_eq!(layout.verify(&key, &v), Ok(77));
+            let ValueLayout::Fields { count, len } = layout else {
+                panic!()
+            };
+            assert_eq!(
+                layout.field(&v, count - 1).map(<[u8]>::len),
+                Some(len as usize)
+            );
+            assert_eq!(layout.field(&v, count), None);
             v[500] ^= 1;
             assert!(matches!(
                 layout.verify(&key, &v),

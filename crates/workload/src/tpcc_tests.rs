@@ -61,6 +61,7 @@ fn load_has_tpcc_cardinalities_and_is_consistent() {
     let lines = per_table[&(Table::OrderLine as u8)];
     assert!(lines >= d * 30 * 5 && lines <= d * 30 * 15);
     check_consistency(&mut kv, &cfg).unwrap();
+    check_customers(&mut kv, &cfg).unwrap();
     // The same seed loads the same bytes.
     assert_eq!(kv.snapshot(), loaded(&cfg, 1).snapshot());
     assert_ne!(kv.snapshot(), loaded(&cfg, 2).snapshot());
@@ -109,6 +110,9 @@ fn mix_runs_and_stays_consistent() {
     let rb = rollbacks as f64 / new_orders as f64;
     assert!(rb > 0.002 && rb < 0.025, "rollback share {rb}");
     check_consistency(&mut kv, &cfg).unwrap();
+    // One thread: no lost updates, so the customer conditions hold too
+    // (remote payments and remote stock included).
+    check_customers(&mut kv, &cfg).unwrap();
 }
 
 #[test]
@@ -189,6 +193,31 @@ fn two_threads_own_disjoint_warehouses_and_stay_consistent() {
 }
 
 #[test]
+fn two_local_threads_keep_customer_balances() {
+    let cfg = TpccConfig {
+        warehouses: 2,
+        remote: false,
+        ..small()
+    };
+    let kv = loaded(&cfg, 13);
+    std::thread::scope(|s| {
+        for th in 0..2u32 {
+            let mut kv = kv.clone();
+            let cfg = &cfg;
+            s.spawn(move || {
+                let mut t = Terminal::new::<std::convert::Infallible>(cfg, 13, th, 2).unwrap();
+                for _ in 0..800 {
+                    t.run(&mut kv).unwrap();
+                }
+            });
+        }
+    });
+    let mut kv = kv;
+    check_consistency(&mut kv, &cfg).unwrap();
+    check_customers(&mut kv, &cfg).unwrap();
+}
+
+#[test]
 fn checks_catch_damage() {
     let cfg = small();
     let base = loaded(&cfg, 12);
@@ -238,6 +267,33 @@ fn checks_catch_damage() {
     });
     assert!(
         matches!(err, Err(TpccError::Inconsistent { condition: 2, .. })),
+        "{err:?}"
+    );
+    // A payment's history row lost.
+    let err = damaged(&|kv| {
+        let k = k_history(2, 7);
+        let mut row = Vec::new();
+        assert!(kv.get(k.as_slice(), &mut row).unwrap());
+        kv.delete(k.as_slice()).unwrap();
+    });
+    assert!(
+        matches!(err, Err(TpccError::Inconsistent { condition: 9, .. })),
+        "{err:?}"
+    );
+    // A customer's balance off by a cent.
+    let mut kv = MemKv::new();
+    for (k, v) in base.snapshot() {
+        kv.put(&k, &v).unwrap();
+    }
+    let ck = k_customer(1, 4, 17);
+    let mut row = Vec::new();
+    kv.get(ck.as_slice(), &mut row).unwrap();
+    add_i64(&mut row, c::BALANCE, -1);
+    kv.put(ck.as_slice(), &row).unwrap();
+    check_consistency(&mut kv, &cfg).unwrap();
+    let err = check_customers(&mut kv, &cfg);
+    assert!(
+        matches!(err, Err(TpccError::Inconsistent { condition: 10, .. })),
         "{err:?}"
     );
     // A truncated row is a typed error, not a panic.
@@ -304,4 +360,36 @@ fn quick_scale_loads_and_runs() {
         t.run(&mut kv).unwrap();
     }
     check_consistency(&mut kv, &cfg).unwrap();
+}
+
+/// Load and transaction cost on the reference store (run in release:
+/// `cargo test -p ferrite-workload --release --lib tpcc_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing, not a check"]
+fn tpcc_cost() {
+    for cfg in [TpccConfig::quick(2), TpccConfig::standard(1)] {
+        let t0 = std::time::Instant::now();
+        let mut kv = loaded(&cfg, 1);
+        let load = t0.elapsed();
+        let records = kv.len();
+        let mut t = Terminal::new::<std::convert::Infallible>(&cfg, 1, 0, 1).unwrap();
+        let n = 20_000;
+        let t1 = std::time::Instant::now();
+        for _ in 0..n {
+            t.run(&mut kv).unwrap();
+        }
+        let run = t1.elapsed();
+        let t2 = std::time::Instant::now();
+        check_consistency(&mut kv, &cfg).unwrap();
+        println!(
+            "{} items, {} customers/district, {} warehouses: {records} records loaded in {:.2} s; \
+             {:.0} txn/s on MemKv; check {:.2} s",
+            cfg.items,
+            cfg.customers_per_district,
+            cfg.warehouses,
+            load.as_secs_f64(),
+            n as f64 / run.as_secs_f64(),
+            t2.elapsed().as_secs_f64()
+        );
+    }
 }

@@ -37,6 +37,16 @@
 //! Defaults: P2's 10 M records and 10 M operations for `p2-*`; 1 M and 1 M
 //! for `ycsb-*` (YCSB's own workload files say 1000, too small to measure).
 //!
+//! ## Operations
+//! Reads get the whole record (YCSB `readallfields=true`). Updates and
+//! read-modify-writes put a whole new version of the record, as P2's
+//! N-Store runs (`ycsb_update_one = false`, notes A7.1); YCSB core's
+//! default updates one field, which its key-value bindings turn into a
+//! read, a merge and a write of the whole record — here the update is a
+//! blind write and the read belongs to `ycsb-f`'s read-modify-write.
+//! Scans start at a key chosen like a read's and ask for a length uniform
+//! in `1..=scan_max`. Inserts use fresh keys (below).
+//!
 //! ## Threads
 //! Each thread runs its own [`Generator`] (`thread` of `threads`), so the
 //! stream of every thread is a function of (workload, seed, thread,
@@ -62,6 +72,8 @@ pub enum WorkloadError {
     Unknown(String),
     #[error("workload '{workload}': unknown option '{option}'")]
     UnknownOption { workload: String, option: String },
+    #[error("thread {thread} of {threads}: threads are numbered 0..{threads}")]
+    Thread { thread: u32, threads: u32 },
     #[error("workload '{workload}': bad value in '{option}': {why}")]
     BadValue {
         workload: String,
@@ -530,9 +542,17 @@ pub struct Generator {
 
 impl Generator {
     /// The stream of thread `thread` of `threads` (0-based) for `seed`.
-    pub fn new(w: &Workload, seed: u64, thread: u32, threads: u32) -> Generator {
-        let threads = threads.max(1) as u64;
-        let thread = (thread as u64).min(threads - 1);
+    /// `thread` must be below `threads` (else [`WorkloadError::Thread`]).
+    pub fn new(
+        w: &Workload,
+        seed: u64,
+        thread: u32,
+        threads: u32,
+    ) -> Result<Generator, WorkloadError> {
+        if thread >= threads {
+            return Err(WorkloadError::Thread { thread, threads });
+        }
+        let (thread, threads) = (thread as u64, threads as u64);
         // One independent ChaCha stream per thread of the same seed.
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(thread);
@@ -551,7 +571,7 @@ impl Generator {
             Distribution::Sequential => Chooser::Sequential,
         };
         let (_, max_value) = w.value.bounds();
-        Generator {
+        Ok(Generator {
             rng,
             thresholds: w.mix.thresholds(),
             keys: w.keys,
@@ -566,7 +586,7 @@ impl Generator {
             next_delete: thread,
             key: Vec::with_capacity(w.keys.max_len()),
             value: Vec::with_capacity(max_value),
-        }
+        })
     }
 
     /// Key number of this thread's `i`-th known key (loaded keys first,
@@ -708,13 +728,15 @@ impl Loader {
     }
 
     /// Thread `thread` of `threads`'s contiguous share of the records.
-    pub fn for_thread(w: &Workload, thread: u32, threads: u32) -> Loader {
-        let t = threads.max(1) as u64;
-        let k = (thread as u64).min(t - 1);
+    pub fn for_thread(w: &Workload, thread: u32, threads: u32) -> Result<Loader, WorkloadError> {
+        if thread >= threads {
+            return Err(WorkloadError::Thread { thread, threads });
+        }
+        let (k, t) = (thread as u64, threads as u64);
         let n = w.records as u128;
         let start = (n * k as u128 / t as u128) as u64;
         let end = (n * (k as u128 + 1) / t as u128) as u64;
-        Self::range(w, start, end)
+        Ok(Self::range(w, start, end))
     }
 
     /// Records with key numbers `start..end`.

@@ -19,7 +19,7 @@ fn stream(
     threads: u32,
     n: usize,
 ) -> Vec<(OpKind, Vec<u8>, Vec<u8>, usize)> {
-    let mut g = Generator::new(w, seed, thread, threads);
+    let mut g = Generator::new(w, seed, thread, threads).unwrap();
     let mut out = Vec::new();
     while out.len() < n {
         let Some(op) = g.next_op() else { break };
@@ -80,7 +80,7 @@ fn mixes_have_their_proportions() {
     for (name, mix) in expect {
         let w = small(name, n as u64, n as u64);
         let mut counts: BTreeMap<OpKind, u32> = BTreeMap::new();
-        let mut g = Generator::new(&w, 1, 0, 1);
+        let mut g = Generator::new(&w, 1, 0, 1).unwrap();
         for _ in 0..n {
             *counts.entry(g.next_op().unwrap().kind()).or_default() += 1;
         }
@@ -108,7 +108,7 @@ fn every_workload_runs_on_memkv() {
         let mut kv = MemKv::new();
         assert_eq!(Loader::new(&w).load_into(&mut kv, 64).unwrap(), 2000);
         assert_eq!(kv.len(), 2000);
-        let mut g = Generator::new(&w, 7, 0, 1);
+        let mut g = Generator::new(&w, 7, 0, 1).unwrap();
         let mut scratch = Vec::new();
         let mut inserts = 0;
         for _ in 0..w.ops_for_thread(0, 1) {
@@ -168,7 +168,7 @@ fn p2_h_deletes_every_key_once_over_threads() {
     let threads = 3;
     let mut total = 0;
     for t in 0..threads {
-        let mut g = Generator::new(&w, 5, t, threads);
+        let mut g = Generator::new(&w, 5, t, threads).unwrap();
         let mut mine = 0;
         while let Some(op) = g.next_op() {
             assert!(seen.insert(op.key().to_vec()), "deleted twice");
@@ -192,7 +192,7 @@ fn threads_insert_disjoint_keys_and_read_their_own() {
             let mut kv = kv.clone();
             let w = &w;
             s.spawn(move || {
-                let mut g = Generator::new(w, 9, t, 2);
+                let mut g = Generator::new(w, 9, t, 2).unwrap();
                 let mut scratch = Vec::new();
                 for _ in 0..w.ops_for_thread(t, 2) {
                     let op = g.next_op().unwrap();
@@ -207,7 +207,7 @@ fn threads_insert_disjoint_keys_and_read_their_own() {
     // Loaded + every insert, none lost to a collision.
     let inserts: u64 = (0..2)
         .map(|t| {
-            let mut g = Generator::new(&w, 9, t, 2);
+            let mut g = Generator::new(&w, 9, t, 2).unwrap();
             (0..w.ops_for_thread(t, 2))
                 .filter(|_| g.next_op().unwrap().kind() == OpKind::Insert)
                 .count() as u64
@@ -221,7 +221,7 @@ fn ycsb_e_scans_have_uniform_lengths() {
     let w = small("ycsb-e:keys=ordered", 5000, 20_000);
     let mut kv = MemKv::new();
     Loader::new(&w).load_into(&mut kv, 64).unwrap();
-    let mut g = Generator::new(&w, 3, 0, 1);
+    let mut g = Generator::new(&w, 3, 0, 1).unwrap();
     let mut scratch = Vec::new();
     let mut lens = [0u32; 101];
     let mut scans = 0;
@@ -255,7 +255,7 @@ fn ycsb_e_scans_have_uniform_lengths() {
 fn zipfian_reads_are_skewed_and_uniform_reads_are_not() {
     let top_share = |name: &str| {
         let w = small(name, 10_000, 100_000);
-        let mut g = Generator::new(&w, 1, 0, 1);
+        let mut g = Generator::new(&w, 1, 0, 1).unwrap();
         let mut counts: std::collections::HashMap<Vec<u8>, u32> = Default::default();
         for _ in 0..100_000 {
             *counts
@@ -278,7 +278,7 @@ fn zipfian_reads_are_skewed_and_uniform_reads_are_not() {
 #[test]
 fn latest_reads_favour_recent_inserts() {
     let w = small("ycsb-d:keys=ordered", 10_000, 50_000);
-    let mut g = Generator::new(&w, 2, 0, 1);
+    let mut g = Generator::new(&w, 2, 0, 1).unwrap();
     let (mut recent, mut reads) = (0, 0);
     for _ in 0..50_000 {
         let known = g.known_keys();
@@ -391,7 +391,7 @@ fn generation_cost() {
         "p2-a:uniform",
     ] {
         let w = Workload::parse(name).unwrap();
-        let mut g = Generator::new(&w, 1, 0, 1);
+        let mut g = Generator::new(&w, 1, 0, 1).unwrap();
         let n = 2_000_000;
         let t = std::time::Instant::now();
         for _ in 0..n {
@@ -400,4 +400,30 @@ fn generation_cost() {
         let ns = t.elapsed().as_nanos() as f64 / n as f64;
         println!("{name:>14}: {ns:6.1} ns/op");
     }
+}
+
+#[test]
+fn thread_numbers_are_checked_and_loader_shares_cover_all() {
+    let w = small("p2-a", 1003, 10);
+    assert!(matches!(
+        Generator::new(&w, 1, 2, 2),
+        Err(WorkloadError::Thread {
+            thread: 2,
+            threads: 2
+        })
+    ));
+    assert!(Loader::for_thread(&w, 0, 0).is_err());
+    let mut kv = MemKv::new();
+    let mut total = 0;
+    for t in 0..3 {
+        total += Loader::for_thread(&w, t, 3)
+            .unwrap()
+            .load_into(&mut kv, 7)
+            .unwrap();
+    }
+    assert_eq!((total, kv.len()), (1003, 1003));
+    // The shares are exactly the single loader's records.
+    let mut all = MemKv::new();
+    Loader::new(&w).load_into(&mut all, 1).unwrap();
+    assert_eq!(kv.snapshot(), all.snapshot());
 }
