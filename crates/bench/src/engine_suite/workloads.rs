@@ -234,10 +234,13 @@ impl Workload for Ycsb {
 
     fn driver(&self, thread: usize, threads: usize) -> Box<dyn Driver> {
         let (_, hi) = self.w.value.bounds();
-        Box::new(YcsbDriver {
-            generator: Generator::new(&self.w, SEED, thread as u32, threads as u32),
-            scratch: Vec::with_capacity(hi),
-        })
+        match Generator::new(&self.w, SEED, thread as u32, threads as u32) {
+            Ok(generator) => Box::new(YcsbDriver {
+                generator,
+                scratch: Vec::with_capacity(hi),
+            }),
+            Err(e) => Box::new(Failing(format!("generator: {e}"))),
+        }
     }
 }
 
