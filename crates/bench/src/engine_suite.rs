@@ -823,8 +823,11 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
 pub struct Plan {
     /// Records loaded before a group (the `p2-h` dataset is sized apart).
     pub records: u64,
-    /// Operations per thread per batch.
+    /// Operations per thread per batch (divided by the thread count).
     pub ops_per_thread: u64,
+    /// TPC-C transactions per batch (divided by the thread count): a
+    /// transaction is tens of operations.
+    pub tpcc_txns: u64,
     /// TPC-C warehouses (at least the largest thread count: each
     /// terminal owns its home warehouses).
     pub warehouses: u16,
@@ -849,6 +852,7 @@ impl Plan {
         Plan {
             records: ctx.scale.pick(20_000, 500_000),
             ops_per_thread: ctx.scale.pick(4_000, 20_000),
+            tpcc_txns: ctx.scale.pick(600, 5_000),
             warehouses: 2,
             tpcc_standard: ctx.scale == crate::ctx::Scale::Full,
             threads: vec![1, 2],
@@ -876,7 +880,12 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
         .collect();
     for spec in &specs {
         for &threads in &plan.threads {
-            let per_thread = (plan.ops_per_thread / threads as u64).max(1);
+            let ops = if *spec == WorkloadSpec::Tpcc {
+                plan.tpcc_txns
+            } else {
+                plan.ops_per_thread
+            };
+            let per_thread = (ops / threads as u64).max(1);
             // Warm-up, timed repetitions and (one thread) the breakdown pass.
             let batches = reps + 1 + u64::from(threads == 1);
             let built = spec.build(plan, threads, per_thread * batches);

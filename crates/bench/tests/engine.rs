@@ -145,6 +145,7 @@ fn tiny_suite_yields_the_conventional_rows() {
     let plan = Plan {
         records: 300,
         ops_per_thread: 60,
+        tpcc_txns: 10,
         warehouses: 2,
         tpcc_standard: false,
         threads: vec![1, 2],
