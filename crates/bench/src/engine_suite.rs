@@ -444,9 +444,22 @@ pub fn run_group(
             threads: Vec::new(),
             failed: Mutex::new(None),
         };
-        match Opened::create(system, capacity, threads)
-            .and_then(|o| o.load(|kv| w.load(kv)).map(|n| (o, n)))
-        {
+        // Every store of the group lives until the group ends: refuse one
+        // the machine has no memory for rather than push it into swap or
+        // the OOM killer (tmpfs pool files are committed memory).
+        let need = match system {
+            System::Ferrite { .. } => pool_bytes(capacity),
+            System::Lmdb => capacity * 2,
+        };
+        let created = match mem_available() {
+            Some(avail) if avail < need + need / 4 + 512 * MIB => Err(format!(
+                "not enough memory: needs {} MiB, {} MiB available",
+                need / MIB,
+                avail / MIB
+            )),
+            _ => Opened::create(system, capacity, threads),
+        };
+        match created.and_then(|o| o.load(|kv| w.load(kv)).map(|n| (o, n))) {
             Ok((o, n)) => {
                 m.opened = Some(o);
                 m.loaded = n;
@@ -850,7 +863,7 @@ pub struct Plan {
 impl Plan {
     pub fn for_ctx(ctx: &BenchCtx) -> Plan {
         Plan {
-            records: ctx.scale.pick(20_000, 500_000),
+            records: ctx.scale.pick(20_000, 300_000),
             ops_per_thread: ctx.scale.pick(4_000, 20_000),
             tpcc_txns: ctx.scale.pick(600, 5_000),
             warehouses: 2,
