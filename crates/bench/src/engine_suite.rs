@@ -8,7 +8,12 @@
 //! only with one thread). A group holds LMDB (the baseline: every Ferrite
 //! row's `ratio_vs_baseline` is its throughput ÷ LMDB's in the same
 //! group) and the six Ferrite systems of that domain: `inp`, `cow`, `lsm`
-//! × the `ferrite` heap and the `nstore-lock` heap.
+//! × the `ferrite` heap and the `nstore-lock` heap. The two domains are
+//! separate groups, each with its own LMDB row, because all the stores of
+//! a group are alive at once: splitting halves the memory a group needs
+//! and keeps every ratio within one interleaved run. LMDB does not run in
+//! a Ferrite domain; its rows say `tmpfs`, its allocator `lmdb`, and its
+//! counters are not observed (it persists with `write`/`fdatasync`).
 //!
 //! A row's `ops_per_s` / `ns_per_op` are the **mean** over the timed
 //! repetitions (all their operations ÷ the sum of their wall times), not
@@ -18,10 +23,6 @@
 //! `ns_per_op_spread` is the spread of the batches as usual. With two
 //! threads the machine's two cores are both busy (and shared with
 //! whatever else runs): the scaling the rows show is what 2 cores give.
-//! The two domains are separate groups, each with its own LMDB row,
-//! because all the stores of a group are alive at once: splitting halves
-//! the memory a group needs and keeps every ratio within one interleaved
-//! run. LMDB does not run in a Ferrite domain; its rows say `tmpfs`.
 //!
 //! Every store of a group is created fresh (Ferrite: a pool file in a
 //! temporary directory on `/dev/shm`, `Pool::create` with layout
@@ -29,9 +30,27 @@
 //! LMDB: [`crate::lmdb::LmdbStore`] on `/dev/shm`) and loaded with the
 //! workload's dataset before timing (untimed; LMDB loads in transactions
 //! of 1000 writes, Ferrite by single puts). A store that cannot be created
-//! or loaded — e.g. an engine not built yet — yields a row with
-//! `extra.skipped` = the reason and no measurement, never an abort; a
-//! system that fails during the timed run likewise.
+//! or loaded — an engine not built, a full pool, not enough memory for it
+//! — yields a row with `extra.skipped` = the reason and no measurement,
+//! never an abort; a system that fails during the timed run (an error, a
+//! read that misses a key the generator knows exists) likewise, with
+//! `failed: …`.
+//!
+//! # Sizes
+//!
+//! | | quick | full | P2 |
+//! |---|---|---|---|
+//! | records loaded | 20 000 (≈ 20 MB) | 300 000 (≈ 300 MB) | 10 M |
+//! | operations per batch | 4 000 | 20 000 | 10 M per run |
+//! | batches | warm-up + `reps` (7) (+ breakdown) | warm-up + `reps` (15) (+ breakdown) | 5 runs |
+//! | TPC-C | 2 warehouses, quick cardinalities, 600 txns per batch | 2 warehouses, standard cardinalities, 5 000 | 8 warehouses |
+//! | recovery dataset | 64 MiB | 1 GiB, 4 GiB | 1 and 4 GiB (issue) |
+//!
+//! Full scale is below P2's because a group keeps seven stores alive at
+//! once, each Ferrite pool a tmpfs file of three times its data (room for
+//! CoW copies and LSM runs): 300 000 records keep a group near 12 GB of
+//! the machine's 24 GiB. A batch's operations are split between the
+//! threads.
 //!
 //! # Workloads
 //!
@@ -46,9 +65,9 @@
 //! # Latency
 //!
 //! Each operation (a TPC-C transaction counts as one) is timed in the
-//! timed pass itself with two `Instant::now()` calls around it (about
-//! 40 ns, under 2 % of the cheapest durable operation measured here) and
-//! recorded in a per-thread [`hdrhistogram`] (3 significant digits); the
+//! timed pass itself with two `Instant::now()` calls around it (tens of
+//! nanoseconds: a few per cent of a 1-µs read, well under 1 % of a
+//! durable write; every system pays the same) and recorded in a per-thread [`hdrhistogram`] (3 significant digits); the
 //! warm-up batch is not recorded. Rows carry `extra.p50_us`, `p99_us`,
 //! `p999_us` over all timed repetitions and threads.
 //!
