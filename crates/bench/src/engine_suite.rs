@@ -875,9 +875,15 @@ pub struct Plan {
     pub eadr_max_threads: usize,
     /// Recovery dataset sizes, bytes.
     pub recovery_bytes: Vec<u64>,
-    /// Workloads by name (empty: all).
+    /// Workloads by name (empty: all). `ferrite bench engine` takes them
+    /// from the environment variable [`WORKLOADS_ENV`] (comma-separated).
     pub workloads: Vec<String>,
 }
+
+/// Environment variable restricting `ferrite bench engine` to some
+/// workloads, e.g. `FERRITE_ENGINE_WORKLOADS=p2-a,p2-f` (`none`: only the
+/// recovery rows).
+pub const WORKLOADS_ENV: &str = "FERRITE_ENGINE_WORKLOADS";
 
 impl Plan {
     pub fn for_ctx(ctx: &BenchCtx) -> Plan {
@@ -891,7 +897,14 @@ impl Plan {
             domains: vec![Domain::Adr, Domain::Eadr],
             eadr_max_threads: ctx.scale.pick(1, usize::MAX),
             recovery_bytes: ctx.scale.pick(vec![64 * MIB], vec![1024 * MIB, 4096 * MIB]),
-            workloads: Vec::new(),
+            workloads: std::env::var(WORKLOADS_ENV)
+                .map(|v| {
+                    v.split(',')
+                        .map(|w| w.trim().to_string())
+                        .filter(|w| !w.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
