@@ -875,14 +875,15 @@ pub struct Plan {
     pub eadr_max_threads: usize,
     /// Recovery dataset sizes, bytes.
     pub recovery_bytes: Vec<u64>,
-    /// Workloads by name (empty: all). `ferrite bench engine` takes them
+    /// Workloads by name (empty: the P2 list). `ferrite bench engine` takes them
     /// from the environment variable [`WORKLOADS_ENV`] (comma-separated).
     pub workloads: Vec<String>,
 }
 
-/// Environment variable restricting `ferrite bench engine` to some
-/// workloads, e.g. `FERRITE_ENGINE_WORKLOADS=p2-a,p2-f` (`none`: only the
-/// recovery rows).
+/// Environment variable choosing `ferrite bench engine`'s workloads,
+/// e.g. `FERRITE_ENGINE_WORKLOADS=p2-a,p2-f` or `ycsb-e,tpcc` (any
+/// ferrite-workload name, options included; `none`: only the recovery
+/// rows). Unset: the P2 list.
 pub const WORKLOADS_ENV: &str = "FERRITE_ENGINE_WORKLOADS";
 
 impl Plan {
@@ -919,10 +920,15 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     let started = Instant::now();
     let reps = ctx.reps.max(1) as u64;
     let mut rows = Vec::new();
-    let specs: Vec<WorkloadSpec> = WorkloadSpec::all()
-        .into_iter()
-        .filter(|s| plan.workloads.is_empty() || plan.workloads.iter().any(|n| n == s.name()))
-        .collect();
+    let specs: Vec<WorkloadSpec> = if plan.workloads.is_empty() {
+        WorkloadSpec::all()
+    } else {
+        plan.workloads
+            .iter()
+            .filter(|n| n.as_str() != "none")
+            .map(|n| WorkloadSpec::parse(n))
+            .collect()
+    };
     for spec in &specs {
         for &threads in &plan.threads {
             let ops = if *spec == WorkloadSpec::Tpcc {

@@ -278,3 +278,36 @@ fn ferrite_adapter_matches_memkv() {
         }
     }
 }
+
+/// A workload name ferrite-workload does not know yields skipped rows
+/// that say why, and any of its names (here YCSB-E, with scans) runs.
+#[test]
+fn workloads_by_name() {
+    let ctx = BenchCtx::quick().with_reps(1);
+    let plan = Plan {
+        records: 200,
+        ops_per_thread: 40,
+        tpcc_txns: 10,
+        warehouses: 2,
+        tpcc_standard: false,
+        threads: vec![1],
+        domains: vec![Domain::Adr],
+        eadr_max_threads: 1,
+        recovery_bytes: vec![],
+        workloads: vec!["p2-zz".into(), "ycsb-e".into()],
+    };
+    let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
+    assert_eq!(rows.len(), 14);
+    for r in &rows[..7] {
+        assert_eq!(r.params["workload"], "p2-zz");
+        let why = extra(r, "skipped").and_then(|s| s.as_str()).unwrap_or("");
+        assert!(why.contains("p2-zz"), "{r:?}");
+    }
+    let lmdb = rows[7..]
+        .iter()
+        .find(|r| r.variant == LMDB)
+        .expect("lmdb row");
+    assert_eq!(lmdb.params["workload"], "ycsb-e");
+    assert!(extra(lmdb, "skipped").is_none(), "{lmdb:?}");
+    assert!(lmdb.ops_per_s > 0.0);
+}

@@ -67,10 +67,11 @@ pub trait Workload: Sync {
 }
 
 /// The workloads by name, before sizing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkloadSpec {
-    /// A [`ferrite_workload::Workload`] name.
-    Ycsb(&'static str),
+    /// A [`ferrite_workload::Workload`] name (options included, e.g.
+    /// `ycsb-e` or `p2-f:uniform`).
+    Ycsb(String),
     Tpcc,
 }
 
@@ -81,13 +82,24 @@ impl WorkloadSpec {
             "p2-a", "p2-b", "p2-c", "p2-d", "p2-e", "p2-f", "p2-g", "p2-h", "p2-var",
         ]
         .into_iter()
-        .map(WorkloadSpec::Ycsb)
+        .map(WorkloadSpec::parse)
         .collect();
         v.push(WorkloadSpec::Tpcc);
         v
     }
 
-    pub fn name(&self) -> &'static str {
+    /// `tpcc` is TPC-C; any other name is a ferrite-workload YCSB-style
+    /// workload (checked when the group is built: an unknown name yields
+    /// skipped rows saying why).
+    pub fn parse(name: &str) -> WorkloadSpec {
+        if name == "tpcc" {
+            WorkloadSpec::Tpcc
+        } else {
+            WorkloadSpec::Ycsb(name.to_string())
+        }
+    }
+
+    pub fn name(&self) -> &str {
         match self {
             WorkloadSpec::Ycsb(n) => n,
             WorkloadSpec::Tpcc => "tpcc",
@@ -118,7 +130,7 @@ impl WorkloadSpec {
         ops_per_thread: u64,
     ) -> Result<Box<dyn Workload>, String> {
         let threads = threads.max(1) as u64;
-        match *self {
+        match self {
             WorkloadSpec::Ycsb(name) => {
                 let w = ferrite_workload::Workload::parse(name).map_err(|e| e.to_string())?;
                 let total = threads * ops_per_thread;
@@ -128,6 +140,7 @@ impl WorkloadSpec {
                     plan.records
                 };
                 Ok(Box::new(Ycsb {
+                    name: name.clone(),
                     w: w.with_records(records).with_operations(total),
                 }))
             }
@@ -150,48 +163,16 @@ pub fn recovery_dataset(bytes: u64) -> Box<dyn Workload> {
     let (_, v) = w.value.bounds();
     let per = (v + w.keys.max_len()) as u64;
     Box::new(Ycsb {
+        name: "recovery".into(),
         w: w.with_records((bytes / per).max(1)).with_operations(0),
     })
-    .named("recovery")
 }
 
 /// A YCSB-style workload of ferrite-workload.
 struct Ycsb {
+    /// The row's `workload` param.
+    name: String,
     w: ferrite_workload::Workload,
-}
-
-/// A workload reported under another name.
-struct Named {
-    inner: Box<dyn Workload>,
-    name: &'static str,
-}
-
-trait Rename {
-    fn named(self, name: &'static str) -> Box<dyn Workload>;
-}
-
-impl Rename for Box<Ycsb> {
-    fn named(self, name: &'static str) -> Box<dyn Workload> {
-        Box::new(Named { inner: self, name })
-    }
-}
-
-impl Workload for Named {
-    fn name(&self) -> String {
-        self.name.to_string()
-    }
-    fn value_bytes(&self) -> serde_json::Value {
-        self.inner.value_bytes()
-    }
-    fn capacity_bytes(&self) -> u64 {
-        self.inner.capacity_bytes()
-    }
-    fn load(&self, kv: &mut DynKv<'_>) -> Result<u64, String> {
-        self.inner.load(kv)
-    }
-    fn driver(&self, thread: usize, threads: usize) -> Box<dyn Driver> {
-        self.inner.driver(thread, threads)
-    }
 }
 
 /// [`DynKv`] as a sized [`Kv`], for ferrite-workload's generic functions.
@@ -226,7 +207,7 @@ impl Kv for Fwd<'_, '_> {
 
 impl Workload for Ycsb {
     fn name(&self) -> String {
-        self.w.base.to_string()
+        self.name.clone()
     }
 
     fn value_bytes(&self) -> serde_json::Value {
