@@ -92,7 +92,8 @@
 //! store is never closed, so what the image holds is what a power failure
 //! at that instant leaves (all acknowledged writes durable, nothing
 //! shut down). `Store::open` of that image (allocator and engine
-//! recovery) is timed `reps` times, each on a fresh copy: rows
+//! recovery) is timed `reps` times (at most [`RECOVERY_REPS`]), each on
+//! a fresh copy: rows
 //! `workload = recovery`, `extra.ms` (median), `extra.keys`. An LMDB row
 //! times opening its environment after the same load.
 
@@ -777,8 +778,12 @@ pub fn recovery(ctx: &BenchCtx, bytes: u64, domain: Domain) -> Vec<Row> {
     rows
 }
 
+/// Most timed opens per recovery row: each needs a fresh copy of the
+/// pool image (gigabytes at full scale), so `ctx.reps` is capped.
+pub const RECOVERY_REPS: usize = 5;
+
 fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, String> {
-    let reps = ctx.reps.max(1);
+    let reps = ctx.reps.clamp(1, RECOVERY_REPS);
     let cap = w.capacity_bytes();
     let opened = Opened::create_sized(system, cap, recovery_pool_bytes(cap), 1)?;
     let keys = opened.load(|kv| w.load(kv))?;
