@@ -19,9 +19,11 @@
 pub mod alloc_suite;
 pub mod cell_suite;
 pub mod ctx;
+pub mod engine_suite;
 pub mod error;
 pub mod floor;
 pub mod group_suite;
+pub mod lmdb;
 pub mod log;
 pub mod measure;
 pub mod page_suite;

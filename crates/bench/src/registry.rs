@@ -56,6 +56,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         description: "failure-atomic transactions: undo / redo / clobber x hashmap / B+tree / skiplist / rbtree, YCSB-load inserts, vs PMDK pmemobj tx [P1 ch3]",
         run: crate::tx_suite::run,
     },
+    SuiteDef {
+        name: "engine",
+        description: "storage engines inp / cow / lsm x ferrite / nstore-lock heaps vs LMDB on /dev/shm: P2 mixes p2-a..h, variable tuples, TPC-C, 1-2 threads, adr/eadr, p50/p99/p99.9, recovery time [P2 §4]",
+        run: crate::engine_suite::run,
+    },
 ];
 
 /// `(name, description)` of every registered suite.

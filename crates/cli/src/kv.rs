@@ -31,7 +31,7 @@ pub enum KvCmd {
     Del { key: String },
     /// Set several keys atomically: KEY=VALUE to put, -KEY to delete.
     Batch {
-        #[arg(required = true)]
+        #[arg(required = true, allow_hyphen_values = true)]
         ops: Vec<String>,
     },
     /// Print up to LIMIT pairs with keys >= FROM, in order.

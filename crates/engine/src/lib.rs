@@ -68,6 +68,7 @@
 pub mod breakdown;
 pub mod cow;
 pub mod error;
+mod gate;
 pub mod inp;
 pub mod lsm;
 pub mod store;

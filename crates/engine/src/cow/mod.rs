@@ -94,6 +94,8 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
+use crate::breakdown::{self, Phase};
+use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
@@ -105,7 +107,7 @@ use format::{Ent, KIND_LEAF, MAX_HEIGHT, ValRef};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tree::Shadow;
 
 /// Tuning knobs of this engine.
@@ -365,8 +367,7 @@ pub struct CowEngine {
     alloc: Arc<dyn PAllocator>,
     opts: Options,
     fault: Option<Fault>,
-    max_sessions: usize,
-    sessions: AtomicUsize,
+    sessions: SessionGate,
     current: RwLock<Arc<Version>>,
     gate: Mutex<Gate>,
     cv: Condvar,
@@ -394,8 +395,7 @@ impl CowEngine {
             alloc: ctx.alloc,
             opts: opts.cow.clone(),
             fault,
-            max_sessions: ctx.sb.sessions as usize,
-            sessions: AtomicUsize::new(0),
+            sessions: SessionGate::new(ctx.sb.sessions as usize),
             current: RwLock::new(Arc::new(Version {
                 root: root.0,
                 crc: root.1,
@@ -623,32 +623,13 @@ impl Engine for CowEngine {
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {
-        let mut n = self.sessions.load(Ordering::Relaxed);
-        loop {
-            if n >= self.max_sessions {
-                return Err(EngineError::TooManySessions {
-                    max: self.max_sessions,
-                });
-            }
-            match self
-                .sessions
-                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => break,
-                Err(cur) => n = cur,
-            }
-        }
-        match self.alloc.thread() {
-            Ok(th) => Ok(Box::new(CowSession {
-                eng: self,
-                th,
-                buf: Vec::new(),
-            })),
-            Err(e) => {
-                self.sessions.fetch_sub(1, Ordering::AcqRel);
-                Err(e.into())
-            }
-        }
+        let (ticket, th) = self.sessions.enter(&*self.alloc)?;
+        Ok(Box::new(CowSession {
+            eng: self,
+            th,
+            buf: Vec::new(),
+            _ticket: ticket,
+        }))
     }
 
     fn allocator(&self) -> &dyn PAllocator {
@@ -709,12 +690,7 @@ struct CowSession<'e> {
     eng: &'e CowEngine,
     th: Box<dyn AllocThread + 'e>,
     buf: Vec<u8>,
-}
-
-impl Drop for CowSession<'_> {
-    fn drop(&mut self) {
-        self.eng.sessions.fetch_sub(1, Ordering::AcqRel);
-    }
+    _ticket: Ticket<'e>,
 }
 
 impl CowSession<'_> {
@@ -808,6 +784,7 @@ fn poisoned() -> EngineError {
 impl Session for CowSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
         out.clear();
         let v = self.eng.snapshot();
         let pool = &self.eng.pool;
@@ -874,6 +851,7 @@ impl Session for CowSession<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
         let mut n = 0;
         if v.root != 0 && limit > 0 {

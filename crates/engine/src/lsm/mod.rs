@@ -125,6 +125,8 @@ mod format;
 #[cfg(test)]
 mod tests;
 
+use crate::breakdown::{self, Phase};
+use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
@@ -140,7 +142,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Tuning knobs of this engine.
 #[derive(Clone, Debug)]
@@ -257,8 +259,7 @@ pub(crate) struct Lsm {
     fault: Option<Fault>,
     writer: Mutex<Writer>,
     state: RwLock<State>,
-    sessions: AtomicUsize,
-    max_sessions: usize,
+    sessions: SessionGate,
     recovery: EngineRecovery,
     flushes: AtomicU64,
     merged_runs: AtomicU64,
@@ -525,8 +526,7 @@ impl Lsm {
                 mem,
                 version: Arc::new(Version { runs }),
             }),
-            sessions: AtomicUsize::new(0),
-            max_sessions: usize::from(ctx.sb.sessions),
+            sessions: SessionGate::new(usize::from(ctx.sb.sessions)),
             recovery,
             flushes: AtomicU64::new(0),
             merged_runs: AtomicU64::new(0),
@@ -691,6 +691,7 @@ impl Lsm {
                 Err(e) => return Err(e),
             }
         }
+        let cc = breakdown::phase(Phase::Cc);
         format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen);
         let at_off = (w.man.seg + w.pos) as usize;
         // Stored and flushed (non-temporal stores for a large record).
@@ -698,6 +699,7 @@ impl Lsm {
         if self.fault != Some(Fault::AppendUnfenced) {
             self.pool.fence();
         }
+        drop(cc);
         w.pos += len;
         w.next_seq += 1;
         let mut st = self.state.write();
@@ -1126,17 +1128,13 @@ struct LsmSession<'a> {
     rec: Vec<u8>,
     blk: Vec<u8>,
     scratch: Vec<u8>,
-}
-
-impl Drop for LsmSession<'_> {
-    fn drop(&mut self) {
-        self.eng.sessions.fetch_sub(1, Ordering::AcqRel);
-    }
+    _ticket: Ticket<'a>,
 }
 
 impl Session for LsmSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
         self.eng.get_into(key, out, &mut self.blk)
     }
 
@@ -1157,9 +1155,11 @@ impl Session for LsmSession<'_> {
         let mut w = self.eng.writer.lock();
         let _held = LockHeld::enter();
         // Under the writer lock no other write can change the answer.
+        let scan = breakdown::phase(Phase::Scan);
         if !self.eng.get_into(key, &mut self.scratch, &mut self.blk)? {
             return Ok(false);
         }
+        drop(scan);
         self.eng
             .append(&mut w, &mut *self.at, &mut self.rec, &ops)
             .map(|()| true)
@@ -1171,6 +1171,7 @@ impl Session for LsmSession<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
         self.eng.scan(from, limit, f)
     }
 
@@ -1210,31 +1211,11 @@ impl Engine for Lsm {
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>> {
-        let mut n = self.sessions.load(Ordering::Acquire);
-        loop {
-            if n >= self.max_sessions {
-                return Err(EngineError::TooManySessions {
-                    max: self.max_sessions,
-                });
-            }
-            match self
-                .sessions
-                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break,
-                Err(m) => n = m,
-            }
-        }
-        let at = match self.alloc.thread() {
-            Ok(a) => a,
-            Err(e) => {
-                self.sessions.fetch_sub(1, Ordering::AcqRel);
-                return Err(e.into());
-            }
-        };
+        let (ticket, at) = self.sessions.enter(&*self.alloc)?;
         Ok(Box::new(LsmSession {
             eng: self,
             at,
+            _ticket: ticket,
             rec: Vec::new(),
             blk: Vec::new(),
             scratch: Vec::new(),

@@ -1,0 +1,1376 @@
+//! **InP**: the in-place engine of N-Store as P2 §3.1 measures it — tuples
+//! updated where they live, a write-ahead log for atomicity, a persistent
+//! B+tree index — rebuilt on Ferrite's blocks so that every write costs
+//! **one fence**.
+//!
+//! # Design
+//!
+//! - **Tuples**: one allocator block per key (key, value and the block's
+//!   capacity in a 16-byte header; `inp/tree.rs` has the format). An update whose
+//!   value fits the block (and is at most [`Options::inplace_max`] bytes) is
+//!   written *in place*; otherwise a new tuple replaces the old one.
+//! - **Index**: a persistent B+tree whose nodes are allocator blocks.
+//!   Leaves hold 32 unsorted slots (8-byte key prefix + tuple offset) and a
+//!   bitmap; inner nodes hold their own copies of (shortest) separator keys,
+//!   so a deleted tuple never leaves a dangling separator. Leaves split in
+//!   place (the left half stays, the right half goes to a new leaf); no node
+//!   is freed except an emptied leaf, which is unlinked from its parent when
+//!   the parent keeps two or more children (inner nodes never merge).
+//! - **Redo log**: one record per operation or batch (format in `inp/log.rs`):
+//!   the bytes every in-place change writes (tuple values, leaf bitmaps and
+//!   slots, inner nodes, the root word) plus the allocator's operations,
+//!   obtained with `AllocThread::prepare` so that allocation and free commit
+//!   with the record and cost no fence of their own. Blocks the operation
+//!   allocated (new tuples, new nodes) are written directly and flushed: no
+//!   durable pointer reaches them before the record commits.
+//! - **Writers** are serialized by one mutex held across their medium events
+//!   (marked with `LockHeld`); **readers** (`get`, `scan`) take a shared
+//!   `RwLock` that writers take exclusively only for the short apply phase
+//!   (stores only, no flush, no fence), so reads run concurrently with the
+//!   expensive part of every write. A scan holds the shared lock while it
+//!   calls its visitor.
+//! - **One log, not one per session.** Writers are serialized, so a log per
+//!   session would buy nothing; a single pair of areas lets every write's
+//!   one fence also cover the previous write's in-place stores, whichever
+//!   session made them. (N-Store partitions the data per thread instead;
+//!   concurrent writers would need latch coupling in the tree and per-
+//!   session logs — not done.)
+//!
+//! # Commit protocol (why one fence)
+//!
+//! Record `seq` goes to log area `seq % 2`. A write:
+//! 1. reserves blocks, stages its node changes in DRAM, writes new blocks;
+//! 2. `prepare`s the allocator operations, builds the record;
+//! 3. flushes the new blocks and the record, **and the in-place stores of
+//!    the previous record** (left unflushed by it), then **fences** — the
+//!    commit point;
+//! 4. applies the record in place (stores only: no flush in flight when it
+//!    unlocks or returns, rule 8), and returns.
+//!
+//! The applied stores of record `seq` become durable with record `seq+1`'s
+//! fence, before record `seq+2` overwrites record `seq`'s area. So after a
+//! crash the (up to) two valid records are replayed in order: redo writes
+//! are absolute, replaying a complete record again is harmless, and the
+//! newer one's writes win. Recovery then retires both (one word) so a later
+//! crash never replays them over newer state.
+//!
+//! Replaying a *complete* record must not undo allocator changes made since
+//! outside the log. The lock heap's reserve only splits free space (a replay
+//! that marks a split block free again leaves free space free). The Ferrite
+//! heap may format a run on the pages of a freed extent, so with it the
+//! blocks a record frees go back to the allocator (`commit_prepared`) only
+//! once that record can no longer be replayed — after record `seq+2`
+//! commits. When space runs out, two empty records release them at once.
+//!
+//! # Fences and flushed lines per operation
+//!
+//! | operation | fences | lines flushed |
+//! |-----------|--------|---------------|
+//! | get, scan | 0 | 0 |
+//! | put, update in place (value of `v` bytes) | 1 | record `⌈(64 + v)/64⌉` + value `⌈v/64⌉` + length word 1 (1000 B: 17 + 16 + 1 = 34) |
+//! | put, insert (key `k`, value `v`) | 1 + the allocator's own (Ferrite heap: 1 when it starts a run, measured 1.01/insert; lock heap: 2 when its reserve splits a free block, measured 3.12/insert) | tuple `⌈(16 + k + v)/64⌉` + record 2 + leaf bitmap, slot, allocator word 3 (1000 B: 17 + 5 = 22) |
+//! | put, out-of-place update (value too big for its block, or over `inplace_max`) | 1 | tuple + record 2 + slot 1 + allocator words 2 |
+//! | delete | 1 | record 1 + bitmap 1 + allocator word 1 |
+//! | batch of n operations | 1 | the sum of its operations' lines (a record's lines are shared) |
+//!
+//! The data lines of a write are flushed by the *next* write's fence (or by
+//! `quiesce`/drop); they count against the write that stored them. The
+//! update, delete and get figures are measured exactly by
+//! `tests::one_fence_per_write_none_per_read` on both allocators.
+//!
+//! One fence is the floor for a write that is durable when it returns: the
+//! record must be durable before any of its stores can reach the media, and
+//! the caller must not return before it is. Blocks the write allocated are
+//! flushed under that same fence, so the record carries their checksums
+//! (`log`, "fresh" items): recovery replays the newest record only if they
+//! survived. A leaf split adds one new leaf and a logged separator insert
+//! (an inner node's changed bytes); an inner split likewise, still within
+//! the one fence. Updating in place writes the value twice (log and tuple);
+//! an out-of-place update writes it once but pays the allocator (reserve,
+//! prepare, a free) — measured slower here (50/50 read/update of 1000-B
+//! values, one thread: 270–740 k ops/s in place vs 160–390 k out of place,
+//! on a shared, noisy 2-core machine).
+//!
+//! # Fixed area (little-endian, pool offsets from the area start)
+//!
+//! ```text
+//!  0  8  magic "FRTINP01"
+//!  8  8  root node (pool offset; 0 = empty tree)
+//! 16  8  retired: records with seq <= this are dead (set by recovery)
+//! 24 40  zero
+//! 64     log area 0 (L bytes), then log area 1 (L bytes); L = (area - 64) / 2, a multiple of 64
+//! ```
+
+mod log;
+#[cfg(test)]
+mod tests;
+mod tree;
+
+use crate::breakdown::{self, Measured, Phase};
+use crate::gate::{SessionGate, Ticket};
+use crate::store::EngineCtx;
+use crate::{
+    AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
+    Session, StoreOptions, Walk, check_key, check_ops, check_value,
+};
+use ferrite_alloc::{AllocThread, Heap, LockHeap, MetaOp, PAllocator, Publish, Reservation};
+use ferrite_pmem::{HEADER_SIZE, LockHeld, POff, Region};
+use log::{Item, REC_HDR, RecBuf};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tree::{
+    FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, SLOTS, Src, TUPLE_HDR, corrupt, descend,
+    init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot, shortest_sep,
+    slot,
+};
+
+/// Tuning knobs of this engine.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes of each of the two log areas (a record, hence a batch, must
+    /// fit one). Fixed at create.
+    pub log_bytes: usize,
+    /// Largest value updated in place; larger ones get a new tuple (their
+    /// bytes would be written twice, once in the log).
+    pub inplace_max: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            log_bytes: 128 << 10,
+            inplace_max: 16 << 10,
+        }
+    }
+}
+
+impl Options {
+    /// Small sizes for the crash checks: two 16 KiB log areas (a batch of
+    /// the checks' largest values fits), in-place updates up to 1 KiB (so
+    /// both the in-place and the new-tuple paths run).
+    pub fn for_checks() -> Options {
+        Options {
+            log_bytes: 16 << 10,
+            inplace_max: 1024,
+        }
+    }
+}
+
+/// Planted bugs of this engine (checks only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The record is not flushed before the commit fence: it may not be
+    /// durable when the write returns (a later crash loses an acknowledged
+    /// write, or replays a torn one).
+    SkipRecordFlush,
+    /// The record's changes are applied in place *before* the commit fence:
+    /// a crash at that fence can leave part of an unacknowledged operation
+    /// (a bitmap bit without its slot, half a value).
+    ApplyBeforeCommit,
+    /// The previous record's in-place stores are never flushed: once a
+    /// later record overwrites its log area, they may be lost.
+    SkipDeferredFlush,
+}
+
+impl Fault {
+    pub const ALL: &'static [Fault] = &[
+        Fault::SkipRecordFlush,
+        Fault::ApplyBeforeCommit,
+        Fault::SkipDeferredFlush,
+    ];
+}
+
+const HDR_MAGIC: &[u8; 8] = b"FRTINP01";
+const HDR_BYTES: u64 = 64;
+const ROOT_AT: u64 = 8;
+const RETIRED_AT: u64 = 16;
+
+pub(crate) fn fixed_area_bytes(opts: &StoreOptions) -> usize {
+    HDR_BYTES as usize + 2 * opts.inp.log_bytes.max(4096).next_multiple_of(64)
+}
+
+fn log_cap(area_len: u64) -> usize {
+    (area_len.saturating_sub(HDR_BYTES) / 2) as usize & !63
+}
+
+/// Key bounds and level a subtree must respect (walk).
+type Bounds<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, Option<u16>);
+
+/// Where a writer found a key: its leaf, and its slot and tuple if present
+/// (`None`: the tree is empty).
+type Found = Option<(u64, Option<(usize, u64)>)>;
+
+/// Volatile counters.
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    inplace: AtomicU64,
+    outplace: AtomicU64,
+    splits: AtomicU64,
+    leaves_freed: AtomicU64,
+    rotations: AtomicU64,
+}
+
+/// Writer state, under the writer mutex.
+struct WState {
+    /// Last committed record.
+    seq: u64,
+    /// Ranges the last record stored in place, not yet flushed.
+    pending: Vec<(u64, usize)>,
+    /// Ferrite heap: frees of record `seq`, released after `seq + 2` commits.
+    held: VecDeque<(u64, Vec<POff<u8>>)>,
+    rec: RecBuf,
+    metaops: Vec<MetaOp>,
+    tmp: Vec<u8>,
+}
+
+struct Inp {
+    geo: Geo,
+    area_off: u64,
+    log_cap: usize,
+    seed: u32,
+    alloc: Arc<dyn PAllocator>,
+    hold_frees: bool,
+    opts: Options,
+    fault: Option<Fault>,
+    w: Mutex<WState>,
+    rw: RwLock<()>,
+    gate: SessionGate,
+    keys: AtomicU64,
+    recovery: EngineRecovery,
+    st: Counters,
+}
+
+fn fault_of(opts: &StoreOptions) -> Option<Fault> {
+    match opts.fault {
+        crate::Fault::Inp(f) => Some(f),
+        _ => None,
+    }
+}
+
+fn heap_bounds(ctx: &EngineCtx) -> (u64, u64) {
+    let lo = HEADER_SIZE as u64 + ctx.sb.heap_off;
+    (lo, lo + ctx.sb.heap_len)
+}
+
+pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engine>> {
+    let cap = log_cap(ctx.area_len);
+    if cap < 4096 {
+        return Err(EngineError::BadOption("inp: log area too small".into()));
+    }
+    let p = &ctx.pool;
+    let a = ctx.area_off as usize;
+    p.fill(a, HDR_BYTES as usize, 0);
+    p.write(a, HDR_MAGIC);
+    p.fill(a + HDR_BYTES as usize, 64, 0);
+    p.fill(a + HDR_BYTES as usize + cap, 64, 0);
+    p.flush(a + HDR_BYTES as usize, 64);
+    p.flush(a + HDR_BYTES as usize + cap, 64);
+    p.persist(a, HDR_BYTES as usize);
+    let rec = EngineRecovery {
+        detail: "created".into(),
+        ..EngineRecovery::default()
+    };
+    Ok(Box::new(Inp::new(ctx, opts, 0, 0, rec)))
+}
+
+pub(crate) fn open(
+    mut ctx: EngineCtx,
+    opts: &StoreOptions,
+) -> Result<(Box<dyn Engine>, EngineRecovery)> {
+    let p = ctx.pool.clone();
+    let a = ctx.area_off;
+    let cap = log_cap(ctx.area_len);
+    let mut magic = [0u8; 8];
+    p.read(a as usize, &mut magic);
+    if &magic != HDR_MAGIC || cap < 4096 {
+        return Err(corrupt("bad fixed-area magic"));
+    }
+    let (lo, hi) = heap_bounds(&ctx);
+    let seed = log::seed(ctx.sb.nonce);
+    let retired = p.load_u64((a + RETIRED_AT) as usize);
+    // Valid records newer than the retired mark, by seq.
+    let mut recs: Vec<(u64, Vec<u8>)> = Vec::new();
+    for area in 0..2u64 {
+        let at = (a + HDR_BYTES) as usize + area as usize * cap;
+        let mut h = [0u8; REC_HDR];
+        p.read(at, &mut h);
+        if let Some((len, seq)) = log::header(&h, cap) {
+            let rec = p.read_vec(at, len);
+            if seq > retired && seq % 2 == area && log::validate(&rec, seed) {
+                recs.push((seq, rec));
+            }
+        }
+    }
+    recs.sort_by_key(|r| r.0);
+    let mut detail = String::new();
+    if recs.len() == 2 && recs[0].0 + 1 != recs[1].0 {
+        // Only consecutive records can both be live; an older one is stale.
+        recs.remove(0);
+        detail.push_str("stale record ignored; ");
+    }
+    let in_bounds = |off: u64, len: usize| {
+        let end = off.checked_add(len as u64);
+        (off >= lo && end.is_some_and(|e| e <= hi))
+            || (off >= a && end.is_some_and(|e| e <= a + HDR_BYTES))
+    };
+    // Check every record whole before applying any of it.
+    for (seq, rec) in &recs {
+        log::for_each_item(rec, |it| {
+            let ok = match it {
+                Item::Write { off, data } => in_bounds(off, data.len()),
+                Item::Meta(m) => m.off.is_multiple_of(8) && in_bounds(m.off, 8),
+                Item::Fresh { off, len, .. } => off >= lo && in_bounds(off, len),
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err("item outside the heap".into())
+            }
+        })
+        .map_err(|e| corrupt(format!("log record {seq}: {e}")))?;
+    }
+    // Every record found is dead after this recovery, replayed or not.
+    let newest = recs.last().map_or(retired, |r| r.0);
+    // The newest record committed only if the blocks it wrote directly
+    // survived its fence; the older one's did (its fence completed).
+    if let Some((s, rec)) = recs.last() {
+        let mut whole = true;
+        log::for_each_item(rec, |it| {
+            if let Item::Fresh { off, len, crc } = it
+                && crc32c::crc32c(&p.read_vec(off as usize, len)) != crc
+            {
+                whole = false;
+            }
+            Ok(())
+        })
+        .map_err(|e| corrupt(format!("log record {s}: {e}")))?;
+        if !whole {
+            recs.pop();
+            detail.push_str("newest record discarded (its new blocks did not survive); ");
+        }
+    }
+    let mut changed_meta = false;
+    for (s, rec) in &recs {
+        log::for_each_item(rec, |it| {
+            match it {
+                Item::Write { off, data } => {
+                    p.write(off as usize, data);
+                    p.flush(off as usize, data.len());
+                }
+                Item::Meta(m) => {
+                    if !m.is_applied(&p) {
+                        changed_meta = true;
+                    }
+                    m.apply(&p);
+                    p.flush(m.off as usize, 8);
+                }
+                Item::Fresh { .. } => {}
+            }
+            Ok(())
+        })
+        .map_err(|e| corrupt(format!("log record {s}: {e}")))?;
+    }
+    let seq = newest;
+    if seq != retired {
+        p.fence();
+        // Retire them: replaying them again after later writes would undo
+        // those, and a discarded one must never validate later.
+        p.store_u64_persist((a + RETIRED_AT) as usize, seq);
+        if changed_meta {
+            // The heap was opened on the image as the crash left it; it
+            // must see the replayed allocations and frees.
+            let region = p
+                .sub(lo as usize, (hi - lo) as usize)
+                .map_err(|e| corrupt(e.to_string()))?;
+            let alloc: Arc<dyn PAllocator> = match ctx.sb.allocator {
+                AllocKind::Ferrite => Arc::new(Measured(Arc::new(Heap::open(region)?))),
+                AllocKind::Lock => Arc::new(Measured(Arc::new(LockHeap::open(region)?))),
+                // prepare() is Ferrite's: an external allocator commits
+                // through its own publish, so no record holds its operations.
+                AllocKind::Pmdk => {
+                    return Err(corrupt(
+                        "a log record holds allocator operations, but the store is on the pmdk allocator",
+                    ));
+                }
+            };
+            ctx.alloc = alloc;
+            detail.push_str("allocator reopened after replay; ");
+        }
+    }
+    let replayed = recs.len();
+    let mut rec = EngineRecovery {
+        replayed,
+        ..EngineRecovery::default()
+    };
+    let eng = Inp::new(ctx, opts, seq, 0, rec.clone());
+    let keys = eng.count_keys()?;
+    eng.keys.store(keys, Ordering::Relaxed);
+    rec.keys = keys;
+    rec.detail = format!("{detail}{replayed} log records replayed, {keys} keys");
+    let mut eng = eng;
+    eng.recovery = rec.clone();
+    Ok((Box::new(eng), rec))
+}
+
+impl Inp {
+    fn new(ctx: EngineCtx, opts: &StoreOptions, seq: u64, keys: u64, rec: EngineRecovery) -> Inp {
+        let (lo, hi) = heap_bounds(&ctx);
+        Inp {
+            geo: Geo {
+                pool: ctx.pool,
+                lo,
+                hi,
+            },
+            area_off: ctx.area_off,
+            log_cap: log_cap(ctx.area_len),
+            seed: log::seed(ctx.sb.nonce),
+            alloc: ctx.alloc,
+            hold_frees: ctx.sb.allocator == AllocKind::Ferrite,
+            opts: opts.inp.clone(),
+            fault: fault_of(opts),
+            w: Mutex::new(WState {
+                seq,
+                pending: Vec::new(),
+                held: VecDeque::new(),
+                rec: RecBuf::default(),
+                metaops: Vec::new(),
+                tmp: Vec::new(),
+            }),
+            rw: RwLock::new(()),
+            gate: SessionGate::new(ctx.sb.sessions as usize),
+            keys: AtomicU64::new(keys),
+            recovery: rec,
+            st: Counters::default(),
+        }
+    }
+
+    fn pool(&self) -> &Region {
+        &self.geo.pool
+    }
+
+    fn root(&self) -> u64 {
+        self.pool().load_u64((self.area_off + ROOT_AT) as usize)
+    }
+
+    fn area_at(&self, seq: u64) -> usize {
+        (self.area_off + HDR_BYTES) as usize + (seq % 2) as usize * self.log_cap
+    }
+
+    /// Counts live keys (leaf bitmaps), bounded against cycles.
+    fn count_keys(&self) -> Result<u64> {
+        let root = self.root();
+        if root == 0 {
+            return Ok(0);
+        }
+        let mut keys = 0u64;
+        let mut stack = vec![(root, 0usize)];
+        let mut seen = 0usize;
+        let max_nodes = ((self.geo.hi - self.geo.lo) as usize / LEAF_BYTES).max(1);
+        while let Some((n, depth)) = stack.pop() {
+            seen += 1;
+            if seen > max_nodes || depth > MAX_DEPTH {
+                return Err(corrupt("more nodes than the heap holds (a cycle?)"));
+            }
+            if tree::is_leaf(&self.geo, n)? {
+                let mut b = [0u8; LEAF_BYTES];
+                self.geo.read(n, LEAF_BYTES, 0, &mut b)?;
+                keys += u64::from(leaf_bitmap(&b)?.count_ones());
+            } else {
+                for i in 0..tree::inner_n(&self.geo, n)? {
+                    stack.push((tree::inner_child_at(&self.geo, n, i)?, depth + 1));
+                }
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Makes the last record's in-place stores durable (quiesce, drop).
+    fn settle(&self, w: &mut WState) {
+        if !w.pending.is_empty() {
+            for &(o, l) in &w.pending {
+                self.pool().flush(o as usize, l);
+            }
+            w.pending.clear();
+            self.pool().fence();
+        }
+    }
+
+    /// Commits the staged operation `op` as record `w.seq + 1` (see the
+    /// module documentation). On error nothing was applied and the caller
+    /// cancels the reservations. `force`: commit even an empty record.
+    fn commit(
+        &self,
+        w: &mut WState,
+        th: &mut (dyn AllocThread + '_),
+        op: &mut OpState,
+        force: bool,
+    ) -> Result<()> {
+        if !force
+            && op.res.is_empty()
+            && op.frees.is_empty()
+            && op.staged.is_empty()
+            && op.writes.is_empty()
+            && op.new_root.is_none()
+        {
+            return Ok(());
+        }
+        // Building, writing and fencing the record: P2's crash consistency.
+        let cc = breakdown::phase(Phase::Cc);
+        let pool = self.pool();
+        w.metaops.clear();
+        if !op.res.is_empty() || !op.frees.is_empty() {
+            th.prepare(
+                &Publish {
+                    allocs: &op.res,
+                    frees: &op.frees,
+                    links: &[],
+                },
+                &mut w.metaops,
+            )?;
+        }
+        let seq = w.seq + 1;
+        let WState {
+            rec, metaops, tmp, ..
+        } = &mut *w;
+        rec.reset();
+        let freed = |off: u64| op.free_ranges.iter().any(|&(a, b)| off >= a && off < b);
+        for (&base, st) in &op.staged {
+            // A block this record frees gets no writes: once the free is
+            // released, a replay of this record must not touch its reuse.
+            if st.fresh || freed(base) {
+                continue;
+            }
+            tmp.resize(st.buf.len(), 0);
+            pool.read(base as usize, tmp);
+            // Changed 8-byte words, in runs.
+            let words = st.buf.len() / 8;
+            let mut i = 0;
+            while i < words {
+                if st.buf[8 * i..8 * i + 8] == tmp[8 * i..8 * i + 8] {
+                    i += 1;
+                    continue;
+                }
+                let s = i;
+                while i < words && st.buf[8 * i..8 * i + 8] != tmp[8 * i..8 * i + 8] {
+                    i += 1;
+                }
+                rec.push_write(base + 8 * s as u64, &st.buf[8 * s..8 * i]);
+            }
+        }
+        for (off, data) in &op.writes {
+            if !freed(*off) {
+                rec.push_write(*off, data);
+            }
+        }
+        if let Some(r) = op.new_root {
+            rec.push_write(self.area_off + ROOT_AT, &r.to_le_bytes());
+        }
+        for m in metaops.iter() {
+            rec.push_meta(m);
+        }
+        for (&base, st) in &op.staged {
+            if st.fresh {
+                rec.push_fresh(base, st.buf.len(), crc32c::crc32c(&st.buf));
+            }
+        }
+        for &(o, l, crc) in &op.fresh_tuples {
+            rec.push_fresh(o, l, crc);
+        }
+        if rec.len() > self.log_cap {
+            th.abort_prepared(&Publish {
+                allocs: &op.res,
+                frees: &op.frees,
+                links: &[],
+            });
+            return Err(EngineError::BatchTooLarge {
+                ops: op.ops,
+                max: op.ops.saturating_mul(self.log_cap) / rec.len(),
+            });
+        }
+        rec.finish(seq, self.seed);
+        // New blocks: written directly, durable with the record.
+        for (&base, st) in &op.staged {
+            if st.fresh {
+                pool.write(base as usize, &st.buf);
+                pool.flush(base as usize, st.buf.len());
+            }
+        }
+        for &(o, l, _) in &op.fresh_tuples {
+            pool.flush(o as usize, l);
+        }
+        let at = self.area_at(seq);
+        if self.fault == Some(Fault::SkipRecordFlush) {
+            pool.write(at, &rec.buf);
+        } else {
+            // Stores and flushes (non-temporal stores for a long record).
+            pool.write_nodrain(at, &rec.buf);
+        }
+        if self.fault != Some(Fault::SkipDeferredFlush) {
+            for &(o, l) in &w.pending {
+                pool.flush(o as usize, l);
+            }
+        }
+        w.pending.clear();
+        let early = self.fault == Some(Fault::ApplyBeforeCommit);
+        if early {
+            self.apply(w);
+        }
+        pool.fence();
+        drop(cc);
+        if !early {
+            let _g = self.rw.write();
+            self.apply(w);
+        }
+        // Allocator bookkeeping, now that the record is durable.
+        let frees = std::mem::take(&mut op.frees);
+        if self.hold_frees {
+            th.commit_prepared(&Publish {
+                allocs: &op.res,
+                frees: &[],
+                links: &[],
+            });
+            if !frees.is_empty() {
+                w.held.push_back((seq, frees));
+            }
+            while let Some((s, _)) = w.held.front()
+                && s + 2 <= seq
+            {
+                let (_, f) = w.held.pop_front().expect("front exists");
+                th.commit_prepared(&Publish {
+                    allocs: &[],
+                    frees: &f,
+                    links: &[],
+                });
+            }
+        } else {
+            th.commit_prepared(&Publish {
+                allocs: &op.res,
+                frees: &frees,
+                links: &[],
+            });
+        }
+        op.res.clear();
+        w.seq = seq;
+        self.st.commits.fetch_add(1, Ordering::Relaxed);
+        self.st.inplace.fetch_add(op.inplace, Ordering::Relaxed);
+        self.st.outplace.fetch_add(op.outplace, Ordering::Relaxed);
+        self.st.splits.fetch_add(op.splits, Ordering::Relaxed);
+        self.st
+            .leaves_freed
+            .fetch_add(op.leaves_freed, Ordering::Relaxed);
+        if op.keys_delta >= 0 {
+            self.keys.fetch_add(op.keys_delta as u64, Ordering::Relaxed);
+        } else {
+            self.keys
+                .fetch_sub(op.keys_delta.unsigned_abs(), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Stores the record in `w.rec` in place (no flush: the next record's
+    /// fence makes them durable) and remembers what to flush.
+    fn apply(&self, w: &mut WState) {
+        let pool = self.pool();
+        let WState { rec, pending, .. } = w;
+        let r = log::for_each_item(&rec.buf, |it| {
+            match it {
+                Item::Write { off, data } => {
+                    pool.write(off as usize, data);
+                    pending.push((off, data.len()));
+                }
+                Item::Meta(m) => {
+                    m.apply(pool);
+                    pending.push((m.off, 8));
+                }
+                Item::Fresh { .. } => {}
+            }
+            Ok(())
+        });
+        debug_assert!(r.is_ok(), "own record malformed: {r:?}");
+    }
+
+    /// Two empty records: every held free becomes releasable (full pool).
+    fn rotate(&self, w: &mut WState, th: &mut (dyn AllocThread + '_)) -> Result<()> {
+        let mut empty = OpState::default();
+        for _ in 0..2 {
+            self.commit(w, th, &mut empty, true)?;
+        }
+        self.st.rotations.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Walks the subtree at `n`; its keys must lie in `lo..hi` and its
+    /// level be `expect_level` (when known).
+    fn walk_node(
+        &self,
+        n: u64,
+        depth: usize,
+        (lo, hi, expect_level): Bounds<'_>,
+        out: &mut Walk,
+        seen: &mut HashSet<u64>,
+    ) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(corrupt("tree deeper than 32 levels"));
+        }
+        if !seen.insert(n) {
+            return Err(corrupt(format!("node {n:#x} reached twice")));
+        }
+        let g = &self.geo;
+        if tree::is_leaf(g, n)? {
+            if expect_level.is_some_and(|l| l != 0) {
+                return Err(corrupt(format!("leaf {n:#x} at an inner level")));
+            }
+            let mut b = [0u8; LEAF_BYTES];
+            g.read(n, LEAF_BYTES, 0, &mut b)?;
+            out.blocks.push((n, LEAF_BYTES as u64));
+            let ents = leaf_sorted(g, &b)?;
+            let mut bm = leaf_bitmap(&b)?;
+            while bm != 0 {
+                let i = bm.trailing_zeros() as usize;
+                bm &= bm - 1;
+                let (p, t) = slot(&b, i);
+                let mut kb = [0u8; MAX_KEY];
+                if prefix(g.tuple_key(t, &mut kb)?) != p {
+                    return Err(corrupt(format!("leaf {n:#x} slot {i}: wrong prefix")));
+                }
+            }
+            for (k, t) in ents {
+                if lo.is_some_and(|l| k.as_slice() < l) || hi.is_some_and(|h| k.as_slice() >= h) {
+                    return Err(corrupt(format!("leaf {n:#x}: key outside its separators")));
+                }
+                if out.entries.last().is_some_and(|(pk, _)| *pk >= k) {
+                    return Err(corrupt(format!("leaf {n:#x}: keys out of order")));
+                }
+                if !seen.insert(t) {
+                    return Err(corrupt(format!("tuple {t:#x} referenced twice")));
+                }
+                let (kl, vl, _) = g.tuple_hdr(t)?;
+                let mut v = Vec::new();
+                g.tuple_value(t, &mut v)?;
+                out.blocks.push((t, (TUPLE_HDR + kl + vl) as u64));
+                out.entries.push((k, v));
+            }
+            return Ok(());
+        }
+        let mut b = vec![0u8; INNER_BYTES];
+        g.read(n, INNER_BYTES, 0, &mut b)?;
+        let d = InnerD::decode(&b, n)?;
+        if expect_level.is_some_and(|l| l != d.level) {
+            return Err(corrupt(format!("inner {n:#x}: wrong level")));
+        }
+        out.blocks.push((n, INNER_BYTES as u64));
+        for w in d.seps.windows(2) {
+            if w[0] >= w[1] {
+                return Err(corrupt(format!("inner {n:#x}: separators out of order")));
+            }
+        }
+        for (i, &c) in d.children.iter().enumerate() {
+            let clo = if i == 0 {
+                lo
+            } else {
+                Some(d.seps[i - 1].as_slice())
+            };
+            let chi = if i == d.seps.len() {
+                hi
+            } else {
+                Some(d.seps[i].as_slice())
+            };
+            self.walk_node(c, depth + 1, (clo, chi, Some(d.level - 1)), out, seen)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Inp {
+    fn drop(&mut self) {
+        let mut w = std::mem::replace(
+            self.w.get_mut(),
+            WState {
+                seq: 0,
+                pending: Vec::new(),
+                held: VecDeque::new(),
+                rec: RecBuf::default(),
+                metaops: Vec::new(),
+                tmp: Vec::new(),
+            },
+        );
+        self.settle(&mut w);
+    }
+}
+
+impl Engine for Inp {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Inp
+    }
+
+    fn session(&self) -> Result<Box<dyn Session + '_>> {
+        let (ticket, th) = self.gate.enter(&*self.alloc)?;
+        Ok(Box::new(InpSession {
+            eng: self,
+            th,
+            _ticket: ticket,
+            op: OpState::default(),
+            path: Vec::with_capacity(MAX_DEPTH),
+            kbuf: Box::new([0u8; MAX_KEY]),
+        }))
+    }
+
+    fn allocator(&self) -> &dyn PAllocator {
+        &*self.alloc
+    }
+
+    fn recovery(&self) -> &EngineRecovery {
+        &self.recovery
+    }
+
+    fn stats(&self) -> EngineStats {
+        let s = &self.st;
+        EngineStats {
+            keys: self.keys.load(Ordering::Relaxed),
+            detail: format!(
+                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}",
+                s.commits.load(Ordering::Relaxed),
+                s.inplace.load(Ordering::Relaxed),
+                s.outplace.load(Ordering::Relaxed),
+                s.splits.load(Ordering::Relaxed),
+                s.leaves_freed.load(Ordering::Relaxed),
+                s.rotations.load(Ordering::Relaxed),
+            ),
+        }
+    }
+
+    fn quiesce(&self) -> Result<()> {
+        let _held = LockHeld::enter();
+        let mut w = self.w.lock();
+        if !w.held.is_empty() {
+            // Give held-back frees to the allocator: its accounting then
+            // matches the tree.
+            let mut th = self.alloc.thread()?;
+            self.rotate(&mut w, &mut *th)?;
+        }
+        self.settle(&mut w);
+        Ok(())
+    }
+
+    fn walk(&self) -> Result<Walk> {
+        let _r = self.rw.read();
+        let mut out = Walk::default();
+        let root = self.root();
+        if root != 0 {
+            let mut seen = HashSet::new();
+            self.walk_node(root, 0, (None, None, None), &mut out, &mut seen)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A node copy a writer changes, logged (or, when `fresh`, written
+/// directly) at commit.
+struct Staged {
+    buf: Vec<u8>,
+    fresh: bool,
+}
+
+/// One operation (or batch) being built.
+#[derive(Default)]
+struct OpState {
+    /// Node base → its staged copy (ordered: deterministic records).
+    staged: BTreeMap<u64, Staged>,
+    res: Vec<Reservation>,
+    fresh_tuples: Vec<(u64, usize, u32)>,
+    frees: Vec<POff<u8>>,
+    free_ranges: Vec<(u64, u64)>,
+    /// Logged in-place tuple writes.
+    writes: Vec<(u64, Vec<u8>)>,
+    new_root: Option<u64>,
+    inplace_bytes: usize,
+    ops: usize,
+    keys_delta: i64,
+    inplace: u64,
+    outplace: u64,
+    splits: u64,
+    leaves_freed: u64,
+}
+
+impl OpState {
+    fn clear(&mut self) {
+        self.staged.clear();
+        debug_assert!(self.res.is_empty());
+        self.fresh_tuples.clear();
+        self.frees.clear();
+        self.free_ranges.clear();
+        self.writes.clear();
+        self.new_root = None;
+        self.inplace_bytes = 0;
+        self.ops = 0;
+        self.keys_delta = 0;
+        self.inplace = 0;
+        self.outplace = 0;
+        self.splits = 0;
+        self.leaves_freed = 0;
+    }
+}
+
+/// Nodes as a writer sees them: its staged copies over the pool.
+struct WSrc<'x> {
+    geo: &'x Geo,
+    staged: &'x BTreeMap<u64, Staged>,
+}
+
+impl Src for WSrc<'_> {
+    fn read(&self, base: u64, size: usize, rel: usize, dst: &mut [u8]) -> Result<()> {
+        match self.staged.get(&base) {
+            Some(s) => {
+                let src = s
+                    .buf
+                    .get(rel..rel + dst.len())
+                    .ok_or_else(|| corrupt("node smaller than read"))?;
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+            None => self.geo.read(base, size, rel, dst),
+        }
+    }
+}
+
+/// A writer's view during one operation.
+struct Writer<'e, 't> {
+    eng: &'e Inp,
+    th: &'t mut (dyn AllocThread + 'e),
+    op: &'t mut OpState,
+    path: &'t mut Vec<(u64, usize)>,
+    kbuf: &'t mut [u8; MAX_KEY],
+}
+
+impl Writer<'_, '_> {
+    fn root(&self) -> u64 {
+        self.op.new_root.unwrap_or_else(|| self.eng.root())
+    }
+
+    /// The staged copy of node `off` (staging it first).
+    fn stage(&mut self, off: u64, size: usize) -> Result<&mut Vec<u8>> {
+        if !self.op.staged.contains_key(&off) {
+            self.eng.geo.check(off, size)?;
+            let buf = self.eng.pool().read_vec(off as usize, size);
+            self.op.staged.insert(off, Staged { buf, fresh: false });
+        }
+        Ok(&mut self.op.staged.get_mut(&off).expect("staged").buf)
+    }
+
+    fn new_node(&mut self, size: usize) -> Result<u64> {
+        let r = self.th.reserve(size)?;
+        let off = r.off().raw();
+        self.op.res.push(r);
+        self.op.staged.insert(
+            off,
+            Staged {
+                buf: vec![0u8; size],
+                fresh: true,
+            },
+        );
+        Ok(off)
+    }
+
+    /// A new tuple, written now (flushed at commit).
+    fn new_tuple(&mut self, key: &[u8], value: &[u8]) -> Result<u64> {
+        let len = TUPLE_HDR + key.len() + value.len();
+        let r = self.th.reserve(len)?;
+        let off = r.off().raw();
+        let cap = r.usable_size().min(u32::MAX as usize) as u32;
+        self.op.res.push(r);
+        self.eng.geo.check(off, len)?;
+        let p = self.eng.pool();
+        let mut h = [0u8; TUPLE_HDR];
+        h[0..4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&cap.to_le_bytes());
+        p.write(off as usize, &h);
+        p.write(off as usize + TUPLE_HDR, key);
+        p.write(off as usize + TUPLE_HDR + key.len(), value);
+        let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(&h), key), value);
+        self.op.fresh_tuples.push((off, len, crc));
+        Ok(off)
+    }
+
+    fn free_tuple(&mut self, t: u64, cap: usize) {
+        self.op.frees.push(POff::new(t));
+        self.op.free_ranges.push((t, t + cap as u64));
+    }
+
+    /// Finds `key`: `(leaf, slot, tuple)` or the leaf it belongs in.
+    fn find(&mut self, key: &[u8]) -> Result<Found> {
+        let root = self.root();
+        if root == 0 {
+            return Ok(None);
+        }
+        let src = WSrc {
+            geo: &self.eng.geo,
+            staged: &self.op.staged,
+        };
+        let leaf = descend(&src, root, key, self.path, self.kbuf)?;
+        let mut b = [0u8; LEAF_BYTES];
+        src.read(leaf, LEAF_BYTES, 0, &mut b)?;
+        let hit = leaf_find(&self.eng.geo, &b, key, prefix(key), self.kbuf)?;
+        Ok(Some((leaf, hit)))
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.op.ops += 1;
+        let kp = prefix(key);
+        match self.find(key)? {
+            None => {
+                let t = self.new_tuple(key, value)?;
+                let leaf = self.new_node(LEAF_BYTES)?;
+                let b = self.stage(leaf, LEAF_BYTES)?;
+                init_leaf(b);
+                set_slot(b, 0, kp, t);
+                set_bitmap(b, 1);
+                self.op.new_root = Some(leaf);
+                self.op.keys_delta += 1;
+            }
+            Some((leaf, Some((i, t)))) => {
+                let (kl, vl, cap) = self.eng.geo.tuple_hdr(t)?;
+                let budget = self.eng.log_cap / 2;
+                if TUPLE_HDR + kl + value.len() <= cap
+                    && value.len() <= self.eng.opts.inplace_max
+                    && self.op.inplace_bytes + value.len() + 64 <= budget
+                {
+                    self.op.inplace_bytes += value.len() + 64;
+                    if vl != value.len() {
+                        self.op
+                            .writes
+                            .push((t + 4, (value.len() as u32).to_le_bytes().to_vec()));
+                    }
+                    if !value.is_empty() {
+                        self.op
+                            .writes
+                            .push((t + (TUPLE_HDR + kl) as u64, value.to_vec()));
+                    }
+                    self.op.inplace += 1;
+                } else {
+                    let t2 = self.new_tuple(key, value)?;
+                    let b = self.stage(leaf, LEAF_BYTES)?;
+                    set_slot(b, i, kp, t2);
+                    self.free_tuple(t, cap);
+                    self.op.outplace += 1;
+                }
+            }
+            Some((leaf, None)) => {
+                let t = self.new_tuple(key, value)?;
+                self.leaf_insert(leaf, key, kp, t)?;
+                self.op.keys_delta += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        self.op.ops += 1;
+        let Some((leaf, Some((i, t)))) = self.find(key)? else {
+            return Ok(false);
+        };
+        let (_, _, cap) = self.eng.geo.tuple_hdr(t)?;
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)? & !(1 << i);
+        set_bitmap(b, bm);
+        self.free_tuple(t, cap);
+        self.op.keys_delta -= 1;
+        if bm == 0 {
+            self.drop_empty_leaf(leaf)?;
+        }
+        Ok(true)
+    }
+
+    /// Unlinks and frees an emptied leaf when its parent keeps at least
+    /// two children (its key range joins a neighbour's). A leaf this
+    /// operation allocated, or one whose parent would be left with one
+    /// child, stays (empty leaves are valid).
+    fn drop_empty_leaf(&mut self, leaf: u64) -> Result<()> {
+        let Some(&(p, i)) = self.path.last() else {
+            return Ok(());
+        };
+        if self.op.staged.get(&leaf).is_some_and(|s| s.fresh) {
+            return Ok(());
+        }
+        let b = self.stage(p, INNER_BYTES)?;
+        let mut d = InnerD::decode(b, p)?;
+        if d.children.len() < 3 || d.children.get(i) != Some(&leaf) {
+            return Ok(());
+        }
+        d.children.remove(i);
+        // Child i covered sep[i-1]..sep[i]: the left neighbour takes it
+        // (the right one, for the first child).
+        d.seps.remove(i.saturating_sub(1));
+        d.encode(b);
+        self.op.frees.push(POff::new(leaf));
+        self.op.free_ranges.push((leaf, leaf + LEAF_BYTES as u64));
+        self.op.leaves_freed += 1;
+        Ok(())
+    }
+
+    /// Inserts `(kp, t)` for `key` into `leaf` (path in `self.path`),
+    /// splitting it when full.
+    fn leaf_insert(&mut self, leaf: u64, key: &[u8], kp: u64, t: u64) -> Result<()> {
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)?;
+        if bm != FULL {
+            let i = (!bm & FULL).trailing_zeros() as usize;
+            set_slot(b, i, kp, t);
+            set_bitmap(b, bm | (1 << i));
+            return Ok(());
+        }
+        // Split: the lower half stays in place, the upper half moves.
+        let copy = b.clone();
+        self.op.splits += 1;
+        let geo = &self.eng.geo;
+        let mut ents: Vec<(Vec<u8>, u64, u64, Option<usize>)> = Vec::with_capacity(SLOTS + 1);
+        for i in 0..SLOTS {
+            let (p, tt) = slot(&copy, i);
+            ents.push((geo.tuple_key(tt, self.kbuf)?.to_vec(), p, tt, Some(i)));
+        }
+        ents.push((key.to_vec(), kp, t, None));
+        ents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let m = ents.len() / 2;
+        let right = self.new_node(LEAF_BYTES)?;
+        {
+            let rb = self.stage(right, LEAF_BYTES)?;
+            init_leaf(rb);
+            for (j, e) in ents[m..].iter().enumerate() {
+                set_slot(rb, j, e.1, e.2);
+            }
+            set_bitmap(rb, (1u64 << (ents.len() - m)) - 1);
+        }
+        let mut nbm = 0u64;
+        let mut new_left = None;
+        for e in &ents[..m] {
+            match e.3 {
+                Some(s) => nbm |= 1 << s,
+                None => new_left = Some((e.1, e.2)),
+            }
+        }
+        let lb = self.stage(leaf, LEAF_BYTES)?;
+        if let Some((p, tt)) = new_left {
+            let i = (!nbm & FULL).trailing_zeros() as usize;
+            set_slot(lb, i, p, tt);
+            nbm |= 1 << i;
+        }
+        set_bitmap(lb, nbm);
+        let sep = shortest_sep(&ents[m - 1].0, &ents[m].0);
+        let mut path = std::mem::take(self.path);
+        let r = self.insert_parent(&mut path, sep, leaf, right, 0);
+        *self.path = path;
+        r
+    }
+
+    /// Inserts separator `sep` and its right child after `left` into the
+    /// parent on `path`, splitting inner nodes up to a new root as needed.
+    fn insert_parent(
+        &mut self,
+        path: &mut Vec<(u64, usize)>,
+        mut sep: Vec<u8>,
+        mut left: u64,
+        mut right: u64,
+        mut level: u16,
+    ) -> Result<()> {
+        loop {
+            let Some((p, i)) = path.pop() else {
+                let r = self.new_node(INNER_BYTES)?;
+                let d = InnerD {
+                    level: level + 1,
+                    children: vec![left, right],
+                    seps: vec![sep],
+                };
+                d.encode(self.stage(r, INNER_BYTES)?);
+                self.op.new_root = Some(r);
+                return Ok(());
+            };
+            let b = self.stage(p, INNER_BYTES)?;
+            let mut d = InnerD::decode(b, p)?;
+            if d.children.get(i) != Some(&left) {
+                return Err(corrupt(format!("inner {p:#x}: path does not match")));
+            }
+            d.children.insert(i + 1, right);
+            d.seps.insert(i, sep);
+            if d.fits() {
+                d.encode(b);
+                return Ok(());
+            }
+            level = d.level;
+            let (l, up, r) = d.split()?;
+            l.encode(self.stage(p, INNER_BYTES)?);
+            let rn = self.new_node(INNER_BYTES)?;
+            r.encode(self.stage(rn, INNER_BYTES)?);
+            sep = up;
+            left = p;
+            right = rn;
+        }
+    }
+}
+
+struct InpSession<'e> {
+    eng: &'e Inp,
+    th: Box<dyn AllocThread + 'e>,
+    op: OpState,
+    path: Vec<(u64, usize)>,
+    kbuf: Box<[u8; MAX_KEY]>,
+    _ticket: Ticket<'e>,
+}
+
+impl<'e> InpSession<'e> {
+    /// Runs one write operation under the writer lock: `f` stages it, then
+    /// it commits. On an error everything it reserved is given back; a full
+    /// pool with frees held back retries once after releasing them.
+    fn write<R>(&mut self, mut f: impl FnMut(&mut Writer<'e, '_>) -> Result<R>) -> Result<R> {
+        let eng = self.eng;
+        let _held = LockHeld::enter();
+        let mut w = eng.w.lock();
+        let mut retried = false;
+        loop {
+            self.op.clear();
+            let r = {
+                let mut wr = Writer {
+                    eng,
+                    th: &mut *self.th,
+                    op: &mut self.op,
+                    path: &mut self.path,
+                    kbuf: &mut self.kbuf,
+                };
+                f(&mut wr)
+            };
+            let r = r.and_then(|v| {
+                eng.commit(&mut w, &mut *self.th, &mut self.op, false)
+                    .map(|()| v)
+            });
+            match r {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    for res in self.op.res.drain(..) {
+                        let _ = self.th.cancel(res);
+                    }
+                    if matches!(e, EngineError::Full(_)) && !retried && !w.held.is_empty() {
+                        retried = true;
+                        self.op.clear();
+                        eng.rotate(&mut w, &mut *self.th)?;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl Session for InpSession<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
+        let eng = self.eng;
+        let _r = eng.rw.read();
+        let root = eng.root();
+        out.clear();
+        if root == 0 {
+            return Ok(false);
+        }
+        let leaf = descend(&eng.geo, root, key, &mut self.path, &mut self.kbuf)?;
+        let mut b = [0u8; LEAF_BYTES];
+        eng.geo.read(leaf, LEAF_BYTES, 0, &mut b)?;
+        match leaf_find(&eng.geo, &b, key, prefix(key), &mut self.kbuf)? {
+            Some((_, t)) => {
+                eng.geo.tuple_value(t, out)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        self.write(|w| w.put(key, value))
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        self.write(|w| w.delete(key))
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
+        let eng = self.eng;
+        let g = &eng.geo;
+        let _r = eng.rw.read();
+        let root = eng.root();
+        if root == 0 || limit == 0 {
+            return Ok(0);
+        }
+        let mut path = Vec::with_capacity(MAX_DEPTH);
+        let mut leaf = if from.is_empty() {
+            tree::leftmost(g, root, &mut path)?
+        } else {
+            descend(g, root, from, &mut path, &mut self.kbuf)?
+        };
+        let mut n = 0;
+        let mut val = Vec::new();
+        let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
+        for _ in 0..max_leaves {
+            let mut b = [0u8; LEAF_BYTES];
+            g.read(leaf, LEAF_BYTES, 0, &mut b)?;
+            for (k, t) in leaf_sorted(g, &b)? {
+                if k.as_slice() < from {
+                    continue;
+                }
+                g.tuple_value(t, &mut val)?;
+                f(&k, &val);
+                n += 1;
+                if n == limit {
+                    return Ok(n);
+                }
+            }
+            // Next leaf: up to the first ancestor with a next child.
+            loop {
+                let Some((p, i)) = path.pop() else {
+                    return Ok(n);
+                };
+                if i + 1 < tree::inner_n(g, p)? {
+                    path.push((p, i + 1));
+                    let c = tree::inner_child_at(g, p, i + 1)?;
+                    leaf = tree::leftmost(g, c, &mut path)?;
+                    break;
+                }
+            }
+        }
+        Err(corrupt("scan visited more leaves than the heap holds"))
+    }
+
+    fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        check_ops(ops)?;
+        // Later operations on a key win: keep only the last one per key,
+        // so that no tuple is touched twice in a record.
+        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            last.insert(op.key(), i);
+        }
+        self.write(|w| {
+            for (i, op) in ops.iter().enumerate() {
+                if last.get(op.key()) != Some(&i) {
+                    continue;
+                }
+                match op {
+                    Op::Put { key, value } => w.put(key, value)?,
+                    Op::Delete { key } => {
+                        w.delete(key)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
