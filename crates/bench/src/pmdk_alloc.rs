@@ -109,9 +109,16 @@
 //!
 //! So PMDK's publish costs twice the Ferrite heap's fences. A CoW update of
 //! a 1000-byte value (one root switch per update) costs 4 PMDK fences and
-//! no Ferrite fence on PMDK, against 2 fences on the Ferrite heap and 4.5
+//! no Ferrite fence on PMDK, against 2 fences on the Ferrite heap and 5.6
 //! on the lock heap; an LSM update costs 1 fence on any allocator (it
 //! allocates only when it flushes its memtable).
+//!
+//! # Engines
+//!
+//! CoW and LSM run on this allocator. InP does not: it folds allocator
+//! operations into its own log with [`AllocThread::prepare`], which PMDK
+//! cannot offer, and checks blocks against a heap area inside the pool,
+//! which a PMDK store does not have; its writes are refused with an error.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
