@@ -245,11 +245,18 @@ impl System {
         format!("{}/{}/{}", self.variant(), self.allocator(), self.domain())
     }
 
-    /// Every Ferrite engine × allocator in `domain`.
+    /// Every Ferrite engine × allocator in `domain`: the two heaps of a
+    /// Ferrite pool, and with the `pmdk` feature in `adr` PMDK's
+    /// `pmemobj` heap (P2's allocator axis; PMDK persists through its own
+    /// flush path, which matches `adr` only).
     pub fn ferrite_all(domain: Domain) -> Vec<System> {
+        let mut allocs = AllocKind::ALL.to_vec();
+        if cfg!(feature = "pmdk") && domain == Domain::Adr {
+            allocs.push(AllocKind::Pmdk);
+        }
         let mut v = Vec::new();
         for engine in EngineKind::ALL {
-            for alloc in AllocKind::ALL {
+            for &alloc in &allocs {
                 v.push(System::Ferrite {
                     engine,
                     alloc,
@@ -258,6 +265,12 @@ impl System {
             }
         }
         v
+    }
+
+    /// Whether ferrite-pmem's counters see all of the system's persists
+    /// (not LMDB's `fdatasync`, nor PMDK's own flushes under the engines).
+    pub fn counters_observed(&self) -> bool {
+        matches!(self, System::Ferrite { alloc, .. } if *alloc != AllocKind::Pmdk)
     }
 }
 
@@ -287,6 +300,17 @@ impl PoolFile {
 pub enum Opened {
     Ferrite(Box<FerriteStore>),
     Lmdb(LmdbStore),
+    /// An engine on PMDK's allocator, in a pmemobj pool on `/dev/shm`.
+    #[cfg(feature = "pmdk")]
+    Pmdk(Box<PmdkFile>),
+}
+
+/// A store on PMDK's allocator and the temporary directory of its pool
+/// (the store, which closes the pool, drops first).
+#[cfg(feature = "pmdk")]
+pub struct PmdkFile {
+    pub store: crate::pmdk_alloc::PmdkStore,
+    _dir: tempfile::TempDir,
 }
 
 /// A Ferrite store and the pool file holding it (dropped in that order).
@@ -325,6 +349,18 @@ impl Opened {
         match system {
             System::Ferrite {
                 engine,
+                alloc: AllocKind::Pmdk,
+                domain,
+            } => {
+                if domain != Domain::Adr {
+                    return Err(format!(
+                        "PMDK persists with its own flushes: no {domain} rows"
+                    ));
+                }
+                Self::create_pmdk(engine, pool, threads)
+            }
+            System::Ferrite {
+                engine,
                 alloc,
                 domain,
             } => {
@@ -339,11 +375,34 @@ impl Opened {
         }
     }
 
+    #[cfg(feature = "pmdk")]
+    fn create_pmdk(engine: EngineKind, pool: u64, threads: usize) -> Result<Opened, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("ferrite-bench-engine-pmdk-")
+            .tempdir_in(SHM)
+            .map_err(|e| format!("temporary directory in {SHM}: {e}"))?;
+        let opts = store_options(engine, AllocKind::Pmdk, threads);
+        let store = crate::pmdk_alloc::pmdk_store(&dir.path().join("store.pmdk"), pool, &opts)
+            .map_err(|e| format!("{engine} store on pmdk: {e}"))?;
+        Ok(Opened::Pmdk(Box::new(PmdkFile { store, _dir: dir })))
+    }
+
+    #[cfg(not(feature = "pmdk"))]
+    fn create_pmdk(_: EngineKind, _: u64, _: usize) -> Result<Opened, String> {
+        Err("built without the pmdk feature".into())
+    }
+
     /// Runs `f` with a fresh per-thread handle (a session, for Ferrite).
     pub fn with_kv<R>(&self, f: impl FnOnce(&mut DynKv<'_>) -> R) -> Result<R, String> {
         match self {
             Opened::Ferrite(fs) => {
                 let s = fs.store.session().map_err(|e| format!("session: {e}"))?;
+                let mut kv = Erased(FerriteKv(s));
+                Ok(f(&mut kv))
+            }
+            #[cfg(feature = "pmdk")]
+            Opened::Pmdk(p) => {
+                let s = p.store.session().map_err(|e| format!("session: {e}"))?;
                 let mut kv = Erased(FerriteKv(s));
                 Ok(f(&mut kv))
             }
@@ -362,6 +421,8 @@ impl Opened {
     ) -> Result<u64, String> {
         match self {
             Opened::Ferrite(_) => self.with_kv(load)?,
+            #[cfg(feature = "pmdk")]
+            Opened::Pmdk(_) => self.with_kv(load)?,
             Opened::Lmdb(l) => {
                 let mut kv = Erased(l.bulk(1000));
                 let n = load(&mut kv)?;
@@ -376,6 +437,8 @@ impl Opened {
         match self {
             Opened::Ferrite(f) => Some(&f.file.pool),
             Opened::Lmdb(_) => None,
+            #[cfg(feature = "pmdk")]
+            Opened::Pmdk(_) => None,
         }
     }
 }
@@ -627,8 +690,9 @@ pub fn run_group(
             }
         }
         row.set_extra("records", m.loaded);
-        if m.system == System::Lmdb {
-            // LMDB persists with write()/fdatasync, outside ferrite-pmem.
+        if !m.system.counters_observed() {
+            // LMDB persists with write()/fdatasync, PMDK with its own
+            // flushes: outside ferrite-pmem.
             row.counters_observed = false;
         }
         rows.push(row);
@@ -845,6 +909,10 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
             }
             detail = "mdb_env_open + first read txn".into();
         }
+        #[cfg(feature = "pmdk")]
+        Opened::Pmdk(_) => {
+            return Err("recovery rows copy a Ferrite pool image; a PMDK pool has none".into());
+        }
     }
     let mut row = Row::empty(SUITE, system.variant(), serde_json::Value::Null);
     row.reps = reps;
@@ -858,7 +926,7 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
     row.set_extra("keys", recovered);
     row.set_extra("loaded", keys);
     row.set_extra("detail", detail);
-    if system == System::Lmdb {
+    if !system.counters_observed() {
         row.counters_observed = false;
     }
     Ok(row)

@@ -255,7 +255,20 @@ fn heap_bounds(ctx: &EngineCtx) -> (u64, u64) {
     (lo, lo + ctx.sb.heap_len)
 }
 
+/// InP commits its allocations and frees inside its own log records
+/// (`AllocThread::prepare`) and checks blocks against the heap's bounds in
+/// the pool: an external allocator (PMDK's) offers neither.
+fn refuse_external(ctx: &EngineCtx) -> Result<()> {
+    if ctx.sb.allocator == AllocKind::Pmdk {
+        return Err(EngineError::BadOption(
+            "the inp engine needs a Ferrite heap: it commits allocator operations inside its own log, which the pmdk allocator cannot prepare".into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engine>> {
+    refuse_external(&ctx)?;
     let cap = log_cap(ctx.area_len);
     if cap < 4096 {
         return Err(EngineError::BadOption("inp: log area too small".into()));
@@ -280,6 +293,7 @@ pub(crate) fn open(
     mut ctx: EngineCtx,
     opts: &StoreOptions,
 ) -> Result<(Box<dyn Engine>, EngineRecovery)> {
+    refuse_external(&ctx)?;
     let p = ctx.pool.clone();
     let a = ctx.area_off;
     let cap = log_cap(ctx.area_len);
