@@ -23,7 +23,13 @@
 //!
 //! 1. [`AllocThread::reserve`] picks a block in DRAM. Nothing is written to
 //!    the medium; a crash forgets it. The caller fills the block (and
-//!    flushes what it wrote, if it wants the content durable).
+//!    flushes what it wrote, if it wants the content durable). A flush
+//!    left unfenced is *not* ordered before the publish: the publish's
+//!    first fence may make its record durable while some of those lines
+//!    are not, and recovery then replays the links to a block whose
+//!    content was lost. So fence the content first (the LSM and InP
+//!    engines do), or make a torn block detectable (the CoW engine
+//!    checksums every child and falls back to the previous root).
 //! 2. [`AllocThread::publish`] makes a [`Publish`] — any number of
 //!    reservations, frees and [`Link`]s (8-byte stores of the caller's, e.g.
 //!    the parent's pointer to the new block) — durable **atomically**:
