@@ -27,9 +27,11 @@
 //!    left unfenced is *not* ordered before the publish: the publish's
 //!    first fence may make its record durable while some of those lines
 //!    are not, and recovery then replays the links to a block whose
-//!    content was lost. So fence the content first (the LSM and InP
-//!    engines do), or make a torn block detectable (the CoW engine
-//!    checksums every child and falls back to the previous root).
+//!    content was lost. So fence the content first (the LSM engine
+//!    does), or make a torn block detectable (the CoW engine checksums
+//!    every child and falls back to the previous root; the InP engine,
+//!    which commits through [`AllocThread::prepare`], logs the checksums
+//!    of the blocks it fills).
 //! 2. [`AllocThread::publish`] makes a [`Publish`] — any number of
 //!    reservations, frees and [`Link`]s (8-byte stores of the caller's, e.g.
 //!    the parent's pointer to the new block) — durable **atomically**:
