@@ -157,8 +157,11 @@ fn tiny_suite_yields_the_conventional_rows() {
     };
     let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
     // Per workload x (1 thread adr, 1 thread eadr, 2 threads adr): LMDB +
-    // 3 engines x 2 allocators; then the recovery rows.
-    assert_eq!(rows.len(), 4 * 3 * 7 + 7);
+    // 3 engines x the domain's allocators (2, and PMDK's in adr with the
+    // pmdk feature); then the recovery rows.
+    let adr = 1 + engine_suite::System::ferrite_all(Domain::Adr).len();
+    let eadr = 1 + engine_suite::System::ferrite_all(Domain::Eadr).len();
+    assert_eq!(rows.len(), 4 * (2 * adr + eadr) + adr);
     for r in &rows {
         assert_eq!(r.suite, SUITE);
         assert!(
@@ -297,13 +300,14 @@ fn workloads_by_name() {
         workloads: vec!["p2-zz".into(), "ycsb-e".into()],
     };
     let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
-    assert_eq!(rows.len(), 14);
-    for r in &rows[..7] {
+    let group = 1 + engine_suite::System::ferrite_all(Domain::Adr).len();
+    assert_eq!(rows.len(), 2 * group);
+    for r in &rows[..group] {
         assert_eq!(r.params["workload"], "p2-zz");
         let why = extra(r, "skipped").and_then(|s| s.as_str()).unwrap_or("");
         assert!(why.contains("p2-zz"), "{r:?}");
     }
-    let lmdb = rows[7..]
+    let lmdb = rows[group..]
         .iter()
         .find(|r| r.variant == LMDB)
         .expect("lmdb row");
