@@ -15,6 +15,13 @@
 //! a Ferrite domain; its rows say `tmpfs`, its allocator `lmdb`, and its
 //! counters are not observed (it persists with `write`/`fdatasync`).
 //!
+//! With the `rocksdb` feature every group also holds RocksDB
+//! ([`crate::rocksdb`]: Debian's librocksdb through its C API, WAL synced
+//! per write, on `/dev/shm`), the LSM peer: variant and allocator
+//! `rocksdb`, domain `tmpfs`, counters not observed, its ratio against
+//! LMDB like every row; it also gets a recovery row (the reopen time).
+//! Without the feature it is left out of the groups entirely.
+//!
 //! A row's `ops_per_s` / `ns_per_op` are the **mean** over the timed
 //! repetitions (all their operations ÷ the sum of their wall times), not
 //! the harness's median batch, because engines pay some costs in bursts
@@ -120,6 +127,8 @@ pub use workloads::{Workload, WorkloadSpec};
 pub const SUITE: &str = "engine";
 /// Variant name of the LMDB rows (the baseline).
 pub const LMDB: &str = "lmdb";
+/// Variant (and allocator) name of the RocksDB rows (feature `rocksdb`).
+pub const ROCKSDB: &str = "rocksdb";
 const MIB: u64 = 1 << 20;
 
 // ---------------------------------------------------------------------
@@ -206,7 +215,9 @@ impl<K: Kv> Kv for Erased<K> {
 // Systems
 // ---------------------------------------------------------------------
 
-/// One system measured: a Ferrite engine on an allocator in a domain, or LMDB.
+/// One system measured: a Ferrite engine on an allocator in a domain,
+/// LMDB, or RocksDB (created only with the `rocksdb` feature; without it
+/// its rows are skipped with the reason).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum System {
     Ferrite {
@@ -215,6 +226,7 @@ pub enum System {
         domain: Domain,
     },
     Lmdb,
+    Rocksdb,
 }
 
 impl System {
@@ -223,6 +235,7 @@ impl System {
         match self {
             System::Ferrite { engine, .. } => engine.name(),
             System::Lmdb => LMDB,
+            System::Rocksdb => ROCKSDB,
         }
     }
 
@@ -230,13 +243,14 @@ impl System {
         match self {
             System::Ferrite { alloc, .. } => alloc.name(),
             System::Lmdb => "lmdb",
+            System::Rocksdb => ROCKSDB,
         }
     }
 
     pub fn domain(&self) -> &'static str {
         match self {
             System::Ferrite { domain, .. } => domain.name(),
-            System::Lmdb => "tmpfs",
+            System::Lmdb | System::Rocksdb => "tmpfs",
         }
     }
 
@@ -267,8 +281,19 @@ impl System {
         v
     }
 
+    /// The peers beside LMDB in every group: RocksDB with the `rocksdb`
+    /// feature, else none.
+    pub fn peers() -> Vec<System> {
+        if cfg!(feature = "rocksdb") {
+            vec![System::Rocksdb]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Whether ferrite-pmem's counters see all of the system's persists
-    /// (not LMDB's `fdatasync`, nor PMDK's own flushes under the engines).
+    /// (not LMDB's or RocksDB's `fdatasync`, nor PMDK's own flushes under
+    /// the engines).
     pub fn counters_observed(&self) -> bool {
         matches!(self, System::Ferrite { alloc, .. } if *alloc != AllocKind::Pmdk)
     }
@@ -300,6 +325,9 @@ impl PoolFile {
 pub enum Opened {
     Ferrite(Box<FerriteStore>),
     Lmdb(LmdbStore),
+    /// RocksDB in a temporary directory on `/dev/shm`.
+    #[cfg(feature = "rocksdb")]
+    Rocksdb(crate::rocksdb::RocksStore),
     /// An engine on PMDK's allocator, in a pmemobj pool on `/dev/shm`.
     #[cfg(feature = "pmdk")]
     Pmdk(Box<PmdkFile>),
@@ -372,7 +400,20 @@ impl Opened {
             System::Lmdb => LmdbStore::create(capacity, threads)
                 .map(Opened::Lmdb)
                 .map_err(|e| e.to_string()),
+            System::Rocksdb => Self::create_rocksdb(),
         }
+    }
+
+    #[cfg(feature = "rocksdb")]
+    fn create_rocksdb() -> Result<Opened, String> {
+        crate::rocksdb::RocksStore::create()
+            .map(Opened::Rocksdb)
+            .map_err(|e| e.to_string())
+    }
+
+    #[cfg(not(feature = "rocksdb"))]
+    fn create_rocksdb() -> Result<Opened, String> {
+        Err("built without the rocksdb feature".into())
     }
 
     #[cfg(feature = "pmdk")]
@@ -410,11 +451,17 @@ impl Opened {
                 let mut kv = Erased(l.kv());
                 Ok(f(&mut kv))
             }
+            #[cfg(feature = "rocksdb")]
+            Opened::Rocksdb(r) => {
+                let mut kv = Erased(r.kv());
+                Ok(f(&mut kv))
+            }
         }
     }
 
     /// Loads through `load` with the system's loading handle (LMDB: write
-    /// transactions of 1000 writes; Ferrite: its sessions' own writes).
+    /// transactions of 1000 writes; RocksDB: unsynced writes, the WAL
+    /// synced at the end; Ferrite: its sessions' own writes).
     pub fn load(
         &self,
         load: impl FnOnce(&mut DynKv<'_>) -> Result<u64, String>,
@@ -429,6 +476,13 @@ impl Opened {
                 kv.0.finish().map_err(|e| format!("lmdb commit: {e}"))?;
                 Ok(n)
             }
+            #[cfg(feature = "rocksdb")]
+            Opened::Rocksdb(r) => {
+                let mut kv = Erased(r.bulk());
+                let n = load(&mut kv)?;
+                kv.0.finish().map_err(|e| e.to_string())?;
+                Ok(n)
+            }
         }
     }
 
@@ -437,6 +491,8 @@ impl Opened {
         match self {
             Opened::Ferrite(f) => Some(&f.file.pool),
             Opened::Lmdb(_) => None,
+            #[cfg(feature = "rocksdb")]
+            Opened::Rocksdb(_) => None,
             #[cfg(feature = "pmdk")]
             Opened::Pmdk(_) => None,
         }
@@ -532,7 +588,7 @@ pub fn run_group(
         // the OOM killer (tmpfs pool files are committed memory).
         let need = match system {
             System::Ferrite { .. } => pool_bytes(capacity),
-            System::Lmdb => capacity * 2,
+            System::Lmdb | System::Rocksdb => capacity * 2,
         };
         let created = match mem_available() {
             Some(avail) if avail < need + need / 4 + 512 * MIB => Err(format!(
@@ -819,6 +875,7 @@ pub fn recovery(ctx: &BenchCtx, bytes: u64, domain: Domain) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut systems = System::ferrite_all(domain);
     systems.push(System::Lmdb);
+    systems.extend(System::peers());
     for system in systems {
         let mut p = params(system, &*w);
         p["dataset_bytes"] = json!(bytes);
@@ -908,6 +965,34 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
                 recovered = n;
             }
             detail = "mdb_env_open + first read txn".into();
+        }
+        #[cfg(feature = "rocksdb")]
+        Opened::Rocksdb(r) => {
+            // Like LMDB: close the loaded database (with the WAL enabled
+            // RocksDB does not flush its memtable at close, so the files
+            // are what a crash after the last synced write leaves: SST
+            // files, MANIFEST and the WAL still to replay) and time
+            // `rocksdb_open` of a fresh copy each time (an open replays
+            // the WAL into a new SST file, changing the files).
+            let dir = r.close();
+            let src = dir.path().join("db");
+            for i in 0..reps {
+                let copy = tempfile::Builder::new()
+                    .prefix("ferrite-bench-rocksdb-copy-")
+                    .tempdir_in(SHM)
+                    .map_err(|e| e.to_string())?;
+                let to = copy.path().join("db");
+                crate::rocksdb::copy_dir(&src, &to).map_err(|e| e.to_string())?;
+                let t0 = Instant::now();
+                let db = crate::rocksdb::RocksDb::open(&to, false)
+                    .map_err(|e| format!("rocksdb reopen: {e}"))?;
+                ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                // Counting is a full scan, not part of reopening: once.
+                if i == 0 {
+                    recovered = db.count_keys().map_err(|e| e.to_string())?;
+                }
+            }
+            detail = "rocksdb_open (MANIFEST + WAL replay)".into();
         }
         #[cfg(feature = "pmdk")]
         Opened::Pmdk(_) => {
@@ -1037,6 +1122,7 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
                     started.elapsed().as_secs_f64()
                 ));
                 let mut systems = vec![System::Lmdb];
+                systems.extend(System::peers());
                 systems.extend(System::ferrite_all(domain));
                 match &built {
                     Ok(w) => rows.extend(run_group(ctx, &**w, &systems, threads, per_thread)),

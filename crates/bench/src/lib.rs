@@ -31,6 +31,8 @@ pub mod page_suite;
 pub mod pmdk_alloc;
 pub mod probe;
 pub mod registry;
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
 pub mod row;
 pub mod table;
 pub mod tx_suite;
