@@ -159,13 +159,15 @@ fn tiny_suite_yields_the_conventional_rows() {
     // Per workload x (1 thread adr, 1 thread eadr, 2 threads adr): LMDB +
     // 3 engines x the domain's allocators (2, and PMDK's in adr with the
     // pmdk feature); then the recovery rows.
-    let adr = 1 + engine_suite::System::ferrite_all(Domain::Adr).len();
-    let eadr = 1 + engine_suite::System::ferrite_all(Domain::Eadr).len();
+    // LMDB and the other peers (RocksDB with its feature) in every group.
+    let peers = 1 + engine_suite::System::peers().len();
+    let adr = peers + engine_suite::System::ferrite_all(Domain::Adr).len();
+    let eadr = peers + engine_suite::System::ferrite_all(Domain::Eadr).len();
     assert_eq!(rows.len(), 4 * (2 * adr + eadr) + adr);
     for r in &rows {
         assert_eq!(r.suite, SUITE);
         assert!(
-            ["inp", "cow", "lsm", LMDB].contains(&r.variant.as_str()),
+            ["inp", "cow", "lsm", LMDB, "rocksdb"].contains(&r.variant.as_str()),
             "variant {}",
             r.variant
         );
@@ -186,6 +188,10 @@ fn tiny_suite_yields_the_conventional_rows() {
             assert_eq!(skipped, None, "LMDB always runs: {r:?}");
             assert_eq!(r.params["domain"], "tmpfs");
             assert!(r.ratio_vs_baseline.is_none());
+        } else if r.variant == "rocksdb" {
+            assert_eq!(r.baseline.as_deref(), Some(LMDB));
+            assert_eq!(r.params["domain"], "tmpfs");
+            assert!(!r.counters_observed);
         } else {
             assert_eq!(r.baseline.as_deref(), Some(LMDB));
             let d = r.params["domain"].as_str().unwrap();
@@ -300,7 +306,9 @@ fn workloads_by_name() {
         workloads: vec!["p2-zz".into(), "ycsb-e".into()],
     };
     let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
-    let group = 1 + engine_suite::System::ferrite_all(Domain::Adr).len();
+    let group = 1
+        + engine_suite::System::peers().len()
+        + engine_suite::System::ferrite_all(Domain::Adr).len();
     assert_eq!(rows.len(), 2 * group);
     for r in &rows[..group] {
         assert_eq!(r.params["workload"], "p2-zz");
