@@ -148,15 +148,16 @@ pub enum Fault {
     SwitchBeforeFlush,
     /// Free the old version's blocks in a publish before the root switch.
     FreeBeforeSwitch,
-    /// Leave the first block a switch writes out of its switch record.
-    RecordOmitsBlock,
+    /// Leave the blocks a switch retires out of its switch record's
+    /// pending list.
+    RecordOmitsRetired,
 }
 
 impl Fault {
     pub const ALL: &'static [Fault] = &[
         Fault::SwitchBeforeFlush,
         Fault::FreeBeforeSwitch,
-        Fault::RecordOmitsBlock,
+        Fault::RecordOmitsRetired,
     ];
 }
 
@@ -796,10 +797,10 @@ impl CowEngine {
                 }
             }
         }
-        let listed = match self.fault {
-            // Planted: the record does not vouch for every new block.
-            Some(Fault::RecordOmitsBlock) if !fresh.is_empty() => &fresh[1..],
-            _ => &fresh[..],
+        let listed: &[u64] = match self.fault {
+            // Planted: the record does not list what this switch retires.
+            Some(Fault::RecordOmitsRetired) => &[],
+            _ => &retired,
         };
         self.publish_switch(
             th,
@@ -807,8 +808,8 @@ impl CowEngine {
             res,
             (new_root, (base.root, base.crc)),
             keys,
+            &fresh,
             listed,
-            &retired,
         )?;
         drop(base);
         let newv = Arc::new(Version {

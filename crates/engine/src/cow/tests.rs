@@ -361,9 +361,10 @@ fn randomized_against_model_with_reopen() {
                     assert!(s.delete(k).unwrap());
                 }
             }
+            // Only the switch record is left.
             let w = check_blocks(&store);
-            assert!(w.entries.is_empty() && w.blocks.is_empty());
-            assert_eq!(store.allocator().stats().blocks, 0, "{a}");
+            assert!(w.entries.is_empty() && w.blocks.len() <= 1);
+            assert_eq!(store.allocator().stats().blocks, w.blocks.len() as u64, "{a}");
         }
     }
 }
