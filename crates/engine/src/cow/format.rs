@@ -41,13 +41,17 @@
 //!  then  n_pending pool offsets, 8 bytes each
 //! ```
 //!
-//! `len = 24 + 16·n_new + 8·n_pending ≤` [`MAX_SR`]; a switch whose
+//! `len = 24 + 16·n_new + 8·n_pending ≤` [`MAX_SR`] (checked before
+//! anything past the header is read); a switch whose
 //! record would be larger links no SR (offset 0), and the next recovery
 //! walks.
 //!
-//! The header is written and persisted once at create. The root line is
-//! only ever changed by an allocator publish (four [`ferrite_alloc::Link`]s),
-//! so it switches atomically with the allocations of the new version.
+//! The header is written and persisted once at create (the root line
+//! zeroed with it). The root line is only ever changed by allocator
+//! publishes ([`ferrite_alloc::Link`]s: the four root words and the two
+//! SR words of a switch in one publish, `gc_needed` with the first and last
+//! publish of a switch split over several), so it switches atomically with
+//! the allocations of the new version.
 //!
 //! **Why the checksums and the previous root.** A switch writes and flushes
 //! its new nodes and then publishes; the allocator's first fence makes

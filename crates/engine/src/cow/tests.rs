@@ -364,7 +364,11 @@ fn randomized_against_model_with_reopen() {
             // Only the switch record is left.
             let w = check_blocks(&store);
             assert!(w.entries.is_empty() && w.blocks.len() <= 1);
-            assert_eq!(store.allocator().stats().blocks, w.blocks.len() as u64, "{a}");
+            assert_eq!(
+                store.allocator().stats().blocks,
+                w.blocks.len() as u64,
+                "{a}"
+            );
         }
     }
 }
