@@ -12,11 +12,46 @@
 //!         72  8  root's checksum (its header crc, in the low 32 bits)
 //!         80  8  previous root (the version the last switch replaced)
 //!         88  8  previous root's checksum
+//!         96  8  switch record: pool offset of the newest SR block, 0 = none
+//!        104  8  the switch record's checksum (its crc, in the low 32 bits)
+//!        112  8  gc_needed: 1 while a switch's surplus allocations may be
+//!                durable without the switch (recovery must walk), else 0
+//!        120  8  zero
 //! ```
 //!
-//! The header is written and persisted once at create. The root line is
-//! only ever changed by an allocator publish (four [`ferrite_alloc::Link`]s),
-//! so it switches atomically with the allocations of the new version.
+//! # Switch record (SR; one allocator block, `len` bytes of it used)
+//!
+//! Written and flushed (no fence) by every publish that switches the root
+//! or frees deferred blocks, and linked into the root line by that same
+//! publish, which also frees the previous SR block. It lets recovery
+//! check the newest switch and free the deferred blocks without walking
+//! the tree (see the module docs, "Recovery").
+//!
+//! ```text
+//!  0  4  crc32c(nonce LE ‖ bytes 4..len)
+//!  4  4  magic "CWSR"
+//!  8  8  keys in the version the root line points to
+//! 16  4  n_new: blocks newly written by this switch
+//! 20  4  n_pending: blocks pending free after this publish
+//! 24 ..  n_new entries of 16 bytes:
+//!          0  8  pool offset
+//!          4  4  bits 0..31: bytes used; bit 31: 1 node, 0 blob
+//!         12  4  its checksum (a node's header crc; a blob's
+//!                crc32c(nonce LE ‖ value))
+//!  then  n_pending pool offsets, 8 bytes each
+//! ```
+//!
+//! `len = 24 + 16·n_new + 8·n_pending ≤` [`MAX_SR`] (checked before
+//! anything past the header is read); a switch whose
+//! record would be larger links no SR (offset 0), and the next recovery
+//! walks.
+//!
+//! The header is written and persisted once at create (the root line
+//! zeroed with it). The root line is only ever changed by allocator
+//! publishes ([`ferrite_alloc::Link`]s: the four root words and the two
+//! SR words of a switch in one publish, `gc_needed` with the first and last
+//! publish of a switch split over several), so it switches atomically with
+//! the allocations of the new version.
 //!
 //! **Why the checksums and the previous root.** A switch writes and flushes
 //! its new nodes and then publishes; the allocator's first fence makes
@@ -88,6 +123,17 @@ pub const AREA_BYTES: usize = 128;
 /// root, its crc (8 bytes each).
 pub const ROOT_AT: u64 = 64;
 const AREA_CRC_AT: usize = 60;
+/// Word indexes in the root line.
+pub const W_SR: u64 = 4;
+pub const W_SR_CRC: u64 = 5;
+pub const W_GC: u64 = 6;
+
+pub const SR_MAGIC: &[u8; 4] = b"CWSR";
+pub const SR_HEADER: usize = 24;
+pub const SR_NEW_ENTRY: usize = 16;
+/// Largest switch record written or accepted.
+pub const MAX_SR: usize = 256 * 1024;
+const SR_NODE_BIT: u32 = 1 << 31;
 
 pub const NODE_HEADER: usize = 16;
 pub const KIND_LEAF: u8 = 1;
@@ -359,6 +405,114 @@ pub fn check_node_crc(b: &[u8], nonce: u64, expected: u32) -> Result<()> {
     Ok(())
 }
 
+/// A block newly written by a switch: offset, bytes used, checksum, and
+/// whether it is a node (else a blob).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fresh {
+    pub off: u64,
+    pub len: u32,
+    pub crc: u32,
+    pub node: bool,
+}
+
+/// A decoded switch record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwitchRecord {
+    pub keys: u64,
+    pub fresh: Vec<Fresh>,
+    pub pending: Vec<u64>,
+}
+
+/// Bytes of a switch record with these counts.
+pub fn sr_bytes(n_new: usize, n_pending: usize) -> usize {
+    SR_HEADER + SR_NEW_ENTRY * n_new + 8 * n_pending
+}
+
+/// Encodes a switch record; returns its checksum.
+pub fn encode_sr(
+    out: &mut Vec<u8>,
+    nonce: u64,
+    keys: u64,
+    fresh: &[Fresh],
+    pending: impl Iterator<Item = u64>,
+) -> u32 {
+    out.clear();
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(SR_MAGIC);
+    out.extend_from_slice(&keys.to_le_bytes());
+    out.extend_from_slice(&(fresh.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    for f in fresh {
+        out.extend_from_slice(&f.off.to_le_bytes());
+        let l = (f.len & !SR_NODE_BIT) | if f.node { SR_NODE_BIT } else { 0 };
+        out.extend_from_slice(&l.to_le_bytes());
+        out.extend_from_slice(&f.crc.to_le_bytes());
+    }
+    let mut n = 0u32;
+    for p in pending {
+        out.extend_from_slice(&p.to_le_bytes());
+        n += 1;
+    }
+    out[20..24].copy_from_slice(&n.to_le_bytes());
+    let c = crc(nonce, &out[4..]);
+    out[0..4].copy_from_slice(&c.to_le_bytes());
+    c
+}
+
+/// The length a switch record's header (its first [`SR_HEADER`] bytes)
+/// announces, bounded by [`MAX_SR`].
+pub fn sr_len(h: &[u8]) -> Result<usize> {
+    if h.len() < SR_HEADER || &h[4..8] != SR_MAGIC {
+        return Err(corrupt("cow: switch record magic"));
+    }
+    let n_new = u32_at(h, 16) as usize;
+    let n_pending = u32_at(h, 20) as usize;
+    let len = SR_NEW_ENTRY
+        .checked_mul(n_new)
+        .and_then(|a| n_pending.checked_mul(8).and_then(|b| a.checked_add(b)))
+        .and_then(|a| a.checked_add(SR_HEADER))
+        .filter(|&l| l <= MAX_SR)
+        .ok_or_else(|| corrupt("cow: switch record too long"))?;
+    Ok(len)
+}
+
+/// Decodes a switch record (`b` exactly its bytes) and checks it against
+/// its own checksum and the one the root line recorded.
+pub fn decode_sr(b: &[u8], nonce: u64, expected: u32) -> Result<SwitchRecord> {
+    if sr_len(b)? != b.len() {
+        return Err(corrupt("cow: switch record length"));
+    }
+    let stored = u32_at(b, 0);
+    let computed = crc(nonce, &b[4..]);
+    if stored != computed || stored != expected {
+        return Err(corrupt(format!(
+            "cow: switch record checksum {stored:#010x}, computed {computed:#010x}, the root line recorded {expected:#010x}"
+        )));
+    }
+    let n_new = u32_at(b, 16) as usize;
+    let mut at = SR_HEADER;
+    let mut fresh = Vec::with_capacity(n_new);
+    for _ in 0..n_new {
+        let l = u32_at(b, at + 8);
+        fresh.push(Fresh {
+            off: u64_at(b, at),
+            len: l & !SR_NODE_BIT,
+            crc: u32_at(b, at + 12),
+            node: l & SR_NODE_BIT != 0,
+        });
+        at += SR_NEW_ENTRY;
+    }
+    let pending = b[at..]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    Ok(SwitchRecord {
+        keys: u64_at(b, 8),
+        fresh,
+        pending,
+    })
+}
+
 /// Encoded bytes of a leaf entry.
 pub fn leaf_entry_bytes(klen: usize, inline_vlen: Option<usize>) -> usize {
     LEAF_ENTRY_HEADER + klen + inline_vlen.unwrap_or(BLOB_REF)
@@ -443,6 +597,42 @@ mod tests {
         finish_node(&mut b2, 1);
         let h = Header::decode(&b2).unwrap();
         assert!(Entries::new(&h, &b2).next().unwrap().is_err());
+    }
+
+    #[test]
+    fn switch_record_round_trip_and_corruption() {
+        let fresh = [
+            Fresh {
+                off: 4096,
+                len: 1000,
+                crc: 3,
+                node: false,
+            },
+            Fresh {
+                off: 8192,
+                len: 300,
+                crc: 4,
+                node: true,
+            },
+        ];
+        let mut b = Vec::new();
+        let c = encode_sr(&mut b, 7, 42, &fresh, [64u64, 128].into_iter());
+        assert_eq!(b.len(), sr_bytes(2, 2));
+        assert_eq!(sr_len(&b[..SR_HEADER]).unwrap(), b.len());
+        let r = decode_sr(&b, 7, c).unwrap();
+        assert_eq!(r.keys, 42);
+        assert_eq!(r.fresh, fresh);
+        assert_eq!(r.pending, vec![64, 128]);
+        assert!(decode_sr(&b, 8, c).is_err());
+        assert!(decode_sr(&b, 7, c ^ 1).is_err());
+        let mut bad = b.clone();
+        bad[30] ^= 1;
+        assert!(decode_sr(&bad, 7, c).is_err());
+        let mut bad = b.clone();
+        bad[20] = 0xff;
+        bad[21] = 0xff;
+        assert!(sr_len(&bad).is_err());
+        assert!(decode_sr(&b[..b.len() - 8], 7, c).is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //!   cannot help (a leaf of one entry, a branch of two);
 //! - a branch entry records its child's checksum (see [`format`](mod@format)).
 
-use super::format::{self, Ent, Header, KIND_BRANCH, KIND_LEAF, MAX_HEIGHT, ValRef};
+use super::format::{self, Ent, Fresh, Header, KIND_BRANCH, KIND_LEAF, MAX_HEIGHT, ValRef};
 use crate::{EngineError, Result};
 use ferrite_alloc::{AllocThread, Reservation};
 use ferrite_pmem::Region;
@@ -187,6 +187,9 @@ pub struct Shadow<'a> {
     buf: Vec<u8>,
     /// Net change of the key count.
     pub key_delta: i64,
+    /// Blocks [`write`](Self::write) wrote (children before parents, the
+    /// root last), for the switch record.
+    pub fresh: Vec<Fresh>,
 }
 
 impl<'a> Shadow<'a> {
@@ -206,6 +209,7 @@ impl<'a> Shadow<'a> {
             inline_max,
             buf: Vec::new(),
             key_delta: 0,
+            fresh: Vec::new(),
         }
     }
 
@@ -602,7 +606,12 @@ impl<'a> Shadow<'a> {
         let root = match &self.root {
             None => (0, 0),
             Some(DChild::Clean(off, crc)) => (*off, *crc),
-            Some(DChild::Dirty(n)) => write_node(n, &self.pool, self.nonce, flush, &mut buf),
+            Some(DChild::Dirty(n)) => {
+                let mut fresh = std::mem::take(&mut self.fresh);
+                let r = write_node(n, &self.pool, self.nonce, flush, &mut buf, &mut fresh);
+                self.fresh = fresh;
+                r
+            }
         };
         self.buf = buf;
         root
@@ -644,6 +653,7 @@ fn write_node(
     nonce: u64,
     flush: bool,
     buf: &mut Vec<u8>,
+    fresh: &mut Vec<Fresh>,
 ) -> (u64, u32) {
     // Children first: the encoding needs their offsets, and their bytes
     // are in place before anything points to them.
@@ -659,6 +669,12 @@ fn write_node(
             for e in ents {
                 if let LVal::New { data, off } = &e.val {
                     put(*off, data);
+                    fresh.push(Fresh {
+                        off: *off,
+                        len: data.len() as u32,
+                        crc: format::crc(nonce, data),
+                        node: false,
+                    });
                 }
             }
             format::begin_node(buf, KIND_LEAF, 0, ents.len());
@@ -684,7 +700,7 @@ fn write_node(
                 .iter()
                 .map(|e| match &e.child {
                     DChild::Clean(off, crc) => (*off, *crc),
-                    DChild::Dirty(c) => write_node(c, pool, nonce, flush, buf),
+                    DChild::Dirty(c) => write_node(c, pool, nonce, flush, buf, fresh),
                 })
                 .collect();
             format::begin_node(buf, KIND_BRANCH, n.level, ents.len());
@@ -696,5 +712,11 @@ fn write_node(
     }
     let crc = format::finish_node(buf, nonce);
     put(n.new_off, buf);
+    fresh.push(Fresh {
+        off: n.new_off,
+        len: buf.len() as u32,
+        crc,
+        node: true,
+    });
     (n.new_off, crc)
 }
