@@ -65,6 +65,19 @@ pub(crate) fn at_event() {
     });
 }
 
+/// Called by the simulated medium when the running thread waits for
+/// another's progress: hands the baton to the next live thread (if any),
+/// which is the only way the awaited thread can run. Deterministic: the
+/// hand-off is forced, not drawn.
+#[inline]
+pub(crate) fn at_wait() {
+    CURRENT.with(|c| {
+        if let Some((ls, me)) = &*c.borrow() {
+            ls.wait_for_others(*me);
+        }
+    });
+}
+
 /// What a run did, for reports and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -163,6 +176,22 @@ impl Lockstep {
             resume_unwind(Box::new(Stopped));
         }
         g
+    }
+
+    /// Thread `me` waits for another thread's progress: hand over.
+    fn wait_for_others(&self, me: usize) {
+        if std::thread::panicking() || ferrite_pmem::LockHeld::active() {
+            return;
+        }
+        let mut g = self.lock();
+        if g.stopped {
+            drop(g);
+            resume_unwind(Box::new(Stopped));
+        }
+        if let Some(to) = g.other(me) {
+            g.stats.token_waits += 1;
+            drop(self.hand_to(g, me, to));
+        }
     }
 
     /// A medium event of thread `me` (the baton holder): maybe hand over.
