@@ -151,7 +151,10 @@ pub struct Config {
 
 /// A platform rule applied to a crash image (see [`Config::power_fail`]).
 #[derive(Clone)]
-pub struct PowerFail(pub std::sync::Arc<dyn Fn(&mut [u8]) + Send + Sync>);
+pub struct PowerFail(pub std::sync::Arc<ImageRule>);
+
+/// A function that rewrites a crash image in place.
+pub type ImageRule = dyn Fn(&mut [u8]) + Send + Sync;
 
 impl std::fmt::Debug for PowerFail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
