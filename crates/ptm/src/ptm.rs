@@ -175,11 +175,11 @@ impl Ptm {
             data: (data_lo, data_hi),
             meta_lo,
         };
-        for s in 0..usize::from(sb.slots) {
+        for (s, slot_epoch) in epochs.iter_mut().enumerate() {
             let so = sb.slot_off(s) as usize;
             let st = region.load_u64(so);
             let epoch = format::status_epoch(st);
-            epochs[s] = epoch;
+            *slot_epoch = epoch;
             let area = so + format::SLOT_HDR as usize;
             match format::status_state(st) {
                 format::IDLE => {}
