@@ -211,7 +211,7 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
     ),
     (
         "ptm-planted",
-        "both PTMs with each planted bug (missing undo fence, commit before data, write-back before the log, release before applied, skipped recovery) and P3's fence removal: each must be caught",
+        "both PTMs with each planted bug (missing undo fence, commit before data, write-back before the log, release before applied, new blocks outside the checksum, skipped recovery) and P3's fence removal: each must be caught",
         false,
         run_ptm_planted,
     ),

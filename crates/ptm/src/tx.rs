@@ -355,7 +355,8 @@ impl Run<'_> {
         // quiescing free either waits for us or happened before our start.
         a.store(0, Ordering::SeqCst);
         self.c.st.start = self.ptm.orecs.now();
-        a.store(self.c.st.start, Ordering::SeqCst);
+        // A later, larger bound: the announcement above already holds.
+        a.store(self.c.st.start, Ordering::Release);
         self.c.st.epoch = self.c.epoch + 1;
     }
 
