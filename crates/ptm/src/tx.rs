@@ -773,34 +773,26 @@ impl Run<'_> {
         let live: Vec<Reservation> = live.into_iter().map(|a| a.res).collect();
         let dead: Vec<Reservation> = dead.into_iter().map(|a| a.res).collect();
         let frees = std::mem::take(&mut self.c.st.frees);
+        let (allocs, frees): (&[Reservation], &[POff<u8>]) = (&live, &frees);
+        let p = Publish {
+            allocs,
+            frees,
+            links: &[],
+        };
         if committed {
-            self.heap.commit_prepared(&Publish {
-                allocs: &live,
-                frees: &frees,
-                links: &[],
-            });
-            self.heap.abort_prepared(&Publish {
-                allocs: &dead,
-                frees: &[],
-                links: &[],
-            });
-            for r in dead {
-                let _ = self.heap.cancel(r);
-            }
+            self.heap.commit_prepared(&p);
         } else {
-            self.heap.abort_prepared(&Publish {
-                allocs: &live,
-                frees: &frees,
-                links: &[],
-            });
-            self.heap.abort_prepared(&Publish {
-                allocs: &dead,
-                frees: &[],
-                links: &[],
-            });
-            for r in live.into_iter().chain(dead) {
-                let _ = self.heap.cancel(r);
-            }
+            self.heap.abort_prepared(&p);
+        }
+        // Allocations freed again in the transaction never happened.
+        self.heap.abort_prepared(&Publish {
+            allocs: &dead,
+            frees: &[],
+            links: &[],
+        });
+        let gone = if committed { Vec::new() } else { live };
+        for r in gone.into_iter().chain(dead) {
+            let _ = self.heap.cancel(r);
         }
     }
 
