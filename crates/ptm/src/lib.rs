@@ -83,11 +83,21 @@
 //!
 //! # Fence-removal diagnostic [P3 Table III]
 //!
-//! [`PtmOptions::fence_removal`] drops the fences of the write and commit
-//! paths under `adr` while keeping every flush — P3's deliberately
-//! *incorrect* variant, used to measure how much of eADR's gain is the
-//! fences. The crash checks show it is unsafe for both algorithms
-//! (`ferrite check ptm-planted` runs it with the planted bugs).
+//! [`PtmOptions::fence_removal`] is P3's deliberately *incorrect* variant,
+//! used to measure how much of eADR's gain is the fences: under `adr` it
+//! keeps every flush and drops every fence but the last of a transaction
+//! (the one after the status returns to IDLE, so that a transaction that
+//! returned is still durable): orec-eager keeps 1 of its W + 2 fences,
+//! orec-lazy 1 of its 3. The crash checks find counterexamples for both
+//! (`ferrite check ptm-planted`): under orec-eager an in-place store
+//! reaches the medium before its undo entry and the crash leaves half a
+//! transaction no log can undo; under orec-lazy the IDLE status or part of
+//! the write-back reaches the medium before the rest of the write-back, and
+//! the crash leaves half a committed transaction. No fence of either
+//! protocol is redundant: each orders a store that recovery depends on
+//! against one that depends on it, and x86 orders flushed lines only at a
+//! fence (or a locked instruction, which these paths do not have between
+//! those stores).
 
 #![forbid(unsafe_code)]
 
