@@ -1,5 +1,5 @@
 //! `ferrite-ptm`: persistent transactional memory with ownership records
-//! [P3], under every durability domain, with recovery.
+//! (P3), under every durability domain, with recovery.
 //!
 //! Ferrite's `ferrite-tx` runs transactions under locks its caller takes
 //! (strict two-phase locking). A PTM detects conflicts itself: every
@@ -40,7 +40,7 @@
 //! - [`Algorithm::Lazy`] (`orec-lazy`): commit-time locking, redo logging,
 //!   write-back at commit: 3 fences whatever W.
 //!
-//! [`mod@tx`] describes both protocols, [`format`] the bytes on the medium and
+//! [`mod@tx`] describes both protocols, [`mod@format`] the bytes on the medium and
 //! what recovery does with them.
 //!
 //! # Durability domains [P3 §II-B, §IV]
@@ -57,7 +57,7 @@
 //!   their commit point (status NEEDS_REDO) are written back, the logs of
 //!   every other slot are lost. Recovery never reads a log whose status is
 //!   IDLE, so the rule costs nothing; the crash checks apply it to every
-//!   crash image ([`checks`], feature `checks`).
+//!   crash image (`checks`, feature `checks`).
 //! - `msync`: as `adr` with page-granular write-back.
 //!
 //! On this machine `pdram` and `pdram-lite` cost what `eadr` costs: what
