@@ -235,6 +235,8 @@ struct Core {
     st: TxState,
     stats: PtmStats,
     rng: u64,
+    /// See [`MAX_REFUSED_FREES`].
+    refused_frees: u32,
 }
 
 /// What the protocol works on during one attempt: the PTM, the thread's
@@ -255,6 +257,10 @@ impl std::fmt::Debug for PtmThread<'_> {
 
 /// Attempts before [`PtmError::Starved`].
 const MAX_ATTEMPTS: u64 = 1 << 20;
+/// Consecutive attempts in which the allocator refuses a free while the
+/// read set is valid (another transaction's free of the block is in flight)
+/// before the refusal is taken for a real double free.
+const MAX_REFUSED_FREES: u32 = 256;
 
 impl<'p> PtmThread<'p> {
     pub(crate) fn attach(ptm: &'p Ptm) -> Result<PtmThread<'p>> {
@@ -282,6 +288,7 @@ impl<'p> PtmThread<'p> {
                 st: TxState::default(),
                 stats: PtmStats::default(),
                 rng: 0x9e37_79b9_7f4a_7c15 ^ (slot as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+                refused_frees: 0,
             },
         })
     }
@@ -322,6 +329,7 @@ impl<'p> PtmThread<'p> {
             match r {
                 Ok(v) => {
                     run.c.stats.commits += 1;
+                    run.c.refused_frees = 0;
                     return Ok(v);
                 }
                 Err(Abort::Conflict) => {
@@ -1053,15 +1061,40 @@ impl Tx<'_> {
             t.c.st.captured.retain(|&(s, _)| s != b);
             return Ok(());
         }
+        if t.c.st.frees.contains(&block) {
+            return Err(PtmError::Alloc(ferrite_alloc::AllocError::DoubleFree {
+                off: block.raw(),
+            })
+            .into());
+        }
         t.c.st.prep.clear();
-        t.heap.prepare(
+        let r = t.heap.prepare(
             &Publish {
                 allocs: &[],
                 frees: std::slice::from_ref(&block),
                 links: &[],
             },
             &mut t.c.st.prep,
-        )?;
+        );
+        if let Err(e) = r {
+            // The block may be freed (or being freed) by a transaction that
+            // changed what this one read: a conflict, not a double free —
+            // unless every read is still valid and the refusal persists.
+            if matches!(
+                e,
+                ferrite_alloc::AllocError::DoubleFree { .. }
+                    | ferrite_alloc::AllocError::NotAllocated { .. }
+            ) {
+                let stale = t.validate().is_err();
+                t.c.refused_frees += 1;
+                if stale || t.c.refused_frees < MAX_REFUSED_FREES {
+                    return Err(Abort::Conflict);
+                }
+            }
+            t.c.refused_frees = 0;
+            return Err(e.into());
+        }
+        t.c.refused_frees = 0;
         t.c.st.frees.push(block);
         for &fwd in &t.c.st.prep {
             t.c.st.ops.push(OpEntry {
