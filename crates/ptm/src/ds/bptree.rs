@@ -662,6 +662,23 @@ mod tests {
             assert!(matches!(r, Err(PtmError::Aborted { code: 1 })));
             assert_eq!(t.check(&mut th).unwrap(), 4);
             assert_eq!(contents(t, &mut th), (0..4).map(|k| (k, k)).collect());
+            // Swap two keys of the leaf: the checker must object, and an
+            // oversized count must make operations roll back as corrupt.
+            th.atomic(|tx| {
+                let root = tx.load(t.header() + H_ROOT)?;
+                tx.store(root + M_KEYS, 1)?;
+                tx.store(root + M_KEYS + 8, 0)
+            })
+            .unwrap();
+            assert!(t.check(&mut th).is_err());
+            th.atomic(|tx| {
+                let root = tx.load(t.header() + H_ROOT)?;
+                tx.store(root + M_META, LEAF | 1000)
+            })
+            .unwrap();
+            let r = th.atomic(|tx| t.get(tx, 2));
+            assert!(matches!(r, Err(PtmError::Aborted { code }) if code == crate::ds::CORRUPT));
+            assert!(t.check(&mut th).is_err());
         });
     }
 

@@ -451,6 +451,18 @@ mod tests {
                 PHashMap::open(tx, b)
             });
             assert!(matches!(r, Err(PtmError::Aborted { code }) if code == crate::ds::CORRUPT));
+            // A node in the wrong bucket: the checker must object.
+            th.atomic(|tx| {
+                map.insert(tx, 1, 1)?;
+                let slot = map.value_slot(tx, 1)?.unwrap();
+                let elsewhere = (2..)
+                    .find(|k| bucket_of(*k, 4) != bucket_of(1, 4))
+                    .unwrap();
+                tx.store(slot - N_VALUE + N_KEY, elsewhere)
+            })
+            .unwrap();
+            let bad = map.check(&mut th);
+            assert!(bad.is_err(), "{bad:?}");
         });
     }
 }
