@@ -142,6 +142,24 @@ pub struct Config {
     pub only: Option<Repro>,
     /// Violations kept in the report (all are counted).
     pub keep_violations: usize,
+    /// What the platform does to the image at power failure beyond the
+    /// domain's crash model (e.g. PDRAM-Lite dropping the redo logs of
+    /// transactions in flight): applied to every crash image, nested ones
+    /// included, before recovery sees it.
+    pub power_fail: Option<PowerFail>,
+}
+
+/// A platform rule applied to a crash image (see [`Config::power_fail`]).
+#[derive(Clone)]
+pub struct PowerFail(pub std::sync::Arc<ImageRule>);
+
+/// A function that rewrites a crash image in place.
+pub type ImageRule = dyn Fn(&mut [u8]) + Send + Sync;
+
+impl std::fmt::Debug for PowerFail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PowerFail(..)")
+    }
 }
 
 impl Config {
@@ -159,7 +177,14 @@ impl Config {
             progress: false,
             only: None,
             keep_violations: 10,
+            power_fail: None,
         }
+    }
+
+    /// Applies `rule` to every crash image (see [`Config::power_fail`]).
+    pub fn power_fail(mut self, rule: PowerFail) -> Config {
+        self.power_fail = Some(rule);
+        self
     }
     pub fn budget(mut self, b: usize) -> Config {
         self.budget = b;
@@ -447,6 +472,9 @@ impl<'a> Explorer<'a> {
         check: &impl Fn(&Pool, &T, &M) -> Result<(), String>,
     ) -> Result<u64, String> {
         let mut image = image;
+        if let Some(pf) = &self.cfg.power_fail {
+            (pf.0)(&mut image);
+        }
         if let Some((at, sel)) = nested {
             let (end, _) = self
                 .simulate::<()>(&image, Some(at), |p, _| {
@@ -459,7 +487,11 @@ impl<'a> Explorer<'a> {
                 SimRun::Crashed(st, _) | SimRun::Finished(st, _) => {
                     let mut s = salt.to_vec();
                     s.extend_from_slice(&[crash_point_key(at), 0xdead]);
-                    build_image(&st, sel, self.cfg.seed, &s)
+                    let mut img = build_image(&st, sel, self.cfg.seed, &s);
+                    if let Some(pf) = &self.cfg.power_fail {
+                        (pf.0)(&mut img);
+                    }
+                    img
                 }
                 SimRun::Panicked(m) => return Err(format!("first recovery: {m}")),
             };

@@ -24,8 +24,8 @@ pub mod selftest;
 pub mod sim;
 
 pub use explorer::{
-    Config, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation, panic_message,
-    spend_budget,
+    Config, ExploreError, Explorer, ImageSel, PowerFail, Report, Repro, SimRun, Violation,
+    panic_message, spend_budget,
 };
 pub use inflight::InFlight;
 pub use sim::{CrashAt, CrashState, SimMedium, SimThread};

@@ -314,6 +314,10 @@ fn capture(s: &State, map: &Mapping, at: CrashAt) -> CrashState {
 }
 
 impl SimObserver for SimMedium {
+    fn waiting(&self) {
+        crate::lockstep::at_wait();
+    }
+
     fn flushed(&self, map: &Mapping, off: usize, len: usize) {
         // Under a lockstep run the baton may pass here, before the event
         // counts: the schedule decides which thread's event comes next.

@@ -41,6 +41,10 @@ pub trait SimObserver: Send + Sync {
     fn flushed(&self, map: &Mapping, off: usize, len: usize);
     fn fenced(&self, map: &Mapping);
     fn storing(&self, _map: &Mapping, _off: usize, _len: usize) {}
+    /// The caller waits for another thread (a lock it found taken, a
+    /// transaction it must let finish): a simulator that runs threads one at
+    /// a time hands control over here, or the wait would never end.
+    fn waiting(&self) {}
 }
 
 thread_local! {
@@ -159,6 +163,24 @@ impl Medium {
     /// True when this medium is watched by the crash simulator.
     pub fn is_simulated(&self) -> bool {
         self.observer.is_some()
+    }
+
+    /// Called in a wait loop for another thread's progress: a spin hint
+    /// (and, after many rounds, a yield) on real hardware; under the crash
+    /// simulator it lets the scheduler of lockstep runs hand over, since the
+    /// thread waited for cannot run otherwise. `round` counts the waits of
+    /// this loop from 0.
+    #[inline]
+    pub fn wait_hint(&self, round: u32) {
+        if let Some(o) = &self.observer {
+            o.waiting();
+        } else if round < 64 {
+            for _ in 0..(1u32 << round.min(6)) {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::yield_now();
+        }
     }
 
     /// Tells the simulator (if any) that `off..off+len` is about to be stored to.

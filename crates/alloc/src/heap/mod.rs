@@ -1219,6 +1219,20 @@ impl Heap {
         &self.region
     }
 
+    /// Pool offsets `(meta_lo, data_lo, data_hi)`: the heap's page
+    /// descriptors start at `meta_lo` (allocator operations target words
+    /// in `meta_lo..data_lo`), and the pages it hands out are
+    /// `data_lo..data_hi`.
+    pub fn bounds(&self) -> (u64, u64, u64) {
+        let base = self.region.base() as u64;
+        let data_lo = base + self.geo.data_off as u64;
+        (
+            base + self.geo.desc_off as u64,
+            data_lo,
+            data_lo + self.capacity(),
+        )
+    }
+
     /// Pool bytes the heap can hand out (its pages).
     pub fn capacity(&self) -> u64 {
         self.geo.pages * PAGE as u64

@@ -1,0 +1,44 @@
+//! Errors of the PTM.
+
+use ferrite_alloc::AllocError;
+use ferrite_pmem::PoolError;
+
+/// Everything that can go wrong opening a PTM or running a transaction.
+#[derive(Debug, thiserror::Error)]
+pub enum PtmError {
+    #[error("pool: {0}")]
+    Pool(#[from] PoolError),
+    #[error("allocator: {0}")]
+    Alloc(#[from] AllocError),
+    /// The pool's data area does not hold a PTM (no superblock, or another
+    /// structure's).
+    #[error("not a PTM pool: {0}")]
+    NotAPtm(String),
+    /// The superblock or a log is damaged beyond what a crash can do.
+    #[error("corrupt PTM pool: {0}")]
+    Corrupt(String),
+    #[error("unsupported PTM format version {0} (this build reads 1)")]
+    Version(u16),
+    #[error("bad option: {0}")]
+    BadOption(String),
+    /// Every log slot is attached to a thread.
+    #[error("all {0} thread slots are in use")]
+    NoSlot(u16),
+    /// The transaction needs more log than a slot has.
+    #[error("transaction too large for its log ({need} bytes, the slot has {have})")]
+    LogFull { need: usize, have: usize },
+    /// An access outside the PTM's data (the heap's blocks and the root word).
+    #[error("access to pool offset {off:#x} (+{len}) is outside the PTM's data")]
+    OutOfBounds { off: u64, len: usize },
+    /// An address that is not 8-byte aligned where a word is needed.
+    #[error("pool offset {0:#x} is not 8-byte aligned")]
+    Misaligned(u64),
+    /// The body asked to roll back ([`crate::Tx::abort`]).
+    #[error("transaction aborted by its body (code {code})")]
+    Aborted { code: u64 },
+    /// A transaction kept conflicting past the retry limit.
+    #[error("transaction gave up after {0} conflicting attempts")]
+    Starved(u64),
+}
+
+pub type Result<T, E = PtmError> = std::result::Result<T, E>;
