@@ -91,12 +91,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ds;
 pub mod error;
 pub mod format;
 pub mod orec;
 mod ptm;
 pub mod tx;
 pub mod word;
+pub mod workloads;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;

@@ -33,7 +33,8 @@
 //! split makes a new root (the header's root word changes).
 
 use super::{check_result, corrupt};
-use crate::{POff, PtmThread, Tx, TxResult};
+use crate::{PtmThread, Tx, TxResult};
+use ferrite_pmem::POff;
 
 /// "FPTMBTRE" read as a little-endian u64.
 pub const BPTREE_MAGIC: u64 = u64::from_le_bytes(*b"FPTMBTRE");
@@ -602,8 +603,11 @@ mod tests {
                                 t.scan(tx, key, limit, &mut |k, v| got.push((k, v)))
                             })
                             .unwrap();
-                            let want: Vec<(u64, u64)> =
-                                model.range(key..).take(limit).map(|(k, v)| (*k, *v)).collect();
+                            let want: Vec<(u64, u64)> = model
+                                .range(key..)
+                                .take(limit)
+                                .map(|(k, v)| (*k, *v))
+                                .collect();
                             assert_eq!(got, want, "scan {i}");
                         }
                     }

@@ -226,7 +226,7 @@ impl PHashMap {
         let value = tx.load(node + N_VALUE)?;
         let next = tx.load(node + N_NEXT)?;
         tx.store(link, next)?;
-        tx.free(crate::POff::new(node))?;
+        tx.free(ferrite_pmem::POff::new(node))?;
         Ok(Some(value))
     }
 
@@ -455,9 +455,7 @@ mod tests {
             th.atomic(|tx| {
                 map.insert(tx, 1, 1)?;
                 let slot = map.value_slot(tx, 1)?.unwrap();
-                let elsewhere = (2..)
-                    .find(|k| bucket_of(*k, 4) != bucket_of(1, 4))
-                    .unwrap();
+                let elsewhere = (2..).find(|k| bucket_of(*k, 4) != bucket_of(1, 4)).unwrap();
                 tx.store(slot - N_VALUE + N_KEY, elsewhere)
             })
             .unwrap();

@@ -68,9 +68,10 @@ pub(crate) mod testutil {
     /// Runs `f` on a fresh 64 MiB ADR in-memory pool for each algorithm.
     pub fn each_algorithm(f: impl Fn(&Ptm)) {
         for alg in Algorithm::ALL {
-            let pool =
-                Pool::create_in_memory(&PoolOptions::new("ferrite-ptm", 64 << 20).domain(Domain::Adr))
-                    .unwrap();
+            let pool = Pool::create_in_memory(
+                &PoolOptions::new("ferrite-ptm", 64 << 20).domain(Domain::Adr),
+            )
+            .unwrap();
             let ptm = Ptm::create(&pool, &PtmOptions::new(alg)).unwrap();
             f(&ptm);
         }

@@ -26,7 +26,8 @@
 //! black nodes.
 
 use super::{check_result, corrupt};
-use crate::{POff, PtmThread, Tx, TxResult};
+use crate::{PtmThread, Tx, TxResult};
+use ferrite_pmem::POff;
 
 /// "FPTMRBTR" read as a little-endian u64.
 pub const RBTREE_MAGIC: u64 = u64::from_le_bytes(*b"FPTMRBTR");

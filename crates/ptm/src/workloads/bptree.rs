@@ -19,8 +19,8 @@
 //! ```
 
 use super::{
-    BPTREE_FANOUT, PtmWorkload, Rng, Scale, WorkloadKind, ptm_err, require_empty_root,
-    root_block, root_of,
+    BPTREE_FANOUT, PtmWorkload, Rng, Scale, WorkloadKind, ptm_err, require_empty_root, root_block,
+    root_of,
 };
 use crate::ds::bptree::PBTree;
 use crate::ds::{CORRUPT, check_result, mix64};
@@ -106,7 +106,9 @@ fn check_tree(ptm: &Ptm, magic: u64, range: u64) -> Result<u64, String> {
         }
     }
     if seen != entries {
-        return Err(format!("scan saw {seen} entries, structure check {entries}"));
+        return Err(format!(
+            "scan saw {seen} entries, structure check {entries}"
+        ));
     }
     Ok(entries)
 }

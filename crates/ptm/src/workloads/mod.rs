@@ -148,7 +148,11 @@ pub fn make(kind: WorkloadKind, scale: Scale, seed: u64) -> Box<dyn PtmWorkload>
 
 /// Reads the workload root block from the PTM root word and checks its
 /// magic; rolls back with [`crate::ds::CORRUPT`] when either is wrong.
-pub(crate) fn root_block(tx: &mut crate::Tx<'_>, ptm_root: u64, magic: u64) -> crate::TxResult<u64> {
+pub(crate) fn root_block(
+    tx: &mut crate::Tx<'_>,
+    ptm_root: u64,
+    magic: u64,
+) -> crate::TxResult<u64> {
     let block = tx.load(ptm_root)?;
     if block == 0 || block % 8 != 0 || tx.load(block)? != magic {
         return Err(crate::Abort::User(crate::ds::CORRUPT));
@@ -166,9 +170,10 @@ pub(crate) fn require_empty_root(th: &mut PtmThread<'_>, ptm_root: u64) -> Resul
     })
 }
 
-/// The offset of the PTM root word of the PTM `th` belongs to.
-pub(crate) fn root_of(th: &PtmThread<'_>) -> u64 {
-    th.ptm().root().raw()
+/// The offset of the PTM root word of the PTM `th` belongs to (the same
+/// constant for every PTM: [`crate::Ptm::root`]).
+pub(crate) fn root_of(_th: &PtmThread<'_>) -> u64 {
+    crate::format::ROOT_OFF
 }
 
 /// Text for a PTM error met while checking.
@@ -208,7 +213,12 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{} {}: after load: {e}", kind.name(), alg.name()));
                 let again = w.load(&ptm);
                 assert!(
-                    matches!(again, Err(PtmError::Aborted { code: ALREADY_LOADED })),
+                    matches!(
+                        again,
+                        Err(PtmError::Aborted {
+                            code: ALREADY_LOADED
+                        })
+                    ),
                     "{} loaded twice",
                     kind.name()
                 );

@@ -41,8 +41,8 @@
 //! `s_order_cnt` up) and insert the order line.
 
 use super::{
-    BPTREE_FANOUT, PtmWorkload, Rng, Scale, WorkloadKind, ptm_err, require_empty_root,
-    root_block, root_of,
+    BPTREE_FANOUT, PtmWorkload, Rng, Scale, WorkloadKind, ptm_err, require_empty_root, root_block,
+    root_of,
 };
 use crate::ds::bptree::PBTree;
 use crate::ds::hash::PHashMap;
@@ -217,9 +217,17 @@ impl PtmWorkload for TpccNewOrder {
         // (key, row words) for every loaded row, inserted 128 per transaction.
         let mut rows: Vec<(u64, usize, [u64; 4])> = Vec::new();
         for w in 1..=c.warehouses as u64 {
-            rows.push((key(T_WAREHOUSE, w, 0, 0), 16, [rng.random_range(0..=2000), 0, 0, 0]));
+            rows.push((
+                key(T_WAREHOUSE, w, 0, 0),
+                16,
+                [rng.random_range(0..=2000), 0, 0, 0],
+            ));
             for d in 1..=c.districts as u64 {
-                rows.push((key(T_DISTRICT, w, d, 0), 64, [rng.random_range(0..=2000), 1, 0, 0]));
+                rows.push((
+                    key(T_DISTRICT, w, d, 0),
+                    64,
+                    [rng.random_range(0..=2000), 1, 0, 0],
+                ));
                 for cid in 1..=c.customers_per_district as u64 {
                     let credit = u64::from(rng.random_range(0..10u32) == 0);
                     rows.push((
@@ -234,12 +242,21 @@ impl PtmWorkload for TpccNewOrder {
             rows.push((
                 key(T_ITEM, 0, 0, i),
                 16,
-                [rng.random_range(100..=10_000), rng.random_range(1..=10_000), 0, 0],
+                [
+                    rng.random_range(100..=10_000),
+                    rng.random_range(1..=10_000),
+                    0,
+                    0,
+                ],
             ));
         }
         for w in 1..=c.warehouses as u64 {
             for i in 1..=c.items as u64 {
-                rows.push((key(T_STOCK, w, 0, i), 32, [rng.random_range(10..=100), 0, 0, 0]));
+                rows.push((
+                    key(T_STOCK, w, 0, i),
+                    32,
+                    [rng.random_range(10..=100), 0, 0, 0],
+                ));
             }
         }
         for chunk in rows.chunks(32) {

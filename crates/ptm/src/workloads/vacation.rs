@@ -26,10 +26,13 @@
 //! item; each customer's list is strictly sorted and names existing items;
 //! for every item, the number of list entries naming it equals `num_used`.
 
-use super::{PtmWorkload, Rng, Scale, WorkloadKind, ptm_err, require_empty_root, root_block, root_of};
+use super::{
+    PtmWorkload, Rng, Scale, WorkloadKind, ptm_err, require_empty_root, root_block, root_of,
+};
 use crate::ds::rbtree::PRbTree;
 use crate::ds::{CORRUPT, check_result};
-use crate::{Abort, POff, Ptm, PtmError, PtmThread, Tx, TxResult};
+use crate::{Abort, Ptm, PtmError, PtmThread, Tx, TxResult};
+use ferrite_pmem::POff;
 use ferrite_workload::vacation::{
     ActionKind, ItemOp, Resource, Table, UPDATE_UNITS, VacationAction, VacationConfig,
     VacationScale, load_rows,
@@ -399,7 +402,10 @@ impl PtmWorkload for Vacation {
         let mut th = ptm.thread().map_err(ptm_err)?;
         let m = check_result(th.atomic(|tx| Ok(Ok(Manager::open(tx, root)?))))?;
         if m.relations != self.cfg.relations {
-            return Err(format!("r = {}, expected {}", m.relations, self.cfg.relations));
+            return Err(format!(
+                "r = {}, expected {}",
+                m.relations, self.cfg.relations
+            ));
         }
         // used per (type, id), from the items.
         let mut used: HashMap<(u64, u64), u64> = HashMap::new();
