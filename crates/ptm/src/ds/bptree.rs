@@ -102,7 +102,7 @@ impl PBTree {
 
     /// Opens the tree whose header is at `hdr` ([`super::CORRUPT`] if not one).
     pub fn open(tx: &mut Tx<'_>, hdr: u64) -> TxResult<PBTree> {
-        if hdr == 0 || hdr % 8 != 0 || tx.load(hdr + H_MAGIC)? != BPTREE_MAGIC {
+        if hdr == 0 || !hdr.is_multiple_of(8) || tx.load(hdr + H_MAGIC)? != BPTREE_MAGIC {
             return corrupt();
         }
         let fanout = tx.load(hdr + H_FANOUT)?;
@@ -128,7 +128,7 @@ impl PBTree {
 
     /// (is leaf, n) of a node, checked against the fanout.
     fn meta(&self, tx: &mut Tx<'_>, n: Node) -> TxResult<(bool, u64)> {
-        if n.at == 0 || n.at % 8 != 0 {
+        if n.at == 0 || !n.at.is_multiple_of(8) {
             return corrupt();
         }
         let m = tx.load(n.at + M_META)?;
@@ -241,7 +241,7 @@ impl PBTree {
         }
         keys.insert(pos as usize, key);
         vals.insert(pos as usize, value);
-        let left = (f + 1) / 2;
+        let left = f.div_ceil(2);
         let right = self.node(tx.alloc(node_bytes(f))?.raw());
         for (j, i) in (left..=f).enumerate() {
             tx.store(right.key(j as u64), keys[i as usize])?;
@@ -302,7 +302,7 @@ impl PBTree {
             keys.insert(i as usize, sep);
             kids.insert(i as usize + 1, child);
             // keys[0..mid] stay, keys[mid] goes up, keys[mid+1..=f] move.
-            let mid = (f + 1) / 2;
+            let mid = f.div_ceil(2);
             let right = self.node(tx.alloc(node_bytes(f))?.raw());
             for (j, k) in (mid + 1..=f).enumerate() {
                 tx.store(right.key(j as u64), keys[k as usize])?;
@@ -438,7 +438,7 @@ impl PBTree {
             if st.nodes > 1 << 40 || p.depth as usize > MAX_DEPTH {
                 return Ok(Err("tree too deep or cyclic".into()));
             }
-            if p.at == 0 || p.at % 8 != 0 {
+            if p.at == 0 || !p.at.is_multiple_of(8) {
                 return Ok(Err(format!("bad node offset {:#x}", p.at)));
             }
             let node = self.node(p.at);
@@ -706,7 +706,7 @@ mod tests {
                                 // also increments one shared counter.
                                 let key = (xorshift(&mut r) % 300) * 2 + tid;
                                 let val = xorshift(&mut r);
-                                let del = xorshift(&mut r) % 4 == 0;
+                                let del = xorshift(&mut r).is_multiple_of(4);
                                 th.atomic(|tx| {
                                     let c = t.get(tx, COUNTER)?.unwrap_or(0);
                                     t.update(tx, COUNTER, c + 1)?;

@@ -119,7 +119,7 @@ impl PHashMap {
     /// Opens the map whose header block is at `hdr`; rolls back with
     /// [`super::CORRUPT`] if it is not one.
     pub fn open(tx: &mut Tx<'_>, hdr: u64) -> TxResult<PHashMap> {
-        if hdr == 0 || hdr % 8 != 0 || tx.load(hdr + H_MAGIC)? != HASH_MAGIC {
+        if hdr == 0 || !hdr.is_multiple_of(8) || tx.load(hdr + H_MAGIC)? != HASH_MAGIC {
             return corrupt();
         }
         let buckets = tx.load(hdr + H_BUCKETS)?;
@@ -267,7 +267,7 @@ impl PHashMap {
             let mut node = tx.load(head)?;
             keys.clear();
             while node != 0 {
-                if node % 8 != 0 {
+                if !node.is_multiple_of(8) {
                     return Ok(Err(format!("bucket {b}: misaligned node {node:#x}")));
                 }
                 let key = tx.load(node + N_KEY)?;
@@ -409,7 +409,7 @@ mod tests {
                                 // also bumps one shared counter (a real conflict).
                                 let key = (xorshift(&mut r) % 64) * 2 + t;
                                 let val = xorshift(&mut r);
-                                let del = xorshift(&mut r) % 3 == 0;
+                                let del = xorshift(&mut r).is_multiple_of(3);
                                 th.atomic(|tx| {
                                     let c = map.get(tx, COUNTER)?.unwrap_or(0);
                                     map.update(tx, COUNTER, c + 1)?;

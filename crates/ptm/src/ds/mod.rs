@@ -28,7 +28,7 @@ use crate::{Abort, PtmError, TxResult};
 
 /// User-abort code with which a data-structure operation rolls back when it
 /// finds persistent data that breaks the structure's invariants.
-pub const CORRUPT: u64 = 0xC0_44_0B7E_0000_0001;
+pub const CORRUPT: u64 = 0xC044_0B7E_0000_0001;
 
 /// The abort for corrupt persistent data.
 #[inline]

@@ -62,7 +62,7 @@ impl PRbTree {
 
     /// Opens the tree whose header is at `hdr` ([`super::CORRUPT`] if not one).
     pub fn open(tx: &mut Tx<'_>, hdr: u64) -> TxResult<PRbTree> {
-        if hdr == 0 || hdr % 8 != 0 || tx.load(hdr + H_MAGIC)? != RBTREE_MAGIC {
+        if hdr == 0 || !hdr.is_multiple_of(8) || tx.load(hdr + H_MAGIC)? != RBTREE_MAGIC {
             return corrupt();
         }
         Ok(PRbTree { hdr })
@@ -77,13 +77,13 @@ impl PRbTree {
     // data (a valid tree never asks), except for the color, which is black.
 
     fn get_f(tx: &mut Tx<'_>, n: u64, f: u64) -> TxResult<u64> {
-        if n == 0 || n % 8 != 0 {
+        if n == 0 || !n.is_multiple_of(8) {
             return corrupt();
         }
         tx.load(n + f)
     }
     fn set_f(tx: &mut Tx<'_>, n: u64, f: u64, v: u64) -> TxResult<()> {
-        if n == 0 || n % 8 != 0 {
+        if n == 0 || !n.is_multiple_of(8) {
             return corrupt();
         }
         tx.store(n + f, v)
@@ -459,7 +459,7 @@ impl PRbTree {
             let Some((n, parent, lo, hi, blacks)) = st.stack.pop() else {
                 return Ok(Ok(()));
             };
-            if n % 8 != 0 {
+            if !n.is_multiple_of(8) {
                 return Ok(Err(format!("misaligned node {n:#x}")));
             }
             st.nodes += 1;
@@ -651,7 +651,7 @@ mod tests {
                             for _ in 0..400 {
                                 let key = (xorshift(&mut r) % 200) * 2 + tid;
                                 let val = xorshift(&mut r);
-                                let del = xorshift(&mut r) % 3 == 0;
+                                let del = xorshift(&mut r).is_multiple_of(3);
                                 th.atomic(|tx| {
                                     let c = t.get(tx, COUNTER)?.unwrap_or(0);
                                     t.update(tx, COUNTER, c + 1)?;

@@ -202,10 +202,10 @@ impl PtmWorkload for BptreeMixed {
                     tree.insert(tx, key, key ^ VALUE_XOR)?;
                 }
                 1 => {
-                    if let Some(v) = tree.get(tx, key)? {
-                        if v != key ^ VALUE_XOR {
-                            return Err(Abort::User(CORRUPT));
-                        }
+                    if let Some(v) = tree.get(tx, key)?
+                        && v != key ^ VALUE_XOR
+                    {
+                        return Err(Abort::User(CORRUPT));
                     }
                 }
                 _ => {

@@ -154,7 +154,7 @@ pub(crate) fn root_block(
     magic: u64,
 ) -> crate::TxResult<u64> {
     let block = tx.load(ptm_root)?;
-    if block == 0 || block % 8 != 0 || tx.load(block)? != magic {
+    if block == 0 || !block.is_multiple_of(8) || tx.load(block)? != magic {
         return Err(crate::Abort::User(crate::ds::CORRUPT));
     }
     Ok(block)
