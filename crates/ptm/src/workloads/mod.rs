@@ -240,3 +240,81 @@ mod tests {
         }
     }
 }
+
+/// Throughput probe (not a benchmark: the bench crate measures): every
+/// workload at Quick scale, both algorithms, 1 and 2 threads, for
+/// `FERRITE_PTM_PROBE_MS` milliseconds each (default 1000). Run with
+/// `cargo test -p ferrite-ptm --release --lib workloads::probe -- --ignored --nocapture`.
+#[cfg(test)]
+mod probe {
+    use super::*;
+    use crate::{Algorithm, PtmOptions, PtmStats};
+    use ferrite_pmem::{Domain, Pool, PoolOptions};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    #[ignore = "a timing probe; run by hand in release"]
+    fn probe_quick() {
+        let ms: u64 = std::env::var("FERRITE_PTM_PROBE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        println!("workload       algorithm   thr  load_ms   commits/s  aborts/commit  fences/tx  max_log_lines  check");
+        for kind in WorkloadKind::ALL {
+            for alg in Algorithm::ALL {
+                for threads in [1usize, 2] {
+                    let pool = Pool::create_in_memory(
+                        &PoolOptions::new("ferrite-ptm", 512 << 20).domain(Domain::Adr),
+                    )
+                    .unwrap();
+                    let ptm = Ptm::create(&pool, &PtmOptions::new(alg)).unwrap();
+                    let w = make(kind, Scale::Quick, 1);
+                    let t0 = Instant::now();
+                    w.load(&ptm).unwrap();
+                    let load_ms = t0.elapsed().as_millis();
+                    let stop = Instant::now() + Duration::from_millis(ms);
+                    let t1 = Instant::now();
+                    let stats: Vec<PtmStats> = std::thread::scope(|s| {
+                        let hs: Vec<_> = (0..threads)
+                            .map(|t| {
+                                let (w, ptm) = (&w, &ptm);
+                                s.spawn(move || {
+                                    let mut th = ptm.thread().unwrap();
+                                    let mut rng = thread_rng(5, t);
+                                    while Instant::now() < stop {
+                                        for _ in 0..64 {
+                                            w.run_one(&mut th, t, threads, &mut rng).unwrap();
+                                        }
+                                    }
+                                    th.stats()
+                                })
+                            })
+                            .collect();
+                        hs.into_iter().map(|h| h.join().unwrap()).collect()
+                    });
+                    let secs = t1.elapsed().as_secs_f64();
+                    let commits: u64 = stats.iter().map(|s| s.commits).sum();
+                    let aborts: u64 = stats.iter().map(|s| s.aborts).sum();
+                    let fences: u64 = stats.iter().map(|s| s.fences).sum();
+                    let lines = stats.iter().map(|s| s.max_log_lines).max().unwrap_or(0);
+                    let check = match w.check(&ptm) {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => e,
+                    };
+                    println!(
+                        "{:<14} {:<11} {:>3} {:>8} {:>11.0} {:>14.4} {:>10.2} {:>14} {}",
+                        kind.name(),
+                        alg.name(),
+                        threads,
+                        load_ms,
+                        commits as f64 / secs,
+                        aborts as f64 / commits.max(1) as f64,
+                        fences as f64 / commits.max(1) as f64,
+                        lines,
+                        check
+                    );
+                }
+            }
+        }
+    }
+}
