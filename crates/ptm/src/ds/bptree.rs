@@ -735,4 +735,32 @@ mod tests {
             assert_eq!(contents(t, &mut th), want);
         });
     }
+
+    impl crate::ds::testutil::TestMap for PBTree {
+        fn get(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PBTree::get(self, tx, k)
+        }
+        fn insert(&self, tx: &mut Tx<'_>, k: u64, v: u64) -> TxResult<Option<u64>> {
+            PBTree::insert(self, tx, k, v)
+        }
+        fn remove(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PBTree::remove(self, tx, k)
+        }
+        fn entries(&self, th: &mut PtmThread<'_>) -> Vec<(u64, u64)> {
+            contents(*self, th).into_iter().collect()
+        }
+        fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String> {
+            PBTree::check(self, th)
+        }
+    }
+
+    #[test]
+    fn same_keys_stress() {
+        each_algorithm(|ptm| {
+            let mut th = ptm.thread().unwrap();
+            let t = th.atomic(|tx| PBTree::create_in(tx, 4)).unwrap();
+            drop(th);
+            crate::ds::testutil::same_keys_stress(ptm, t);
+        });
+    }
 }

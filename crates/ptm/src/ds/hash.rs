@@ -463,4 +463,64 @@ mod tests {
             assert!(bad.is_err(), "{bad:?}");
         });
     }
+
+    impl crate::ds::testutil::TestMap for PHashMap {
+        fn get(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PHashMap::get(self, tx, k)
+        }
+        fn insert(&self, tx: &mut Tx<'_>, k: u64, v: u64) -> TxResult<Option<u64>> {
+            PHashMap::insert(self, tx, k, v)
+        }
+        fn remove(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PHashMap::remove(self, tx, k)
+        }
+        fn entries(&self, th: &mut PtmThread<'_>) -> Vec<(u64, u64)> {
+            contents(*self, th).into_iter().collect()
+        }
+        fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String> {
+            PHashMap::check(self, th)
+        }
+    }
+
+    #[test]
+    fn same_keys_stress() {
+        each_algorithm(|ptm| {
+            let mut th = ptm.thread().unwrap();
+            let map = th.atomic(|tx| PHashMap::create_in(tx, 5)).unwrap();
+            drop(th);
+            crate::ds::testutil::same_keys_stress(ptm, map);
+        });
+    }
+}
+#[cfg(test)]
+mod scratch {
+    use super::*;
+    use crate::ds::testutil::each_algorithm;
+    #[test]
+    fn free_after_user_abort() {
+        each_algorithm(|ptm| {
+            let mut th = ptm.thread().unwrap();
+            let map = th.atomic(|tx| PHashMap::create_in(tx, 5)).unwrap();
+            th.atomic(|tx| map.insert(tx, 1, 1)).unwrap();
+            let r = th.atomic(|tx| {
+                map.remove(tx, 1)?;
+                tx.abort::<()>(3)
+            });
+            println!("{:?} abort: {r:?}", ptm.algorithm());
+            let r = th.atomic(|tx| map.remove(tx, 1));
+            println!("{:?} remove after abort: {r:?}", ptm.algorithm());
+            // retry-by-conflict emulation: body that frees, then fails once with Conflict
+            th.atomic(|tx| map.insert(tx, 2, 2)).unwrap();
+            let mut first = true;
+            let r = th.atomic(|tx| {
+                map.remove(tx, 2)?;
+                if first {
+                    first = false;
+                    return Err(crate::Abort::Conflict);
+                }
+                Ok(())
+            });
+            println!("{:?} remove with one conflict retry: {r:?}", ptm.algorithm());
+        });
+    }
 }

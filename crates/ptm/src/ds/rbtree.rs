@@ -680,4 +680,32 @@ mod tests {
             assert_eq!(contents(t, &mut th), want);
         });
     }
+
+    impl crate::ds::testutil::TestMap for PRbTree {
+        fn get(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PRbTree::get(self, tx, k)
+        }
+        fn insert(&self, tx: &mut Tx<'_>, k: u64, v: u64) -> TxResult<Option<u64>> {
+            PRbTree::insert(self, tx, k, v)
+        }
+        fn remove(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PRbTree::remove(self, tx, k)
+        }
+        fn entries(&self, th: &mut PtmThread<'_>) -> Vec<(u64, u64)> {
+            contents(*self, th).into_iter().collect()
+        }
+        fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String> {
+            PRbTree::check(self, th)
+        }
+    }
+
+    #[test]
+    fn same_keys_stress() {
+        each_algorithm(|ptm| {
+            let mut th = ptm.thread().unwrap();
+            let t = th.atomic(PRbTree::create_in).unwrap();
+            drop(th);
+            crate::ds::testutil::same_keys_stress(ptm, t);
+        });
+    }
 }
