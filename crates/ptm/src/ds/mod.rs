@@ -153,3 +153,49 @@ pub(crate) mod testutil {
         x
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::each_algorithm;
+
+    /// The smallest reproduction of a PTM problem the structures met: two
+    /// threads each swap a fresh block into one shared word and free the
+    /// block they found there. Serially this never frees a block twice; a
+    /// transaction whose read went stale because the other thread freed
+    /// that block must abort as a conflict. On the PTM as merged at 02:15
+    /// UTC, `tx.free` instead returns `Alloc(DoubleFree)` /
+    /// `Alloc(NotAllocated)` (both algorithms; `free` asks the allocator
+    /// before anything validated the read that produced the block).
+    #[test]
+    #[ignore = "PTM bug reproduction: tx.free on a stale read fails instead of aborting"]
+    fn ptm_free_of_concurrently_freed_block() {
+        each_algorithm(|ptm| {
+            let mut th = ptm.thread().unwrap();
+            let w = th.atomic(|tx| tx.alloc_zeroed(64)).unwrap().raw();
+            let start = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                for t in 0..2 {
+                    let start = &start;
+                    s.spawn(move || {
+                        let mut th = ptm.thread().unwrap();
+                        start.wait();
+                        for i in 0..3000 {
+                            th.atomic(|tx| {
+                                let p = tx.load(w)?;
+                                if p != 0 {
+                                    tx.free(ferrite_pmem::POff::new(p))?;
+                                }
+                                let q = tx.alloc(16)?.raw();
+                                tx.store(q, 1)?;
+                                tx.store(w, q)
+                            })
+                            .unwrap_or_else(|e| {
+                                panic!("{} thread {t} txn {i}: {e:?}", ptm.algorithm().name())
+                            });
+                        }
+                    });
+                }
+            });
+        });
+    }
+}

@@ -244,14 +244,18 @@ mod tests {
                     "{} loaded twice",
                     kind.name()
                 );
+                let start = std::sync::Barrier::new(2);
                 std::thread::scope(|s| {
                     for t in 0..2 {
-                        let (w, ptm) = (&w, &ptm);
+                        let (w, ptm, start) = (&w, &ptm, &start);
                         s.spawn(move || {
                             let mut th = ptm.thread().unwrap();
                             let mut rng = thread_rng(99, t);
-                            for _ in 0..150 {
-                                w.run_one(&mut th, t, 2, &mut rng).unwrap();
+                            start.wait();
+                            for i in 0..300 {
+                                w.run_one(&mut th, t, 2, &mut rng).unwrap_or_else(|e| {
+                                    panic!("{} {} thread {t} txn {i}: {e}", kind.name(), alg.name())
+                                });
                             }
                         });
                     }
