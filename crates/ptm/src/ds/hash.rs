@@ -357,6 +357,10 @@ mod tests {
                 assert_eq!(got, want, "op {i}: {op} on {key}");
             }
             assert_eq!(map.check(&mut th).unwrap(), model.len() as u64);
+            let one = th
+                .atomic(|tx| map.check_in(tx, 0, map.buckets(), u64::MAX))
+                .unwrap();
+            assert_eq!(one, Ok(model.len() as u64));
             assert_eq!(contents(map, &mut th), model);
         });
     }

@@ -447,6 +447,27 @@ impl PRbTree {
         Ok(st.nodes)
     }
 
+    /// [`PRbTree::check`] inside the caller's transaction (for small
+    /// trees). Returns the number of entries.
+    pub fn check_tx(&self, tx: &mut Tx<'_>) -> TxResult<Result<u64, String>> {
+        PRbTree::open(tx, self.hdr)?;
+        let root = tx.load(self.hdr + H_ROOT)?;
+        if root == 0 {
+            return Ok(Ok(0));
+        }
+        let mut st = RbCheck {
+            stack: vec![(root, 0u64, None, None, 0u32)],
+            black_height: None,
+            nodes: 0,
+        };
+        while !st.stack.is_empty() {
+            if let Err(e) = self.check_some(tx, &mut st, root, usize::MAX)? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(st.nodes))
+    }
+
     fn check_some(
         &self,
         tx: &mut Tx<'_>,
@@ -559,6 +580,8 @@ mod tests {
                 }
             }
             assert_eq!(t.check(&mut th).unwrap(), model.len() as u64);
+            let one = th.atomic(|tx| t.check_tx(tx)).unwrap();
+            assert_eq!(one, Ok(model.len() as u64));
             assert_eq!(contents(t, &mut th), model);
             // Drain it completely.
             let keys: Vec<u64> = model.keys().copied().collect();
