@@ -101,12 +101,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ds;
 pub mod error;
 pub mod format;
 pub mod orec;
 mod ptm;
 pub mod tx;
 pub mod word;
+pub mod workloads;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;
