@@ -487,9 +487,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "fails on the PTM as merged (02:15 UTC): tx.free of a block a concurrent \
-                transaction freed returns Alloc(DoubleFree/NotAllocated) instead of a conflict; \
-                see ds::tests::ptm_free_of_concurrently_freed_block"]
     fn same_keys_stress() {
         each_algorithm(|ptm| {
             let mut th = ptm.thread().unwrap();

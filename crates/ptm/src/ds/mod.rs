@@ -158,16 +158,14 @@ pub(crate) mod testutil {
 mod tests {
     use super::testutil::each_algorithm;
 
-    /// The smallest reproduction of a PTM problem the structures met: two
-    /// threads each swap a fresh block into one shared word and free the
-    /// block they found there. Serially this never frees a block twice; a
-    /// transaction whose read went stale because the other thread freed
-    /// that block must abort as a conflict. On the PTM as merged at 02:15
-    /// UTC, `tx.free` instead returns `Alloc(DoubleFree)` /
-    /// `Alloc(NotAllocated)` (both algorithms; `free` asks the allocator
-    /// before anything validated the read that produced the block).
+    /// Two threads each swap a fresh block into one shared word and free
+    /// the block they found there. Serially this never frees a block
+    /// twice; a transaction whose read went stale because the other thread
+    /// freed that block must abort as a conflict. (The first PTM let
+    /// `tx.free` return the allocator's `DoubleFree` / `NotAllocated`
+    /// instead, on both algorithms: this test failed on the first or
+    /// second transaction.)
     #[test]
-    #[ignore = "PTM bug reproduction: tx.free on a stale read fails instead of aborting"]
     fn ptm_free_of_concurrently_freed_block() {
         each_algorithm(|ptm| {
             let mut th = ptm.thread().unwrap();
