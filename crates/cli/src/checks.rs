@@ -210,6 +210,12 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         |c| run_ptm(ferrite_ptm::Algorithm::Lazy, c),
     ),
     (
+        "ptm-workloads",
+        "P3's workloads on both PTMs at tiny scale (TATP, TPC-C New-Order on the hash map and the B+tree, B+tree insert and mixed, Vacation high and low): crashes in 1 thread (adr, eadr) and 2 lockstep threads; each workload's invariants after recovery [P3]",
+        true,
+        run_ptm_workloads,
+    ),
+    (
         "ptm-planted",
         "both PTMs with each planted bug (missing undo fence, commit before data, write-back before the log, release before applied, new blocks outside the checksum, skipped recovery) and P3's fence removal: each must be caught",
         false,
@@ -263,6 +269,24 @@ fn run_ptm(alg: ferrite_ptm::Algorithm, cfg: &Config) -> Result<Vec<Outcome>, St
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })
         .collect())
+}
+
+fn run_ptm_workloads(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    use ferrite_ptm::Algorithm;
+    use ferrite_ptm::workloads::WorkloadKind;
+    let n = WorkloadKind::ALL.len() * Algorithm::ALL.len();
+    let mut out = Vec::new();
+    for kind in WorkloadKind::ALL {
+        for alg in Algorithm::ALL {
+            let runs = ferrite_ptm::checks::check_workload(kind, alg, split(cfg, n))
+                .map_err(|e| e.to_string())?;
+            out.extend(runs.into_iter().map(|(variant, report)| Outcome {
+                variant: format!("{alg}/{variant}"),
+                report,
+            }));
+        }
+    }
+    Ok(out)
 }
 
 /// Every planted bug of both PTMs; fails if one is not caught.

@@ -496,6 +496,110 @@ fn workload(pool: &Pool, m: &mut Model, opts: &PtmOptions, seed: u64, threads: u
     }
 }
 
+/// Size of the simulated pool of the workload checks.
+pub const WORKLOAD_POOL_SIZE: u64 = 1536 * 1024;
+const WORKLOAD_TXS: u64 = 6;
+const WORKLOAD_THREAD_TXS: u64 = 3;
+
+/// Crash checks of P3's workloads ([`crate::workloads`]) at their Tiny
+/// scale: the data loaded by the setup, then transactions of one thread
+/// (`adr`, and `eadr` crashing before every store) and of two lockstep
+/// threads (`adr`); after recovery the workload's own invariants hold
+/// (its `check`: structure, row counts, TPC-C's order and stock sums,
+/// Vacation's reservations) and one more transaction runs and checks.
+/// The hash map, the B+tree (splits) and the red-black trees (rotations,
+/// frees) crash in the middle of real transactions this way.
+pub fn check_workload(
+    kind: crate::workloads::WorkloadKind,
+    alg: Algorithm,
+    cfg: Config,
+) -> Result<Vec<(String, Report)>, CheckError> {
+    let opts = check_options(alg).log_bytes(16384);
+    let plan = vec![
+        (RunSpec::new(Domain::Adr, 1), 2),
+        (RunSpec::new(Domain::Adr, 2), 2),
+        (RunSpec::new(Domain::Eadr, 1), 1),
+    ];
+    spend_budget(
+        &cfg,
+        plan,
+        4,
+        |i| RunSpec {
+            seed_shift: i + 1,
+            ..RunSpec::new(Domain::Adr, 1 + (i as usize % 2))
+        },
+        |s| format!("{}/{}", kind.name(), s.name()),
+        |spec, c| run_workload(kind, &opts, spec, c.clone()),
+    )
+}
+
+fn run_workload(
+    kind: crate::workloads::WorkloadKind,
+    opts: &PtmOptions,
+    spec: RunSpec,
+    cfg: Config,
+) -> Result<Report, CheckError> {
+    use crate::workloads::{Scale, make, thread_rng};
+    let mut cfg = cfg;
+    cfg.layout = LAYOUT.into();
+    cfg.pool_size = WORKLOAD_POOL_SIZE;
+    cfg.domain = spec.domain;
+    cfg.seed = cfg.seed.wrapping_add(spec.seed_shift);
+    if spec.domain != Domain::Adr {
+        cfg.crash_on_store = true;
+    }
+    let seed = cfg.seed;
+    let threads = spec.threads;
+    let w = make(kind, Scale::Tiny, 7);
+    let w = &*w;
+    let explorer = Explorer::new(cfg).setup(move |p| {
+        let ptm = Ptm::create(p, opts).unwrap_or_else(|e| panic!("creating the PTM: {e}"));
+        w.load(&ptm)
+            .unwrap_or_else(|e| panic!("loading {}: {e}", kind.name()));
+    });
+    Ok(explorer.explore(
+        |pool: &Pool, _m: &mut ()| {
+            let ptm = Ptm::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
+            if threads == 1 {
+                let mut th = ptm.thread().expect("thread");
+                let mut rng = thread_rng(seed, 0);
+                for i in 0..WORKLOAD_TXS {
+                    w.run_one(&mut th, 0, 1, &mut rng)
+                        .unwrap_or_else(|e| panic!("transaction {i}: {e}"));
+                }
+            } else {
+                let ptm = &ptm;
+                let bodies: Vec<Box<dyn FnOnce() + Send + '_>> = (0..threads)
+                    .map(|t| {
+                        Box::new(move || {
+                            let mut th = ptm.thread().expect("thread");
+                            let mut rng = thread_rng(seed, t);
+                            for i in 0..WORKLOAD_THREAD_TXS {
+                                w.run_one(&mut th, t, threads, &mut rng)
+                                    .unwrap_or_else(|e| panic!("thread {t} transaction {i}: {e}"));
+                            }
+                        }) as Box<dyn FnOnce() + Send + '_>
+                    })
+                    .collect();
+                lockstep::run(seed, 3, bodies);
+            }
+        },
+        |pool| Ptm::open(pool, opts).map_err(|e| e.to_string()),
+        |_, ptm, _| {
+            w.check(ptm)?;
+            let mut th = ptm
+                .thread()
+                .map_err(|e| format!("thread after recovery: {e}"))?;
+            let mut rng = thread_rng(seed ^ 0xabcd, 0);
+            w.run_one(&mut th, 0, 1, &mut rng)
+                .map_err(|e| format!("a transaction after recovery: {e}"))?;
+            drop(th);
+            w.check(ptm)
+                .map_err(|e| format!("after one more transaction: {e}"))
+        },
+    )?)
+}
+
 /// Faults a check must catch for `alg`, and P3's fence removal.
 pub fn planted(alg: Algorithm) -> Vec<(String, Option<Fault>, bool)> {
     let mut v: Vec<(String, Option<Fault>, bool)> = Fault::ALL
@@ -549,6 +653,23 @@ mod tests {
                     violations > 0,
                     "{alg}: planted {name} not caught in {states} states"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn workloads_survive_crashes() {
+        for kind in crate::workloads::WorkloadKind::ALL {
+            for alg in Algorithm::ALL {
+                let runs =
+                    check_workload(kind, alg, Config::new(LAYOUT).budget(60).seed(2)).unwrap();
+                for (name, r) in &runs {
+                    assert!(
+                        r.ok(),
+                        "{alg} {name}: {:?}",
+                        r.violations.first().map(|v| v.to_string())
+                    );
+                }
             }
         }
     }
