@@ -222,12 +222,7 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         ));
     };
     let ctx = ReqCtx::binary(op, h.opcode, h.opaque, quiet);
-    let invalid = |ctx: ReqCtx| {
-        Err(ProtoError::close(
-            Failure::client("invalid arguments"),
-            ctx,
-        ))
-    };
+    let invalid = |ctx: ReqCtx| Err(ProtoError::close(Failure::client("invalid arguments"), ctx));
     if key_len > limits.max_key || ext + key_len > body {
         return invalid(ctx);
     }

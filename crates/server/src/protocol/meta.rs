@@ -118,9 +118,8 @@ fn parse_flags(tokens: &[&[u8]], echo: &[u8]) -> Result<Flags, Failure> {
                 f.mode = Some(arg[0]);
             }
             b'J' => {
-                f.initial = Some(
-                    parse_u64(arg).ok_or(Failure::client("invalid numeric initial value"))?,
-                )
+                f.initial =
+                    Some(parse_u64(arg).ok_or(Failure::client("invalid numeric initial value"))?)
             }
             b'D' => {
                 f.delta =
@@ -225,7 +224,7 @@ pub(crate) fn parse(
             return fail(Failure::BAD_FORMAT, line_len);
         }
         match parse_i32(tokens[2]) {
-            Some(v) if v >= 0 && v <= i32::MAX - 2 => {
+            Some(v) if (0..=i32::MAX - 2).contains(&v) => {
                 let vlen = v.unsigned_abs() as usize;
                 (3, Some((vlen, line_len + vlen + 2)))
             }

@@ -314,21 +314,32 @@ pub enum Command {
         new_cas: Option<u64>,
     },
     /// Set an existing item's exptime.
-    Touch { key: Vec<u8>, exptime: i64 },
+    Touch {
+        key: Vec<u8>,
+        exptime: i64,
+    },
     /// Invalidate every item stored before now + `delay` (an exptime, so
     /// the relative/absolute rule applies; `<= 0` = now).
-    FlushAll { delay: i64 },
+    FlushAll {
+        delay: i64,
+    },
     /// `stats [args...]` (binary: the key as the single argument).
-    Stats { args: Vec<Vec<u8>> },
+    Stats {
+        args: Vec<Vec<u8>>,
+    },
     Version,
-    Verbosity { level: u32 },
+    Verbosity {
+        level: u32,
+    },
     /// Close the connection (binary non-quiet Quit replies first).
     Quit,
     /// Meta `mn` / binary NoOp: reply so the client knows the pipeline
     /// before it has been answered.
     NoOp,
     /// Meta `me`: a human-readable dump of the item's metadata.
-    MetaDebug { key: Vec<u8> },
+    MetaDebug {
+        key: Vec<u8>,
+    },
 }
 
 /// One parsed request: what to do, and how to frame the answer.

@@ -76,11 +76,15 @@ pub enum Response<'a> {
     /// A retrieval found the item.
     Hit(ItemView<'a>),
     /// A retrieval (or `me`) missed `key`.
-    Miss { key: &'a [u8] },
+    Miss {
+        key: &'a [u8],
+    },
     /// End of a retrieval: `END` in text, nothing elsewhere.
     End,
     /// A store succeeded; `cas` is the item's new CAS.
-    Stored { cas: u64 },
+    Stored {
+        cas: u64,
+    },
     /// add/replace/append/prepend condition not met.
     NotStored,
     /// CAS mismatch.
@@ -89,9 +93,16 @@ pub enum Response<'a> {
     NotFound,
     Deleted,
     /// Touch succeeded (binary replies the flags and CAS).
-    Touched { flags: u32, cas: u64 },
+    Touched {
+        flags: u32,
+        cas: u64,
+    },
     /// incr/decr result; `ttl` for meta `t`.
-    Arith { value: u64, cas: u64, ttl: Option<u64> },
+    Arith {
+        value: u64,
+        cas: u64,
+        ttl: Option<u64>,
+    },
     /// flush_all, verbosity, binary quit/noop, meta `mn`.
     Ok,
     Version(&'a str),
@@ -479,7 +490,15 @@ fn encode_binary(resp: &Response<'_>, ctx: &ReqCtx, out: &mut Vec<u8>) {
         }
         Response::Arith { value, cas, .. } => {
             if !quiet {
-                binary_packet(out, ctx, Status::NoError, *cas, &[], &[], &value.to_be_bytes());
+                binary_packet(
+                    out,
+                    ctx,
+                    Status::NoError,
+                    *cas,
+                    &[],
+                    &[],
+                    &value.to_be_bytes(),
+                );
             }
         }
         Response::Version(v) => {
@@ -487,7 +506,15 @@ fn encode_binary(resp: &Response<'_>, ctx: &ReqCtx, out: &mut Vec<u8>) {
         }
         Response::Stats(stats) => {
             for (k, v) in stats.iter() {
-                binary_packet(out, ctx, Status::NoError, 0, &[], k.as_bytes(), v.as_bytes());
+                binary_packet(
+                    out,
+                    ctx,
+                    Status::NoError,
+                    0,
+                    &[],
+                    k.as_bytes(),
+                    v.as_bytes(),
+                );
             }
             binary_packet(out, ctx, Status::NoError, 0, &[], &[], &[]);
         }

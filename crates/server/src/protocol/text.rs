@@ -32,7 +32,10 @@ use super::{
 fn is_multiget(buf: &[u8]) -> bool {
     let start = buf.iter().take_while(|&&b| b == b' ').count();
     let b = &buf[start..];
-    b.starts_with(b"get ") || b.starts_with(b"gets ") || b.starts_with(b"gat ") || b.starts_with(b"gats ")
+    b.starts_with(b"get ")
+        || b.starts_with(b"gets ")
+        || b.starts_with(b"gat ")
+        || b.starts_with(b"gats ")
 }
 
 /// Parse one text or meta request at the front of `buf` (not binary).
@@ -59,7 +62,10 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
     if let Some((b'\r', rest)) = line.split_last() {
         line = rest;
     }
-    let tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect();
+    let tokens: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
     let err = |f: Failure, op: Op, noreply: bool| {
         Err(ProtoError::skip(f, ReqCtx::text(op, noreply), line_len))
     };
@@ -163,9 +169,7 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
                 let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
                 if !valid {
                     return err(
-                        Failure::client(
-                            "bad command line format.  Usage: delete <key> [noreply]",
-                        ),
+                        Failure::client("bad command line format.  Usage: delete <key> [noreply]"),
                         Op::Delete,
                         noreply,
                     );
@@ -306,7 +310,7 @@ fn parse_storage(
     } else {
         None
     };
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return bad(ctx);
     }
     let vlen = vlen.unsigned_abs() as usize;
