@@ -17,17 +17,18 @@
 //! followed by the extras, the key and the value. Extras per opcode:
 //! Set/Add/Replace: flags u32, expiration u32; Incr/Decr: delta u64,
 //! initial u64, expiration u32 (0xffffffff = fail on a miss rather than
-//! create); Flush: optional expiration u32; Verbosity: level u32;
-//! Touch/GAT: expiration u32. Get-family responses carry the flags u32 as
+//! create); Flush: optional expiration u32; Touch/GAT: expiration u32. Get-family responses carry the flags u32 as
 //! extras; Incr/Decr responses the new value as an 8-byte value.
 //!
 //! Malformed packets are handled as memcached does: a bad shape
 //! (extras/key/body lengths that do not fit the opcode, a key over 250
 //! bytes) gets `InvalidArguments` and the connection is closed, since the
-//! stream cannot be trusted; an unknown opcode gets `UnknownCommand` and its
-//! body is skipped; a value over the item size limit gets `ValueTooLarge`
+//! stream cannot be trusted (extras + key longer than the body: memcached
+//! says `UnknownCommand`, then closes); an unknown opcode gets
+//! `UnknownCommand` and its body is skipped; a value over the item size limit gets `ValueTooLarge`
 //! and its body is skipped (and, for Set, the old item is removed).
-//! SASL opcodes are answered `UnknownCommand` (no authentication).
+//! SASL opcodes are answered `UnknownCommand` (no authentication), and so
+//! is Verbosity (0x1b), which memcached 1.6 does not implement in binary.
 
 use super::{
     Command, Failure, GetOpts, Limits, Op, ParseResult, ProtoError, Recovery, ReqCtx, Request,
@@ -173,7 +174,6 @@ pub fn op_of(opc: u8) -> Option<(Op, bool)> {
         NOOP => (Op::NoOp, false),
         VERSION => (Op::Version, false),
         STAT => (Op::Stats, false),
-        VERBOSITY => (Op::Verbosity, false),
         TOUCH => (Op::Touch, false),
         _ => return None,
     })
@@ -223,7 +223,12 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
     };
     let ctx = ReqCtx::binary(op, h.opcode, h.opaque, quiet);
     let invalid = |ctx: ReqCtx| Err(ProtoError::close(Failure::client("invalid arguments"), ctx));
-    if key_len > limits.max_key || ext + key_len > body {
+    if ext + key_len > body {
+        // memcached answers UnknownCommand and closes: the lengths cannot
+        // be trusted to find the next packet.
+        return Err(ProtoError::close(Failure::UnknownCommand, ctx));
+    }
+    if key_len > limits.max_key {
         return invalid(ctx);
     }
     let vlen = body - ext - key_len;
@@ -237,7 +242,6 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         Op::Delete => ext == 0 && key_len > 0 && vlen == 0,
         Op::Incr | Op::Decr => ext == 20 && key_len > 0 && vlen == 0,
         Op::FlushAll => (ext == 0 || ext == 4) && key_len == 0 && vlen == 0,
-        Op::Verbosity => ext == 4 && key_len == 0 && vlen == 0,
         Op::Stats => ext == 0 && vlen == 0,
         _ => body == 0,
     };
@@ -334,9 +338,6 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         }
         Op::FlushAll => Command::FlushAll {
             delay: if ext == 4 { i64::from(be32(extras)) } else { 0 },
-        },
-        Op::Verbosity => Command::Verbosity {
-            level: be32(extras),
         },
         Op::Stats => Command::Stats {
             args: if key.is_empty() { vec![] } else { vec![key] },
