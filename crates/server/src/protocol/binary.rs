@@ -253,8 +253,15 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         Op::Set | Op::Add | Op::Replace | Op::Append | Op::Prepend
     ) && vlen > limits.max_item_size
     {
-        let unlink = if op == Op::Set && buf.len() >= HEADER_LEN + ext + key_len {
-            Some(buf[HEADER_LEN + ext..HEADER_LEN + ext + key_len].to_vec())
+        // Set must name the key to unlink: wait for it (at most 250 bytes
+        // past the extras) so the verdict does not depend on how much of
+        // the packet has arrived.
+        let key_end = HEADER_LEN + ext + key_len;
+        let unlink = if op == Op::Set {
+            if buf.len() < key_end {
+                return Ok(None);
+            }
+            Some(buf[HEADER_LEN + ext..key_end].to_vec())
         } else {
             None
         };

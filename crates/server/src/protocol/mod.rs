@@ -20,6 +20,55 @@
 //! encoder needs (protocol, binary opcode and opaque, quiet/noreply, meta
 //! flags to echo) travels beside it in [`ReqCtx`]. The store answers with a
 //! [`response::Response`] and [`response::encode`] writes the bytes.
+//!
+//! A connection's read loop, with a toy store:
+//!
+//! ```
+//! use ferrite_server::protocol::{self, Command, ItemView, Limits, Recovery, Response};
+//! use std::collections::HashMap;
+//!
+//! let mut store: HashMap<Vec<u8>, (u32, Vec<u8>)> = HashMap::new();
+//! let mut input = b"set k 7 0 2\r\nhi\r\nget k nope\r\nbogus\r\n".to_vec();
+//! let mut output = Vec::new();
+//! let limits = Limits::default();
+//! loop {
+//!     match protocol::parse(&input, &limits) {
+//!         Ok(None) => break, // read more bytes, then parse again
+//!         Ok(Some((req, n))) => {
+//!             input.drain(..n);
+//!             match &req.cmd {
+//!                 Command::Store { key, flags, data, .. } => {
+//!                     store.insert(key.clone(), (*flags, data.clone()));
+//!                     protocol::encode(&Response::Stored { cas: 1 }, &req.ctx, &mut output);
+//!                 }
+//!                 Command::Get { keys, .. } => {
+//!                     for key in keys {
+//!                         let resp = match store.get(key) {
+//!                             Some((f, v)) => Response::Hit(ItemView::new(key, *f, v, 1)),
+//!                             None => Response::Miss { key },
+//!                         };
+//!                         protocol::encode(&resp, &req.ctx, &mut output);
+//!                     }
+//!                     protocol::encode(&Response::End, &req.ctx, &mut output);
+//!                 }
+//!                 _ => unimplemented!("not in this example"),
+//!             }
+//!         }
+//!         Err(e) => {
+//!             protocol::response::encode_error(&e, &mut output);
+//!             match e.recovery {
+//!                 Recovery::Skip(n) => drop(input.drain(..n.min(input.len()))),
+//!                 Recovery::Close | Recovery::CloseSilently => break,
+//!             }
+//!         }
+//!     }
+//! }
+//! assert_eq!(output, b"STORED\r\nVALUE k 7 2\r\nhi\r\nEND\r\nERROR\r\n");
+//! ```
+//!
+//! (A real server also discards the part of a `Skip` beyond what it has
+//! buffered as it arrives, deletes [`ProtoError::unlink`], and closes after
+//! [`Command::Quit`].)
 
 pub mod base64;
 pub mod binary;

@@ -1944,6 +1944,28 @@ mod props {
         }
 
         #[test]
+        fn mutated_pipelines_parse_the_same_at_any_split(
+            reqs in proptest::collection::vec(any_request(), 1..5),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut wire = Vec::new();
+            for r in &reqs {
+                client::encode_request(r, &mut wire);
+            }
+            for (at, byte) in flips {
+                let i = at.index(wire.len());
+                wire[i] = byte;
+            }
+            let limits = Limits { max_item_size: 48, max_line: 120, ..Limits::default() };
+            let whole = drive([wire.as_slice()], &limits);
+            let at = cut.index(wire.len() + 1);
+            let (a, b) = wire.split_at(at);
+            prop_assert_eq!(drive([a, b], &limits), whole.clone());
+            prop_assert_eq!(drive(wire.chunks(5), &limits), whole);
+        }
+
+        #[test]
         fn valid_requests_round_trip(req in any_request()) {
             let mut wire = Vec::new();
             client::encode_request(&req, &mut wire);
