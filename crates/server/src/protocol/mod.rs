@@ -69,6 +69,17 @@
 //! (A real server also discards the part of a `Skip` beyond what it has
 //! buffered as it arrives, deletes [`ProtoError::unlink`], and closes after
 //! [`Command::Quit`].)
+//!
+//! Not supported (answered as memcached answers an unknown command: text
+//! `ERROR`, binary `UnknownCommand`): the text administration commands
+//! `shutdown slabs lru lru_crawler watch cache_memlimit extstore` and the
+//! legacy `bget`; binary SASL and Verbosity; the UDP frame header; the
+//! pre-1.6 meta `S<size>` flag. Deliberate differences from memcached:
+//! every line over [`Limits::max_line`] closes the connection with
+//! `CLIENT_ERROR line too long` (memcached closes silently, and only when
+//! 2048 bytes arrive without a newline); base64 keys must be canonical;
+//! binary packets whose body is longer than the opcode allows are rejected
+//! (`InvalidArguments`, close) instead of being misread.
 
 pub mod base64;
 pub mod binary;
@@ -372,7 +383,10 @@ pub enum Command {
     FlushAll {
         delay: i64,
     },
-    /// `stats [args...]` (binary: the key as the single argument).
+    /// `stats [args...]` (binary: the key as the single argument). The
+    /// server answers groups it does not know with `ERROR` (text) or
+    /// `KeyNotFound` (binary), as memcached does: memcapable checks that
+    /// `stats noreply` is an error.
     Stats {
         args: Vec<Vec<u8>>,
     },
