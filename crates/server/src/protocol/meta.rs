@@ -1,0 +1,363 @@
+//! Meta commands (memcached 1.6 `protocol.txt` "Meta Commands").
+//!
+//! ```text
+//! mg <key> <flag>*\r\n                 -> VA <size> <flag>*\r\n<data>\r\n | HD <flag>*\r\n | EN\r\n
+//! ms <key> <datalen> <flag>*\r\n<data>\r\n -> HD | NS | EX | NF <flag>*\r\n
+//! md <key> <flag>*\r\n                 -> HD | NF | EX <flag>*\r\n
+//! ma <key> <flag>*\r\n                 -> HD | VA <size> | NF | NS | EX <flag>*\r\n[<number>\r\n]
+//! me <key> [b]\r\n                     -> ME <key> exp=.. la=.. cas=.. fetch=.. cls=.. size=..\r\n | EN\r\n
+//! mn\r\n                               -> MN\r\n
+//! ```
+//!
+//! A flag is one character, optionally followed by a token (`T30`,
+//! `Oabc`). Accepted flags (memcached's `_meta_flag_preparse` set):
+//!
+//! * all: `b` base64 key, `O<opaque>` (<= 32 bytes, echoed), `k` echo key,
+//!   `q` quiet (suppresses `EN` for mg and `HD` for ms/md/ma; errors are
+//!   always sent), `P`/`L` (proxy hints, ignored as memcached does).
+//! * mg: `v c f h l s t` (return value/CAS/flags/hit-before/last-access/
+//!   size/TTL), `T<ttl>` touch, `N<ttl>` vivify on miss, `R<ttl>` recache
+//!   win, `u` no LRU bump, `E<cas>`.
+//! * ms: `<datalen>` positional, `c` return CAS, `C<cas>` compare,
+//!   `F<flags>`, `T<ttl>`, `M<mode>` (`E` add, `A` append, `P` prepend,
+//!   `R` replace, `S` set; lower case accepted), `I` invalidate, `N<ttl>`
+//!   vivify for append modes, `E<cas>`.
+//! * md: `C<cas>`, `I` mark stale, `T<ttl>` (with `I`), `x` drop value,
+//!   `E<cas>`.
+//! * ma: `N<ttl>` create on miss, `J<initial>`, `D<delta>` (default 1),
+//!   `T<ttl>`, `M<mode>` (`I`/`+` incr, `D`/`-` decr; lower case accepted),
+//!   `C<cas>`, `E<cas>`, `v c t` return value/CAS/TTL.
+//!
+//! Flags a command does not use are accepted and ignored, as memcached
+//! does. Any other character is `CLIENT_ERROR invalid flag`; a repeated one
+//! `CLIENT_ERROR duplicate flag`. Not supported: ms `S<size>` (the pre-1.6
+//! spelling of the data length; `S` is answered `CLIENT_ERROR invalid
+//! flag`) and ms `s` (return size: accepted, not echoed, like the memcached
+//! 1.6 releases that predate it).
+//!
+//! Meta errors are always replied (memcached's `out_errstring`), whatever
+//! `q` says. A failed `ms` swallows its data block when the length token was
+//! readable, so the connection stays in step.
+
+use super::{
+    Command, DeleteOpts, Failure, GetOpts, Limits, MetaCtx, MetaRet, Op, ParseResult, ProtoError,
+    Recovery, ReqCtx, Request, StoreMode, StoreOpts, base64, parse_i32, parse_u32, parse_u64,
+};
+
+/// memcached's `MFLAG_MAX_OPT_LENGTH`: at most 20 tokens including the
+/// command, the key and its terminator.
+const MAX_TOKENS: usize = 19;
+/// memcached's `MFLAG_MAX_OPAQUE_LENGTH`.
+const MAX_OPAQUE: usize = 32;
+
+/// The parsed flags of one meta command.
+#[derive(Default)]
+struct Flags {
+    ret: Vec<MetaRet>,
+    b: bool,
+    q: bool,
+    v: bool,
+    u: bool,
+    x: bool,
+    invalidate: bool,
+    t_ttl: Option<i64>,
+    n_ttl: Option<i64>,
+    r_ttl: Option<i64>,
+    client_flags: Option<u32>,
+    cas: Option<u64>,
+    new_cas: Option<u64>,
+    mode: Option<u8>,
+    initial: Option<u64>,
+    delta: Option<u64>,
+}
+
+fn bad_token() -> Failure {
+    Failure::client("bad token in command line format")
+}
+
+/// Parse the flag tokens; `echo` lists the return flags this command
+/// copies into its reply.
+fn parse_flags(tokens: &[&[u8]], echo: &[u8]) -> Result<Flags, Failure> {
+    let mut seen = [false; 128];
+    let mut f = Flags::default();
+    for &t in tokens {
+        let c = t[0];
+        let arg = &t[1..];
+        if c >= 128 {
+            return Err(Failure::client("invalid flag"));
+        }
+        if seen[c as usize] {
+            return Err(Failure::client("duplicate flag"));
+        }
+        seen[c as usize] = true;
+        let ttl = || parse_i32(arg).map(i64::from).ok_or_else(bad_token);
+        match c {
+            b'b' => f.b = true,
+            b'q' => f.q = true,
+            b'v' => f.v = true,
+            b'u' => f.u = true,
+            b'x' => f.x = true,
+            b'I' => f.invalidate = true,
+            b'P' | b'L' => {}
+            b'O' => {
+                if arg.len() > MAX_OPAQUE {
+                    return Err(Failure::client("opaque token too long"));
+                }
+            }
+            b'c' | b'f' | b'h' | b'k' | b'l' | b's' | b't' => {}
+            b'T' => f.t_ttl = Some(ttl()?),
+            b'N' => f.n_ttl = Some(ttl()?),
+            b'R' => f.r_ttl = Some(ttl()?),
+            b'F' => f.client_flags = Some(parse_u32(arg).ok_or(Failure::BAD_FORMAT)?),
+            b'C' => f.cas = Some(parse_u64(arg).ok_or_else(bad_token)?),
+            b'E' => f.new_cas = Some(parse_u64(arg).ok_or_else(bad_token)?),
+            b'M' => {
+                if arg.len() != 1 {
+                    return Err(Failure::client("incorrect length for M token"));
+                }
+                f.mode = Some(arg[0]);
+            }
+            b'J' => {
+                f.initial =
+                    Some(parse_u64(arg).ok_or(Failure::client("invalid numeric initial value"))?)
+            }
+            b'D' => {
+                f.delta =
+                    Some(parse_u64(arg).ok_or(Failure::client("invalid numeric delta value"))?)
+            }
+            _ => return Err(Failure::client("invalid flag")),
+        }
+        if echo.contains(&c) {
+            f.ret.push(match c {
+                b'c' => MetaRet::Cas,
+                b'f' => MetaRet::Flags,
+                b'h' => MetaRet::Hit,
+                b'k' => MetaRet::Key,
+                b'l' => MetaRet::LastAccess,
+                b'O' => MetaRet::Opaque(arg.to_vec()),
+                b's' => MetaRet::Size,
+                _ => MetaRet::Ttl,
+            });
+        }
+    }
+    Ok(f)
+}
+
+/// Parse a meta command line whose command is `m` + `sub`.
+pub(crate) fn parse(
+    sub: u8,
+    tokens: &[&[u8]],
+    buf: &[u8],
+    line_len: usize,
+    limits: &Limits,
+) -> ParseResult {
+    let op = match sub {
+        b'g' => Op::MetaGet,
+        b's' => Op::MetaSet,
+        b'd' => Op::MetaDelete,
+        b'a' => Op::MetaArith,
+        b'e' => Op::MetaDebug,
+        b'n' => Op::MetaNoOp,
+        _ => {
+            return Err(ProtoError::skip(
+                Failure::UnknownCommand,
+                ReqCtx::text(Op::NoOp, false),
+                line_len,
+            ));
+        }
+    };
+    let fail = |f: Failure, n: usize| {
+        Err(ProtoError::skip(
+            f,
+            ReqCtx::meta(op, false, MetaCtx::default()),
+            n,
+        ))
+    };
+    if op == Op::MetaNoOp {
+        return Ok(Some((
+            Request {
+                cmd: Command::NoOp,
+                ctx: ReqCtx::meta(op, false, MetaCtx::default()),
+            },
+            line_len,
+        )));
+    }
+    if tokens.len() < 2 {
+        // memcached: ERROR for mg/ms/md/ma, bad format for me.
+        let f = if op == Op::MetaDebug {
+            Failure::BAD_FORMAT
+        } else {
+            Failure::UnknownCommand
+        };
+        return fail(f, line_len);
+    }
+    let wire_key = tokens[1];
+    if wire_key.len() > limits.max_key {
+        return fail(Failure::BAD_FORMAT, line_len);
+    }
+    if op == Op::MetaDebug {
+        let base64 = tokens.get(2).is_some_and(|t| *t == b"b");
+        let key = if base64 {
+            match base64::decode(wire_key) {
+                Some(k) => k,
+                None => return fail(Failure::BAD_FORMAT, line_len),
+            }
+        } else {
+            wire_key.to_vec()
+        };
+        let meta = MetaCtx {
+            wire_key: wire_key.to_vec(),
+            base64,
+            ..MetaCtx::default()
+        };
+        return Ok(Some((
+            Request {
+                cmd: Command::MetaDebug { key },
+                ctx: ReqCtx::meta(op, false, meta),
+            },
+            line_len,
+        )));
+    }
+    // ms carries its data length before the flags.
+    let (flag_start, data) = if op == Op::MetaSet {
+        if tokens.len() < 3 {
+            return fail(Failure::BAD_FORMAT, line_len);
+        }
+        match parse_i32(tokens[2]) {
+            Some(v) if (0..=i32::MAX - 2).contains(&v) => {
+                let vlen = v.unsigned_abs() as usize;
+                (3, Some((vlen, line_len + vlen + 2)))
+            }
+            _ => return fail(Failure::BAD_FORMAT, line_len),
+        }
+    } else {
+        (2, None)
+    };
+    if tokens.len() > MAX_TOKENS {
+        return fail(Failure::client("options flags are too long"), line_len);
+    }
+    // After the length is known, errors skip the data block too.
+    let skip = data.map_or(line_len, |(_, total)| total);
+    let echo: &[u8] = match op {
+        Op::MetaGet => b"cfhklOst",
+        Op::MetaSet => b"Okc",
+        Op::MetaDelete => b"Ok",
+        _ => b"ctOk",
+    };
+    let f = match parse_flags(&tokens[flag_start..], echo) {
+        Ok(f) => f,
+        Err(e) => return fail(e, skip),
+    };
+    let key = if f.b {
+        match base64::decode(wire_key) {
+            Some(k) => k,
+            None => return fail(Failure::client("error decoding key"), skip),
+        }
+    } else {
+        wire_key.to_vec()
+    };
+    let meta = MetaCtx {
+        ret: f.ret,
+        wire_key: wire_key.to_vec(),
+        base64: f.b,
+        value: f.v,
+    };
+    let ctx = ReqCtx::meta(op, f.q, meta);
+    let cmd = match op {
+        Op::MetaGet => Command::Get {
+            keys: vec![key],
+            touch: f.t_ttl,
+            with_cas: true,
+            opts: GetOpts {
+                vivify: f.n_ttl,
+                recache: f.r_ttl,
+                no_bump: f.u,
+                new_cas: f.new_cas,
+            },
+        },
+        Op::MetaDelete => Command::Delete {
+            key,
+            cas: f.cas,
+            opts: DeleteOpts {
+                invalidate: f.invalidate,
+                ttl: f.t_ttl,
+                drop_value: f.x,
+                new_cas: f.new_cas,
+            },
+        },
+        Op::MetaArith => {
+            let incr = match f.mode {
+                None | Some(b'I' | b'i' | b'+') => true,
+                Some(b'D' | b'd' | b'-') => false,
+                Some(_) => return fail(Failure::client("invalid mode for ma M token"), skip),
+            };
+            Command::Arith {
+                key,
+                incr,
+                delta: f.delta.unwrap_or(1),
+                create: f.n_ttl.map(|ttl| (f.initial.unwrap_or(0), ttl)),
+                cas: f.cas,
+                ttl: f.t_ttl,
+                new_cas: f.new_cas,
+            }
+        }
+        _ => {
+            let (vlen, total) = data.unwrap_or((0, line_len));
+            let mut mode = match f.mode {
+                None | Some(b'S' | b's') => StoreMode::Set,
+                Some(b'E' | b'e') => StoreMode::Add,
+                Some(b'A' | b'a') => StoreMode::Append,
+                Some(b'P' | b'p') => StoreMode::Prepend,
+                Some(b'R' | b'r') => StoreMode::Replace,
+                Some(_) => return fail(Failure::client("invalid mode for ms M token"), skip),
+            };
+            // memcached: a CAS turns set and replace into a CAS store; add
+            // ignores it; append/prepend check it.
+            let cas = match mode {
+                StoreMode::Set | StoreMode::Replace if f.cas.is_some() => {
+                    mode = StoreMode::Cas;
+                    f.cas
+                }
+                StoreMode::Add => None,
+                _ => f.cas,
+            };
+            if vlen > limits.max_item_size {
+                return Err(ProtoError {
+                    failure: Failure::TooLarge,
+                    ctx: ReqCtx::meta(op, false, MetaCtx::default()),
+                    recovery: Recovery::Skip(total),
+                    unlink: Some(key),
+                });
+            }
+            if buf.len() < total {
+                return Ok(None);
+            }
+            if &buf[line_len + vlen..total] != b"\r\n" {
+                return fail(Failure::client("bad data chunk"), total);
+            }
+            let vivify = matches!(mode, StoreMode::Append | StoreMode::Prepend)
+                .then_some(f.n_ttl)
+                .flatten();
+            return Ok(Some((
+                Request {
+                    cmd: Command::Store {
+                        mode,
+                        key,
+                        flags: f.client_flags.unwrap_or(0),
+                        exptime: f.t_ttl.unwrap_or(0),
+                        data: buf[line_len..line_len + vlen].to_vec(),
+                        cas,
+                        opts: StoreOpts {
+                            invalidate: f.invalidate,
+                            vivify,
+                            new_cas: f.new_cas,
+                        },
+                    },
+                    ctx,
+                },
+                total,
+            )));
+        }
+    };
+    Ok(Some((Request { cmd, ctx }, line_len)))
+}

@@ -1,0 +1,351 @@
+//! The text protocol (memcached 1.6 `protocol.txt`), as memcached parses it.
+//!
+//! Wire format: a command line of space-separated tokens ending in `\n`
+//! (a `\r` right before it is dropped); storage commands then send
+//! `<bytes>` bytes of data and `\r\n`.
+//!
+//! ```text
+//! get|gets <key>*                          gat|gats <exptime> <key>*
+//! set|add|replace|append|prepend <key> <flags> <exptime> <bytes> [noreply]
+//! cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]
+//! delete <key> [0] [noreply]               touch <key> <exptime> [noreply]
+//! incr|decr <key> <value> [noreply]        flush_all [delay] [noreply]
+//! stats [args]   version   verbosity <n> [noreply]   quit
+//! ```
+//!
+//! Replies to errors follow memcached's `proto_text.c`: a wrong token count
+//! or unknown command is `ERROR`; a key over 250 bytes or a bad number is
+//! `CLIENT_ERROR bad command line format` (the data block, if any, is *not*
+//! skipped: memcached then reads it as a command line); a value over the
+//! item size limit is `SERVER_ERROR object too large for cache` and its data
+//! block is skipped; a data block not followed by `\r\n` is `CLIENT_ERROR
+//! bad data chunk`. `noreply` is recognised as the last token and (as
+//! memcached's `out_string`) suppresses error replies too.
+//!
+//! Lines starting with a two-letter `m?` command go to [`super::meta`].
+
+use super::{
+    Command, Failure, GetOpts, Limits, Op, ParseResult, ProtoError, Recovery, ReqCtx, Request,
+    StoreMode, StoreOpts, meta, parse_i32, parse_u32, parse_u64,
+};
+
+fn is_multiget(buf: &[u8]) -> bool {
+    let start = buf.iter().take_while(|&&b| b == b' ').count();
+    let b = &buf[start..];
+    b.starts_with(b"get ")
+        || b.starts_with(b"gets ")
+        || b.starts_with(b"gat ")
+        || b.starts_with(b"gats ")
+}
+
+/// Parse one text or meta request at the front of `buf` (not binary).
+pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
+    let limit = if is_multiget(buf) {
+        limits.max_get_line().max(limits.max_line)
+    } else {
+        limits.max_line
+    };
+    // Only look at limit + 1 bytes so the verdict on an overlong line does
+    // not depend on how much of it has arrived.
+    let window = &buf[..buf.len().min(limit.saturating_add(1))];
+    let Some(nl) = memchr::memchr(b'\n', window) else {
+        if buf.len() > limit {
+            return Err(ProtoError::close(
+                Failure::client("line too long"),
+                ReqCtx::text(Op::Get, false),
+            ));
+        }
+        return Ok(None);
+    };
+    let line_len = nl + 1;
+    let mut line = &buf[..nl];
+    if let Some((b'\r', rest)) = line.split_last() {
+        line = rest;
+    }
+    let tokens: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
+    let err = |f: Failure, op: Op, noreply: bool| {
+        Err(ProtoError::skip(f, ReqCtx::text(op, noreply), line_len))
+    };
+    let Some(&cmd) = tokens.first() else {
+        return err(Failure::UnknownCommand, Op::NoOp, false);
+    };
+    if cmd.len() < 2 {
+        return err(Failure::UnknownCommand, Op::NoOp, false);
+    }
+    if cmd.len() == 2 && cmd[0] == b'm' {
+        return meta::parse(cmd[1], &tokens, buf, line_len, limits);
+    }
+    let n = tokens.len();
+    let last_noreply = tokens[n - 1] == b"noreply";
+    let ok = |cmd: Command, op: Op, noreply: bool| {
+        Ok(Some((
+            Request {
+                cmd,
+                ctx: ReqCtx::text(op, noreply),
+            },
+            line_len,
+        )))
+    };
+    let key_ok = |k: &[u8]| k.len() <= limits.max_key;
+    match cmd {
+        b"get" | b"gets" | b"gat" | b"gats" => {
+            let (op, touch_arg) = match cmd {
+                b"get" => (Op::Get, false),
+                b"gets" => (Op::Gets, false),
+                b"gat" => (Op::Gat, true),
+                _ => (Op::Gats, true),
+            };
+            if n < 2 {
+                return err(Failure::UnknownCommand, op, false);
+            }
+            let (touch, keys) = if touch_arg {
+                match parse_i32(tokens[1]) {
+                    Some(t) => (Some(i64::from(t)), &tokens[2..]),
+                    None => {
+                        return err(Failure::client("invalid exptime argument"), op, false);
+                    }
+                }
+            } else {
+                (None, &tokens[1..])
+            };
+            if keys.len() > limits.max_keys_per_get || !keys.iter().all(|k| key_ok(k)) {
+                return err(Failure::BAD_FORMAT, op, false);
+            }
+            ok(
+                Command::Get {
+                    keys: keys.iter().map(|k| k.to_vec()).collect(),
+                    touch,
+                    with_cas: matches!(op, Op::Gets | Op::Gats),
+                    opts: GetOpts::default(),
+                },
+                op,
+                false,
+            )
+        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            parse_storage(cmd, &tokens, buf, line_len, limits)
+        }
+        b"incr" | b"decr" => {
+            let op = if cmd == b"incr" { Op::Incr } else { Op::Decr };
+            if n != 3 && n != 4 {
+                return err(Failure::UnknownCommand, op, false);
+            }
+            if !key_ok(tokens[1]) {
+                return err(Failure::BAD_FORMAT, op, last_noreply);
+            }
+            let Some(delta) = parse_u64(tokens[2]) else {
+                return err(
+                    Failure::client("invalid numeric delta argument"),
+                    op,
+                    last_noreply,
+                );
+            };
+            ok(
+                Command::Arith {
+                    key: tokens[1].to_vec(),
+                    incr: op == Op::Incr,
+                    delta,
+                    create: None,
+                    cas: None,
+                    ttl: None,
+                    new_cas: None,
+                },
+                op,
+                last_noreply,
+            )
+        }
+        b"delete" => {
+            if !(2..=4).contains(&n) {
+                return err(Failure::UnknownCommand, Op::Delete, false);
+            }
+            let mut noreply = false;
+            if n > 2 {
+                // memcached still accepts the legacy hold time, but only 0.
+                let hold_zero = tokens[2] == b"0";
+                noreply = last_noreply;
+                let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
+                if !valid {
+                    return err(
+                        Failure::client("bad command line format.  Usage: delete <key> [noreply]"),
+                        Op::Delete,
+                        noreply,
+                    );
+                }
+            }
+            if !key_ok(tokens[1]) {
+                return err(Failure::BAD_FORMAT, Op::Delete, noreply);
+            }
+            ok(
+                Command::Delete {
+                    key: tokens[1].to_vec(),
+                    cas: None,
+                    opts: Default::default(),
+                },
+                Op::Delete,
+                noreply,
+            )
+        }
+        b"touch" => {
+            if n != 3 && n != 4 {
+                return err(Failure::UnknownCommand, Op::Touch, false);
+            }
+            if !key_ok(tokens[1]) {
+                return err(Failure::BAD_FORMAT, Op::Touch, last_noreply);
+            }
+            let Some(exptime) = parse_i32(tokens[2]) else {
+                return err(
+                    Failure::client("invalid exptime argument"),
+                    Op::Touch,
+                    last_noreply,
+                );
+            };
+            ok(
+                Command::Touch {
+                    key: tokens[1].to_vec(),
+                    exptime: i64::from(exptime),
+                },
+                Op::Touch,
+                last_noreply,
+            )
+        }
+        b"flush_all" => {
+            if n > 3 {
+                return err(Failure::UnknownCommand, Op::FlushAll, false);
+            }
+            let noreply = n >= 2 && last_noreply;
+            let mut delay = 0;
+            if n != if noreply { 2 } else { 1 } {
+                match parse_i32(tokens[1]) {
+                    Some(d) => delay = i64::from(d),
+                    None => {
+                        return err(
+                            Failure::client("invalid exptime argument"),
+                            Op::FlushAll,
+                            noreply,
+                        );
+                    }
+                }
+            }
+            ok(Command::FlushAll { delay }, Op::FlushAll, noreply)
+        }
+        b"verbosity" => {
+            if n != 2 && n != 3 {
+                return err(Failure::UnknownCommand, Op::Verbosity, false);
+            }
+            match parse_u32(tokens[1]) {
+                Some(level) => ok(Command::Verbosity { level }, Op::Verbosity, last_noreply),
+                None => err(Failure::BAD_FORMAT, Op::Verbosity, last_noreply),
+            }
+        }
+        b"stats" => ok(
+            Command::Stats {
+                args: tokens[1..].iter().map(|t| t.to_vec()).collect(),
+            },
+            Op::Stats,
+            false,
+        ),
+        b"version" => ok(Command::Version, Op::Version, false),
+        b"quit" => ok(Command::Quit, Op::Quit, false),
+        _ => {
+            if tokens[n - 1].starts_with(b"HTTP/") {
+                Err(ProtoError {
+                    failure: Failure::UnknownCommand,
+                    ctx: ReqCtx::text(Op::NoOp, false),
+                    recovery: Recovery::CloseSilently,
+                    unlink: None,
+                })
+            } else {
+                err(Failure::UnknownCommand, Op::NoOp, false)
+            }
+        }
+    }
+}
+
+fn parse_storage(
+    cmd: &[u8],
+    tokens: &[&[u8]],
+    buf: &[u8],
+    line_len: usize,
+    limits: &Limits,
+) -> ParseResult {
+    let (op, mode) = match cmd {
+        b"set" => (Op::Set, StoreMode::Set),
+        b"add" => (Op::Add, StoreMode::Add),
+        b"replace" => (Op::Replace, StoreMode::Replace),
+        b"append" => (Op::Append, StoreMode::Append),
+        b"prepend" => (Op::Prepend, StoreMode::Prepend),
+        _ => (Op::Cas, StoreMode::Cas),
+    };
+    let n = tokens.len();
+    let want = if mode == StoreMode::Cas { 6 } else { 5 };
+    if n != want && n != want + 1 {
+        return Err(ProtoError::skip(
+            Failure::UnknownCommand,
+            ReqCtx::text(op, false),
+            line_len,
+        ));
+    }
+    let noreply = tokens[n - 1] == b"noreply";
+    let ctx = ReqCtx::text(op, noreply);
+    let bad = |ctx: ReqCtx| Err(ProtoError::skip(Failure::BAD_FORMAT, ctx, line_len));
+    let key = tokens[1];
+    if key.len() > limits.max_key {
+        return bad(ctx);
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) = (
+        parse_u32(tokens[2]),
+        parse_i32(tokens[3]),
+        parse_i32(tokens[4]),
+    ) else {
+        return bad(ctx);
+    };
+    let cas = if mode == StoreMode::Cas {
+        match parse_u64(tokens[5]) {
+            Some(c) => Some(c),
+            None => return bad(ctx),
+        }
+    } else {
+        None
+    };
+    if !(0..=i32::MAX - 2).contains(&vlen) {
+        return bad(ctx);
+    }
+    let vlen = vlen.unsigned_abs() as usize;
+    let total = line_len + vlen + 2;
+    if vlen > limits.max_item_size {
+        return Err(ProtoError {
+            failure: Failure::TooLarge,
+            ctx,
+            recovery: Recovery::Skip(total),
+            unlink: (mode == StoreMode::Set).then(|| key.to_vec()),
+        });
+    }
+    if buf.len() < total {
+        return Ok(None);
+    }
+    if &buf[line_len + vlen..total] != b"\r\n" {
+        return Err(ProtoError::skip(
+            Failure::client("bad data chunk"),
+            ctx,
+            total,
+        ));
+    }
+    Ok(Some((
+        Request {
+            cmd: Command::Store {
+                mode,
+                key: key.to_vec(),
+                flags,
+                exptime: i64::from(exptime),
+                data: buf[line_len..line_len + vlen].to_vec(),
+                cas,
+                opts: StoreOpts::default(),
+            },
+            ctx,
+        },
+        total,
+    )))
+}
