@@ -9,3 +9,5 @@
 #![forbid(unsafe_code)]
 
 pub mod protocol;
+pub mod server;
+pub mod store;

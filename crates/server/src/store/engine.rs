@@ -1,0 +1,48 @@
+//! [`Kv`] over a `ferrite-engine` session (in-place, LSM or copy-on-write):
+//! each `put`/`delete` is durable when it returns (the engine's contract).
+
+use super::{Kv, Result, StoreError};
+use ferrite_engine::{EngineError, Session};
+
+/// One thread's engine session.
+pub struct EngineKv<'a> {
+    session: Box<dyn Session + 'a>,
+}
+
+impl<'a> EngineKv<'a> {
+    pub fn new(session: Box<dyn Session + 'a>) -> Self {
+        EngineKv { session }
+    }
+}
+
+fn err(e: EngineError) -> StoreError {
+    match e {
+        EngineError::Full(_) => StoreError::Full,
+        e => StoreError::Backend(e.to_string()),
+    }
+}
+
+impl Kv for EngineKv<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.session.get_into(key, out).map_err(err)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.session.put(key, value).map_err(err)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        self.session.delete(key).map_err(err)
+    }
+
+    fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        self.session
+            .scan_with(prefix, usize::MAX, &mut |k, v| {
+                if k.starts_with(prefix) {
+                    f(k, v)
+                }
+            })
+            .map(|_| ())
+            .map_err(err)
+    }
+}

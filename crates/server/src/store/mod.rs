@@ -1,0 +1,672 @@
+//! The cache: memcached's item semantics over a durable key-value map.
+//!
+//! [`Cache`] implements [`Store`] (get, the six storage modes, delete,
+//! incr/decr, touch, get-and-touch, flush_all, expiry, CAS) over any
+//! [`Kv`]: a per-thread handle on a map whose `put` and `delete` are
+//! durable when they return ([`engine::EngineKv`] over `ferrite-engine`).
+//!
+//! # Atomicity
+//!
+//! A `Cache` is one thread's handle and its read-modify-write commands
+//! (append, cas, incr, add...) are a `get` followed by a `put`. They are
+//! atomic against other connections because the server routes every key to
+//! exactly one shard thread ([`crate::server`]): a key's commands execute one
+//! after another on that thread, which is a striped lock whose stripe is the
+//! key's hash modulo the shard count, held for the whole get+put. State
+//! shared by all shards ([`Shared`]: the CAS counter, the flush marker,
+//! statistics) is atomics or a mutex.
+//!
+//! # Keys in the map
+//!
+//! A client key `K` (1 to 250 arbitrary bytes; binary keys may hold any
+//! byte) is stored under `b'k' ++ K`. The server's own records start with
+//! a `0x00` byte, so no client key can collide with them:
+//!
+//! * `\0cas`: the CAS high-water mark, 8 bytes little-endian. No item ever
+//!   carries a CAS `>=` this value; after a restart counting resumes at it,
+//!   so CAS values stay unique across restarts (ids are reserved
+//!   [`CAS_BATCH`] at a time, one durable write per batch).
+//! * `\0flush`: the last `flush_all`, 16 bytes: `[at u64 LE][cas u64 LE]`.
+//!   An item is flushed if its CAS is `<= cas` (an immediate flush), or if
+//!   `at != 0`, the clock has reached `at`, and the item was stored before
+//!   `at` (a delayed flush).
+//!
+//! # Item format (the map's value)
+//!
+//! ```text
+//!  0  4  client flags, u32 LE
+//!  4  8  expiry: absolute unix seconds, u64 LE; 0 = never
+//! 12  8  CAS, u64 LE (nonzero)
+//! 20  8  stored-at: unix seconds of the last write, u64 LE (delayed flush_all)
+//! 28  ..  the data bytes
+//! ```
+//!
+//! The map writes a value atomically, so an item is never torn; a value
+//! shorter than 28 bytes is reported as [`StoreError::Corrupt`], never a
+//! panic. Expired and flushed items are removed lazily when a command finds
+//! them.
+
+pub mod engine;
+
+use crate::protocol::{Expiry, StoreMode, deadline};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+/// Bytes before the data in a stored item.
+pub const HEADER: usize = 28;
+/// CAS ids reserved per durable write of the high-water mark.
+pub const CAS_BATCH: u64 = 1 << 16;
+
+const META_CAS: &[u8] = b"\0cas";
+const META_FLUSH: &[u8] = b"\0flush";
+
+/// Errors of the underlying map (or a corrupt item). The server answers
+/// them with `SERVER_ERROR <message>`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Backend(String),
+    #[error("corrupt item: {0}")]
+    Corrupt(&'static str),
+    #[error("out of memory storing object")]
+    Full,
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// One thread's handle on a durable map. `put` and `delete` return only
+/// when their effect is durable.
+pub trait Kv {
+    /// Read `key` into `out` (cleared first); false when absent.
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// False when the key was absent.
+    fn delete(&mut self, key: &[u8]) -> Result<bool>;
+    /// Call `f` on every pair whose key starts with `prefix`.
+    fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()>;
+}
+
+/// A decoded item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub flags: u32,
+    /// Absolute unix seconds; 0 = never.
+    pub exptime: u64,
+    pub cas: u64,
+    /// Unix seconds of the last write.
+    pub time: u64,
+    pub data: Vec<u8>,
+}
+
+impl Item {
+    /// The on-map bytes (see the module docs).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.reserve(HEADER + self.data.len());
+        out.extend_from_slice(&self.flags.to_le_bytes());
+        out.extend_from_slice(&self.exptime.to_le_bytes());
+        out.extend_from_slice(&self.cas.to_le_bytes());
+        out.extend_from_slice(&self.time.to_le_bytes());
+        out.extend_from_slice(&self.data);
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Item> {
+        if b.len() < HEADER {
+            return Err(StoreError::Corrupt("shorter than its header"));
+        }
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let mut f = [0u8; 4];
+        f.copy_from_slice(&b[0..4]);
+        Ok(Item {
+            flags: u32::from_le_bytes(f),
+            exptime: u64_at(4),
+            cas: u64_at(12),
+            time: u64_at(20),
+            data: b[HEADER..].to_vec(),
+        })
+    }
+
+    /// Seconds of life left at `now` (`None` = never expires).
+    pub fn ttl(&self, now: u64) -> Option<u64> {
+        (self.exptime != 0).then(|| self.exptime.saturating_sub(now))
+    }
+}
+
+/// An expiry as stored: 0 = never, 1 = long ago (already expired).
+fn stored_exptime(e: Expiry) -> u64 {
+    match e {
+        Expiry::Never => 0,
+        Expiry::At(t) => t.max(1),
+        Expiry::Expired => 1,
+    }
+}
+
+/// State every shard shares: the CAS counter, the flush marker, statistics.
+#[derive(Debug)]
+pub struct Shared {
+    next_cas: AtomicU64,
+    /// CAS ids below this are reserved durably (`\0cas`).
+    reserved: AtomicU64,
+    reserve_lock: Mutex<()>,
+    flush: Mutex<(u64, u64)>,
+    flush_at: AtomicU64,
+    flush_cas: AtomicU64,
+    pub max_item_size: usize,
+    pub stats: Stats,
+}
+
+/// Counters for `stats` (volatile, since start; items and bytes are
+/// counted by a scan at start).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub curr_items: AtomicI64,
+    pub total_items: AtomicU64,
+    pub bytes: AtomicI64,
+    pub cmd_get: AtomicU64,
+    pub cmd_set: AtomicU64,
+    pub cmd_touch: AtomicU64,
+    pub cmd_flush: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub get_expired: AtomicU64,
+    pub get_flushed: AtomicU64,
+    pub delete_hits: AtomicU64,
+    pub delete_misses: AtomicU64,
+    pub incr_hits: AtomicU64,
+    pub incr_misses: AtomicU64,
+    pub decr_hits: AtomicU64,
+    pub decr_misses: AtomicU64,
+    pub cas_hits: AtomicU64,
+    pub cas_misses: AtomicU64,
+    pub cas_badval: AtomicU64,
+    pub touch_hits: AtomicU64,
+    pub touch_misses: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+impl Shared {
+    /// Load the persisted CAS mark and flush marker and count the items,
+    /// through `kv` (one thread, before serving). Returns the state and the
+    /// number of items found.
+    pub fn open(kv: &mut dyn Kv, max_item_size: usize) -> Result<Shared> {
+        let mut buf = Vec::new();
+        let mark = if kv.get_into(META_CAS, &mut buf)? {
+            read_u64(&buf, 0).ok_or(StoreError::Corrupt("CAS mark"))?
+        } else {
+            1
+        };
+        let (at, fcas) = if kv.get_into(META_FLUSH, &mut buf)? {
+            (
+                read_u64(&buf, 0).ok_or(StoreError::Corrupt("flush marker"))?,
+                read_u64(&buf, 8).ok_or(StoreError::Corrupt("flush marker"))?,
+            )
+        } else {
+            (0, 0)
+        };
+        let stats = Stats::default();
+        let (mut items, mut bytes) = (0i64, 0i64);
+        kv.scan_prefix(b"k", &mut |_, v| {
+            items += 1;
+            bytes += v.len().saturating_sub(HEADER) as i64;
+        })?;
+        stats.curr_items.store(items, Relaxed);
+        stats.bytes.store(bytes, Relaxed);
+        Ok(Shared {
+            next_cas: AtomicU64::new(mark.max(1)),
+            reserved: AtomicU64::new(mark.max(1)),
+            reserve_lock: Mutex::new(()),
+            flush: Mutex::new((at, fcas)),
+            flush_at: AtomicU64::new(at),
+            flush_cas: AtomicU64::new(fcas),
+            max_item_size,
+            stats,
+        })
+    }
+
+    /// A fresh CAS, never handed out before (also across restarts: the
+    /// reservation is durable before the id is returned).
+    fn new_cas(&self, kv: &mut dyn Kv) -> Result<u64> {
+        let c = self.next_cas.fetch_add(1, Relaxed);
+        if c >= self.reserved.load(Relaxed) {
+            let _g = self.reserve_lock.lock();
+            let mut r = self.reserved.load(Relaxed);
+            if c >= r {
+                while c >= r {
+                    r += CAS_BATCH;
+                }
+                kv.put(META_CAS, &r.to_le_bytes())?;
+                self.reserved.store(r, Relaxed);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Is `it` invisible at `now` because of a `flush_all`?
+    fn flushed(&self, it: &Item, now: u64) -> bool {
+        if it.cas <= self.flush_cas.load(Relaxed) {
+            return true;
+        }
+        let at = self.flush_at.load(Relaxed);
+        at != 0 && now >= at && it.time < at
+    }
+
+    /// Items in the map (expired ones not yet removed included).
+    pub fn items(&self) -> u64 {
+        self.stats.curr_items.load(Relaxed).max(0) as u64
+    }
+}
+
+fn read_u64(b: &[u8], off: usize) -> Option<u64> {
+    let s = b.get(off..off + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(s);
+    Some(u64::from_le_bytes(a))
+}
+
+/// Outcome of a storage command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOutcome {
+    Stored(u64),
+    NotStored,
+    Exists,
+    NotFound,
+    TooLarge,
+}
+
+/// Outcome of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    NotFound,
+    Exists,
+}
+
+/// Outcome of incr/decr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithOutcome {
+    /// New value, new CAS, TTL left.
+    Value(u64, u64, Option<u64>),
+    NotFound,
+    Exists,
+    NonNumeric,
+}
+
+/// An arithmetic command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arith {
+    pub incr: bool,
+    pub delta: u64,
+    /// On a miss, store this value with this client exptime.
+    pub create: Option<(u64, i64)>,
+    pub cas: Option<u64>,
+    /// Client exptime to set on success.
+    pub ttl: Option<i64>,
+    pub new_cas: Option<u64>,
+}
+
+/// memcached's item commands. `now` is the unix time in seconds; client
+/// exptimes are raw (see [`crate::protocol::deadline`]).
+pub trait Store {
+    /// The live item under `key` (expired and flushed items are absent).
+    fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Item>>;
+    /// Set a live item's expiry and return it (touch, gat).
+    fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Result<Option<Item>>;
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        cas: Option<u64>,
+        new_cas: Option<u64>,
+        now: u64,
+    ) -> Result<StoreOutcome>;
+    /// Remove `key` (only if its CAS is `cas`, when given). `drop_value`:
+    /// keep the item with an empty value and zero flags instead.
+    fn delete(
+        &mut self,
+        key: &[u8],
+        cas: Option<u64>,
+        drop_value: bool,
+        now: u64,
+    ) -> Result<DeleteOutcome>;
+    fn arith(&mut self, key: &[u8], a: Arith, now: u64) -> Result<ArithOutcome>;
+    /// Make every item stored before `now + delay` (exptime rule) invisible
+    /// from then on; `delay <= 0` flushes now.
+    fn flush_all(&mut self, delay: i64, now: u64) -> Result<()>;
+    fn shared(&self) -> &Shared;
+}
+
+/// [`Store`] over a [`Kv`].
+pub struct Cache<'s, K> {
+    kv: K,
+    shared: &'s Shared,
+    key: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl<'s, K: Kv> Cache<'s, K> {
+    pub fn new(kv: K, shared: &'s Shared) -> Self {
+        Cache {
+            kv,
+            shared,
+            key: Vec::with_capacity(256),
+            buf: Vec::new(),
+        }
+    }
+
+    fn map_key(&mut self, key: &[u8]) {
+        self.key.clear();
+        self.key.push(b'k');
+        self.key.extend_from_slice(key);
+    }
+
+    /// The live item at the mapped key, removing it if expired or flushed.
+    fn load(&mut self, now: u64) -> Result<Option<Item>> {
+        if !self.kv.get_into(&self.key, &mut self.buf)? {
+            return Ok(None);
+        }
+        let it = Item::decode(&self.buf)?;
+        let expired = it.exptime != 0 && now >= it.exptime;
+        let flushed = !expired && self.shared.flushed(&it, now);
+        if expired || flushed {
+            if expired {
+                bump(&self.shared.stats.get_expired);
+            } else {
+                bump(&self.shared.stats.get_flushed);
+            }
+            self.remove(&it)?;
+            return Ok(None);
+        }
+        Ok(Some(it))
+    }
+
+    fn remove(&mut self, old: &Item) -> Result<()> {
+        if self.kv.delete(&self.key)? {
+            let st = &self.shared.stats;
+            st.curr_items.fetch_sub(1, Relaxed);
+            st.bytes.fetch_sub(old.data.len() as i64, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Write `it` at the mapped key; `old` is what was there (live or not:
+    /// the statistics count map entries).
+    fn write(&mut self, it: &Item, old_len: Option<usize>) -> Result<()> {
+        it.encode(&mut self.buf);
+        self.kv.put(&self.key, &self.buf)?;
+        let st = &self.shared.stats;
+        match old_len {
+            Some(l) => {
+                st.bytes.fetch_add(it.data.len() as i64 - l as i64, Relaxed);
+            }
+            None => {
+                st.curr_items.fetch_add(1, Relaxed);
+                st.bytes.fetch_add(it.data.len() as i64, Relaxed);
+            }
+        }
+        bump(&st.total_items);
+        Ok(())
+    }
+
+    /// The map entry's data length (live or not), for the statistics.
+    fn raw_len(&mut self) -> Result<Option<usize>> {
+        Ok(self
+            .kv
+            .get_into(&self.key, &mut self.buf)?
+            .then(|| self.buf.len().saturating_sub(HEADER)))
+    }
+
+    fn cas_or_new(&mut self, given: Option<u64>) -> Result<u64> {
+        match given {
+            Some(c) if c != 0 => Ok(c),
+            _ => self.shared.new_cas(&mut self.kv),
+        }
+    }
+}
+
+impl<K: Kv> Store for Cache<'_, K> {
+    fn shared(&self) -> &Shared {
+        self.shared
+    }
+
+    fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Item>> {
+        self.map_key(key);
+        self.load(now)
+    }
+
+    fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Result<Option<Item>> {
+        self.map_key(key);
+        let Some(mut it) = self.load(now)? else {
+            return Ok(None);
+        };
+        it.exptime = stored_exptime(deadline(exptime, now));
+        let len = it.data.len();
+        self.write(&it, Some(len))?;
+        // A touch is not an item write in memcached's counters.
+        self.shared.stats.total_items.fetch_sub(1, Relaxed);
+        Ok(Some(it))
+    }
+
+    fn store(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        cas: Option<u64>,
+        new_cas: Option<u64>,
+        now: u64,
+    ) -> Result<StoreOutcome> {
+        self.map_key(key);
+        let old = self.load(now)?;
+        // Binary append/prepend and meta carry an optional CAS check.
+        if let (Some(c), Some(o)) = (cas, &old)
+            && c != 0
+            && mode != StoreMode::Cas
+            && o.cas != c
+        {
+            return Ok(StoreOutcome::Exists);
+        }
+        let exp = stored_exptime(deadline(exptime, now));
+        let new_item = |data: Vec<u8>, flags: u32, exptime: u64| Item {
+            flags,
+            exptime,
+            cas: 0,
+            time: now,
+            data,
+        };
+        let mut it = match (mode, old.as_ref()) {
+            (StoreMode::Set, _) => new_item(data.to_vec(), flags, exp),
+            (StoreMode::Add, Some(_)) => return Ok(StoreOutcome::NotStored),
+            (StoreMode::Add, None) => new_item(data.to_vec(), flags, exp),
+            (StoreMode::Replace, None) => return Ok(StoreOutcome::NotStored),
+            (StoreMode::Replace, Some(_)) => new_item(data.to_vec(), flags, exp),
+            (StoreMode::Append | StoreMode::Prepend, None) => return Ok(StoreOutcome::NotStored),
+            (StoreMode::Append | StoreMode::Prepend, Some(o)) => {
+                if o.data.len() + data.len() > self.shared.max_item_size {
+                    return Ok(StoreOutcome::TooLarge);
+                }
+                let mut d = Vec::with_capacity(o.data.len() + data.len());
+                if mode == StoreMode::Append {
+                    d.extend_from_slice(&o.data);
+                    d.extend_from_slice(data);
+                } else {
+                    d.extend_from_slice(data);
+                    d.extend_from_slice(&o.data);
+                }
+                new_item(d, o.flags, o.exptime)
+            }
+            (StoreMode::Cas, None) => {
+                bump(&self.shared.stats.cas_misses);
+                return Ok(StoreOutcome::NotFound);
+            }
+            (StoreMode::Cas, Some(o)) => {
+                if Some(o.cas) != cas {
+                    bump(&self.shared.stats.cas_badval);
+                    return Ok(StoreOutcome::Exists);
+                }
+                bump(&self.shared.stats.cas_hits);
+                new_item(data.to_vec(), flags, exp)
+            }
+        };
+        // A store whose exptime is already past leaves nothing visible
+        // (memcached stores it and it is never found): remove the old one.
+        if exp == 1 {
+            let old_len = self.raw_len()?;
+            if old_len.is_some() {
+                self.kv.delete(&self.key)?;
+                let st = &self.shared.stats;
+                st.curr_items.fetch_sub(1, Relaxed);
+                st.bytes.fetch_sub(old_len.unwrap_or(0) as i64, Relaxed);
+            }
+            let c = self.cas_or_new(new_cas)?;
+            return Ok(StoreOutcome::Stored(c));
+        }
+        it.cas = self.cas_or_new(new_cas)?;
+        let old_len = match &old {
+            Some(o) => Some(o.data.len()),
+            None => None,
+        };
+        self.write(&it, old_len)?;
+        Ok(StoreOutcome::Stored(it.cas))
+    }
+
+    fn delete(
+        &mut self,
+        key: &[u8],
+        cas: Option<u64>,
+        drop_value: bool,
+        now: u64,
+    ) -> Result<DeleteOutcome> {
+        self.map_key(key);
+        let Some(mut it) = self.load(now)? else {
+            bump(&self.shared.stats.delete_misses);
+            return Ok(DeleteOutcome::NotFound);
+        };
+        if let Some(c) = cas
+            && c != 0
+            && c != it.cas
+        {
+            return Ok(DeleteOutcome::Exists);
+        }
+        bump(&self.shared.stats.delete_hits);
+        if drop_value {
+            let len = it.data.len();
+            it.data.clear();
+            it.flags = 0;
+            it.time = now;
+            it.cas = self.shared.new_cas(&mut self.kv)?;
+            self.write(&it, Some(len))?;
+        } else {
+            self.remove(&it)?;
+        }
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    fn arith(&mut self, key: &[u8], a: Arith, now: u64) -> Result<ArithOutcome> {
+        self.map_key(key);
+        let st = &self.shared.stats;
+        let (hits, misses) = if a.incr {
+            (&st.incr_hits, &st.incr_misses)
+        } else {
+            (&st.decr_hits, &st.decr_misses)
+        };
+        let Some(mut it) = self.load(now)? else {
+            bump(misses);
+            let Some((initial, exptime)) = a.create else {
+                return Ok(ArithOutcome::NotFound);
+            };
+            let exp = stored_exptime(deadline(a.ttl.unwrap_or(exptime), now));
+            let mut it = Item {
+                flags: 0,
+                exptime: exp,
+                cas: 0,
+                time: now,
+                data: initial.to_string().into_bytes(),
+            };
+            it.cas = self.cas_or_new(a.new_cas)?;
+            self.write(&it, None)?;
+            return Ok(ArithOutcome::Value(initial, it.cas, it.ttl(now)));
+        };
+        if let Some(c) = a.cas
+            && c != 0
+            && c != it.cas
+        {
+            return Ok(ArithOutcome::Exists);
+        }
+        // memcached's safe_strtoull: digits, optionally followed by
+        // whitespace (an earlier decr may have left padding).
+        let digits = it.data.trim_ascii_end();
+        let Some(cur) = parse_decimal(digits) else {
+            return Ok(ArithOutcome::NonNumeric);
+        };
+        bump(hits);
+        let v = if a.incr {
+            cur.wrapping_add(a.delta)
+        } else {
+            cur.saturating_sub(a.delta)
+        };
+        let len = it.data.len();
+        it.data = v.to_string().into_bytes();
+        if let Some(t) = a.ttl {
+            it.exptime = stored_exptime(deadline(t, now));
+        }
+        it.time = now;
+        it.cas = self.cas_or_new(a.new_cas)?;
+        self.write(&it, Some(len))?;
+        Ok(ArithOutcome::Value(v, it.cas, it.ttl(now)))
+    }
+
+    fn flush_all(&mut self, delay: i64, now: u64) -> Result<()> {
+        let mut g = self.shared.flush.lock();
+        let (at, cas) = if delay <= 0 {
+            // Every CAS handed out so far is flushed.
+            let c = self.shared.new_cas(&mut self.kv)?;
+            (0, c)
+        } else {
+            let at = match deadline(delay, now) {
+                Expiry::At(t) => t,
+                _ => now,
+            };
+            (at, g.1)
+        };
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&at.to_le_bytes());
+        b[8..].copy_from_slice(&cas.to_le_bytes());
+        self.kv.put(META_FLUSH, &b)?;
+        *g = (at, cas);
+        self.shared.flush_at.store(at, Relaxed);
+        self.shared.flush_cas.store(cas, Relaxed);
+        bump(&self.shared.stats.cmd_flush);
+        Ok(())
+    }
+}
+
+/// Decimal digits only (no sign), fitting u64; empty is not a number.
+fn parse_decimal(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in t {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests;

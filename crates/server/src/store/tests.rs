@@ -1,0 +1,252 @@
+//! The item semantics over an in-memory map (the durable map's contract
+//! minus durability), plus a restart that keeps CAS values unique.
+
+use super::*;
+use std::collections::BTreeMap;
+
+#[derive(Default)]
+struct Mem(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl Kv for &mut Mem {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
+        match self.0.get(key) {
+            Some(v) => {
+                out.extend_from_slice(v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.0.insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        Ok(self.0.remove(key).is_some())
+    }
+    fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        for (k, v) in self.0.range(prefix.to_vec()..) {
+            if k.starts_with(prefix) {
+                f(k, v);
+            }
+        }
+        Ok(())
+    }
+}
+
+const NOW: u64 = 1_800_000_000;
+
+fn set(c: &mut impl Store, mode: StoreMode, k: &[u8], v: &[u8], cas: Option<u64>) -> StoreOutcome {
+    c.store(mode, k, 5, 0, v, cas, None, NOW).unwrap()
+}
+
+#[test]
+fn item_roundtrips_and_short_values_are_corrupt() {
+    let it = Item {
+        flags: 7,
+        exptime: 9,
+        cas: 11,
+        time: 13,
+        data: b"xyz".to_vec(),
+    };
+    let mut b = Vec::new();
+    it.encode(&mut b);
+    assert_eq!(b.len(), HEADER + 3);
+    assert_eq!(&b[0..4], &7u32.to_le_bytes());
+    assert_eq!(&b[12..20], &11u64.to_le_bytes());
+    assert_eq!(Item::decode(&b).unwrap(), it);
+    assert!(matches!(
+        Item::decode(&b[..27]),
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn storage_modes() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    assert_eq!(
+        set(&mut c, StoreMode::Replace, b"a", b"1", None),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(
+        set(&mut c, StoreMode::Append, b"a", b"1", None),
+        StoreOutcome::NotStored
+    );
+    assert!(matches!(
+        set(&mut c, StoreMode::Add, b"a", b"1", None),
+        StoreOutcome::Stored(_)
+    ));
+    assert_eq!(
+        set(&mut c, StoreMode::Add, b"a", b"2", None),
+        StoreOutcome::NotStored
+    );
+    assert!(matches!(
+        set(&mut c, StoreMode::Append, b"a", b"2", None),
+        StoreOutcome::Stored(_)
+    ));
+    assert!(matches!(
+        set(&mut c, StoreMode::Prepend, b"a", b"0", None),
+        StoreOutcome::Stored(_)
+    ));
+    let it = c.get(b"a", NOW).unwrap().unwrap();
+    assert_eq!(it.data, b"012");
+    assert_eq!(
+        set(&mut c, StoreMode::Cas, b"a", b"x", Some(it.cas + 1)),
+        StoreOutcome::Exists
+    );
+    assert_eq!(
+        set(&mut c, StoreMode::Cas, b"zz", b"x", Some(1)),
+        StoreOutcome::NotFound
+    );
+    let StoreOutcome::Stored(c2) = set(&mut c, StoreMode::Cas, b"a", b"x", Some(it.cas)) else {
+        panic!("cas store failed")
+    };
+    assert!(c2 > it.cas);
+    assert_eq!(c.get(b"a", NOW).unwrap().unwrap().data, b"x");
+    assert_eq!(sh.items(), 1);
+    assert_eq!(
+        c.delete(b"a", Some(c2 + 5), false, NOW).unwrap(),
+        DeleteOutcome::Exists
+    );
+    assert_eq!(
+        c.delete(b"a", None, false, NOW).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        c.delete(b"a", None, false, NOW).unwrap(),
+        DeleteOutcome::NotFound
+    );
+    assert_eq!(sh.items(), 0);
+    // Append beyond the item size limit.
+    let sh2 = Shared::open(&mut &mut Mem::default(), 4).unwrap();
+    let mut m2 = Mem::default();
+    let mut c = Cache::new(&mut m2, &sh2);
+    assert!(matches!(
+        set(&mut c, StoreMode::Set, b"a", b"123", None),
+        StoreOutcome::Stored(_)
+    ));
+    assert_eq!(
+        set(&mut c, StoreMode::Append, b"a", b"45", None),
+        StoreOutcome::TooLarge
+    );
+}
+
+#[test]
+fn arithmetic_wraps_saturates_and_refuses_non_numbers() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    let a = |incr, delta| Arith {
+        incr,
+        delta,
+        create: None,
+        cas: None,
+        ttl: None,
+        new_cas: None,
+    };
+    assert_eq!(
+        c.arith(b"n", a(true, 1), NOW).unwrap(),
+        ArithOutcome::NotFound
+    );
+    set(&mut c, StoreMode::Set, b"n", b"18446744073709551615", None);
+    assert!(matches!(
+        c.arith(b"n", a(true, 2), NOW).unwrap(),
+        ArithOutcome::Value(1, _, None)
+    ));
+    assert!(matches!(
+        c.arith(b"n", a(false, 5), NOW).unwrap(),
+        ArithOutcome::Value(0, _, None)
+    ));
+    set(&mut c, StoreMode::Set, b"n", b"12 ", None);
+    assert!(matches!(
+        c.arith(b"n", a(true, 1), NOW).unwrap(),
+        ArithOutcome::Value(13, _, None)
+    ));
+    set(&mut c, StoreMode::Set, b"s", b"abc", None);
+    assert_eq!(
+        c.arith(b"s", a(true, 1), NOW).unwrap(),
+        ArithOutcome::NonNumeric
+    );
+    let mut cr = a(true, 9);
+    cr.create = Some((40, 0));
+    assert!(matches!(
+        c.arith(b"m", cr, NOW).unwrap(),
+        ArithOutcome::Value(40, _, None)
+    ));
+    assert!(matches!(
+        c.arith(b"m", cr, NOW).unwrap(),
+        ArithOutcome::Value(49, _, None)
+    ));
+}
+
+#[test]
+fn expiry_touch_and_flush() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    c.store(StoreMode::Set, b"e", 0, 10, b"v", None, None, NOW)
+        .unwrap();
+    assert!(c.get(b"e", NOW + 9).unwrap().is_some());
+    assert!(c.get(b"e", NOW + 10).unwrap().is_none());
+    assert_eq!(sh.items(), 0, "expired item removed lazily");
+    c.store(StoreMode::Set, b"e", 0, 10, b"v", None, None, NOW)
+        .unwrap();
+    assert_eq!(
+        c.touch(b"e", 100, NOW).unwrap().unwrap().ttl(NOW),
+        Some(100)
+    );
+    assert!(c.get(b"e", NOW + 50).unwrap().is_some());
+    assert!(c.touch(b"nope", 1, NOW).unwrap().is_none());
+    // Negative exptime: stored but never visible, and the old value is gone.
+    c.store(StoreMode::Set, b"e", 0, -1, b"w", None, None, NOW)
+        .unwrap();
+    assert!(c.get(b"e", NOW).unwrap().is_none());
+    // Immediate flush hides everything stored so far, not later stores.
+    set(&mut c, StoreMode::Set, b"a", b"1", None);
+    c.flush_all(0, NOW).unwrap();
+    assert!(c.get(b"a", NOW).unwrap().is_none());
+    set(&mut c, StoreMode::Set, b"b", b"2", None);
+    assert!(c.get(b"b", NOW).unwrap().is_some());
+    // Delayed flush: visible until the deadline, gone after.
+    c.flush_all(5, NOW).unwrap();
+    assert!(c.get(b"b", NOW + 4).unwrap().is_some());
+    assert!(c.get(b"b", NOW + 5).unwrap().is_none());
+    c.store(StoreMode::Set, b"c", 0, 0, b"3", None, None, NOW + 6)
+        .unwrap();
+    assert!(c.get(b"c", NOW + 7).unwrap().is_some());
+}
+
+#[test]
+fn cas_stays_unique_and_flush_survives_a_restart() {
+    let mut m = Mem::default();
+    let last = {
+        let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+        let mut c = Cache::new(&mut m, &sh);
+        let mut last = 0;
+        for i in 0..10u32 {
+            let StoreOutcome::Stored(cas) =
+                set(&mut c, StoreMode::Set, &i.to_le_bytes(), b"v", None)
+            else {
+                panic!()
+            };
+            assert!(cas > last);
+            last = cas;
+        }
+        c.flush_all(0, NOW).unwrap();
+        last
+    };
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    assert!(
+        c.get(&0u32.to_le_bytes(), NOW).unwrap().is_none(),
+        "flush forgotten"
+    );
+    let StoreOutcome::Stored(cas) = set(&mut c, StoreMode::Set, b"x", b"v", None) else {
+        panic!()
+    };
+    assert!(cas > last, "CAS {cas} reused after restart (last {last})");
+    assert!(c.get(b"x", NOW).unwrap().is_some());
+}
