@@ -5,6 +5,7 @@
 
 mod checks;
 mod kv;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
@@ -90,6 +91,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: kv::KvCmd,
     },
+    /// Serve the memcached protocols from a pool: every acknowledged write survives kill -9.
+    Serve(serve::ServeArgs),
     /// Create, inspect and verify pool files.
     Pool {
         #[command(subcommand)]
@@ -196,6 +199,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         }
         Cmd::Pool { cmd } => pool(cmd),
         Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
+        Cmd::Serve(a) => serve::run(a),
     }
 }
 

@@ -1,1 +1,638 @@
+//! The network server: tokio connections in front of shard threads that own
+//! the store.
+//!
+//! # Threads
+//!
+//! * A multi-threaded tokio runtime (`threads` workers) runs one task per
+//!   connection: it reads into a buffer, [`parse`]s every complete request
+//!   in it (pipelining), sends each to its shard and appends the encoded
+//!   reply to a write buffer, which is written out when the input holds no
+//!   complete request any more.
+//! * `shards` plain threads each own one [`Cache`] (one engine session:
+//!   sessions are per-thread handles). A key's requests always go to shard
+//!   `fnv1a(key) % shards`, so every read-modify-write of a key runs alone
+//!   (see [`crate::store`]'s "Atomicity").
+//!
+//! # Durability of replies
+//!
+//! A shard runs a write to completion — the [`Kv`]'s `put`/`delete`
+//! return only when durable — before it hands the encoded reply back; the
+//! connection sends nothing it has not received. So every reply a client
+//! sees describes a durable state.
 
+use crate::protocol::{
+    self, Command, Failure, ItemView, Limits, Op, Proto, Recovery, ReqCtx, Request, Response,
+};
+use crate::store::{
+    Arith, ArithOutcome, Cache, DeleteOutcome, Kv, Shared, Store, StoreError, StoreOutcome,
+};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+/// The version string: memcached 1.6's protocol, Ferrite's server.
+pub const VERSION: &str = concat!("1.6.21-ferrite-", env!("CARGO_PKG_VERSION"));
+
+/// Serving options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Tokio worker threads (connections).
+    pub threads: usize,
+    /// Store shard threads (each holds one store session).
+    pub shards: usize,
+    pub limits: Limits,
+    /// Shown by `stats` as `limit_maxbytes`.
+    pub memory: u64,
+    /// What `stats` reports as the store (`ferrite_store`).
+    pub store_name: String,
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Told to the caller once the server accepts connections.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub addr: SocketAddr,
+    /// Items found in the store at start.
+    pub items: u64,
+    pub shards: usize,
+}
+
+/// A request for a shard, and where its encoded reply goes.
+struct Job {
+    req: Request,
+    reply: oneshot::Sender<Vec<u8>>,
+}
+
+/// State every connection task shares.
+struct Ctx {
+    shards: Vec<mpsc::Sender<Job>>,
+    shared: Arc<Shared>,
+    opts: Options,
+    started: Instant,
+    curr_conns: AtomicU32,
+    total_conns: AtomicU64,
+}
+
+/// Unix time in seconds.
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// 64-bit FNV-1a: which shard owns a key.
+fn fnv1a(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Serve on `listener` until SIGINT/SIGTERM or until `stop` fires.
+///
+/// `make_kv` opens one store handle; it is called once on the calling
+/// thread (to load the shared state and count the items) and once on each
+/// shard thread. `ready` is called once the server accepts connections.
+pub fn run<K, F>(
+    make_kv: F,
+    opts: Options,
+    listener: std::net::TcpListener,
+    stop: Option<oneshot::Receiver<()>>,
+    ready: impl FnOnce(&Ready),
+) -> Result<(), ServeError>
+where
+    K: Kv,
+    F: Fn() -> Result<K, StoreError> + Sync,
+{
+    let shared = {
+        let mut kv = make_kv()?;
+        Arc::new(Shared::open(&mut kv, opts.limits.max_item_size)?)
+    };
+    let nshards = opts.shards.max(1);
+    std::thread::scope(|scope| -> Result<(), ServeError> {
+        let mut senders = Vec::with_capacity(nshards);
+        let (up_tx, up_rx) = mpsc::channel::<Result<(), StoreError>>();
+        for i in 0..nshards {
+            let (tx, rx) = mpsc::channel::<Job>();
+            senders.push(tx);
+            let up = up_tx.clone();
+            let shared = &shared;
+            let make_kv = &make_kv;
+            std::thread::Builder::new()
+                .name(format!("ferrite-shard-{i}"))
+                .spawn_scoped(scope, move || {
+                    let mut cache = match make_kv() {
+                        Ok(kv) => {
+                            let _ = up.send(Ok(()));
+                            Cache::new(kv, shared)
+                        }
+                        Err(e) => {
+                            let _ = up.send(Err(e));
+                            return;
+                        }
+                    };
+                    drop(up);
+                    let mut out = Vec::new();
+                    while let Ok(job) = rx.recv() {
+                        out.clear();
+                        execute(&mut cache, shared, &job.req, now_unix(), &mut out);
+                        let _ = job.reply.send(std::mem::take(&mut out));
+                    }
+                })?;
+        }
+        drop(up_tx);
+        for _ in 0..nshards {
+            match up_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => return Err(StoreError::Backend("a shard thread died".into()).into()),
+            }
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(opts.threads.max(1))
+            .thread_name("ferrite-conn")
+            .enable_all()
+            .build()?;
+        let ctx = Arc::new(Ctx {
+            shards: senders,
+            shared: shared.clone(),
+            opts,
+            started: Instant::now(),
+            curr_conns: AtomicU32::new(0),
+            total_conns: AtomicU64::new(0),
+        });
+        let result = rt.block_on(serve(ctx, listener, stop, ready));
+        // Cancel the connection tasks; the shards finish the job at hand
+        // (durably) and exit when their last sender is gone.
+        rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        result
+    })
+}
+
+async fn serve(
+    ctx: Arc<Ctx>,
+    listener: std::net::TcpListener,
+    stop: Option<oneshot::Receiver<()>>,
+    ready: impl FnOnce(&Ready),
+) -> Result<(), ServeError> {
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    ready(&Ready {
+        addr: listener.local_addr()?,
+        items: ctx.shared.items(),
+        shards: ctx.shards.len(),
+    });
+    let stop = async move {
+        match stop {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((sock, _)) => {
+                    let _ = sock.set_nodelay(true);
+                    let c = ctx.clone();
+                    tokio::spawn(async move {
+                        c.curr_conns.fetch_add(1, Relaxed);
+                        c.total_conns.fetch_add(1, Relaxed);
+                        connection(sock, &c).await;
+                        c.curr_conns.fetch_sub(1, Relaxed);
+                    });
+                }
+                // Out of descriptors and the like: keep serving the others.
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            },
+            _ = int.recv() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+            _ = &mut stop => return Ok(()),
+        }
+    }
+}
+
+/// What a connection does after a request.
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// Largest reply buffer kept before writing mid-pipeline.
+const FLUSH_AT: usize = 1 << 20;
+
+/// One connection: read, parse every complete request, answer, write.
+async fn connection(mut sock: TcpStream, ctx: &Ctx) {
+    let mut input: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+    // Bytes still to discard (the unread rest of a skipped request).
+    let mut skip = 0usize;
+    loop {
+        let mut pos = 0;
+        let mut close = false;
+        loop {
+            if skip > 0 {
+                let n = skip.min(input.len() - pos);
+                pos += n;
+                skip -= n;
+                if skip > 0 {
+                    break;
+                }
+            }
+            match protocol::parse(&input[pos..], &ctx.opts.limits) {
+                Ok(None) => break,
+                Ok(Some((req, n))) => {
+                    pos += n;
+                    if let Flow::Close = handle(ctx, req, &mut out).await {
+                        close = true;
+                        break;
+                    }
+                }
+                Err(e) => {
+                    if let Some(key) = e.unlink.clone() {
+                        let del = Request {
+                            cmd: Command::Delete {
+                                key,
+                                cas: None,
+                                opts: Default::default(),
+                            },
+                            ctx: ReqCtx::text(Op::Delete, true),
+                        };
+                        let mut sink = Vec::new();
+                        handle(ctx, del, &mut sink).await;
+                    }
+                    protocol::response::encode_error(&e, &mut out);
+                    match e.recovery {
+                        Recovery::Skip(n) => skip = n,
+                        Recovery::Close => {
+                            close = true;
+                            break;
+                        }
+                        Recovery::CloseSilently => return,
+                    }
+                }
+            }
+            if out.len() >= FLUSH_AT {
+                if sock.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+            }
+        }
+        input.drain(..pos);
+        if !out.is_empty() {
+            if sock.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        if close {
+            let _ = sock.shutdown().await;
+            return;
+        }
+        if input.capacity() - input.len() < 4096 {
+            input.reserve(16 << 10);
+        }
+        match sock.read_buf(&mut input).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Run `req` on the shard that owns `key`; the encoded reply.
+async fn on_shard(ctx: &Ctx, key: &[u8], req: Request) -> Vec<u8> {
+    let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
+    let (tx, rx) = oneshot::channel();
+    if ctx.shards[shard].send(Job { req, reply: tx }).is_err() {
+        return Vec::new();
+    }
+    rx.await.unwrap_or_default()
+}
+
+async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
+    match &req.cmd {
+        Command::Get {
+            keys,
+            touch,
+            with_cas,
+            opts,
+        } => {
+            if keys.len() == 1 {
+                let key = keys[0].clone();
+                let ctx2 = req.ctx.clone();
+                out.extend(on_shard(ctx, &key, req).await);
+                protocol::encode(&Response::End, &ctx2, out);
+            } else {
+                // Send every key to its shard first, then collect in order:
+                // shards work in parallel.
+                let mut pending = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let sub = Request {
+                        cmd: Command::Get {
+                            keys: vec![key.clone()],
+                            touch: *touch,
+                            with_cas: *with_cas,
+                            opts: opts.clone(),
+                        },
+                        ctx: req.ctx.clone(),
+                    };
+                    let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
+                    let (tx, rx) = oneshot::channel();
+                    if ctx.shards[shard]
+                        .send(Job {
+                            req: sub,
+                            reply: tx,
+                        })
+                        .is_ok()
+                    {
+                        pending.push(rx);
+                    }
+                }
+                for rx in pending {
+                    out.extend(rx.await.unwrap_or_default());
+                }
+                protocol::encode(&Response::End, &req.ctx, out);
+            }
+        }
+        Command::Store { key, .. }
+        | Command::Delete { key, .. }
+        | Command::Arith { key, .. }
+        | Command::Touch { key, .. }
+        | Command::MetaDebug { key } => {
+            let key = key.clone();
+            out.extend(on_shard(ctx, &key, req).await);
+        }
+        Command::FlushAll { .. } => out.extend(on_shard(ctx, b"", req).await),
+        Command::Stats { args } => {
+            let resp_stats;
+            let resp = match args.first().map(Vec::as_slice) {
+                None => {
+                    resp_stats = general_stats(ctx);
+                    Response::Stats(&resp_stats)
+                }
+                Some(b"settings") if args.len() == 1 => {
+                    resp_stats = settings_stats(ctx);
+                    Response::Stats(&resp_stats)
+                }
+                _ if req.ctx.proto == Proto::Binary => Response::NotFound,
+                _ => Response::Error(Failure::UnknownCommand),
+            };
+            protocol::encode(&resp, &req.ctx, out);
+        }
+        Command::Version => protocol::encode(&Response::Version(VERSION), &req.ctx, out),
+        Command::Verbosity { .. } | Command::NoOp => protocol::encode(&Response::Ok, &req.ctx, out),
+        Command::Quit => {
+            if req.ctx.proto == Proto::Binary {
+                protocol::encode(&Response::Ok, &req.ctx, out);
+            }
+            return Flow::Close;
+        }
+    }
+    Flow::Continue
+}
+
+fn general_stats(ctx: &Ctx) -> Vec<(String, String)> {
+    let s = &ctx.shared.stats;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut v: Vec<(String, String)> = Vec::with_capacity(40);
+    let mut put = |k: &str, val: String| v.push((k.to_string(), val));
+    put("pid", std::process::id().to_string());
+    put("uptime", ctx.started.elapsed().as_secs().to_string());
+    put("time", now.as_secs().to_string());
+    put("version", VERSION.to_string());
+    put("libevent", "tokio".to_string());
+    put(
+        "pointer_size",
+        (8 * std::mem::size_of::<usize>()).to_string(),
+    );
+    put("max_connections", "65536".to_string());
+    put("curr_connections", ctx.curr_conns.load(Relaxed).to_string());
+    put(
+        "total_connections",
+        ctx.total_conns.load(Relaxed).to_string(),
+    );
+    let g = |c: &AtomicU64| c.load(Relaxed).to_string();
+    put("cmd_get", g(&s.cmd_get));
+    put("cmd_set", g(&s.cmd_set));
+    put("cmd_flush", g(&s.cmd_flush));
+    put("cmd_touch", g(&s.cmd_touch));
+    put("get_hits", g(&s.get_hits));
+    put("get_misses", g(&s.get_misses));
+    put("get_expired", g(&s.get_expired));
+    put("get_flushed", g(&s.get_flushed));
+    put("delete_misses", g(&s.delete_misses));
+    put("delete_hits", g(&s.delete_hits));
+    put("incr_misses", g(&s.incr_misses));
+    put("incr_hits", g(&s.incr_hits));
+    put("decr_misses", g(&s.decr_misses));
+    put("decr_hits", g(&s.decr_hits));
+    put("cas_misses", g(&s.cas_misses));
+    put("cas_hits", g(&s.cas_hits));
+    put("cas_badval", g(&s.cas_badval));
+    put("touch_hits", g(&s.touch_hits));
+    put("touch_misses", g(&s.touch_misses));
+    put("threads", ctx.opts.threads.to_string());
+    put("ferrite_shards", ctx.shards.len().to_string());
+    put("ferrite_store", ctx.opts.store_name.clone());
+    put("limit_maxbytes", ctx.opts.memory.to_string());
+    put("bytes", s.bytes.load(Relaxed).max(0).to_string());
+    put("curr_items", ctx.shared.items().to_string());
+    put("total_items", g(&s.total_items));
+    put("evictions", "0".to_string());
+    v
+}
+
+fn settings_stats(ctx: &Ctx) -> Vec<(String, String)> {
+    vec![
+        ("maxbytes".into(), ctx.opts.memory.to_string()),
+        ("num_threads".into(), ctx.opts.threads.to_string()),
+        (
+            "item_size_max".into(),
+            ctx.opts.limits.max_item_size.to_string(),
+        ),
+        ("cas_enabled".into(), "yes".into()),
+        ("evictions".into(), "off".into()),
+    ]
+}
+
+fn store_error(e: &StoreError) -> Failure {
+    match e {
+        StoreError::Full => Failure::OutOfMemory,
+        e => Failure::Server(e.to_string().into()),
+    }
+}
+
+/// Execute one single-key (or keyless) request on a shard's store and
+/// append the encoded reply (for a retrieval: the hit or miss, not the
+/// `END`).
+pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, out: &mut Vec<u8>) {
+    let resp_err = |f: Failure, out: &mut Vec<u8>| {
+        protocol::encode(&Response::Error(f), &req.ctx, out);
+    };
+    let unsupported = Failure::client("meta flag not supported by this server (N, R, I)");
+    let st = &shared.stats;
+    match &req.cmd {
+        Command::Get {
+            keys, touch, opts, ..
+        } => {
+            if opts.vivify.is_some() || opts.recache.is_some() {
+                return resp_err(unsupported, out);
+            }
+            for key in keys {
+                let r = match touch {
+                    Some(t) => {
+                        st.cmd_touch.fetch_add(1, Relaxed);
+                        store.touch(key, *t, now)
+                    }
+                    None => store.get(key, now),
+                };
+                st.cmd_get.fetch_add(1, Relaxed);
+                match r {
+                    Ok(Some(it)) => {
+                        st.get_hits.fetch_add(1, Relaxed);
+                        if touch.is_some() {
+                            st.touch_hits.fetch_add(1, Relaxed);
+                        }
+                        let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
+                        v.ttl = it.ttl(now);
+                        v.last_access = now.saturating_sub(it.time);
+                        protocol::encode(&Response::Hit(v), &req.ctx, out);
+                    }
+                    Ok(None) => {
+                        st.get_misses.fetch_add(1, Relaxed);
+                        if touch.is_some() {
+                            st.touch_misses.fetch_add(1, Relaxed);
+                        }
+                        protocol::encode(&Response::Miss { key }, &req.ctx, out);
+                    }
+                    Err(e) => return resp_err(store_error(&e), out),
+                }
+            }
+        }
+        Command::Store {
+            mode,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            opts,
+        } => {
+            st.cmd_set.fetch_add(1, Relaxed);
+            if opts.invalidate || opts.vivify.is_some() {
+                return resp_err(unsupported, out);
+            }
+            let r = store.store(*mode, key, *flags, *exptime, data, *cas, opts.new_cas, now);
+            let resp = match r {
+                Ok(StoreOutcome::Stored(cas)) => Response::Stored { cas },
+                Ok(StoreOutcome::NotStored) => Response::NotStored,
+                Ok(StoreOutcome::Exists) => Response::Exists,
+                Ok(StoreOutcome::NotFound) => Response::NotFound,
+                Ok(StoreOutcome::TooLarge) => Response::Error(Failure::TooLarge),
+                Err(e) => Response::Error(store_error(&e)),
+            };
+            protocol::encode(&resp, &req.ctx, out);
+        }
+        Command::Delete { key, cas, opts } => {
+            if opts.invalidate {
+                return resp_err(unsupported, out);
+            }
+            let resp = match store.delete(key, *cas, opts.drop_value, now) {
+                Ok(DeleteOutcome::Deleted) => Response::Deleted,
+                Ok(DeleteOutcome::NotFound) => Response::NotFound,
+                Ok(DeleteOutcome::Exists) => Response::Exists,
+                Err(e) => Response::Error(store_error(&e)),
+            };
+            protocol::encode(&resp, &req.ctx, out);
+        }
+        Command::Arith {
+            key,
+            incr,
+            delta,
+            create,
+            cas,
+            ttl,
+            new_cas,
+        } => {
+            let a = Arith {
+                incr: *incr,
+                delta: *delta,
+                create: *create,
+                cas: *cas,
+                ttl: *ttl,
+                new_cas: *new_cas,
+            };
+            let resp = match store.arith(key, a, now) {
+                Ok(ArithOutcome::Value(value, cas, ttl)) => Response::Arith { value, cas, ttl },
+                Ok(ArithOutcome::NotFound) => Response::NotFound,
+                Ok(ArithOutcome::Exists) => Response::Exists,
+                Ok(ArithOutcome::NonNumeric) => Response::Error(Failure::NonNumeric),
+                Err(e) => Response::Error(store_error(&e)),
+            };
+            protocol::encode(&resp, &req.ctx, out);
+        }
+        Command::Touch { key, exptime } => {
+            st.cmd_touch.fetch_add(1, Relaxed);
+            let resp = match store.touch(key, *exptime, now) {
+                Ok(Some(it)) => {
+                    st.touch_hits.fetch_add(1, Relaxed);
+                    Response::Touched {
+                        flags: it.flags,
+                        cas: it.cas,
+                    }
+                }
+                Ok(None) => {
+                    st.touch_misses.fetch_add(1, Relaxed);
+                    Response::NotFound
+                }
+                Err(e) => Response::Error(store_error(&e)),
+            };
+            protocol::encode(&resp, &req.ctx, out);
+        }
+        Command::MetaDebug { key } => match store.get(key, now) {
+            Ok(Some(it)) => {
+                let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
+                v.ttl = it.ttl(now);
+                v.last_access = now.saturating_sub(it.time);
+                protocol::encode(&Response::Debug(v), &req.ctx, out);
+            }
+            Ok(None) => protocol::encode(&Response::Miss { key }, &req.ctx, out),
+            Err(e) => resp_err(store_error(&e), out),
+        },
+        Command::FlushAll { delay } => {
+            let resp = match store.flush_all(*delay, now) {
+                Ok(()) => Response::Ok,
+                Err(e) => Response::Error(store_error(&e)),
+            };
+            protocol::encode(&resp, &req.ctx, out);
+        }
+        // Keyless commands are answered by the connection itself.
+        Command::Stats { .. }
+        | Command::Version
+        | Command::Verbosity { .. }
+        | Command::Quit
+        | Command::NoOp => resp_err(Failure::Server("not a store command".into()), out),
+    }
+}

@@ -46,3 +46,23 @@ impl Kv for EngineKv<'_> {
             .map_err(err)
     }
 }
+
+/// Serve `store` (see [`crate::server::run`]); the shard count is capped
+/// at the sessions the store was created with.
+pub fn serve(
+    store: &ferrite_engine::Store,
+    mut opts: crate::server::Options,
+    listener: std::net::TcpListener,
+    stop: Option<tokio::sync::oneshot::Receiver<()>>,
+    ready: impl FnOnce(&crate::server::Ready),
+) -> std::result::Result<(), crate::server::ServeError> {
+    let sessions = usize::from(store.superblock().sessions).max(1);
+    opts.shards = opts.shards.clamp(1, sessions);
+    crate::server::run(
+        || store.session().map(EngineKv::new).map_err(err),
+        opts,
+        listener,
+        stop,
+        ready,
+    )
+}
