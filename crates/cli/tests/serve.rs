@@ -528,6 +528,14 @@ fn kill_9_loses_nothing_acknowledged() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    for store in ["engine-inp", "engine-cow", "engine-lsm"] {
+        kill_loop(store, kills);
+    }
+}
+
+/// `kills` rounds of: restart, verify, write from several connections,
+/// SIGKILL at a random moment.
+fn kill_loop(store: &str, kills: usize) {
     let dir = pool_dir();
     let pool = dir.path().join("p");
     const WRITERS: usize = 3;
@@ -560,7 +568,7 @@ fn kill_9_loses_nothing_acknowledged() {
                 let ok = got == st.acked || st.pending.as_ref().is_some_and(|p| *p == got);
                 assert!(
                     ok,
-                    "round {round}: {key}: got {:?}, acknowledged {:?}, in flight {:?}",
+                    "{store} round {round}: {key}: got {:?}, acknowledged {:?}, in flight {:?}",
                     got.as_deref().map(String::from_utf8_lossy),
                     st.acked.as_deref().map(String::from_utf8_lossy),
                     st.pending
@@ -642,11 +650,15 @@ fn kill_9_loses_nothing_acknowledged() {
     for (key, st) in m.iter() {
         let got = get_value(&mut c, key);
         let ok = got == st.acked || st.pending.as_ref().is_some_and(|p| *p == got);
-        assert!(ok, "final: {key}: got {got:?}, acknowledged {:?}", st.acked);
+        assert!(
+            ok,
+            "{store} final: {key}: got {got:?}, acknowledged {:?}",
+            st.acked
+        );
         checked_total += 1;
     }
     println!(
-        "kill -9 loop: {kills} kills, {acked_total} acknowledged writes, {checked_total} key checks, 0 lost"
+        "kill -9 loop, {store}: {kills} kills, {acked_total} acknowledged writes, {checked_total} key checks, 0 lost"
     );
     assert!(acked_total > 0, "no write was acknowledged");
     drop(m);

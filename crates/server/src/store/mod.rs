@@ -534,10 +534,7 @@ impl<K: Kv> Store for Cache<'_, K> {
             return Ok(StoreOutcome::Stored(c));
         }
         it.cas = self.cas_or_new(new_cas)?;
-        let old_len = match &old {
-            Some(o) => Some(o.data.len()),
-            None => None,
-        };
+        let old_len = old.as_ref().map(|o| o.data.len());
         self.write(&it, old_len)?;
         Ok(StoreOutcome::Stored(it.cas))
     }
