@@ -2,13 +2,20 @@
 
 use ferrite_engine::{EngineKind, LAYOUT, MAX_VALUE, Store, StoreOptions};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
+use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
 use ferrite_server::protocol::Limits;
 use ferrite_server::server::Options;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The store variants `--store` accepts.
-pub const STORES: [&str; 3] = ["engine-inp", "engine-lsm", "engine-cow"];
+pub const STORES: [&str; 5] = [
+    "engine-inp",
+    "engine-lsm",
+    "engine-cow",
+    "ptm-lazy",
+    "ptm-eager",
+];
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -25,8 +32,9 @@ pub struct ServeArgs {
     /// Connection threads (and store shards).
     #[arg(long, default_value_t = 4)]
     threads: usize,
-    /// Store variant for a new pool: engine-inp, engine-lsm or engine-cow
-    /// (an existing pool keeps its own; naming another is an error).
+    /// Store variant for a new pool: engine-inp, engine-lsm, engine-cow,
+    /// ptm-lazy or ptm-eager (an existing pool keeps its own; naming
+    /// another is an error). Default engine-inp.
     #[arg(long)]
     store: Option<String>,
     /// Durability domain of a new pool (default: auto-detected, or FERRITE_DOMAIN).
@@ -53,15 +61,55 @@ pub fn data_dir() -> Result<PathBuf, String> {
     }
 }
 
-fn engine_of(store: &str) -> Result<EngineKind, String> {
-    store
-        .strip_prefix("engine-")
-        .and_then(EngineKind::parse)
-        .ok_or_else(|| format!("unknown --store '{store}' (one of {})", STORES.join(", ")))
+/// PTM thread slots of a server pool (fixed, so a restart with other
+/// `--threads` opens it with the same options).
+const PTM_SLOTS: u16 = 32;
+
+/// A store variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Engine(EngineKind),
+    Ptm(Algorithm),
+}
+
+impl Variant {
+    fn parse(s: &str) -> Result<Variant, String> {
+        let bad = || format!("unknown --store '{s}' (one of {})", STORES.join(", "));
+        if let Some(e) = s.strip_prefix("engine-") {
+            return EngineKind::parse(e).map(Variant::Engine).ok_or_else(bad);
+        }
+        match s {
+            "ptm-lazy" => Ok(Variant::Ptm(Algorithm::Lazy)),
+            "ptm-eager" => Ok(Variant::Ptm(Algorithm::Eager)),
+            _ => Err(bad()),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Variant::Engine(k) => format!("engine-{k}"),
+            Variant::Ptm(Algorithm::Lazy) => "ptm-lazy".into(),
+            Variant::Ptm(Algorithm::Eager) => "ptm-eager".into(),
+        }
+    }
+
+    /// The pool layout name that records a PTM variant (engine pools have
+    /// the engine's own layout and superblock).
+    fn layout(self) -> String {
+        match self {
+            Variant::Engine(_) => LAYOUT.to_string(),
+            Variant::Ptm(_) => format!("ferrite-serve-{}", self.name()),
+        }
+    }
+}
+
+enum Opened {
+    Engine(Store),
+    Ptm(Ptm),
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
-    let kind = a.store.as_deref().map(engine_of).transpose()?;
+    let want = a.store.as_deref().map(Variant::parse).transpose()?;
     if a.threads == 0 || a.threads > 1024 {
         return Err(format!("--threads {}: use 1 to 1024", a.threads));
     }
@@ -81,9 +129,12 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     // Bind first: a busy port fails fast, before any recovery.
     let listener = std::net::TcpListener::bind(&a.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    let (pool, store, created) = open(&path, kind, a.memory, a.threads, a.domain)?;
-    let name = format!("engine-{}", store.kind());
-    let rec = store.recovery().clone();
+    let (pool, opened, variant, created) = open(&path, want, a.memory, a.threads, a.domain)?;
+    let name = variant.name();
+    let elapsed = match &opened {
+        Opened::Engine(s) => s.recovery().elapsed,
+        Opened::Ptm(p) => p.recovery().elapsed,
+    };
     let domain = pool.domain();
     let opts = Options {
         threads: a.threads,
@@ -96,25 +147,34 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         store_name: name.clone(),
     };
     let shown = path.display().to_string();
-    let res = ferrite_server::store::engine::serve(&store, opts, listener, None, |r| {
+    let ready = |r: &ferrite_server::server::Ready| {
         let what = if created {
             "created a new pool".to_string()
         } else {
             format!(
                 "recovered {} items in {:.1} ms",
                 r.items,
-                rec.elapsed.as_secs_f64() * 1e3
+                elapsed.as_secs_f64() * 1e3
             )
         };
         println!(
             "ferrite serve: listening on {} ({name}, pool {shown}, domain {domain}, {} shards; {what})",
             r.addr, r.shards
         );
-    });
-    let closed = store
-        .close()
-        .map_err(|e| format!("{}: {e}", path.display()))
-        .and_then(|()| pool.close().map_err(|e| format!("{}: {e}", path.display())));
+    };
+    let pe = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let (res, closed) = match opened {
+        Opened::Engine(store) => {
+            let res = ferrite_server::store::engine::serve(&store, opts, listener, None, ready);
+            (res, store.close().map_err(|e| pe(&e)))
+        }
+        Opened::Ptm(ptm) => {
+            let res = ferrite_server::store::ptm::serve(&ptm, opts, listener, None, ready);
+            drop(ptm);
+            (res, Ok(()))
+        }
+    };
+    let closed = closed.and_then(|()| pool.close().map_err(|e| pe(&e)));
     res.map_err(|e| e.to_string())?;
     closed?;
     Ok(ExitCode::SUCCESS)
@@ -123,41 +183,76 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
 /// Open the store at `path`, or create pool and store.
 fn open(
     path: &Path,
-    kind: Option<EngineKind>,
+    want: Option<Variant>,
     size: u64,
     threads: usize,
     domain: Option<Domain>,
-) -> Result<(Pool, Store, bool), String> {
+) -> Result<(Pool, Opened, Variant, bool), String> {
     let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let sessions = u16::try_from(threads.max(4)).unwrap_or(u16::MAX);
     if path.exists() {
-        let pool = Pool::open(path, &PoolOptions::new(LAYOUT, 0)).map_err(|x| e(&x))?;
-        let store = Store::open(&pool, &StoreOptions::new(kind.unwrap_or(EngineKind::Inp)))
-            .map_err(|x| e(&x))?;
-        if let Some(k) = kind
-            && k != store.kind()
+        let (hdr, _) = Pool::inspect(path).map_err(|x| e(&x))?;
+        let ptm = [Algorithm::Lazy, Algorithm::Eager]
+            .into_iter()
+            .map(Variant::Ptm)
+            .find(|v| v.layout() == hdr.layout);
+        let pool = Pool::open(path, &PoolOptions::new(&hdr.layout, 0)).map_err(|x| e(&x))?;
+        let (opened, found) = match ptm {
+            Some(v @ Variant::Ptm(alg)) => {
+                let p = Ptm::open(&pool, &ptm_options(alg)).map_err(|x| e(&x))?;
+                (Opened::Ptm(p), v)
+            }
+            _ if hdr.layout == LAYOUT => {
+                let s =
+                    Store::open(&pool, &StoreOptions::new(EngineKind::Inp)).map_err(|x| e(&x))?;
+                let k = s.kind();
+                (Opened::Engine(s), Variant::Engine(k))
+            }
+            _ => {
+                return Err(e(&format!(
+                    "pool layout '{}' is not a server store",
+                    hdr.layout
+                )));
+            }
+        };
+        if let Some(w) = want
+            && w != found
         {
             return Err(e(&format!(
-                "the pool holds store engine-{}, not engine-{k}",
-                store.kind()
+                "the pool holds store {}, not {}",
+                found.name(),
+                w.name()
             )));
         }
-        Ok((pool, store, false))
+        Ok((pool, opened, found, false))
     } else {
-        let mut po = PoolOptions::new(LAYOUT, size);
+        let v = want.unwrap_or(Variant::Engine(EngineKind::Inp));
+        let mut po = PoolOptions::new(&v.layout(), size);
         if let Some(d) = domain {
             po = po.domain(d);
         }
         let pool = Pool::create(path, &po).map_err(|x| e(&x))?;
-        let so = StoreOptions::new(kind.unwrap_or(EngineKind::Inp)).sessions(sessions);
-        let store = match Store::create(&pool, &so) {
-            Ok(s) => s,
+        let made = match v {
+            Variant::Engine(k) => {
+                let sessions = u16::try_from(threads.max(4)).unwrap_or(u16::MAX);
+                Store::create(&pool, &StoreOptions::new(k).sessions(sessions))
+                    .map(Opened::Engine)
+                    .map_err(|x| e(&x))
+            }
+            Variant::Ptm(alg) => Ptm::create(&pool, &ptm_options(alg))
+                .map(Opened::Ptm)
+                .map_err(|x| e(&x)),
+        };
+        match made {
+            Ok(o) => Ok((pool, o, v, true)),
             Err(x) => {
                 drop(pool);
                 let _ = std::fs::remove_file(path);
-                return Err(e(&x));
+                Err(x)
             }
-        };
-        Ok((pool, store, true))
+        }
     }
+}
+
+fn ptm_options(alg: Algorithm) -> PtmOptions {
+    PtmOptions::new(alg).slots(PTM_SLOTS)
 }

@@ -47,6 +47,7 @@
 //! them.
 
 pub mod engine;
+pub mod ptm;
 
 use crate::protocol::{Expiry, StoreMode, deadline};
 use parking_lot::Mutex;

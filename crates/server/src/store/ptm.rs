@@ -1,0 +1,276 @@
+//! [`Kv`] over `ferrite-ptm` (orec-lazy or orec-eager transactions): each
+//! `put`/`delete` is one PTM transaction, durable when `atomic` returns.
+//!
+//! # Layout on the PTM heap
+//!
+//! The PTM's root word holds the header offset of a
+//! [`PHashMap`](ferrite_ptm::ds::hash::PHashMap) (u64 → u64) created on
+//! first use. Its key is a 64-bit hash of the byte key ([`key_hash`]), its
+//! value the offset of the first *entry* whose key has that hash; entries
+//! with the same hash are chained. Entry block (little-endian words):
+//!
+//! ```text
+//!  0  8  next: offset of the next entry with the same hash (0 = end)
+//!  8  4  key length K (u32)
+//! 12  4  value length V (u32)
+//! 16  K  key bytes, zero-padded to a multiple of 8
+//! ..  V  value bytes
+//! ```
+//!
+//! Invariants: every entry is reachable from exactly one map slot, the one
+//! of its key's hash; byte keys are unique. A put allocates a new entry,
+//! links it where the old one was (or at the chain head) and frees the old
+//! one, all in one transaction, so a crash shows the old value or the new
+//! one. Entries are written only while fresh (inside the allocating
+//! transaction), which the PTM does not log, so a 1 MiB value does not
+//! need a 1 MiB log.
+
+use super::{Kv, Result, StoreError};
+use ferrite_pmem::POff;
+use ferrite_ptm::ds::hash::PHashMap;
+use ferrite_ptm::{Ptm, PtmError, PtmThread, Tx, TxResult};
+
+/// Buckets of the hash map created on a fresh PTM.
+pub const BUCKETS: u64 = 1 << 16;
+
+const E_NEXT: u64 = 0;
+const E_LENS: u64 = 8;
+const E_KEY: u64 = 16;
+
+/// 64-bit FNV-1a of the key, then a finaliser (the map mixes it again).
+pub fn key_hash(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^ (h >> 29)
+}
+
+fn err(e: PtmError) -> StoreError {
+    match e {
+        PtmError::Alloc(_) => StoreError::Full,
+        e => StoreError::Backend(e.to_string()),
+    }
+}
+
+fn pad8(n: usize) -> u64 {
+    (n as u64).next_multiple_of(8)
+}
+
+/// The map of the PTM in `ptm`, created (and linked from the root word) if
+/// the root is empty.
+pub fn open_map(ptm: &Ptm) -> Result<PHashMap> {
+    let mut th = ptm.thread().map_err(err)?;
+    let root = ptm.root();
+    let hdr = th.atomic(|tx| tx.get(root)).map_err(err)?;
+    if hdr != 0 {
+        return th.atomic(|tx| PHashMap::open(tx, hdr)).map_err(err);
+    }
+    // Creation takes several transactions; a crash before the root is set
+    // leaves unreachable blocks, never a half-linked map.
+    let map = PHashMap::create(&mut th, BUCKETS).map_err(err)?;
+    th.atomic(|tx| tx.set(root, map.header())).map_err(err)?;
+    Ok(map)
+}
+
+/// One thread's handle.
+pub struct PtmKv<'p> {
+    th: PtmThread<'p>,
+    map: PHashMap,
+    kbuf: Vec<u8>,
+}
+
+/// Where a key's entry is: (link word pointing at it, or 0 when the map
+/// slot does; the entry; the entry's value offset and length).
+struct Found {
+    link: u64,
+    entry: u64,
+    value_at: u64,
+    value_len: usize,
+}
+
+impl<'p> PtmKv<'p> {
+    pub fn new(ptm: &'p Ptm, map: PHashMap) -> Result<Self> {
+        Ok(PtmKv {
+            th: ptm.thread().map_err(err)?,
+            map,
+            kbuf: Vec::new(),
+        })
+    }
+}
+
+/// Walk the chain of `h` for `key`.
+fn find(
+    tx: &mut Tx<'_>,
+    map: &PHashMap,
+    h: u64,
+    key: &[u8],
+    kbuf: &mut Vec<u8>,
+) -> TxResult<Option<Found>> {
+    let Some(mut e) = map.get(tx, h)? else {
+        return Ok(None);
+    };
+    let mut link = 0;
+    while e != 0 {
+        let lens = tx.load(e + E_LENS)?;
+        let klen = (lens & 0xffff_ffff) as usize;
+        let vlen = (lens >> 32) as usize;
+        if klen == key.len() {
+            kbuf.clear();
+            kbuf.resize(klen, 0);
+            tx.read_bytes(e + E_KEY, kbuf)?;
+            if kbuf == key {
+                return Ok(Some(Found {
+                    link,
+                    entry: e,
+                    value_at: e + E_KEY + pad8(klen),
+                    value_len: vlen,
+                }));
+            }
+        }
+        link = e + E_NEXT;
+        e = tx.load(e + E_NEXT)?;
+    }
+    Ok(None)
+}
+
+impl Kv for PtmKv<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let h = key_hash(key);
+        let map = self.map;
+        let kbuf = &mut self.kbuf;
+        self.th
+            .atomic(|tx| {
+                out.clear();
+                match find(tx, &map, h, key, kbuf)? {
+                    None => Ok(false),
+                    Some(f) => {
+                        out.resize(f.value_len, 0);
+                        tx.read_bytes(f.value_at, out)?;
+                        Ok(true)
+                    }
+                }
+            })
+            .map_err(err)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let h = key_hash(key);
+        let map = self.map;
+        let kbuf = &mut self.kbuf;
+        let klen =
+            u32::try_from(key.len()).map_err(|_| StoreError::Backend("key too long".into()))?;
+        let vlen =
+            u32::try_from(value.len()).map_err(|_| StoreError::Backend("value too long".into()))?;
+        self.th
+            .atomic(|tx| {
+                let bytes = E_KEY + pad8(key.len()) + pad8(value.len());
+                let e = tx.alloc(bytes as usize)?.raw();
+                tx.store(e + E_LENS, u64::from(klen) | (u64::from(vlen) << 32))?;
+                // Zero the key's padding so the block holds no stale bytes.
+                let mut kpad = key.to_vec();
+                kpad.resize(pad8(key.len()) as usize, 0);
+                tx.write_bytes(e + E_KEY, &kpad)?;
+                let mut vpad = value.to_vec();
+                vpad.resize(pad8(value.len()) as usize, 0);
+                tx.write_bytes(e + E_KEY + pad8(key.len()), &vpad)?;
+                match find(tx, &map, h, key, kbuf)? {
+                    Some(f) => {
+                        let next = tx.load(f.entry + E_NEXT)?;
+                        tx.store(e + E_NEXT, next)?;
+                        if f.link == 0 {
+                            map.insert(tx, h, e)?;
+                        } else {
+                            tx.store(f.link, e)?;
+                        }
+                        tx.free(POff::new(f.entry))?;
+                    }
+                    None => {
+                        let head = map.get(tx, h)?.unwrap_or(0);
+                        tx.store(e + E_NEXT, head)?;
+                        map.insert(tx, h, e)?;
+                    }
+                }
+                Ok(())
+            })
+            .map_err(err)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let h = key_hash(key);
+        let map = self.map;
+        let kbuf = &mut self.kbuf;
+        self.th
+            .atomic(|tx| {
+                let Some(f) = find(tx, &map, h, key, kbuf)? else {
+                    return Ok(false);
+                };
+                let next = tx.load(f.entry + E_NEXT)?;
+                if f.link != 0 {
+                    tx.store(f.link, next)?;
+                } else if next == 0 {
+                    map.remove(tx, h)?;
+                } else {
+                    map.insert(tx, h, next)?;
+                }
+                tx.free(POff::new(f.entry))?;
+                Ok(true)
+            })
+            .map_err(err)
+    }
+
+    fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        // One read-only transaction per segment of buckets, collecting the
+        // matching pairs first: a body may run more than once.
+        let map = self.map;
+        let step = ferrite_ptm::ds::hash::SEGMENT_BUCKETS;
+        let mut from = 0;
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        while from < map.buckets() {
+            self.th
+                .atomic(|tx| {
+                    pairs.clear();
+                    let mut heads = Vec::new();
+                    map.for_each_in(tx, from, from + step, &mut |_, e| heads.push(e))?;
+                    for mut e in heads {
+                        while e != 0 {
+                            let lens = tx.load(e + E_LENS)?;
+                            let klen = (lens & 0xffff_ffff) as usize;
+                            let vlen = (lens >> 32) as usize;
+                            let mut k = vec![0u8; klen];
+                            tx.read_bytes(e + E_KEY, &mut k)?;
+                            if k.starts_with(prefix) {
+                                let mut v = vec![0u8; vlen];
+                                tx.read_bytes(e + E_KEY + pad8(klen), &mut v)?;
+                                pairs.push((k, v));
+                            }
+                            e = tx.load(e + E_NEXT)?;
+                        }
+                    }
+                    Ok(())
+                })
+                .map_err(err)?;
+            for (k, v) in &pairs {
+                f(k, v);
+            }
+            from += step;
+        }
+        Ok(())
+    }
+}
+
+/// Serve the PTM `ptm` (see [`crate::server::run`]); the shard count is
+/// capped below the PTM's thread slots.
+pub fn serve(
+    ptm: &Ptm,
+    mut opts: crate::server::Options,
+    listener: std::net::TcpListener,
+    stop: Option<tokio::sync::oneshot::Receiver<()>>,
+    ready: impl FnOnce(&crate::server::Ready),
+) -> std::result::Result<(), crate::server::ServeError> {
+    let map = open_map(ptm)?;
+    let slots = usize::from(ptm.options().slots).max(1);
+    opts.shards = opts.shards.clamp(1, slots);
+    crate::server::run(|| PtmKv::new(ptm, map), opts, listener, stop, ready)
+}
