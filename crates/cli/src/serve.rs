@@ -105,7 +105,7 @@ impl Variant {
 
 enum Opened {
     Engine(Store),
-    Ptm(Ptm),
+    Ptm(Box<Ptm>),
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
@@ -199,7 +199,7 @@ fn open(
         let (opened, found) = match ptm {
             Some(v @ Variant::Ptm(alg)) => {
                 let p = Ptm::open(&pool, &ptm_options(alg)).map_err(|x| e(&x))?;
-                (Opened::Ptm(p), v)
+                (Opened::Ptm(Box::new(p)), v)
             }
             _ if hdr.layout == LAYOUT => {
                 let s =
@@ -239,7 +239,7 @@ fn open(
                     .map_err(|x| e(&x))
             }
             Variant::Ptm(alg) => Ptm::create(&pool, &ptm_options(alg))
-                .map(Opened::Ptm)
+                .map(|p| Opened::Ptm(Box::new(p)))
                 .map_err(|x| e(&x)),
         };
         match made {
