@@ -104,7 +104,7 @@ impl Variant {
 }
 
 enum Opened {
-    Engine(Store),
+    Engine(Box<Store>),
     Ptm(Box<Ptm>),
 }
 
@@ -166,7 +166,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     let (res, closed) = match opened {
         Opened::Engine(store) => {
             let res = ferrite_server::store::engine::serve(&store, opts, listener, None, ready);
-            (res, store.close().map_err(|e| pe(&e)))
+            (res, (*store).close().map_err(|e| pe(&e)))
         }
         Opened::Ptm(ptm) => {
             let res = ferrite_server::store::ptm::serve(&ptm, opts, listener, None, ready);
@@ -205,7 +205,7 @@ fn open(
                 let s =
                     Store::open(&pool, &StoreOptions::new(EngineKind::Inp)).map_err(|x| e(&x))?;
                 let k = s.kind();
-                (Opened::Engine(s), Variant::Engine(k))
+                (Opened::Engine(Box::new(s)), Variant::Engine(k))
             }
             _ => {
                 return Err(e(&format!(
@@ -235,7 +235,7 @@ fn open(
             Variant::Engine(k) => {
                 let sessions = u16::try_from(threads.max(4)).unwrap_or(u16::MAX);
                 Store::create(&pool, &StoreOptions::new(k).sessions(sessions))
-                    .map(Opened::Engine)
+                    .map(|s| Opened::Engine(Box::new(s)))
                     .map_err(|x| e(&x))
             }
             Variant::Ptm(alg) => Ptm::create(&pool, &ptm_options(alg))
