@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Durability domain of a new pool (default: auto-detected, or FERRITE_DOMAIN).
     #[arg(long)]
     domain: Option<Domain>,
+    /// Most queued requests a store shard commits in one durable batch
+    /// (group commit; 1 = off).
+    #[arg(long, default_value_t = 32)]
+    group_commit: usize,
     /// Largest item value in bytes (memcached -I); at most 1 MiB minus the
     /// item header.
     #[arg(long, value_parser = crate::parse_size)]
@@ -143,6 +147,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             max_item_size: max_item as usize,
             ..Limits::default()
         },
+        group_commit: a.group_commit,
         memory: pool.header().size,
         store_name: name.clone(),
     };

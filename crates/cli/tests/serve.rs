@@ -549,7 +549,7 @@ fn kill_9_loses_nothing_acknowledged() {
 fn kill_loop(store: &str, kills: usize) {
     let dir = pool_dir();
     let pool = dir.path().join("p");
-    const WRITERS: usize = 3;
+    const WRITERS: usize = 6;
     const KEYS: usize = 40;
     let model: Arc<Mutex<HashMap<String, KeyState>>> = Arc::default();
     let mut seed = std::time::SystemTime::now()

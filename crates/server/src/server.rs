@@ -13,6 +13,10 @@
 //!   `fnv1a(key) % shards`, so every read-modify-write of a key runs alone
 //!   (see [`crate::store`]'s "Atomicity").
 //!
+//! Under load a shard commits the writes of all the requests queued at once
+//! in one durable batch (group commit, [`Group`]), up to
+//! [`Options::group_commit`] requests.
+//!
 //! # Durability of replies
 //!
 //! A shard runs a write to completion — the [`Kv`]'s `put`/`delete`
@@ -24,7 +28,7 @@ use crate::protocol::{
     self, Command, Failure, ItemView, Limits, Op, Proto, Recovery, ReqCtx, Request, Response,
 };
 use crate::store::{
-    Arith, ArithOutcome, Cache, DeleteOutcome, Kv, Shared, Store, StoreError, StoreOutcome,
+    Arith, ArithOutcome, Cache, DeleteOutcome, Group, Kv, Shared, Store, StoreError, StoreOutcome,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,6 +50,9 @@ pub struct Options {
     /// Store shard threads (each holds one store session).
     pub shards: usize,
     pub limits: Limits,
+    /// Most queued requests a shard commits with one durable batch (group
+    /// commit); 1 = every write commits alone.
+    pub group_commit: usize,
     /// Shown by `stats` as `limit_maxbytes`.
     pub memory: u64,
     /// What `stats` reports as the store (`ferrite_store`).
@@ -86,6 +93,59 @@ struct Ctx {
     total_conns: AtomicU64,
 }
 
+/// A shard thread: take the next request and, if more are queued, up to
+/// `group` of them; run them against one [`Group`] so their writes commit
+/// in one durable batch; only then send their replies. If the batch fails
+/// (nothing was applied: it is atomic), run them again one at a time.
+fn shard_loop<K: Kv>(
+    cache: &mut Cache<'_, Group<K>>,
+    shared: &Shared,
+    rx: &mpsc::Receiver<Job>,
+    group: usize,
+) {
+    let mut jobs: Vec<Job> = Vec::with_capacity(group);
+    let mut outs: Vec<Vec<u8>> = Vec::with_capacity(group);
+    while let Ok(first) = rx.recv() {
+        jobs.clear();
+        jobs.push(first);
+        while jobs.len() < group {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let now = now_unix();
+        if jobs.len() == 1 {
+            let job = jobs.pop().expect("one job");
+            let mut out = Vec::new();
+            execute(cache, shared, &job.req, now, &mut out);
+            let _ = job.reply.send(out);
+            continue;
+        }
+        outs.clear();
+        cache.kv().begin();
+        for job in &jobs {
+            let mut out = Vec::new();
+            execute(cache, shared, &job.req, now, &mut out);
+            outs.push(out);
+        }
+        if cache.kv().commit().is_ok() {
+            let st = &shared.stats;
+            st.group_commits.fetch_add(1, Relaxed);
+            st.grouped_requests.fetch_add(jobs.len() as u64, Relaxed);
+            for (job, out) in jobs.drain(..).zip(outs.drain(..)) {
+                let _ = job.reply.send(out);
+            }
+        } else {
+            for job in jobs.drain(..) {
+                let mut out = Vec::new();
+                execute(cache, shared, &job.req, now, &mut out);
+                let _ = job.reply.send(out);
+            }
+        }
+    }
+}
+
 /// Unix time in seconds.
 pub fn now_unix() -> u64 {
     SystemTime::now()
@@ -124,6 +184,7 @@ where
         Arc::new(Shared::open(&mut kv, opts.limits.max_item_size)?)
     };
     let nshards = opts.shards.max(1);
+    let group = opts.group_commit.max(1);
     std::thread::scope(|scope| -> Result<(), ServeError> {
         let mut senders = Vec::with_capacity(nshards);
         let (up_tx, up_rx) = mpsc::channel::<Result<(), StoreError>>();
@@ -139,7 +200,7 @@ where
                     let mut cache = match make_kv() {
                         Ok(kv) => {
                             let _ = up.send(Ok(()));
-                            Cache::new(kv, shared)
+                            Cache::new(Group::new(kv), shared)
                         }
                         Err(e) => {
                             let _ = up.send(Err(e));
@@ -147,12 +208,7 @@ where
                         }
                     };
                     drop(up);
-                    let mut out = Vec::new();
-                    while let Ok(job) = rx.recv() {
-                        out.clear();
-                        execute(&mut cache, shared, &job.req, now_unix(), &mut out);
-                        let _ = job.reply.send(std::mem::take(&mut out));
-                    }
+                    shard_loop(&mut cache, shared, &rx, group);
                 })?;
         }
         drop(up_tx);
@@ -455,6 +511,8 @@ fn general_stats(ctx: &Ctx) -> Vec<(String, String)> {
     put("touch_misses", g(&s.touch_misses));
     put("threads", ctx.opts.threads.to_string());
     put("ferrite_shards", ctx.shards.len().to_string());
+    put("ferrite_group_commits", g(&s.group_commits));
+    put("ferrite_grouped_requests", g(&s.grouped_requests));
     put("ferrite_store", ctx.opts.store_name.clone());
     put("limit_maxbytes", ctx.opts.memory.to_string());
     put("bytes", s.bytes.load(Relaxed).max(0).to_string());

@@ -2,7 +2,7 @@
 //! each `put`/`delete` is durable when it returns (the engine's contract).
 
 use super::{Kv, Result, StoreError};
-use ferrite_engine::{EngineError, Session};
+use ferrite_engine::{EngineError, Op, Session};
 
 /// One thread's engine session.
 pub struct EngineKv<'a> {
@@ -44,6 +44,17 @@ impl Kv for EngineKv<'_> {
             })
             .map(|_| ())
             .map_err(err)
+    }
+
+    fn batch(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        let ops: Vec<Op<'_>> = ops
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => Op::Put { key: k, value: v },
+                None => Op::Delete { key: k },
+            })
+            .collect();
+        self.session.batch(&ops).map_err(err)
     }
 }
 

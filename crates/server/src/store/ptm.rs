@@ -135,6 +135,77 @@ fn find(
     Ok(None)
 }
 
+/// Write `key` = `value` (module docs: a fresh entry replaces the old).
+#[allow(clippy::too_many_arguments)]
+fn tx_put(
+    tx: &mut Tx<'_>,
+    map: &PHashMap,
+    h: u64,
+    key: &[u8],
+    value: &[u8],
+    klen: u32,
+    vlen: u32,
+    kbuf: &mut Vec<u8>,
+) -> TxResult<()> {
+    let bytes = E_KEY + pad8(key.len()) + pad8(value.len());
+    let e = tx.alloc(bytes as usize)?.raw();
+    tx.store(e + E_LENS, u64::from(klen) | (u64::from(vlen) << 32))?;
+    // Zero the padding so the block holds no stale bytes.
+    let mut kpad = key.to_vec();
+    kpad.resize(pad8(key.len()) as usize, 0);
+    tx.write_bytes(e + E_KEY, &kpad)?;
+    let mut vpad = value.to_vec();
+    vpad.resize(pad8(value.len()) as usize, 0);
+    tx.write_bytes(e + E_KEY + pad8(key.len()), &vpad)?;
+    match find(tx, map, h, key, kbuf)? {
+        Some(f) => {
+            let next = tx.load(f.entry + E_NEXT)?;
+            tx.store(e + E_NEXT, next)?;
+            if f.link == 0 {
+                map.insert(tx, h, e)?;
+            } else {
+                tx.store(f.link, e)?;
+            }
+            tx.free(POff::new(f.entry))?;
+        }
+        None => {
+            let head = map.get(tx, h)?.unwrap_or(0);
+            tx.store(e + E_NEXT, head)?;
+            map.insert(tx, h, e)?;
+        }
+    }
+    Ok(())
+}
+
+/// Remove `key`; false when absent.
+fn tx_delete(
+    tx: &mut Tx<'_>,
+    map: &PHashMap,
+    h: u64,
+    key: &[u8],
+    kbuf: &mut Vec<u8>,
+) -> TxResult<bool> {
+    let Some(f) = find(tx, map, h, key, kbuf)? else {
+        return Ok(false);
+    };
+    let next = tx.load(f.entry + E_NEXT)?;
+    if f.link != 0 {
+        tx.store(f.link, next)?;
+    } else if next == 0 {
+        map.remove(tx, h)?;
+    } else {
+        map.insert(tx, h, next)?;
+    }
+    tx.free(POff::new(f.entry))?;
+    Ok(true)
+}
+
+fn lens(key: &[u8], value: &[u8]) -> Result<(u32, u32)> {
+    let k = u32::try_from(key.len()).map_err(|_| StoreError::Backend("key too long".into()))?;
+    let v = u32::try_from(value.len()).map_err(|_| StoreError::Backend("value too long".into()))?;
+    Ok((k, v))
+}
+
 impl Kv for PtmKv<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let h = key_hash(key);
@@ -164,36 +235,7 @@ impl Kv for PtmKv<'_> {
         let vlen =
             u32::try_from(value.len()).map_err(|_| StoreError::Backend("value too long".into()))?;
         self.th
-            .atomic(|tx| {
-                let bytes = E_KEY + pad8(key.len()) + pad8(value.len());
-                let e = tx.alloc(bytes as usize)?.raw();
-                tx.store(e + E_LENS, u64::from(klen) | (u64::from(vlen) << 32))?;
-                // Zero the key's padding so the block holds no stale bytes.
-                let mut kpad = key.to_vec();
-                kpad.resize(pad8(key.len()) as usize, 0);
-                tx.write_bytes(e + E_KEY, &kpad)?;
-                let mut vpad = value.to_vec();
-                vpad.resize(pad8(value.len()) as usize, 0);
-                tx.write_bytes(e + E_KEY + pad8(key.len()), &vpad)?;
-                match find(tx, &map, h, key, kbuf)? {
-                    Some(f) => {
-                        let next = tx.load(f.entry + E_NEXT)?;
-                        tx.store(e + E_NEXT, next)?;
-                        if f.link == 0 {
-                            map.insert(tx, h, e)?;
-                        } else {
-                            tx.store(f.link, e)?;
-                        }
-                        tx.free(POff::new(f.entry))?;
-                    }
-                    None => {
-                        let head = map.get(tx, h)?.unwrap_or(0);
-                        tx.store(e + E_NEXT, head)?;
-                        map.insert(tx, h, e)?;
-                    }
-                }
-                Ok(())
-            })
+            .atomic(|tx| tx_put(tx, &map, h, key, value, klen, vlen, kbuf))
             .map_err(err)
     }
 
@@ -202,20 +244,31 @@ impl Kv for PtmKv<'_> {
         let map = self.map;
         let kbuf = &mut self.kbuf;
         self.th
+            .atomic(|tx| tx_delete(tx, &map, h, key, kbuf))
+            .map_err(err)
+    }
+
+    fn batch(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        for (k, v) in ops {
+            if let Some(v) = v {
+                lens(k, v)?;
+            }
+        }
+        let map = self.map;
+        let kbuf = &mut self.kbuf;
+        // One transaction for the whole group: its writes commit together.
+        self.th
             .atomic(|tx| {
-                let Some(f) = find(tx, &map, h, key, kbuf)? else {
-                    return Ok(false);
-                };
-                let next = tx.load(f.entry + E_NEXT)?;
-                if f.link != 0 {
-                    tx.store(f.link, next)?;
-                } else if next == 0 {
-                    map.remove(tx, h)?;
-                } else {
-                    map.insert(tx, h, next)?;
+                for (k, v) in ops {
+                    let h = key_hash(k);
+                    match v {
+                        Some(v) => tx_put(tx, &map, h, k, v, k.len() as u32, v.len() as u32, kbuf)?,
+                        None => {
+                            tx_delete(tx, &map, h, k, kbuf)?;
+                        }
+                    }
                 }
-                tx.free(POff::new(f.entry))?;
-                Ok(true)
+                Ok(())
             })
             .map_err(err)
     }

@@ -25,6 +25,15 @@ impl Kv for &mut Mem {
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         Ok(self.0.remove(key).is_some())
     }
+    fn batch(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        for (k, v) in ops {
+            match v {
+                Some(v) => self.0.insert(k.clone(), v.clone()),
+                None => self.0.remove(k),
+            };
+        }
+        Ok(())
+    }
     fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
         for (k, v) in self.0.range(prefix.to_vec()..) {
             if k.starts_with(prefix) {
@@ -249,4 +258,28 @@ fn cas_stays_unique_and_flush_survives_a_restart() {
     };
     assert!(cas > last, "CAS {cas} reused after restart (last {last})");
     assert!(c.get(b"x", NOW).unwrap().is_some());
+}
+
+#[test]
+fn a_group_reads_its_own_writes_and_applies_them_at_commit() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    {
+        let mut c = Cache::new(Group::new(&mut m), &sh);
+        set(&mut c, StoreMode::Set, b"old", b"1", None);
+        c.kv().begin();
+        set(&mut c, StoreMode::Set, b"a", b"x", None);
+        set(&mut c, StoreMode::Append, b"a", b"y", None);
+        assert_eq!(c.get(b"a", NOW).unwrap().unwrap().data, b"xy");
+        assert_eq!(
+            c.delete(b"old", None, false, NOW).unwrap(),
+            DeleteOutcome::Deleted
+        );
+        assert!(c.get(b"old", NOW).unwrap().is_none());
+        c.kv().commit().unwrap();
+    }
+    assert!(m.0.contains_key(&b"ka"[..]));
+    assert!(!m.0.contains_key(&b"kold"[..]));
+    let it = Item::decode(&m.0[&b"ka"[..]]).unwrap();
+    assert_eq!(it.data, b"xy");
 }
