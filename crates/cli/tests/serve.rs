@@ -533,6 +533,22 @@ fn get_value(c: &mut Conn, key: &str) -> Option<Vec<u8>> {
     Some(v)
 }
 
+/// One number from `stats`.
+fn stat(c: &mut Conn, name: &str) -> u64 {
+    c.send(b"stats\r\n");
+    let mut v = 0;
+    loop {
+        let l = c.line();
+        if l == "END\r\n" || l.is_empty() {
+            return v;
+        }
+        let t: Vec<&str> = l.trim().split(' ').collect();
+        if t.len() == 3 && t[1] == name {
+            v = t[2].parse().unwrap();
+        }
+    }
+}
+
 #[test]
 fn kill_9_loses_nothing_acknowledged() {
     let kills: usize = std::env::var("FERRITE_SERVE_KILLS")
@@ -564,7 +580,7 @@ fn kill_loop(store: &str, kills: usize) {
         seed
     };
     let mut seq_base = 0u64;
-    let (mut acked_total, mut checked_total) = (0u64, 0u64);
+    let (mut acked_total, mut checked_total, mut grouped) = (0u64, 0u64, 0u64);
     for round in 0..kills {
         let mut srv = Server::start(
             &pool,
@@ -648,6 +664,7 @@ fn kill_loop(store: &str, kills: usize) {
         while t.elapsed() < wait {
             std::thread::sleep(Duration::from_millis(10));
         }
+        grouped += stat(&mut srv.connect(), "ferrite_grouped_requests");
         srv.kill9();
         for h in handles {
             acked_total += h.join().unwrap();
@@ -669,7 +686,7 @@ fn kill_loop(store: &str, kills: usize) {
         checked_total += 1;
     }
     println!(
-        "kill -9 loop, {store}: {kills} kills, {acked_total} acknowledged writes, {checked_total} key checks, 0 lost"
+        "kill -9 loop, {store}: {kills} kills, {acked_total} acknowledged writes, {checked_total} key checks, 0 lost; {grouped} requests committed in groups"
     );
     assert!(acked_total > 0, "no write was acknowledged");
     drop(m);
