@@ -113,6 +113,7 @@ enum Opened {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
+    let started = std::time::Instant::now();
     let want = a.store.as_deref().map(Variant::parse).transpose()?;
     if a.threads == 0 || a.threads > 1024 {
         return Err(format!("--threads {}: use 1 to 1024", a.threads));
@@ -157,8 +158,9 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             "created a new pool".to_string()
         } else {
             format!(
-                "recovered {} items in {:.1} ms",
+                "recovered {} items in {:.1} ms, store recovery {:.1} ms",
                 r.items,
+                started.elapsed().as_secs_f64() * 1e3,
                 elapsed.as_secs_f64() * 1e3
             )
         };
