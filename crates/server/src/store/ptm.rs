@@ -79,6 +79,8 @@ pub struct PtmKv<'p> {
     th: PtmThread<'p>,
     map: PHashMap,
     kbuf: Vec<u8>,
+    /// [`key_hash`]; the tests use a degenerate one to force chains.
+    hash: fn(&[u8]) -> u64,
 }
 
 /// Where a key's entry is: (link word pointing at it, or 0 when the map
@@ -96,6 +98,7 @@ impl<'p> PtmKv<'p> {
             th: ptm.thread().map_err(err)?,
             map,
             kbuf: Vec::new(),
+            hash: key_hash,
         })
     }
 }
@@ -208,7 +211,7 @@ fn lens(key: &[u8], value: &[u8]) -> Result<(u32, u32)> {
 
 impl Kv for PtmKv<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        let h = key_hash(key);
+        let h = (self.hash)(key);
         let map = self.map;
         let kbuf = &mut self.kbuf;
         self.th
@@ -227,7 +230,7 @@ impl Kv for PtmKv<'_> {
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        let h = key_hash(key);
+        let h = (self.hash)(key);
         let map = self.map;
         let kbuf = &mut self.kbuf;
         let klen =
@@ -240,7 +243,7 @@ impl Kv for PtmKv<'_> {
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        let h = key_hash(key);
+        let h = (self.hash)(key);
         let map = self.map;
         let kbuf = &mut self.kbuf;
         self.th
@@ -255,12 +258,13 @@ impl Kv for PtmKv<'_> {
             }
         }
         let map = self.map;
+        let hash = self.hash;
         let kbuf = &mut self.kbuf;
         // One transaction for the whole group: its writes commit together.
         self.th
             .atomic(|tx| {
                 for (k, v) in ops {
-                    let h = key_hash(k);
+                    let h = hash(k);
                     match v {
                         Some(v) => tx_put(tx, &map, h, k, v, k.len() as u32, v.len() as u32, kbuf)?,
                         None => {
@@ -326,4 +330,79 @@ pub fn serve(
     let slots = usize::from(ptm.options().slots).max(1);
     opts.shards = opts.shards.clamp(1, slots);
     crate::server::run(|| PtmKv::new(ptm, map), opts, listener, stop, ready)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_pmem::{Domain, Pool, PoolOptions};
+    use ferrite_ptm::{Algorithm, PtmOptions};
+    use std::collections::BTreeMap;
+
+    /// Keys of equal length share a hash: every chain path is exercised.
+    fn by_len(k: &[u8]) -> u64 {
+        k.len() as u64
+    }
+
+    #[test]
+    fn colliding_keys_keep_their_own_values_through_puts_deletes_and_batches() {
+        for alg in [Algorithm::Lazy, Algorithm::Eager] {
+            let pool = Pool::create_in_memory(&PoolOptions::new("t", 32 << 20).domain(Domain::Adr))
+                .unwrap();
+            let ptm = Ptm::create(&pool, &PtmOptions::new(alg).slots(4)).unwrap();
+            let map = open_map(&ptm).unwrap();
+            let mut kv = PtmKv::new(&ptm, map).unwrap();
+            kv.hash = by_len;
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut out = Vec::new();
+            for step in 0..3000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = format!("k{}", x % 24).into_bytes(); // lengths 2..3: long chains
+                match x % 7 {
+                    0 | 1 => {
+                        let existed = kv.delete(&key).unwrap();
+                        assert_eq!(existed, model.remove(&key).is_some(), "step {step}");
+                    }
+                    2 => {
+                        let k2 = format!("k{}", (x >> 8) % 24).into_bytes();
+                        let v = vec![(step % 251) as u8; (x % 40) as usize];
+                        let ops = vec![(key.clone(), Some(v.clone())), (k2.clone(), None)];
+                        kv.batch(&ops).unwrap();
+                        model.insert(key.clone(), v);
+                        model.remove(&k2);
+                    }
+                    _ => {
+                        let v = format!("{step}-{}", "v".repeat((x % 30) as usize)).into_bytes();
+                        kv.put(&key, &v).unwrap();
+                        model.insert(key.clone(), v);
+                    }
+                }
+                for i in 0..24 {
+                    let k = format!("k{i}").into_bytes();
+                    let found = kv.get_into(&k, &mut out).unwrap();
+                    assert_eq!(found.then_some(&out), model.get(&k), "step {step} key k{i}");
+                }
+            }
+            let mut seen = BTreeMap::new();
+            kv.scan_prefix(b"k", &mut |k, v| {
+                seen.insert(k.to_vec(), v.to_vec());
+            })
+            .unwrap();
+            assert_eq!(seen, model);
+            drop(kv);
+            // Reopen: the same contents.
+            drop(ptm);
+            let ptm = Ptm::open(&pool, &PtmOptions::new(alg).slots(4)).unwrap();
+            let map = open_map(&ptm).unwrap();
+            let mut kv = PtmKv::new(&ptm, map).unwrap();
+            kv.hash = by_len;
+            for (k, v) in &model {
+                assert!(kv.get_into(k, &mut out).unwrap());
+                assert_eq!(&out, v);
+            }
+        }
+    }
 }
