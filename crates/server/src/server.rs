@@ -119,6 +119,7 @@ fn shard_loop<K: Kv>(
             let job = jobs.pop().expect("one job");
             let mut out = Vec::new();
             execute(cache, shared, &job.req, now, &mut out);
+            cache.settle(true);
             let _ = job.reply.send(out);
             continue;
         }
@@ -129,7 +130,9 @@ fn shard_loop<K: Kv>(
             execute(cache, shared, &job.req, now, &mut out);
             outs.push(out);
         }
-        if cache.kv().commit().is_ok() {
+        let committed = cache.kv().commit().is_ok();
+        cache.settle(committed);
+        if committed {
             let st = &shared.stats;
             st.group_commits.fetch_add(1, Relaxed);
             st.grouped_requests.fetch_add(jobs.len() as u64, Relaxed);
@@ -140,6 +143,7 @@ fn shard_loop<K: Kv>(
             for job in jobs.drain(..) {
                 let mut out = Vec::new();
                 execute(cache, shared, &job.req, now, &mut out);
+                cache.settle(true);
                 let _ = job.reply.send(out);
             }
         }

@@ -462,6 +462,8 @@ pub struct Cache<'s, K> {
     shared: &'s Shared,
     key: Vec<u8>,
     buf: Vec<u8>,
+    /// Unpublished (items, bytes, total_items) deltas (see [`Cache::settle`]).
+    pend: (i64, i64, i64),
 }
 
 impl<'s, K: Kv> Cache<'s, K> {
@@ -476,6 +478,7 @@ impl<'s, K: Kv> Cache<'s, K> {
             shared,
             key: Vec::with_capacity(256),
             buf: Vec::new(),
+            pend: (0, 0, 0),
         }
     }
 
@@ -507,11 +510,28 @@ impl<'s, K: Kv> Cache<'s, K> {
 
     fn remove(&mut self, old: &Item) -> Result<()> {
         if self.kv.delete(&self.key)? {
-            let st = &self.shared.stats;
-            st.curr_items.fetch_sub(1, Relaxed);
-            st.bytes.fetch_sub(old.data.len() as i64, Relaxed);
+            self.pend.0 -= 1;
+            self.pend.1 -= old.data.len() as i64;
         }
         Ok(())
+    }
+
+    /// Publish (`applied`) or drop the item and byte counts of the writes
+    /// since the last call. The shard calls it after every request it ran
+    /// alone and after every group commit, so a group whose batch failed
+    /// (and applied nothing) leaves the counts as they were.
+    pub fn settle(&mut self, applied: bool) {
+        let (items, bytes, total) = std::mem::take(&mut self.pend);
+        if applied {
+            let st = &self.shared.stats;
+            st.curr_items.fetch_add(items, Relaxed);
+            st.bytes.fetch_add(bytes, Relaxed);
+            if total >= 0 {
+                st.total_items.fetch_add(total as u64, Relaxed);
+            } else {
+                st.total_items.fetch_sub(total.unsigned_abs(), Relaxed);
+            }
+        }
     }
 
     /// Write `it` at the mapped key; `old` is what was there (live or not:
@@ -519,17 +539,14 @@ impl<'s, K: Kv> Cache<'s, K> {
     fn write(&mut self, it: &Item, old_len: Option<usize>) -> Result<()> {
         it.encode(&mut self.buf);
         self.kv.put(&self.key, &self.buf)?;
-        let st = &self.shared.stats;
         match old_len {
-            Some(l) => {
-                st.bytes.fetch_add(it.data.len() as i64 - l as i64, Relaxed);
-            }
+            Some(l) => self.pend.1 += it.data.len() as i64 - l as i64,
             None => {
-                st.curr_items.fetch_add(1, Relaxed);
-                st.bytes.fetch_add(it.data.len() as i64, Relaxed);
+                self.pend.0 += 1;
+                self.pend.1 += it.data.len() as i64;
             }
         }
-        bump(&st.total_items);
+        self.pend.2 += 1;
         Ok(())
     }
 
@@ -568,7 +585,7 @@ impl<K: Kv> Store for Cache<'_, K> {
         let len = it.data.len();
         self.write(&it, Some(len))?;
         // A touch is not an item write in memcached's counters.
-        self.shared.stats.total_items.fetch_sub(1, Relaxed);
+        self.pend.2 -= 1;
         Ok(Some(it))
     }
 
@@ -641,9 +658,8 @@ impl<K: Kv> Store for Cache<'_, K> {
             let old_len = self.raw_len()?;
             if old_len.is_some() {
                 self.kv.delete(&self.key)?;
-                let st = &self.shared.stats;
-                st.curr_items.fetch_sub(1, Relaxed);
-                st.bytes.fetch_sub(old_len.unwrap_or(0) as i64, Relaxed);
+                self.pend.0 -= 1;
+                self.pend.1 -= old_len.unwrap_or(0) as i64;
             }
             let c = self.cas_or_new(new_cas)?;
             return Ok(StoreOutcome::Stored(c));

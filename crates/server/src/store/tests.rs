@@ -115,6 +115,7 @@ fn storage_modes() {
     };
     assert!(c2 > it.cas);
     assert_eq!(c.get(b"a", NOW).unwrap().unwrap().data, b"x");
+    c.settle(true);
     assert_eq!(sh.items(), 1);
     assert_eq!(
         c.delete(b"a", Some(c2 + 5), false, NOW).unwrap(),
@@ -128,6 +129,7 @@ fn storage_modes() {
         c.delete(b"a", None, false, NOW).unwrap(),
         DeleteOutcome::NotFound
     );
+    c.settle(true);
     assert_eq!(sh.items(), 0);
     // Append beyond the item size limit.
     let sh2 = Shared::open(&mut &mut Mem::default(), 4).unwrap();
@@ -200,6 +202,7 @@ fn expiry_touch_and_flush() {
         .unwrap();
     assert!(c.get(b"e", NOW + 9).unwrap().is_some());
     assert!(c.get(b"e", NOW + 10).unwrap().is_none());
+    c.settle(true);
     assert_eq!(sh.items(), 0, "expired item removed lazily");
     c.store(StoreMode::Set, b"e", 0, 10, b"v", None, None, NOW)
         .unwrap();
@@ -282,4 +285,22 @@ fn a_group_reads_its_own_writes_and_applies_them_at_commit() {
     assert!(!m.0.contains_key(&b"kold"[..]));
     let it = Item::decode(&m.0[&b"ka"[..]]).unwrap();
     assert_eq!(it.data, b"xy");
+}
+
+#[test]
+fn counts_follow_only_applied_writes() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(Group::new(&mut m), &sh);
+    c.kv().begin();
+    set(&mut c, StoreMode::Set, b"a", b"xyz", None);
+    // As if the batch had failed: nothing applied, nothing counted.
+    c.settle(false);
+    assert_eq!(sh.items(), 0);
+    c.kv().begin(); // drops the failed group's writes
+    set(&mut c, StoreMode::Set, b"a", b"xyz", None);
+    c.kv().commit().unwrap();
+    c.settle(true);
+    assert_eq!(sh.items(), 1);
+    assert_eq!(sh.stats.bytes.load(Relaxed), 3);
 }
