@@ -433,12 +433,40 @@ pub(crate) fn open(
         off >= a && off.checked_add(len as u64).is_some_and(|e| e <= a + HDR_BYTES)
     };
     // The allocator's word on a block: `base..base + need` lies in a block
-    // it holds allocated (intent protocol: there is no heap range).
-    let alloc = ctx.alloc.clone();
-    let in_block = |base: u64, need: u64| {
-        alloc
-            .usable_size(POff::new(base))
-            .is_ok_and(|n| n as u64 >= need)
+    // it holds allocated (intent protocol: there is no heap range). From
+    // one walk of its blocks, not `usable_size`: an allocator need not
+    // tell a freed block from a live one by its offset alone (the lock
+    // heap reads a stale header inside a coalesced free span as live),
+    // and recovery must never free a block twice.
+    let mut allocated: HashMap<u64, u64> = HashMap::new();
+    if intent_mode && (!recs.is_empty() || intent.is_some()) {
+        ctx.alloc.for_each_allocated(&mut |off, n| {
+            allocated.insert(off.raw(), n as u64);
+        });
+    }
+    let in_block = |base: u64, need: u64| allocated.get(&base).is_some_and(|&n| n >= need);
+    // Blocks an earlier, interrupted run of this recovery may have freed
+    // already (the frees records owe, an uncommitted transaction's
+    // blocks): an older record's writes into them are then skipped —
+    // they are dead in the committed state either way.
+    let mut dead = std::collections::BTreeSet::new();
+    if intent_mode {
+        for (seq, rec) in &recs {
+            log::for_each_item(rec, |it| {
+                if let Item::Free { off } = it {
+                    dead.insert(off);
+                }
+                Ok(())
+            })
+            .map_err(|e| corrupt(format!("log record {seq}: {e}")))?;
+        }
+        if let Some((_, blocks)) = &intent {
+            dead.extend(blocks.iter().copied());
+        }
+    }
+    let live_or_dead = |base: u64, need: u64| {
+        in_block(base, need)
+            || (dead.contains(&base) && in_bounds(base, usize::try_from(need).unwrap_or(usize::MAX)))
     };
     // Check every record whole before applying any of it.
     for (seq, rec) in &recs {
@@ -447,10 +475,10 @@ pub(crate) fn open(
                 Item::Write { off, data } if intent_mode => in_header(off, data.len()),
                 Item::Write { off, data } => in_bounds(off, data.len()),
                 Item::Meta(m) => !intent_mode && m.off.is_multiple_of(8) && in_bounds(m.off, 8),
-                Item::Fresh { off, len, .. } if intent_mode => in_block(off, len as u64),
+                Item::Fresh { off, len, .. } if intent_mode => live_or_dead(off, len as u64),
                 Item::Fresh { off, len, .. } => off >= lo && in_bounds(off, len),
                 Item::WriteIn { base, off, data } => {
-                    intent_mode && in_block(base, off - base + data.len() as u64)
+                    intent_mode && live_or_dead(base, off - base + data.len() as u64)
                 }
                 Item::Free { .. } => intent_mode,
             };
@@ -486,9 +514,15 @@ pub(crate) fn open(
     for (s, rec) in &recs {
         log::for_each_item(rec, |it| {
             match it {
-                Item::Write { off, data } | Item::WriteIn { off, data, .. } => {
+                Item::Write { off, data } => {
                     p.write(off as usize, data);
                     p.flush(off as usize, data.len());
+                }
+                Item::WriteIn { base, off, data } => {
+                    if in_block(base, off - base + data.len() as u64) {
+                        p.write(off as usize, data);
+                        p.flush(off as usize, data.len());
+                    }
                 }
                 Item::Meta(m) => {
                     if !m.is_applied(&p) {
@@ -531,7 +565,7 @@ pub(crate) fn open(
         }
         let frees: Vec<POff<u8>> = owed
             .into_iter()
-            .filter(|&o| ctx.alloc.usable_size(POff::new(o)).is_ok())
+            .filter(|o| allocated.contains_key(o))
             .map(POff::new)
             .collect();
         if !frees.is_empty() {
@@ -842,22 +876,39 @@ impl Inp {
                 pool.fence();
             }
             self.st.intents.fetch_add(1, Ordering::Relaxed);
-            let frees: &[POff<u8>] = if combined { &w.owed } else { &[] };
-            // On an error nothing is published: the caller cancels the
-            // reservations, and the intent names blocks that are not
-            // allocated (recovery frees only allocated ones; any later
-            // allocation writes its own intent over this one).
-            th.publish(&Publish {
-                allocs: &op.res,
-                frees,
-                links: &[],
-            })?;
-            self.st.publishes.fetch_add(1, Ordering::Relaxed);
+            // One publish, unless the blocks are more than the allocator
+            // publishes at once (then the intent covers every part).
+            let max = th.max_publish_ops().max(1);
+            let mut done = 0;
+            while done < op.res.len() {
+                let end = (done + max).min(op.res.len());
+                let frees: &[POff<u8>] = if combined { &w.owed } else { &[] };
+                let r = th.publish(&Publish {
+                    allocs: &op.res[done..end],
+                    frees,
+                    links: &[],
+                });
+                if let Err(e) = r {
+                    // Nothing of this part was published: the caller
+                    // cancels its reservations, and the intent names blocks
+                    // that are not allocated (recovery frees only allocated
+                    // ones; a later allocation writes its own intent over
+                    // this one). Parts published before are unlinked
+                    // blocks now: owed frees, published after the next
+                    // record (which lists them).
+                    for r in op.res.drain(..done) {
+                        w.owed.push(r.off());
+                    }
+                    return Err(e.into());
+                }
+                self.st.publishes.fetch_add(1, Ordering::Relaxed);
+                if combined {
+                    w.owed.clear();
+                }
+                done = end;
+            }
             // Published: the reservations are spent.
             op.res.clear();
-            if combined {
-                w.owed.clear();
-            }
         }
         if early_frees && !op.frees.is_empty() {
             th.publish(&Publish {
