@@ -1646,6 +1646,12 @@ impl<'e> InpSession<'e> {
         let eng = self.eng;
         let _held = LockHeld::enter();
         let mut w = eng.w.lock();
+        // Intent protocol: the next record lists the frees still owed;
+        // publish a large backlog first (one empty record), so that it
+        // never crowds this write's record out of the log area.
+        if eng.intent_cap != 0 && w.owed.len() * 16 > eng.log_cap / 4 {
+            eng.rotate(&mut w, &mut *self.th)?;
+        }
         let mut retried = false;
         loop {
             self.op.clear();

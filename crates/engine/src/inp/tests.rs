@@ -1165,6 +1165,15 @@ fn batches_up_to_the_log_size_and_refused_beyond() {
             *val = v2.clone();
         }
         check(&store, &model);
+        // Deleting them all in one batch leaves (on the intent protocol)
+        // 400 frees owed by that record; a big batch right after still
+        // fits its record.
+        let dels: Vec<Op<'_>> = keys[..400].iter().map(|k| Op::Delete { key: k }).collect();
+        let mut s = store.session().unwrap();
+        s.batch(&dels).unwrap();
+        s.batch(&ups).unwrap();
+        drop(s);
+        check(&store, &model);
     }
 }
 
