@@ -1199,3 +1199,49 @@ fn deep_crash_exploration() {
         }
     }
 }
+
+/// The engine checks (`checks::check_engine`: main runs on both heaps,
+/// tearing, two lockstep threads, eADR) on the intent protocol, with its
+/// planted faults and the commit path's: `FERRITE_INP_INTENT=1 cargo
+/// test -p ferrite-engine --features checks --lib
+/// inp::tests::engine_checks_on_the_intent_protocol -- --ignored
+/// --nocapture` (the variable makes `Options::for_checks` choose the
+/// intent protocol; a test cannot set it, as that is unsafe in a
+/// threaded process). Budgets: the intent protocol adds fences (intent,
+/// publishes), so a fault at one fence needs more crash states to be hit
+/// than on the one-fence path.
+#[cfg(feature = "checks")]
+#[test]
+#[ignore = "minutes; needs FERRITE_INP_INTENT=1"]
+fn engine_checks_on_the_intent_protocol() {
+    use crate::checks::{check_engine, check_engine_fault};
+    assert!(
+        super::Options::for_checks().intent_allocs,
+        "run with FERRITE_INP_INTENT=1"
+    );
+    let budget = std::env::var("FERRITE_INP_BUDGET")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(3000usize);
+    let runs = check_engine(EngineKind::Inp, Config::new("x").budget(budget)).unwrap();
+    let mut states = 0;
+    for (name, rep) in &runs {
+        eprintln!("intent {name}: {rep}");
+        assert!(rep.ok(), "{name}: {rep}");
+        states += rep.states;
+    }
+    eprintln!("intent: {states} crash states, 0 violations");
+    assert!(states >= budget.min(1000), "{states} states");
+    for &f in Fault::ALL.iter().chain(Fault::INTENT) {
+        let runs = check_engine_fault(
+            EngineKind::Inp,
+            Config::new("x").budget(3000),
+            crate::Fault::Inp(f),
+        )
+        .unwrap();
+        let caught: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
+        let states: usize = runs.iter().map(|(_, r)| r.states).sum();
+        eprintln!("intent, planted {f:?}: {caught} violations in {states} states");
+        assert!(caught > 0, "planted {f:?} not caught");
+    }
+}
