@@ -551,6 +551,42 @@ fn engine_fences_on_pmdk_are_counted() {
             d.lines_flushed >= 1.0,
             "the engine flushes its data through Ferrite's door"
         );
+        // Inserts: new tuples, published through PMDK (InP: its intent
+        // protocol, one intent fence and one commit fence of its own).
+        #[cfg(feature = "pmdk-count")]
+        let pmdk_before = ferrite_pmdk::PmdkCounts::snapshot();
+        let before = Counters::snapshot();
+        for i in 0..n {
+            ss.put(&key(10_000 + i), &v).unwrap();
+        }
+        let d = (Counters::snapshot() - before).per_op(u64::from(n));
+        #[cfg(feature = "pmdk-count")]
+        {
+            let p = ferrite_pmdk::PmdkCounts::snapshot() - pmdk_before;
+            eprintln!(
+                "{kind} on pmdk, insert of 1000 B: {:.2} PMDK fences/op, {:.2} PMDK lines/op",
+                p.fences as f64 / f64::from(n),
+                p.lines as f64 / f64::from(n),
+            );
+        }
+        eprintln!(
+            "{kind} on pmdk, insert of 1000 B: {:.2} Ferrite-counted fences/op, {:.2} lines/op",
+            d.fences, d.lines_flushed
+        );
+        if kind == EngineKind::Inp {
+            // Intent + commit, and a Ferrite fence before each publish
+            // when PMDK is on its msync path.
+            let extra = if s.alloc().fences_before_publish() {
+                1.0
+            } else {
+                0.0
+            };
+            assert!(
+                (2.0..=2.0 + extra + 0.05).contains(&d.fences),
+                "inp insert on pmdk: {} fences/op",
+                d.fences
+            );
+        }
 
         // The same updates on Ferrite's two heaps, for comparison.
         for a in ferrite_engine::AllocKind::ALL {

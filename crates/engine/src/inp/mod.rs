@@ -136,13 +136,16 @@
 //! `tests::fences_per_op_on_the_intent_protocol`): an update in place is
 //! unchanged, **1**. A write that allocates pays **+1** for the intent and
 //! the allocator's publish (Ferrite heap: 1–2, so an insert measures 3.13
-//! against 1.01; lock heap 5.24 against 3.12; PMDK: its own, about 4, not
-//! seen by ferrite-pmem's counters, plus one Ferrite fence before it when
-//! PMDK is on its msync path). A write that only frees pays the publish of
-//! what the previous one owes after its commit (delete: 2.11 against 1).
-//! So about 2 fences more per allocating batch, none for an in-place
-//! update. The Ferrite heap and the lock heap keep the one-fence path
-//! above unless asked.
+//! against 1.01; lock heap 5.24 against 3.12). On PMDK an insert of a
+//! 1000-byte value measures 2.00 Ferrite fences (intent, commit) plus
+//! 2.15 of PMDK's own inside its publish (ferrite-bench's
+//! `engine_fences_on_pmdk_are_counted` with `pmdk-count`; PMDK's are not
+//! seen by ferrite-pmem's counters), and one more Ferrite fence before
+//! the publish when PMDK is on its msync path. A write that only frees
+//! pays the publish of what the previous one owes after its commit
+//! (delete: 2.11 against 1). So about 2 fences more per allocating batch
+//! (3 with PMDK's publish), none for an in-place update. The Ferrite heap
+//! and the lock heap keep the one-fence path above unless asked.
 //!
 //! # Fixed area (little-endian, pool offsets from the area start)
 //!
