@@ -62,13 +62,26 @@ const OFF_MASK: u64 = (1 << 56) - 1;
 /// One item of a record.
 #[derive(Debug)]
 pub(crate) enum Item<'a> {
-    Write { off: u64, data: &'a [u8] },
+    Write {
+        off: u64,
+        data: &'a [u8],
+    },
     Meta(MetaOp),
-    Fresh { off: u64, len: usize, crc: u32 },
+    Fresh {
+        off: u64,
+        len: usize,
+        crc: u32,
+    },
     /// A write into the allocator block that starts at `base`.
-    WriteIn { base: u64, off: u64, data: &'a [u8] },
+    WriteIn {
+        base: u64,
+        off: u64,
+        data: &'a [u8],
+    },
     /// A free this record owes (intent protocol).
-    Free { off: u64 },
+    Free {
+        off: u64,
+    },
 }
 
 /// CRC seed of a store: stale records of another store never validate.

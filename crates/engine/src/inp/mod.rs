@@ -296,13 +296,23 @@ fn intent_bytes(log: usize) -> usize {
 
 pub(crate) fn fixed_area_bytes(opts: &StoreOptions) -> usize {
     let log = log_bytes(opts);
-    HDR_BYTES as usize + 2 * log + if wants_intent(opts) { intent_bytes(log) } else { 0 }
+    HDR_BYTES as usize
+        + 2 * log
+        + if wants_intent(opts) {
+            intent_bytes(log)
+        } else {
+            0
+        }
 }
 
 /// Bytes of each log area in an area of `area_len` bytes whose intent
 /// area takes `intent_len` (0: none).
 fn log_cap(area_len: u64, intent_len: u64) -> usize {
-    (area_len.saturating_sub(HDR_BYTES).saturating_sub(intent_len) / 2) as usize & !63
+    (area_len
+        .saturating_sub(HDR_BYTES)
+        .saturating_sub(intent_len)
+        / 2) as usize
+        & !63
 }
 
 /// Key bounds and level a subtree must respect (walk).
@@ -498,7 +508,10 @@ pub(crate) fn open(
             || (off >= a && end.is_some_and(|e| e <= a + HDR_BYTES))
     };
     let in_header = |off: u64, len: usize| {
-        off >= a && off.checked_add(len as u64).is_some_and(|e| e <= a + HDR_BYTES)
+        off >= a
+            && off
+                .checked_add(len as u64)
+                .is_some_and(|e| e <= a + HDR_BYTES)
     };
     // The allocator's word on a block: `base..base + need` lies in a block
     // it holds allocated (intent protocol: there is no heap range). From
@@ -534,7 +547,8 @@ pub(crate) fn open(
     }
     let live_or_dead = |base: u64, need: u64| {
         in_block(base, need)
-            || (dead.contains(&base) && in_bounds(base, usize::try_from(need).unwrap_or(usize::MAX)))
+            || (dead.contains(&base)
+                && in_bounds(base, usize::try_from(need).unwrap_or(usize::MAX)))
     };
     // Check every record whole before applying any of it.
     for (seq, rec) in &recs {
@@ -689,7 +703,8 @@ pub(crate) fn open(
     let keys = eng.count_keys()?;
     eng.keys.store(keys, Ordering::Relaxed);
     rec.keys = keys;
-    rec.detail = format!("{detail}{replayed} log records replayed, {freed} blocks freed, {keys} keys");
+    rec.detail =
+        format!("{detail}{replayed} log records replayed, {freed} blocks freed, {keys} keys");
     let mut eng = eng;
     eng.recovery = rec.clone();
     Ok((Box::new(eng), rec))
@@ -698,9 +713,7 @@ pub(crate) fn open(
 impl Inp {
     fn new(ctx: EngineCtx, opts: &StoreOptions, seq: u64, keys: u64, rec: EngineRecovery) -> Inp {
         let (lo, hi) = heap_bounds(&ctx);
-        let intent_len = ctx
-            .pool
-            .load_u64((ctx.area_off + INTENT_BYTES_AT) as usize);
+        let intent_len = ctx.pool.load_u64((ctx.area_off + INTENT_BYTES_AT) as usize);
         let log_cap = log_cap(ctx.area_len, intent_len);
         Inp {
             geo: Geo {
@@ -902,8 +915,7 @@ impl Inp {
                 }
             }
         }
-        let intent_too_large =
-            intent && log::intent_len(op.res.len()) > self.intent_cap;
+        let intent_too_large = intent && log::intent_len(op.res.len()) > self.intent_cap;
         if rec.len() > self.log_cap || intent_too_large {
             if !intent {
                 th.abort_prepared(&Publish {
@@ -1462,9 +1474,11 @@ impl Writer<'_, '_> {
                 {
                     self.op.inplace_bytes += value.len() + 64;
                     if vl != value.len() {
-                        self.op
-                            .writes
-                            .push((t, t + 4, (value.len() as u32).to_le_bytes().to_vec()));
+                        self.op.writes.push((
+                            t,
+                            t + 4,
+                            (value.len() as u32).to_le_bytes().to_vec(),
+                        ));
                     }
                     if !value.is_empty() {
                         self.op
