@@ -940,6 +940,13 @@ impl Inp {
         for &(o, l, _) in &op.fresh_tuples {
             pool.flush(o as usize, l);
         }
+        let early = self.fault == Some(Fault::ApplyBeforeCommit);
+        // The planted bug, on the intent protocol, applies before the
+        // intent and the publish too (still before the commit fence).
+        let early_first = early && intent && !op.res.is_empty();
+        if early_first {
+            self.apply(w);
+        }
         if intent && !op.res.is_empty() {
             // Name the blocks, durably, before the allocator makes them
             // allocated: a crash before the commit then lets recovery
@@ -1011,8 +1018,7 @@ impl Inp {
             }
         }
         w.pending.clear();
-        let early = self.fault == Some(Fault::ApplyBeforeCommit);
-        if early {
+        if early && !early_first {
             self.apply(w);
         }
         pool.fence();
