@@ -49,7 +49,43 @@ fn alloc_on(path: &Path) -> PmdkAlloc {
 }
 
 fn reopen(path: &Path) -> PmdkAlloc {
-    PmdkAlloc::new(Arc::new(PmemObj::open(path, PMDK_LAYOUT).unwrap())).unwrap()
+    let obj = retry_locked(|| PmemObj::open(path, PMDK_LAYOUT), |e| e.errno()).unwrap();
+    PmdkAlloc::new(Arc::new(obj)).unwrap()
+}
+
+/// Runs `f` again while it fails with libpmemobj's `flock` refusal
+/// (`EAGAIN`, from `errno`), for up to a second. A pool this process
+/// closed can stay locked for an instant: a child that another test
+/// thread is spawning shares the lock's descriptor between its fork and
+/// its exec, which closes it (`spawn_clean`).
+fn retry_locked<T, E>(
+    mut f: impl FnMut() -> Result<T, E>,
+    errno: impl Fn(&E) -> Option<i32>,
+) -> Result<T, E> {
+    for _ in 0..100 {
+        match f() {
+            Err(e) if errno(&e) == Some(libc::EAGAIN) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            r => return r,
+        }
+    }
+    f()
+}
+
+/// [`open_pmdk_store`], retried while the pool's lock is busy (see
+/// [`retry_locked`]).
+fn open_store(
+    path: &Path,
+    opts: &StoreOptions,
+) -> Result<ferrite_bench::pmdk_alloc::PmdkStore, PmdkStoreError> {
+    retry_locked(
+        || open_pmdk_store(path, opts),
+        |e| match e {
+            PmdkStoreError::Pmdk(e) => e.errno(),
+            _ => None,
+        },
+    )
 }
 
 fn allocated(a: &PmdkAlloc) -> BTreeMap<u64, usize> {
@@ -489,7 +525,7 @@ fn every_engine_runs_on_pmdk() {
         check_walk(&s, &model);
         // Drop without close, then reopen.
         drop(s);
-        let s = open_pmdk_store(&dir.file(), &opts).unwrap();
+        let s = open_store(&dir.file(), &opts).unwrap();
         check_walk(&s, &model);
         {
             let mut ss = s.session().unwrap();
@@ -501,7 +537,7 @@ fn every_engine_runs_on_pmdk() {
         s.remove().unwrap();
         assert!(!path.exists(), "remove deletes the pool file");
         assert!(matches!(
-            open_pmdk_store(&path, &opts),
+            open_store(&path, &opts),
             Err(PmdkStoreError::Pmdk(_))
         ));
     }
@@ -919,7 +955,7 @@ fn kill_child_engine() {
         return;
     };
     let kind = EngineKind::parse(&kind).unwrap();
-    let s = open_pmdk_store(Path::new(&path), &StoreOptions::new(kind)).unwrap();
+    let s = open_store(Path::new(&path), &StoreOptions::new(kind)).unwrap();
     let mut ss = s.session().unwrap();
     let start = s
         .walk()
@@ -1015,7 +1051,7 @@ fn kill_9_engine_on_pmdk() {
             }
             let acked = acked.expect("the child acknowledged something");
 
-            let s = open_pmdk_store(&dir.file(), &opts).unwrap();
+            let s = open_store(&dir.file(), &opts).unwrap();
             s.quiesce().unwrap();
             let w = s.walk().unwrap();
             let m = w
@@ -1128,7 +1164,7 @@ fn opening_what_is_not_a_store_is_a_typed_error() {
     // A PMDK pool of our layout without a root object.
     drop(PmemObj::create(&dir.file(), PMDK_LAYOUT, POOL).unwrap());
     assert!(matches!(
-        open_pmdk_store(&dir.file(), &opts),
+        open_store(&dir.file(), &opts),
         Err(PmdkStoreError::NoStore(_))
     ));
     // An existing file is not overwritten.
@@ -1140,7 +1176,7 @@ fn opening_what_is_not_a_store_is_a_typed_error() {
     let other = dir.0.join("other");
     drop(PmemObj::create(&other, "something-else", POOL).unwrap());
     assert!(matches!(
-        open_pmdk_store(&other, &opts),
+        open_store(&other, &opts),
         Err(PmdkStoreError::Pmdk(_))
     ));
     // A root object without a superblock, then a damaged superblock.
@@ -1150,7 +1186,7 @@ fn opening_what_is_not_a_store_is_a_typed_error() {
         a.thread().unwrap().root(8192).unwrap();
     }
     assert!(matches!(
-        open_pmdk_store(&rooted, &opts),
+        open_store(&rooted, &opts),
         Err(PmdkStoreError::Engine(EngineError::NotAStore))
     ));
     let store_path = dir.0.join("store");
@@ -1168,7 +1204,7 @@ fn opening_what_is_not_a_store_is_a_typed_error() {
         r.persist(sb + 20, 1);
     }
     assert!(matches!(
-        open_pmdk_store(&store_path, &opts),
+        open_store(&store_path, &opts),
         Err(PmdkStoreError::Engine(EngineError::Checksum { .. }))
     ));
 }
@@ -1211,7 +1247,7 @@ fn engines_on_pmdk_with_threads() {
         }
         check_walk(&s, &model);
         drop(s);
-        let s = open_pmdk_store(&dir.file(), &opts).unwrap();
+        let s = open_store(&dir.file(), &opts).unwrap();
         check_walk(&s, &model);
     }
 }
