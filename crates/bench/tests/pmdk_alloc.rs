@@ -623,6 +623,27 @@ fn engine_fences_on_pmdk_are_counted() {
                 d.fences
             );
         }
+        // Deletes: frees (InP: owed, published by the next write).
+        #[cfg(feature = "pmdk-count")]
+        let pmdk_before = ferrite_pmdk::PmdkCounts::snapshot();
+        let before = Counters::snapshot();
+        for i in 0..n {
+            assert!(ss.delete(&key(10_000 + i)).unwrap());
+        }
+        let d = (Counters::snapshot() - before).per_op(u64::from(n));
+        #[cfg(feature = "pmdk-count")]
+        {
+            let p = ferrite_pmdk::PmdkCounts::snapshot() - pmdk_before;
+            eprintln!(
+                "{kind} on pmdk, delete: {:.2} PMDK fences/op, {:.2} PMDK lines/op",
+                p.fences as f64 / f64::from(n),
+                p.lines as f64 / f64::from(n),
+            );
+        }
+        eprintln!(
+            "{kind} on pmdk, delete: {:.2} Ferrite-counted fences/op, {:.2} lines/op",
+            d.fences, d.lines_flushed
+        );
 
         // The same updates on Ferrite's two heaps, for comparison.
         for a in ferrite_engine::AllocKind::ALL {

@@ -143,7 +143,8 @@
 //! seen by ferrite-pmem's counters), and one more Ferrite fence before
 //! the publish when PMDK is on its msync path. A write that only frees
 //! pays the publish of what the previous one owes after its commit
-//! (delete: 2.11 against 1). So about 2 fences more per allocating batch
+//! (delete: 2.11 against 1; on PMDK 1.00 Ferrite fence plus 2.09 of
+//! PMDK's). So about 2 fences more per allocating batch
 //! (3 with PMDK's publish), none for an in-place update. The Ferrite heap
 //! and the lock heap keep the one-fence path above unless asked.
 //!
