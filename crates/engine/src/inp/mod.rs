@@ -220,17 +220,14 @@ impl Options {
     /// the checks' largest values fits), in-place updates up to 1 KiB (so
     /// both the in-place and the new-tuple paths run).
     ///
-    /// With the environment variable `FERRITE_INP_INTENT=1` the checks run
-    /// the intent protocol (`intent_allocs`) on the Ferrite heap and the
-    /// lock heap: what an InP store on PMDK runs, which the crash
-    /// simulator cannot host (`FERRITE_INP_INTENT=1 ferrite check
-    /// engine-inp`, or `cargo test -p ferrite-engine --features checks
-    /// inp` with it set).
+    /// The checks also run the intent protocol (`intent_allocs`, what an
+    /// InP store on PMDK runs, which the crash simulator cannot host) on
+    /// the Ferrite heap and the lock heap: `checks::Run::Intent`.
     pub fn for_checks() -> Options {
         Options {
             log_bytes: 16 << 10,
             inplace_max: 1024,
-            intent_allocs: std::env::var_os("FERRITE_INP_INTENT").is_some_and(|v| v == "1"),
+            intent_allocs: false,
         }
     }
 }

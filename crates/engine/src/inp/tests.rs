@@ -1200,25 +1200,19 @@ fn deep_crash_exploration() {
     }
 }
 
-/// The engine checks (`checks::check_engine`: main runs on both heaps,
-/// tearing, two lockstep threads, eADR) on the intent protocol, with its
-/// planted faults and the commit path's: `FERRITE_INP_INTENT=1 cargo
-/// test -p ferrite-engine --features checks --lib
-/// inp::tests::engine_checks_on_the_intent_protocol -- --ignored
-/// --nocapture` (the variable makes `Options::for_checks` choose the
-/// intent protocol; a test cannot set it, as that is unsafe in a
-/// threaded process). Budgets: the intent protocol adds fences (intent,
+/// A deeper run of the engine checks (`checks::check_engine`, whose plan
+/// for InP includes the intent protocol on both heaps and with two
+/// lockstep sessions) and of every planted fault, the intent protocol's
+/// included: `FERRITE_INP_BUDGET=6000 cargo test -p ferrite-engine
+/// --features checks --lib inp::tests::engine_checks_on_the_intent_protocol
+/// -- --ignored --nocapture`. The intent protocol adds fences (intent,
 /// publishes), so a fault at one fence needs more crash states to be hit
 /// than on the one-fence path.
 #[cfg(feature = "checks")]
 #[test]
-#[ignore = "minutes; needs FERRITE_INP_INTENT=1"]
+#[ignore = "minutes"]
 fn engine_checks_on_the_intent_protocol() {
     use crate::checks::{check_engine, check_engine_fault};
-    assert!(
-        super::Options::for_checks().intent_allocs,
-        "run with FERRITE_INP_INTENT=1"
-    );
     let budget = std::env::var("FERRITE_INP_BUDGET")
         .ok()
         .and_then(|b| b.parse().ok())
