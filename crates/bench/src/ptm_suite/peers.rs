@@ -36,12 +36,13 @@
 //! takes the same flush+fence path; all prefaulted before timing.
 
 use super::{
-    Plan, SEED, SUITE, add_stats, fail, has_failed, ptm_extra_from, ptm_options, set_failed,
+    Plan, SEED, SUITE, add_stats, fail, has_failed, ptm_extra_from, ptm_options, retime,
+    set_failed,
 };
 use crate::error::BenchError;
 use crate::engine_suite::{new_histogram, set_latency};
 use crate::measure::{Variant, run_interleaved};
-use crate::row::Row;
+use crate::row::{Row, set_ratios};
 use crate::tx_suite::{self, ycsb_key};
 use ferrite_ds::{self as ds, DsOptions, KvMap, Structure};
 use ferrite_pmem::{Pool, PoolOptions};
@@ -149,6 +150,7 @@ struct PeerLane {
     hist: Histogram<u64>,
     batches: u64,
     stats: PtmStats,
+    spans: Vec<(Instant, Instant)>,
 }
 
 /// How a variant's structure is reached.
@@ -343,6 +345,7 @@ pub fn group(
                         hist: new_histogram(),
                         batches: 0,
                         stats: PtmStats::default(),
+                        spans: Vec::new(),
                     })
                 })
                 .collect()
@@ -363,6 +366,7 @@ pub fn group(
             let lane = &mut *lane;
             let record = lane.batches > 0;
             lane.batches += 1;
+            let started = Instant::now();
             let r = match sys {
                 System::Ptm { ptm, header, .. } => (|| {
                     let mut th = ptm.thread().map_err(|e| e.to_string())?;
@@ -392,6 +396,9 @@ pub fn group(
                         .map_err(|e| e.to_string())
                 }),
             };
+            if record {
+                lane.spans.push((started, Instant::now()));
+            }
             if let Err(e) = r {
                 fail(failed, e);
             }
@@ -425,6 +432,14 @@ pub fn group(
     }
     let mut rows = run_interleaved(ctx, SUITE, &mut variants);
     drop(variants);
+    for (row, ls) in rows.iter_mut().zip(&lanes) {
+        let spans: Vec<_> = ls
+            .iter()
+            .map(|l| l.lock().map(|l| l.spans.clone()).unwrap_or_default())
+            .collect();
+        retime(row, &spans);
+    }
+    set_ratios(&mut rows);
 
     // Every new key must be in the structure afterwards.
     let expected: Vec<u64> = lanes
