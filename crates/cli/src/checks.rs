@@ -198,6 +198,24 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         run_engine_planted,
     ),
     (
+        "ptm-eager",
+        "orec-eager PTM (encounter-time locking, undo log): bank transfers, counters, alloc/free lists; adr, adr tearing, 2 lockstep threads with conflicts and aborts, eadr, pdram, pdram-lite with its power-fail rule, nested recovery crashes [P3]",
+        true,
+        |c| run_ptm(ferrite_ptm::Algorithm::Eager, c),
+    ),
+    (
+        "ptm-lazy",
+        "orec-lazy PTM (commit-time locking, redo log): the same workload and runs [P3]",
+        true,
+        |c| run_ptm(ferrite_ptm::Algorithm::Lazy, c),
+    ),
+    (
+        "ptm-planted",
+        "both PTMs with each planted bug (missing undo fence, commit before data, write-back before the log, release before applied, new blocks outside the checksum, skipped recovery) and P3's fence removal: each must be caught",
+        false,
+        run_ptm_planted,
+    ),
+    (
         "alloc",
         "persistent allocators (Ferrite heap, single-lock heap): reserve/publish/free/cancel from 3 simulated threads [P2 §2.2]",
         true,
@@ -232,6 +250,52 @@ fn run_engine_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
         for (run, report) in runs {
             out.push(Outcome {
                 variant: format!("{kind}-{fault:?}/{run}"),
+                report,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn run_ptm(alg: ferrite_ptm::Algorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_ptm::checks::check_ptm(alg, cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
+
+/// Every planted bug of both PTMs; fails if one is not caught.
+fn run_ptm_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    use ferrite_ptm::Algorithm;
+    let all: Vec<_> = Algorithm::ALL
+        .into_iter()
+        .flat_map(|a| {
+            ferrite_ptm::checks::planted(a)
+                .into_iter()
+                .map(move |p| (a, p))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (alg, (name, fault, fence_removal)) in &all {
+        let runs = ferrite_ptm::checks::check_ptm_fault(
+            *alg,
+            split(cfg, all.len()),
+            *fault,
+            *fence_removal,
+        )
+        .map_err(|e| e.to_string())?;
+        let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
+            (s + r.states, v + r.violation_count)
+        });
+        if caught == 0 {
+            return Err(format!(
+                "planted bug {alg}/{name} was not caught in {states} crash states (raise --budget)"
+            ));
+        }
+        for (run, report) in runs {
+            out.push(Outcome {
+                variant: format!("{alg}-{name}/{run}"),
                 report,
             });
         }

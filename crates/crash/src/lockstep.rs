@@ -178,16 +178,29 @@ impl Lockstep {
         g
     }
 
-    /// Thread `me` waits for another thread's progress: hand over.
-    fn wait_for_others(&self, me: usize) {
+    /// The scheduler's state at an event of the baton holder, or `None`
+    /// when no decision is taken: while unwinding (the crash state is
+    /// captured, nothing to schedule) or inside a `LockHeld` section
+    /// (another thread could block on the lock held, so the holder keeps
+    /// the baton, deterministically: the section is part of the serialized
+    /// execution). Unwinds if the run stopped.
+    fn decide(&self) -> Option<MutexGuard<'_, Inner>> {
         if std::thread::panicking() || ferrite_pmem::LockHeld::active() {
-            return;
+            return None;
         }
-        let mut g = self.lock();
+        let g = self.lock();
         if g.stopped {
             drop(g);
             resume_unwind(Box::new(Stopped));
         }
+        Some(g)
+    }
+
+    /// Thread `me` waits for another thread's progress: hand over.
+    fn wait_for_others(&self, me: usize) {
+        let Some(mut g) = self.decide() else {
+            return;
+        };
         if let Some(to) = g.other(me) {
             g.stats.token_waits += 1;
             drop(self.hand_to(g, me, to));
@@ -196,18 +209,9 @@ impl Lockstep {
 
     /// A medium event of thread `me` (the baton holder): maybe hand over.
     fn event(&self, me: usize) {
-        // Unwinding: the crash state is captured, nothing to schedule.
-        // Inside a `LockHeld` section: another thread could block on the
-        // lock held, so the holder keeps the baton (deterministically:
-        // the section is part of the serialized execution).
-        if std::thread::panicking() || ferrite_pmem::LockHeld::active() {
+        let Some(mut g) = self.decide() else {
             return;
-        }
-        let mut g = self.lock();
-        if g.stopped {
-            drop(g);
-            resume_unwind(Box::new(Stopped));
-        }
+        };
         let Some(to) = g.other(me) else {
             return;
         };

@@ -66,10 +66,17 @@
 //! ## Redo entries (orec-lazy): 16 bytes
 //!
 //! `(target, value)` as above: a data word and its new value, or an
-//! allocator [`MetaOp`] to apply. The header's count and checksum make the
-//! whole log one unit: recovery replays it only when the status word says
-//! NEEDS_REDO and the checksum over that very status word matches, so a
-//! log whose commit did not become durable whole is never replayed.
+//! allocator [`MetaOp`] to apply, or a *captured range*: first word
+//! `off | 0x80 << 56`, second word `len` — a block allocated by the
+//! transaction and filled in place, whose bytes the checksum covers. The
+//! header's count and checksum make the whole log one unit: recovery
+//! replays it only when the status word says NEEDS_REDO and the checksum —
+//! over that very status word, the entries, and the current bytes of every
+//! captured range — matches. So a log whose commit did not become durable
+//! whole is never replayed, and neither is one whose new blocks' content
+//! did not survive (the content and the log are made durable by the same
+//! fence; without the checksum a crash at that fence could keep the log and
+//! lose a block the replay then links).
 //!
 //! # Crash states and what recovery does
 //!
@@ -222,7 +229,12 @@ pub enum Target {
     Word { off: u64, value: u64 },
     /// Apply an allocator operation.
     Op(MetaOp),
+    /// Bytes `off..off+len` filled by the transaction (redo logs only:
+    /// checksummed, nothing to apply).
+    Range { off: u64, len: u64 },
 }
+
+const RANGE_TAG: u64 = 0x80 << 56;
 
 impl Target {
     pub fn encode(&self) -> [u8; 16] {
@@ -231,6 +243,12 @@ impl Target {
                 let mut b = [0u8; 16];
                 b[..8].copy_from_slice(&off.to_le_bytes());
                 b[8..].copy_from_slice(&value.to_le_bytes());
+                b
+            }
+            Target::Range { off, len } => {
+                let mut b = [0u8; 16];
+                b[..8].copy_from_slice(&(off | RANGE_TAG).to_le_bytes());
+                b[8..].copy_from_slice(&len.to_le_bytes());
                 b
             }
             Target::Op(op) => {
@@ -251,6 +269,11 @@ impl Target {
             Some(Target::Word {
                 off: first,
                 value: u64::from_le_bytes(b[8..16].try_into().ok()?),
+            })
+        } else if first & TOP == RANGE_TAG {
+            Some(Target::Range {
+                off: first & !TOP,
+                len: u64::from_le_bytes(b[8..16].try_into().ok()?),
             })
         } else {
             MetaOp::decode(&b[..OP_BYTES]).map(Target::Op)
@@ -286,7 +309,9 @@ pub fn undo_decode(nonce: u64, slot: usize, b: &[u8], epoch: u64) -> Option<Targ
     Target::decode(&b[..16])
 }
 
-/// The redo header's checksum over its status word, count and entries.
+/// The redo header's checksum over its status word, count and entries;
+/// continue it over each captured range's bytes with
+/// [`crc32c::crc32c_append`].
 pub fn redo_crc(nonce: u64, slot: usize, status: u64, count: u32, entries: &[u8]) -> u32 {
     let mut h = [0u8; 12];
     h[..8].copy_from_slice(&status.to_le_bytes());
@@ -331,6 +356,8 @@ mod tests {
         assert_eq!(undo_decode(9, 1, &e, 4), None);
         assert_eq!(undo_decode(9, 2, &e, 3), None);
         assert_eq!(undo_decode(8, 1, &e, 3), None);
+        let r = Target::Range { off: 8192, len: 48 };
+        assert_eq!(Target::decode(&r.encode()), Some(r));
         let op = Target::Op(MetaOp::or(8192, 0b110));
         let e = undo_entry(9, 1, &op, 3);
         assert_eq!(undo_decode(9, 1, &e, 3), Some(op));

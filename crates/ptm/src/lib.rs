@@ -87,16 +87,18 @@
 //! paths under `adr` while keeping every flush — P3's deliberately
 //! *incorrect* variant, used to measure how much of eADR's gain is the
 //! fences. The crash checks show it is unsafe for both algorithms
-//! (`ferrite check ptm-eager --fence-removal`).
+//! (`ferrite check ptm-planted` runs it with the planted bugs).
 
 #![forbid(unsafe_code)]
 
+pub mod ds;
 pub mod error;
 pub mod format;
 pub mod orec;
 mod ptm;
 pub mod tx;
 pub mod word;
+pub mod workloads;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;
@@ -156,16 +158,21 @@ pub enum Fault {
     WriteBackBeforeLog,
     /// orec-lazy: the orecs are released before the log is marked applied.
     ReleaseBeforeApplied,
+    /// orec-lazy: the redo log's checksum leaves out the blocks the
+    /// transaction allocated and filled (a crash at the commit fence can
+    /// keep the log and lose their bytes).
+    UncheckedNewBlocks,
     /// Recovery marks every slot idle without undoing or replaying.
     SkipRecovery,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::UndoNoFence,
         Fault::CommitBeforeData,
         Fault::WriteBackBeforeLog,
         Fault::ReleaseBeforeApplied,
+        Fault::UncheckedNewBlocks,
         Fault::SkipRecovery,
     ];
 
@@ -173,7 +180,9 @@ impl Fault {
     pub fn algorithm(self) -> Option<Algorithm> {
         match self {
             Fault::UndoNoFence | Fault::CommitBeforeData => Some(Algorithm::Eager),
-            Fault::WriteBackBeforeLog | Fault::ReleaseBeforeApplied => Some(Algorithm::Lazy),
+            Fault::WriteBackBeforeLog | Fault::ReleaseBeforeApplied | Fault::UncheckedNewBlocks => {
+                Some(Algorithm::Lazy)
+            }
             Fault::SkipRecovery => None,
         }
     }
@@ -184,6 +193,7 @@ impl Fault {
             Fault::CommitBeforeData => "commit-before-data",
             Fault::WriteBackBeforeLog => "write-back-before-log",
             Fault::ReleaseBeforeApplied => "release-before-applied",
+            Fault::UncheckedNewBlocks => "unchecked-new-blocks",
             Fault::SkipRecovery => "skip-recovery",
         }
     }

@@ -208,25 +208,20 @@ impl Ptm {
                     let count = region.read_u32(so + 8) as usize;
                     let crc = region.read_u32(so + 12);
                     let n = count.saturating_mul(format::REDO_ENTRY);
-                    let valid = n <= sb.log_bytes as usize && {
-                        let bytes = region.read_vec(area, n);
-                        crc == format::redo_crc(sb.nonce, s, st, count as u32, &bytes)
-                    };
-                    if valid {
-                        let bytes = region.read_vec(area, n);
-                        let mut targets = Vec::with_capacity(count);
-                        for e in bytes.chunks_exact(format::REDO_ENTRY) {
-                            targets.push(Target::decode(e).ok_or_else(|| {
-                                PtmError::Corrupt(format!("slot {s}: undecodable redo entry"))
-                            })?);
-                        }
-                        if !skip {
-                            ops_applied |= apply_all(&region, &bounds, targets.iter())?;
-                        }
-                        rec.entries += targets.len();
-                        rec.replayed += 1;
+                    let targets = if n <= sb.log_bytes as usize {
+                        redo_log(&region, &bounds, &sb, s, st, count, crc)?
                     } else {
-                        rec.discarded += 1;
+                        None
+                    };
+                    match targets {
+                        Some(targets) => {
+                            if !skip {
+                                ops_applied |= apply_all(&region, &bounds, targets.iter())?;
+                            }
+                            rec.entries += targets.len();
+                            rec.replayed += 1;
+                        }
+                        None => rec.discarded += 1,
                     }
                     region.fence();
                     region.store_u64(so, format::status(epoch, format::IDLE));
@@ -317,6 +312,39 @@ struct Bounds {
     meta_lo: u64,
 }
 
+/// The entries of slot `s`'s redo log if its checksum (over the entries
+/// and the captured ranges' bytes) matches; `None` if the commit did not
+/// become durable whole.
+fn redo_log(
+    region: &Region,
+    b: &Bounds,
+    sb: &Superblock,
+    s: usize,
+    status: u64,
+    count: usize,
+    crc: u32,
+) -> Result<Option<Vec<Target>>> {
+    let area = sb.slot_off(s) as usize + format::SLOT_HDR as usize;
+    let bytes = region.read_vec(area, count * format::REDO_ENTRY);
+    let mut c = format::redo_crc(sb.nonce, s, status, count as u32, &bytes);
+    let mut targets = Vec::with_capacity(count);
+    for e in bytes.chunks_exact(format::REDO_ENTRY) {
+        let Some(t) = Target::decode(e) else {
+            // Garbage a torn commit left: the checksum decides below.
+            return Ok(None);
+        };
+        if let Target::Range { off, len } = t {
+            let ok = off >= b.data.0 && off.checked_add(len).is_some_and(|e| e <= b.data.1);
+            if !ok {
+                return Ok(None);
+            }
+            c = crc32c::crc32c_append(c, &region.read_vec(off as usize, len as usize));
+        }
+        targets.push(t);
+    }
+    Ok((c == crc).then_some(targets))
+}
+
 /// Applies logged targets in recovery, in the order given, then flushes
 /// them (no fence; no flush in flight across an operation's atomic
 /// update). Returns true if one was an allocator operation.
@@ -329,10 +357,11 @@ fn apply_all<'a>(
     let mut touched = Vec::new();
     for t in targets {
         ops |= apply(region, b, t)?;
-        touched.push(match *t {
-            Target::Word { off, .. } => off,
-            Target::Op(op) => op.off,
-        });
+        match *t {
+            Target::Word { off, .. } => touched.push(off),
+            Target::Op(op) => touched.push(op.off),
+            Target::Range { .. } => {}
+        }
     }
     for off in touched {
         region.flush(off as usize, 8);
@@ -364,6 +393,7 @@ fn apply(region: &Region, b: &Bounds, t: &Target) -> Result<bool> {
             op.apply(region);
             Ok(true)
         }
+        Target::Range { .. } => Ok(false),
     }
 }
 

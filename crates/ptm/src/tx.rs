@@ -188,6 +188,7 @@ struct TxState {
     prep: Vec<MetaOp>,
     lockset: Vec<u32>,
     buf: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 impl TxState {
@@ -354,7 +355,8 @@ impl Run<'_> {
         // quiescing free either waits for us or happened before our start.
         a.store(0, Ordering::SeqCst);
         self.c.st.start = self.ptm.orecs.now();
-        a.store(self.c.st.start, Ordering::SeqCst);
+        // A later, larger bound: the announcement above already holds.
+        a.store(self.c.st.start, Ordering::Release);
         self.c.st.epoch = self.c.epoch + 1;
     }
 
@@ -654,7 +656,12 @@ impl Run<'_> {
     fn commit_lazy(&mut self) -> TxResult<()> {
         let p = self.ptm;
         let live_ops = self.c.st.ops.iter().filter(|o| !o.dead).count();
-        let count = self.c.st.ws.len() + live_ops;
+        let ranges = if self.fault(Fault::UncheckedNewBlocks) {
+            0
+        } else {
+            self.c.st.captured.len()
+        };
+        let count = self.c.st.ws.len() + live_ops + ranges;
         let bytes = count * format::REDO_ENTRY;
         let cap = p.sb.log_bytes as usize;
         if bytes > cap {
@@ -674,8 +681,27 @@ impl Run<'_> {
         for o in self.c.st.ops.iter().filter(|o| !o.dead) {
             buf.extend_from_slice(&Target::Op(o.fwd).encode());
         }
+        for &(s, e) in &self.c.st.captured[..ranges] {
+            buf.extend_from_slice(&Target::Range { off: s, len: e - s }.encode());
+        }
         let status = format::status(self.c.st.epoch, format::NEEDS_REDO);
-        let crc = format::redo_crc(p.sb.nonce, self.c.slot, status, count as u32, &buf);
+        let mut crc = format::redo_crc(p.sb.nonce, self.c.slot, status, count as u32, &buf);
+        // The new blocks' bytes join the checksum and are flushed whole, so
+        // that the commit point covers them (see `format`).
+        for &(s, e) in &self.c.st.captured[..ranges] {
+            let len = (e - s) as usize;
+            let mut tmp = std::mem::take(&mut self.c.st.scratch);
+            tmp.resize(len, 0);
+            p.region.read(s as usize, &mut tmp);
+            crc = crc32c::crc32c_append(crc, &tmp);
+            self.c.st.scratch = tmp;
+            p.region.flush(s as usize, len);
+        }
+        if ranges == self.c.st.captured.len() {
+            let st = &mut self.c.st;
+            st.dirty
+                .retain(|&w| !st.captured.iter().any(|&(s, e)| w >= s && w < e));
+        }
         p.region.write(area, &buf);
         p.region.flush(area, buf.len());
         let mut hdr = [0u8; 16];
@@ -747,34 +773,26 @@ impl Run<'_> {
         let live: Vec<Reservation> = live.into_iter().map(|a| a.res).collect();
         let dead: Vec<Reservation> = dead.into_iter().map(|a| a.res).collect();
         let frees = std::mem::take(&mut self.c.st.frees);
+        let (allocs, frees): (&[Reservation], &[POff<u8>]) = (&live, &frees);
+        let p = Publish {
+            allocs,
+            frees,
+            links: &[],
+        };
         if committed {
-            self.heap.commit_prepared(&Publish {
-                allocs: &live,
-                frees: &frees,
-                links: &[],
-            });
-            self.heap.abort_prepared(&Publish {
-                allocs: &dead,
-                frees: &[],
-                links: &[],
-            });
-            for r in dead {
-                let _ = self.heap.cancel(r);
-            }
+            self.heap.commit_prepared(&p);
         } else {
-            self.heap.abort_prepared(&Publish {
-                allocs: &live,
-                frees: &frees,
-                links: &[],
-            });
-            self.heap.abort_prepared(&Publish {
-                allocs: &dead,
-                frees: &[],
-                links: &[],
-            });
-            for r in live.into_iter().chain(dead) {
-                let _ = self.heap.cancel(r);
-            }
+            self.heap.abort_prepared(&p);
+        }
+        // Allocations freed again in the transaction never happened.
+        self.heap.abort_prepared(&Publish {
+            allocs: &dead,
+            frees: &[],
+            links: &[],
+        });
+        let gone = if committed { Vec::new() } else { live };
+        for r in gone.into_iter().chain(dead) {
+            let _ = self.heap.cancel(r);
         }
     }
 

@@ -15,6 +15,11 @@
 //!   [`Workload::parse`], [`Loader`], [`Generator`], [`run_op`].
 //! - [`tpcc`]: TPC-C's tables, [`TpccLoader`], [`Terminal`] (the five
 //!   transactions), [`check_consistency`], [`check_customers`].
+//! - [`tatp`]: TATP's transaction inputs ([`TatpGenerator`]): P3's
+//!   `UPDATE_LOCATION`-only run and TATP's standard mix.
+//! - [`vacation`]: STAMP Vacation's client actions ([`VacationClient`]) and
+//!   initial rows ([`vacation::load_rows`]), with P3's two presets.
+//! - [`neworder`]: P3's New-Order-only TPC-C inputs ([`NewOrderGenerator`]).
 //!
 //! ```
 //! use ferrite_workload::{Generator, Loader, MemKv, Workload, run_op};
@@ -36,9 +41,16 @@
 
 pub mod dist;
 mod memkv;
+pub mod neworder;
 pub mod record;
+pub mod tatp;
 pub mod tpcc;
+pub mod vacation;
 pub mod ycsb;
+
+pub use neworder::{NewOrderConfig, NewOrderGenerator, NewOrderInput, NewOrderScale};
+pub use tatp::{TatpConfig, TatpGenerator, TatpKind, TatpMix, TatpTxn};
+pub use vacation::{VacationAction, VacationClient, VacationConfig, VacationScale};
 
 pub use memkv::MemKv;
 pub use record::{KeyMode, ValueError, ValueLayout};
