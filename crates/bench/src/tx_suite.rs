@@ -156,7 +156,7 @@ pub(crate) fn ferrite_pool_with(
     )
     .map_err(|e| unsupported("tx pool", e))?;
     let mut th = txp.thread().map_err(|e| unsupported("attach", e))?;
-    let map = ds::create(s, &mut th, o.clone()).map_err(|e| unsupported("create", e))?;
+    let map = ds::create(s, &mut th, *o).map_err(|e| unsupported("create", e))?;
     let h = map.header();
     drop(map);
     drop(th);

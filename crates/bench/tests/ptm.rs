@@ -23,7 +23,14 @@ fn x(r: &Row, key: &str) -> f64 {
 fn check_common(r: &Row) {
     assert_eq!(r.suite, "ptm");
     assert!(
-        ["orec-eager", "orec-lazy", "tx-redo", "tx-clobber", "pmdk-tx"].contains(&r.variant.as_str()),
+        [
+            "orec-eager",
+            "orec-lazy",
+            "tx-redo",
+            "tx-clobber",
+            "pmdk-tx"
+        ]
+        .contains(&r.variant.as_str()),
         "variant {}",
         r.variant
     );
@@ -136,7 +143,9 @@ fn tiny_run_yields_every_row_peers_and_targets() {
         for t in [1, 2] {
             let got: Vec<&Row> = rows
                 .iter()
-                .filter(|r| p(r, "experiment") == "peers" && p(r, "workload") == w && r.threads == t)
+                .filter(|r| {
+                    p(r, "experiment") == "peers" && p(r, "workload") == w && r.threads == t
+                })
                 .collect();
             let names: Vec<&str> = got.iter().map(|r| r.variant.as_str()).collect();
             assert_eq!(names, peers, "{w} x{t}");
@@ -190,7 +199,10 @@ fn tiny_run_yields_every_row_peers_and_targets() {
         assert_eq!(get(name).verdict, Verdict::Info);
         assert!(get(name).ratio.unwrap() > 0.0);
     }
-    for name in ["fence removal orec-eager adr", "fence removal orec-lazy adr"] {
+    for name in [
+        "fence removal orec-eager adr",
+        "fence removal orec-lazy adr",
+    ] {
         let t = get(name);
         assert!(matches!(t.verdict, Verdict::Met | Verdict::Missed));
         assert!(t.detail.contains("tpcc-hash x1"));

@@ -36,11 +36,10 @@
 //! takes the same flush+fence path; all prefaulted before timing.
 
 use super::{
-    Plan, SEED, SUITE, add_stats, fail, has_failed, ptm_extra_from, ptm_options, retime,
-    set_failed,
+    Plan, SEED, SUITE, add_stats, fail, has_failed, ptm_extra_from, ptm_options, retime, set_failed,
 };
-use crate::error::BenchError;
 use crate::engine_suite::{new_histogram, set_latency};
+use crate::error::BenchError;
 use crate::measure::{Variant, run_interleaved};
 use crate::row::{Row, set_ratios};
 use crate::tx_suite::{self, ycsb_key};
@@ -129,7 +128,8 @@ impl Stream {
     /// The next operation: `(key, value, is a new key)`.
     fn next(&mut self, w: PeerWorkload) -> (u64, u64, bool) {
         self.op += 1;
-        let update = w == PeerWorkload::HashUpsert && self.op % 2 == 0 && self.inserted > 0;
+        let update =
+            w == PeerWorkload::HashUpsert && self.op.is_multiple_of(2) && self.inserted > 0;
         let (key, new) = if update {
             let j = self.rng.random_range(0..self.inserted);
             (ycsb_key(self.thread + self.threads * j), false)
@@ -198,9 +198,8 @@ fn ptm_system(
     keys: u64,
 ) -> Result<System, BenchError> {
     let bytes = (keys * 160 + 64 * MIB).next_multiple_of(MIB);
-    let pool = Pool::create_in_memory(
-        &PoolOptions::new(super::LAYOUT, bytes).domain(tx_suite::domain()),
-    )?;
+    let pool =
+        Pool::create_in_memory(&PoolOptions::new(super::LAYOUT, bytes).domain(tx_suite::domain()))?;
     tx_suite::prefault(&pool);
     let ptm = Ptm::create(&pool, &ptm_options(alg, plan)).map_err(|e| ptm_err("create", e))?;
     let header = {
@@ -236,11 +235,7 @@ enum PtmMap {
     Hash(PHashMap),
 }
 
-fn open_ptm_map(
-    th: &mut PtmThread<'_>,
-    w: PeerWorkload,
-    header: u64,
-) -> Result<PtmMap, String> {
+fn open_ptm_map(th: &mut PtmThread<'_>, w: PeerWorkload, header: u64) -> Result<PtmMap, String> {
     th.atomic(|tx| {
         Ok(match w {
             PeerWorkload::BptreeInsert => PtmMap::Tree(PBTree::open(tx, header)?),
@@ -324,7 +319,11 @@ pub fn group(
         let (path, peer) = tx_suite::pmdk_peer_with(s, threads, keys, &o, "ptm")?;
         systems.push(System::Pmdk { path, peer });
     }
-    let baseline = if cfg!(feature = "pmdk") { PMDK } else { TX_REDO };
+    let baseline = if cfg!(feature = "pmdk") {
+        PMDK
+    } else {
+        TX_REDO
+    };
     // The ferrite-ds handles borrow their TxPools.
     let maps: Vec<Option<Box<dyn KvMap + '_>>> = systems
         .iter()
@@ -462,12 +461,12 @@ pub fn group(
         let entries: Result<u64, String> = match sys {
             System::Ptm { ptm, header, .. } => {
                 ptm_extra_from(row, &hist, &st, &failed[i]);
-                ptm.thread()
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut th| match open_ptm_map(&mut th, w, *header)? {
+                ptm.thread().map_err(|e| e.to_string()).and_then(|mut th| {
+                    match open_ptm_map(&mut th, w, *header)? {
                         PtmMap::Tree(t) => t.check(&mut th),
                         PtmMap::Hash(h) => h.check(&mut th),
-                    })
+                    }
+                })
             }
             System::Tx { .. } => {
                 lock_based_extra(row, &hist, &failed[i]);
@@ -484,10 +483,9 @@ pub fn group(
                 row.counters_observed = false;
                 lock_based_extra(row, &hist, &failed[i]);
                 match peer {
-                    tx_suite::PmdkPeer::Tree(t) => t
-                        .check()
-                        .map(|k| k.len() as u64)
-                        .map_err(|e| e.to_string()),
+                    tx_suite::PmdkPeer::Tree(t) => {
+                        t.check().map(|k| k.len() as u64).map_err(|e| e.to_string())
+                    }
                     // No walk in the shim: look every inserted key up.
                     tx_suite::PmdkPeer::Map(m) => {
                         let mut found = 0u64;

@@ -87,7 +87,7 @@ fn find<'a>(
             && r.threads == threads
             && s(r, "fence_removal").as_deref().unwrap_or("false") == fence_removal.to_string()
             && r.ops_per_s > 0.0
-            && !r.extra.as_ref().is_some_and(|e| e.get("failed").is_some())
+            && r.extra.as_ref().is_none_or(|e| e.get("failed").is_none())
     })
 }
 
@@ -256,7 +256,15 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
 
     // 5. PTM B+tree insert vs PMDK's.
     for &t in &threads {
-        let p = find(rows, "peers", super::peers::PMDK, "bptree", tx_domain(), t, false);
+        let p = find(
+            rows,
+            "peers",
+            super::peers::PMDK,
+            "bptree",
+            tx_domain(),
+            t,
+            false,
+        );
         let redo = find(rows, "peers", "tx-redo", "bptree", tx_domain(), t, false);
         for alg in Algorithm::ALL {
             let x = find(rows, "peers", alg.name(), "bptree", tx_domain(), t, false);
@@ -274,7 +282,8 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
                 detail,
             );
             if p.is_none() && x.is_some() {
-                tg.detail.push_str(" (no pmdk-tx row: build with --features pmdk)");
+                tg.detail
+                    .push_str(" (no pmdk-tx row: build with --features pmdk)");
             }
             out.push(tg);
         }
@@ -378,7 +387,9 @@ pub fn format_summary(rows: &[Row]) -> String {
     let mut out = String::from("\nptm summary: the targets as ratios of rows of this run\n");
     for t in summarize(rows) {
         let ratio = t.ratio.map_or("-".into(), |r| format!("{r:.2}x"));
-        let goal = t.goal.map_or(String::new(), |g| format!(" (target >= {g:.2}x)"));
+        let goal = t
+            .goal
+            .map_or(String::new(), |g| format!(" (target >= {g:.2}x)"));
         let _ = writeln!(
             out,
             "  [{:<12}] {:<44} {ratio}{goal}; {}",
