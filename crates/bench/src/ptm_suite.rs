@@ -68,10 +68,10 @@
 //!
 //! # Scale
 //!
-//! `--quick` runs the workloads' `Quick` sizes with at most 5 repetitions
-//! and batches of a few hundred to a few thousand transactions (the whole
-//! suite in about 2–3 minutes on 2 cores); `--full` their `Full` sizes
-//! (P3's), `ctx.reps` repetitions and 10× the batches.
+//! `--quick` runs the workloads' `Quick` sizes with at most 7 repetitions
+//! and batches of about 50 ms (the whole suite in 1–2 minutes on 2 cores);
+//! `--full` their `Full` sizes (P3's), `ctx.reps` repetitions and 2.5× the
+//! batches, on 1 GiB pools.
 //! `FERRITE_PTM_WORKLOADS=tatp,bptree` runs a subset (workload names, plus
 //! `vacation` for both Vacations, `peers` for the peer groups, `none` for
 //! nothing; unset: everything).
@@ -148,7 +148,7 @@ impl Plan {
                 threads: vec![1, 2],
                 domains: DOMAINS.to_vec(),
                 fence_removal: true,
-                reps: ctx.reps.clamp(1, 5),
+                reps: ctx.reps.clamp(1, 7),
                 ops: 40_000,
                 pool_bytes: 128 * MIB,
                 peers: true,
@@ -162,7 +162,7 @@ impl Plan {
                 domains: DOMAINS.to_vec(),
                 fence_removal: true,
                 reps: ctx.reps.max(1),
-                ops: 200_000,
+                ops: 100_000,
                 pool_bytes: 1024 * MIB,
                 peers: true,
                 peer_keys: 1_000_000,
