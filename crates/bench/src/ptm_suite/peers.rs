@@ -26,7 +26,7 @@
 //!
 //! So the hash maps hold identical entries; the B+trees differ only in the
 //! key width, which the PTM tree cannot change (its keys are words): its
-//! nodes are 280 bytes against 792 for the 32-byte-key trees, which favours
+//! nodes are 280 bytes against 680 for the 32-byte-key trees, which favours
 //! the PTM (fewer lines per node) — stated beside the ratio. Every system
 //! allocates one value block (B+tree) or one entry (hash map) per insert.
 //!
