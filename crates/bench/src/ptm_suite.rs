@@ -55,6 +55,7 @@
 //! | `max_log_lines` | largest redo log of one transaction, in 64-byte lines (orec-lazy; P3 §IV-B: ≤ 36 on TPC-C, ≤ 37 on Vacation) |
 //! | `fence_removal` | P3's fence-free (incorrect) `adr` variant |
 //! | `check` | `ok`, or what the workload's invariant check found after the run |
+//! | `rep_ns_per_op` | ns/op of each timed repetition, in order (rows of a group ran their `k`-th repetitions in the same round) |
 //! | `failed` | the error that stopped the variant, if any |
 //!
 //! `ratio_vs_baseline`: matrix rows against `orec-eager` under `adr` of the
@@ -382,7 +383,9 @@ impl Lane {
 /// Replaces a row's timing with the one its threads measured themselves:
 /// the wall time of repetition `k` is from the earliest start to the
 /// latest end of the threads' `k`-th timed batch (`spans[thread][k]`); the
-/// row gets the median over repetitions and its spread.
+/// row gets the median over repetitions and its spread, and
+/// `extra.rep_ns_per_op`, the ns/op of every repetition in order (the
+/// summary pairs the repetitions of two variants of a group).
 ///
 /// Why not the harness's own clock: it starts after the start barrier on
 /// the calling thread, and on a loaded 2-core machine that thread can be
@@ -405,6 +408,12 @@ pub fn retime(row: &mut Row, spans: &[Vec<(Instant, Instant)>]) {
         })
         .collect();
     let med = crate::measure::median(&ns);
+    row.set_extra(
+        "rep_ns_per_op",
+        ns.iter()
+            .map(|v| (v * 10.0).round() / 10.0)
+            .collect::<Vec<f64>>(),
+    );
     if med > 0.0 {
         row.ns_per_op = med;
         row.ops_per_s = 1e9 / med;

@@ -56,6 +56,10 @@ fn check_common(r: &Row) {
     assert!(x(r, "p99_us") > 0.0);
     assert!(x(r, "p99_us") >= x(r, "p50_us"));
     assert!(x(r, "commits_per_s") > 0.0);
+    let reps = r.extra.as_ref().unwrap()["rep_ns_per_op"]
+        .as_array()
+        .unwrap();
+    assert_eq!(reps.len(), r.reps, "{} {}", r.variant, r.params);
 }
 
 #[test]
@@ -241,4 +245,22 @@ fn workload_filter() {
     let rows = ptm_suite::run_plan(&BenchCtx::new(Scale::Quick).with_reps(1), &plan).unwrap();
     assert!(rows.is_empty());
     assert!(ptm_suite::summary::format_summary(&rows).is_empty());
+}
+
+#[test]
+fn summary_ratios_pair_the_repetitions() {
+    let row = |ops_per_s: f64, reps: &[f64]| {
+        let mut r = Row::empty("ptm", "orec-lazy", serde_json::json!({}));
+        r.ops_per_s = ops_per_s;
+        r.set_extra("rep_ns_per_op", reps.to_vec());
+        r
+    };
+    // a is 2x, 1x and 3x as fast as b in its three rounds: 2x.
+    let a = row(1.0, &[100.0, 200.0, 100.0]);
+    let b = row(1.0, &[200.0, 200.0, 300.0]);
+    assert_eq!(ptm_suite::summary::ratio(&a, &b), 2.0);
+    assert_eq!(ptm_suite::summary::ratio(&b, &a), 0.5);
+    // Without paired repetitions: the throughputs.
+    let c = row(3.0, &[1.0, 2.0]);
+    assert_eq!(ptm_suite::summary::ratio(&c, &a), 3.0);
 }

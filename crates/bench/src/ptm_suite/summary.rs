@@ -10,6 +10,8 @@
 //! | fence removal [P3 Table III] | `adr` with fence removal / `adr`, per algorithm, range and median over workloads and threads | P3: +7 to +27 % (met when the median falls in it) |
 //! | PTM B+tree ≥ PMDK | `orec-*` / `pmdk-tx` on the peers' `bptree` insert workload | ≥ 1.0 |
 //!
+//! Every ratio pairs the repetitions of the two rows ([`ratio`]).
+//!
 //! Informational lines: commits per abort of `orec-lazy` over `orec-eager`
 //! on `tpcc-hash` at 2 threads under `adr` (P3 Tables I/II: ≈ 6–8×) and
 //! the largest redo log per workload (P3 §IV-B: ≤ 36–37 lines).
@@ -92,7 +94,29 @@ fn find<'a>(
     })
 }
 
-fn ratio(a: &Row, b: &Row) -> f64 {
+/// Throughput of `a` over `b`: the median over repetitions of the
+/// per-repetition ratio when both rows carry `rep_ns_per_op` of the same
+/// length (rows of one group: their `k`-th repetitions ran in the same
+/// round of the interleaving, so slow drifts of a shared machine cancel),
+/// else the ratio of their throughputs.
+pub fn ratio(a: &Row, b: &Row) -> f64 {
+    let reps = |r: &Row| -> Option<Vec<f64>> {
+        r.extra
+            .as_ref()?
+            .get("rep_ns_per_op")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_f64())
+            .collect()
+    };
+    if let (Some(x), Some(y)) = (reps(a), reps(b))
+        && x.len() == y.len()
+        && !x.is_empty()
+        && x.iter().chain(&y).all(|&v| v > 0.0)
+    {
+        let per: Vec<f64> = x.iter().zip(&y).map(|(x, y)| y / x).collect();
+        return crate::measure::median(&per);
+    }
     a.ops_per_s / b.ops_per_s
 }
 
