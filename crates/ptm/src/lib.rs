@@ -1,5 +1,5 @@
 //! `ferrite-ptm`: persistent transactional memory with ownership records
-//! [P3], under every durability domain, with recovery.
+//! (P3), under every durability domain, with recovery.
 //!
 //! Ferrite's `ferrite-tx` runs transactions under locks its caller takes
 //! (strict two-phase locking). A PTM detects conflicts itself: every
@@ -40,7 +40,7 @@
 //! - [`Algorithm::Lazy`] (`orec-lazy`): commit-time locking, redo logging,
 //!   write-back at commit: 3 fences whatever W.
 //!
-//! [`mod@tx`] describes both protocols, [`format`] the bytes on the medium and
+//! [`mod@tx`] describes both protocols, [`mod@format`] the bytes on the medium and
 //! what recovery does with them.
 //!
 //! # Durability domains [P3 §II-B, §IV]
@@ -57,7 +57,7 @@
 //!   their commit point (status NEEDS_REDO) are written back, the logs of
 //!   every other slot are lost. Recovery never reads a log whose status is
 //!   IDLE, so the rule costs nothing; the crash checks apply it to every
-//!   crash image ([`checks`], feature `checks`).
+//!   crash image (`checks`, feature `checks`).
 //! - `msync`: as `adr` with page-granular write-back.
 //!
 //! On this machine `pdram` and `pdram-lite` cost what `eadr` costs: what
@@ -83,11 +83,21 @@
 //!
 //! # Fence-removal diagnostic [P3 Table III]
 //!
-//! [`PtmOptions::fence_removal`] drops the fences of the write and commit
-//! paths under `adr` while keeping every flush — P3's deliberately
-//! *incorrect* variant, used to measure how much of eADR's gain is the
-//! fences. The crash checks show it is unsafe for both algorithms
-//! (`ferrite check ptm-planted` runs it with the planted bugs).
+//! [`PtmOptions::fence_removal`] is P3's deliberately *incorrect* variant,
+//! used to measure how much of eADR's gain is the fences: under `adr` it
+//! keeps every flush and drops every fence but the last of a transaction
+//! (the one after the status returns to IDLE, so that a transaction that
+//! returned is still durable): orec-eager keeps 1 of its W + 2 fences,
+//! orec-lazy 1 of its 3. The crash checks find counterexamples for both
+//! (`ferrite check ptm-planted`): under orec-eager an in-place store
+//! reaches the medium before its undo entry and the crash leaves half a
+//! transaction no log can undo; under orec-lazy the IDLE status or part of
+//! the write-back reaches the medium before the rest of the write-back, and
+//! the crash leaves half a committed transaction. No fence of either
+//! protocol is redundant: each orders a store that recovery depends on
+//! against one that depends on it, and x86 orders flushed lines only at a
+//! fence (or a locked instruction, which these paths do not have between
+//! those stores).
 
 #![forbid(unsafe_code)]
 

@@ -424,6 +424,39 @@ impl PBTree {
         Ok(st.entries)
     }
 
+    /// [`PBTree::check`] inside the caller's transaction (for small trees:
+    /// its read set holds the whole tree). Returns the number of entries.
+    pub fn check_tx(&self, tx: &mut Tx<'_>) -> TxResult<Result<u64, String>> {
+        let again = PBTree::open(tx, self.hdr)?;
+        if again != *self {
+            return Ok(Err(format!("header changed: {again:?} vs {self:?}")));
+        }
+        let mut st = CheckState {
+            stack: vec![Pending {
+                at: tx.load(self.hdr + H_ROOT)?,
+                depth: 0,
+                lo: None,
+                hi: None,
+            }],
+            leaf_depth: None,
+            last_leaf: None,
+            entries: 0,
+            nodes: 0,
+        };
+        while !st.stack.is_empty() {
+            if let Err(e) = self.check_some(tx, &mut st, usize::MAX)? {
+                return Ok(Err(e));
+            }
+        }
+        if let Some(last) = st.last_leaf {
+            let next = tx.load(last + M_NEXT)?;
+            if next != 0 {
+                return Ok(Err(format!("last leaf {last:#x} links to {next:#x}")));
+            }
+        }
+        Ok(Ok(st.entries))
+    }
+
     fn check_some(
         &self,
         tx: &mut Tx<'_>,
@@ -616,6 +649,8 @@ mod tests {
                     }
                 }
                 assert_eq!(t.check(&mut th).unwrap(), model.len() as u64);
+                let one = th.atomic(|tx| t.check_tx(tx)).unwrap();
+                assert_eq!(one, Ok(model.len() as u64));
                 assert_eq!(contents(t, &mut th), model);
             }
         });
@@ -733,6 +768,34 @@ mod tests {
             want.insert(COUNTER, 800);
             assert_eq!(t.check(&mut th).unwrap(), want.len() as u64);
             assert_eq!(contents(t, &mut th), want);
+        });
+    }
+
+    impl crate::ds::testutil::TestMap for PBTree {
+        fn get(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PBTree::get(self, tx, k)
+        }
+        fn insert(&self, tx: &mut Tx<'_>, k: u64, v: u64) -> TxResult<Option<u64>> {
+            PBTree::insert(self, tx, k, v)
+        }
+        fn remove(&self, tx: &mut Tx<'_>, k: u64) -> TxResult<Option<u64>> {
+            PBTree::remove(self, tx, k)
+        }
+        fn entries(&self, th: &mut PtmThread<'_>) -> Vec<(u64, u64)> {
+            contents(*self, th).into_iter().collect()
+        }
+        fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String> {
+            PBTree::check(self, th)
+        }
+    }
+
+    #[test]
+    fn same_keys_stress() {
+        each_algorithm(|ptm| {
+            let mut th = ptm.thread().unwrap();
+            let t = th.atomic(|tx| PBTree::create_in(tx, 4)).unwrap();
+            drop(th);
+            crate::ds::testutil::same_keys_stress(ptm, t);
         });
     }
 }

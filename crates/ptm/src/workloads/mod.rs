@@ -112,6 +112,24 @@ pub enum Scale {
     Full,
 }
 
+impl Scale {
+    pub const ALL: [Scale; 3] = [Scale::Tiny, Scale::Quick, Scale::Full];
+
+    /// `tiny`, `quick` or `full`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::Tiny => "tiny",
+            Scale::Quick => "quick",
+            Scale::Full => "full",
+        }
+    }
+
+    /// The scale named `s` (see [`Scale::name`]).
+    pub fn parse(s: &str) -> Option<Scale> {
+        Scale::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
 /// A workload on the PTM (module docs).
 pub trait PtmWorkload: Send + Sync {
     fn kind(&self) -> WorkloadKind;
@@ -193,6 +211,10 @@ mod tests {
             assert_eq!(WorkloadKind::parse(k.name()), Some(k));
         }
         assert_eq!(WorkloadKind::parse("vacation"), None);
+        for s in Scale::ALL {
+            assert_eq!(Scale::parse(s.name()), Some(s));
+        }
+        assert_eq!(Scale::parse("huge"), None);
     }
 
     /// Every workload loads at Tiny scale, runs transactions on 2 threads
@@ -222,14 +244,18 @@ mod tests {
                     "{} loaded twice",
                     kind.name()
                 );
+                let start = std::sync::Barrier::new(2);
                 std::thread::scope(|s| {
                     for t in 0..2 {
-                        let (w, ptm) = (&w, &ptm);
+                        let (w, ptm, start) = (&w, &ptm, &start);
                         s.spawn(move || {
                             let mut th = ptm.thread().unwrap();
                             let mut rng = thread_rng(99, t);
-                            for _ in 0..150 {
-                                w.run_one(&mut th, t, 2, &mut rng).unwrap();
+                            start.wait();
+                            for i in 0..300 {
+                                w.run_one(&mut th, t, 2, &mut rng).unwrap_or_else(|e| {
+                                    panic!("{} {} thread {t} txn {i}: {e}", kind.name(), alg.name())
+                                });
                             }
                         });
                     }
@@ -242,8 +268,10 @@ mod tests {
 }
 
 /// Throughput probe (not a benchmark: the bench crate measures): every
-/// workload at Quick scale, both algorithms, 1 and 2 threads, for
-/// `FERRITE_PTM_PROBE_MS` milliseconds each (default 1000). Run with
+/// workload at Quick scale (`FERRITE_PTM_PROBE_SCALE=full` for Full, then
+/// in a 4 GiB pool), both algorithms, 1 and 2 threads, for
+/// `FERRITE_PTM_PROBE_MS` milliseconds each (default 1000); only the
+/// workloads named in `FERRITE_PTM_PROBE_ONLY` (comma-separated) if set. Run with
 /// `cargo test -p ferrite-ptm --release --lib workloads::probe -- --ignored --nocapture`.
 #[cfg(test)]
 mod probe {
@@ -259,16 +287,28 @@ mod probe {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1000);
-        println!("workload       algorithm   thr  load_ms   commits/s  aborts/commit  fences/tx  max_log_lines  check");
+        let full = std::env::var("FERRITE_PTM_PROBE_SCALE").is_ok_and(|v| v == "full");
+        let (scale, pool_bytes) = if full {
+            (Scale::Full, 4u64 << 30)
+        } else {
+            (Scale::Quick, 512 << 20)
+        };
+        let only = std::env::var("FERRITE_PTM_PROBE_ONLY").unwrap_or_default();
+        println!(
+            "workload       algorithm   thr  load_ms   commits/s  aborts/commit  fences/tx  max_log_lines  check"
+        );
         for kind in WorkloadKind::ALL {
+            if !only.is_empty() && !only.split(',').any(|n| n == kind.name()) {
+                continue;
+            }
             for alg in Algorithm::ALL {
                 for threads in [1usize, 2] {
                     let pool = Pool::create_in_memory(
-                        &PoolOptions::new("ferrite-ptm", 512 << 20).domain(Domain::Adr),
+                        &PoolOptions::new("ferrite-ptm", pool_bytes).domain(Domain::Adr),
                     )
                     .unwrap();
                     let ptm = Ptm::create(&pool, &PtmOptions::new(alg)).unwrap();
-                    let w = make(kind, Scale::Quick, 1);
+                    let w = make(kind, scale, 1);
                     let t0 = Instant::now();
                     w.load(&ptm).unwrap();
                     let load_ms = t0.elapsed().as_millis();

@@ -157,7 +157,17 @@ impl TpccNewOrder {
         }
     }
 
+    /// The index, for a transaction of the run (the dimensions were
+    /// checked by [`TpccNewOrder::open_checked`] in `check`).
     fn open(&self, tx: &mut Tx<'_>, root: u64) -> TxResult<Index> {
+        let block = root_block(tx, root, self.magic())?;
+        let hdr = tx.load(block + 8)?;
+        Index::open(tx, self.index, hdr)
+    }
+
+    /// The index, after checking the root block's dimensions against the
+    /// configuration.
+    fn open_checked(&self, tx: &mut Tx<'_>, root: u64) -> TxResult<Index> {
         let block = root_block(tx, root, self.magic())?;
         let hdr = tx.load(block + 8)?;
         let index = Index::open(tx, self.index, hdr)?;
@@ -350,7 +360,7 @@ impl PtmWorkload for TpccNewOrder {
     fn check(&self, ptm: &Ptm) -> Result<(), String> {
         let root = ptm.root().raw();
         let mut th = ptm.thread().map_err(ptm_err)?;
-        let index = check_result(th.atomic(|tx| Ok(Ok(self.open(tx, root)?))))?;
+        let index = check_result(th.atomic(|tx| Ok(Ok(self.open_checked(tx, root)?))))?;
         let entries = index.check(&mut th)?;
         let c = self.cfg;
         let mut orders = 0u64;
