@@ -303,7 +303,11 @@ mod tests {
     #[test]
     fn a_threaded_batch_is_timed_by_its_workers() {
         let mut v = Variant::threaded("sleep", serde_json::json!({}), 2, 1, |t, _| {
-            std::thread::sleep(std::time::Duration::from_millis(if t == 0 { 30 } else { 5 }));
+            std::thread::sleep(std::time::Duration::from_millis(if t == 0 {
+                30
+            } else {
+                5
+            }));
         });
         let (secs, _) = v.batch(1);
         assert!((0.03..1.0).contains(&secs), "{secs} s");

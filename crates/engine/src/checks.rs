@@ -153,7 +153,8 @@ pub fn value(key: &[u8], version: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-type Change = (Vec<u8>, Option<Vec<u8>>);
+/// A key and its new value, or `None` for a delete.
+pub(crate) type Change = (Vec<u8>, Option<Vec<u8>>);
 
 /// What the workload saw acknowledged, and what each session had in
 /// flight (its changes in order) when the crash hit.
@@ -185,7 +186,19 @@ impl Model {
     }
 }
 
-fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
+/// The batch operations of `changes`.
+pub(crate) fn batch_ops(changes: &[Change]) -> Vec<Op<'_>> {
+    changes
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) => Op::Put { key: k, value: v },
+            None => Op::Delete { key: k },
+        })
+        .collect()
+}
+
+/// Applies `changes` in order to the model `m`.
+pub(crate) fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
     for (k, v) in changes {
         match v {
             Some(v) => m.insert(k.clone(), v.clone()),
@@ -244,13 +257,7 @@ fn script(
                     changes.push((k, Some(v)));
                 }
             }
-            let ops: Vec<Op<'_>> = changes
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Op::Put { key: k, value: v },
-                    None => Op::Delete { key: k },
-                })
-                .collect();
+            let ops = batch_ops(&changes);
             m.begin(t, changes.clone());
             s.batch(&ops)
                 .unwrap_or_else(|e| panic!("step {step}: batch: {e}"));
@@ -309,7 +316,9 @@ fn recover(pool: &Pool, opts: &StoreOptions) -> Result<Recovered, String> {
     Ok(Recovered { walk, store })
 }
 
-fn blocks_match(store: &Store, walk: &Walk) -> Result<(), String> {
+/// The blocks `walk` references are exactly the allocator's allocated
+/// blocks, each referenced once and large enough.
+pub(crate) fn blocks_match(store: &Store, walk: &Walk) -> Result<(), String> {
     let mut referenced = BTreeMap::new();
     for &(off, need) in &walk.blocks {
         if referenced.insert(off, need).is_some() {

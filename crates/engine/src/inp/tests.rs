@@ -9,7 +9,7 @@ use ferrite_crash::explorer::{Config, Explorer, SimRun};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// An allocator, and whether the store uses the intent protocol on it
 /// (as it must on an allocator that cannot prepare, PMDK's, which the
@@ -81,25 +81,7 @@ fn check(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
 
 fn check_blocks(store: &Store) {
     let w = store.walk().unwrap();
-    let mut alloc = BTreeMap::new();
-    store.allocator().for_each_allocated(&mut |o, n| {
-        alloc.insert(o.raw(), n as u64);
-    });
-    let mine: BTreeMap<u64, u64> = w.blocks.iter().copied().collect();
-    assert_eq!(mine.len(), w.blocks.len(), "a block listed twice");
-    let a: BTreeSet<_> = alloc.keys().collect();
-    let m: BTreeSet<_> = mine.keys().collect();
-    assert!(
-        a == m,
-        "allocated blocks != referenced blocks: {} vs {}; only allocated: {:?}; only referenced: {:?}",
-        a.len(),
-        m.len(),
-        a.difference(&m).take(5).collect::<Vec<_>>(),
-        m.difference(&a).take(5).collect::<Vec<_>>()
-    );
-    for (o, need) in &mine {
-        assert!(alloc[o] >= *need, "block {o:#x} smaller than its content");
-    }
+    crate::checks::blocks_match(store, &w).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -834,19 +816,7 @@ fn verify(st: &Store, m: &Model) -> Result<(), String> {
                 .collect::<Vec<_>>()
         ));
     }
-    let mut alloc = BTreeSet::new();
-    st.allocator().for_each_allocated(&mut |o, _| {
-        alloc.insert(o.raw());
-    });
-    let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
-    if alloc != mine {
-        return Err(format!(
-            "blocks: {} allocated, {} referenced",
-            alloc.len(),
-            mine.len()
-        ));
-    }
-    Ok(())
+    crate::checks::blocks_match(st, &w)
 }
 
 fn explore(a: M, fault: Option<Fault>, budget: usize) -> ferrite_crash::explorer::Report {
@@ -1095,19 +1065,7 @@ fn verify2(st: &Store, m: &Shared) -> Result<(), String> {
             got.len()
         ));
     }
-    let mut alloc = BTreeSet::new();
-    st.allocator().for_each_allocated(&mut |o, _| {
-        alloc.insert(o.raw());
-    });
-    let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
-    if alloc != mine {
-        return Err(format!(
-            "blocks: {} allocated, {} referenced",
-            alloc.len(),
-            mine.len()
-        ));
-    }
-    Ok(())
+    crate::checks::blocks_match(st, &w)
 }
 
 #[test]
