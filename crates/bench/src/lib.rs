@@ -30,6 +30,7 @@ pub mod page_suite;
 #[cfg(feature = "pmdk")]
 pub mod pmdk_alloc;
 pub mod probe;
+pub mod ptm_suite;
 pub mod registry;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
@@ -46,10 +47,12 @@ pub use registry::{REGISTRY, SuiteDef, SuiteFn, run_suite, suites};
 pub use row::{Row, read_json, set_ratios, write_json};
 pub use table::{format_table, print_table};
 
-/// Prints `rows` as a table on stdout and, when `ctx.json` is set, appends
-/// them to that file as JSON lines.
+/// Prints `rows` as a table on stdout (followed by the `ptm` suite's
+/// summary of targets when they hold `ptm` rows) and, when `ctx.json` is
+/// set, appends them to that file as JSON lines.
 pub fn report(rows: &[Row], ctx: &BenchCtx) -> Result<(), BenchError> {
     print_table(rows);
+    ptm_suite::print_summary(rows);
     if let Some(path) = &ctx.json {
         write_json(path, rows)?;
     }

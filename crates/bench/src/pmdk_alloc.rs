@@ -115,10 +115,15 @@
 //!
 //! # Engines
 //!
-//! CoW and LSM run on this allocator. InP does not: it folds allocator
-//! operations into its own log with [`AllocThread::prepare`], which PMDK
-//! cannot offer, and checks blocks against a heap area inside the pool,
-//! which a PMDK store does not have; its writes are refused with an error.
+//! All three engines run on this allocator. CoW and LSM publish their
+//! blocks with their root switch or manifest. InP, which on Ferrite's
+//! allocators folds allocator operations into its own log with
+//! [`AllocThread::prepare`] (which PMDK cannot offer), runs its *intent
+//! protocol* here (`ferrite_engine::inp`): it logs the blocks it is about
+//! to publish, publishes them (one publish per write that allocates,
+//! with the frees earlier writes owe), commits its record, and defers its
+//! own frees to the next write; recovery frees the blocks of an
+//! uncommitted write and completes owed frees.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -61,6 +61,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         description: "storage engines inp / cow / lsm x ferrite / nstore-lock heaps vs LMDB on /dev/shm: P2 mixes p2-a..h, variable tuples, TPC-C, 1-2 threads, adr/eadr, p50/p99/p99.9, recovery time [P2 §4]",
         run: crate::engine_suite::run,
     },
+    SuiteDef {
+        name: "ptm",
+        description: "persistent transactional memory: orec-eager / orec-lazy x adr / eadr / pdram / pdram-lite / volatile x TATP, TPC-C (hash, B+tree), B+tree, Vacation, 1-2 threads; fence removal; vs ferrite-tx and PMDK transactions; summary of the targets [P3]",
+        run: crate::ptm_suite::run,
+    },
 ];
 
 /// `(name, description)` of every registered suite.

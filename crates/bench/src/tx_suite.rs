@@ -81,7 +81,7 @@ pub const VALUE_LEN: usize = 256;
 pub const STRUCTURES: [Structure; 4] = Structure::ALL;
 const MIB: u64 = 1 << 20;
 
-fn domain() -> Domain {
+pub(crate) fn domain() -> Domain {
     if FlushKind::best().is_some() {
         Domain::Adr
     } else {
@@ -107,7 +107,7 @@ fn value_of(key: u64) -> [u8; VALUE_LEN] {
     v
 }
 
-fn unsupported(what: &str, e: impl std::fmt::Display) -> BenchError {
+pub(crate) fn unsupported(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Unsupported(format!("{what}: {e}"))
 }
 
@@ -133,6 +133,18 @@ fn ferrite_pool(
     threads: usize,
     keys: u64,
 ) -> Result<(Pool, u64), BenchError> {
+    ferrite_pool_with(s, strategy, threads, keys, &opts())
+}
+
+/// [`ferrite_pool`] with the structure's options `o` (the `ptm` suite's
+/// peers use 8-byte values).
+pub(crate) fn ferrite_pool_with(
+    s: Structure,
+    strategy: Strategy,
+    threads: usize,
+    keys: u64,
+    o: &DsOptions,
+) -> Result<(Pool, u64), BenchError> {
     let pool = Pool::create_in_memory(
         &PoolOptions::new("bench-tx", pool_bytes(s, keys)).domain(domain()),
     )?;
@@ -144,7 +156,7 @@ fn ferrite_pool(
     )
     .map_err(|e| unsupported("tx pool", e))?;
     let mut th = txp.thread().map_err(|e| unsupported("attach", e))?;
-    let map = ds::create(s, &mut th, opts()).map_err(|e| unsupported("create", e))?;
+    let map = ds::create(s, &mut th, *o).map_err(|e| unsupported("create", e))?;
     let h = map.header();
     drop(map);
     drop(th);
@@ -153,7 +165,7 @@ fn ferrite_pool(
 
 /// Touches every page of an in-memory pool, so that zeroing fresh pages
 /// is not part of what is timed (PMDK's pool is prefaulted at creation).
-fn prefault(pool: &Pool) {
+pub(crate) fn prefault(pool: &Pool) {
     let d = pool.data();
     d.fill(0, d.len(), 0);
 }
@@ -351,14 +363,14 @@ fn has_pmdk_peer(s: Structure) -> bool {
 
 /// The PMDK structure of a `pmdk-tx` row.
 #[cfg(feature = "pmdk")]
-enum PmdkPeer {
+pub(crate) enum PmdkPeer {
     Map(ferrite_pmdk::txmap::PmemTxMap),
     Tree(ferrite_pmdk::txbtree::PmemTxBtree),
 }
 
 #[cfg(feature = "pmdk")]
 impl PmdkPeer {
-    fn insert(&self, key: u64, value: &[u8]) -> ferrite_pmdk::Result<bool> {
+    pub(crate) fn insert(&self, key: u64, value: &[u8]) -> ferrite_pmdk::Result<bool> {
         match self {
             PmdkPeer::Map(m) => m.insert(key, value),
             PmdkPeer::Tree(t) => t.insert(key, value),
@@ -377,14 +389,26 @@ fn pmdk_peer(
     if !has_pmdk_peer(s) {
         return Ok(None);
     }
+    pmdk_peer_with(s, threads, keys, &opts(), "tx").map(Some)
+}
+
+/// The PMDK peer of `s` (the hash map or the B+tree) with the structure
+/// options `o`, in a fresh pool `/dev/shm/ferrite-bench-<tag>-…`.
+#[cfg(feature = "pmdk")]
+pub(crate) fn pmdk_peer_with(
+    s: Structure,
+    threads: usize,
+    keys: u64,
+    o: &DsOptions,
+    tag: &str,
+) -> Result<(std::path::PathBuf, PmdkPeer), BenchError> {
     let path = std::path::PathBuf::from(format!(
-        "{}/ferrite-bench-tx-{}-{}-{threads}",
+        "{}/ferrite-bench-{tag}-{}-{}-{threads}",
         ferrite_pmdk::SHM_DIR,
         std::process::id(),
         s.name()
     ));
     let _ = std::fs::remove_file(&path);
-    let o = opts();
     let what = |e| unsupported(&format!("pmdk {s} {}", path.display()), e);
     let peer = if s == Structure::BpTree {
         PmdkPeer::Tree(
@@ -392,7 +416,7 @@ fn pmdk_peer(
                 &path,
                 (keys * 700 + 128 * MIB) as usize,
                 o.fanout,
-                VALUE_LEN,
+                o.value_len,
             )
             .map_err(what)?,
         )
@@ -403,12 +427,12 @@ fn pmdk_peer(
                 (keys * 400 + 128 * MIB) as usize,
                 o.subs,
                 o.buckets,
-                VALUE_LEN,
+                o.value_len,
             )
             .map_err(what)?,
         )
     };
-    Ok(Some((path, peer)))
+    Ok((path, peer))
 }
 
 // ---- recovery -------------------------------------------------------------------------

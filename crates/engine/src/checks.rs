@@ -78,6 +78,11 @@ pub enum Run {
     Tearing,
     Threads,
     Eadr,
+    /// InP's intent protocol (what a store on PMDK's allocator runs, which
+    /// the simulator cannot host) on a Ferrite allocator.
+    Intent(AllocKind),
+    /// The same with two lockstep sessions.
+    IntentThreads,
 }
 
 impl Run {
@@ -87,8 +92,18 @@ impl Run {
             Run::Tearing => "main-ferrite-tearing".into(),
             Run::Threads => "threads-2".into(),
             Run::Eadr => "eadr-stores".into(),
+            Run::Intent(a) => format!("intent-{a}"),
+            Run::IntentThreads => "intent-threads-2".into(),
         }
     }
+}
+
+/// [`check_options`] with InP's intent protocol
+/// ([`crate::inp::Options::intent_allocs`]).
+fn intent_options(alloc: AllocKind, fault: Fault) -> StoreOptions {
+    let mut o = check_options(EngineKind::Inp, alloc, fault);
+    o.inp.intent_allocs = true;
+    o
 }
 
 /// The store options of the checks for `kind` on `alloc`: the engine's
@@ -138,7 +153,8 @@ pub fn value(key: &[u8], version: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-type Change = (Vec<u8>, Option<Vec<u8>>);
+/// A key and its new value, or `None` for a delete.
+pub(crate) type Change = (Vec<u8>, Option<Vec<u8>>);
 
 /// What the workload saw acknowledged, and what each session had in
 /// flight (its changes in order) when the crash hit.
@@ -170,7 +186,19 @@ impl Model {
     }
 }
 
-fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
+/// The batch operations of `changes`.
+pub(crate) fn batch_ops(changes: &[Change]) -> Vec<Op<'_>> {
+    changes
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) => Op::Put { key: k, value: v },
+            None => Op::Delete { key: k },
+        })
+        .collect()
+}
+
+/// Applies `changes` in order to the model `m`.
+pub(crate) fn apply(m: &mut BTreeMap<Vec<u8>, Vec<u8>>, changes: &[Change]) {
     for (k, v) in changes {
         match v {
             Some(v) => m.insert(k.clone(), v.clone()),
@@ -229,13 +257,7 @@ fn script(
                     changes.push((k, Some(v)));
                 }
             }
-            let ops: Vec<Op<'_>> = changes
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Op::Put { key: k, value: v },
-                    None => Op::Delete { key: k },
-                })
-                .collect();
+            let ops = batch_ops(&changes);
             m.begin(t, changes.clone());
             s.batch(&ops)
                 .unwrap_or_else(|e| panic!("step {step}: batch: {e}"));
@@ -294,7 +316,9 @@ fn recover(pool: &Pool, opts: &StoreOptions) -> Result<Recovered, String> {
     Ok(Recovered { walk, store })
 }
 
-fn blocks_match(store: &Store, walk: &Walk) -> Result<(), String> {
+/// The blocks `walk` references are exactly the allocator's allocated
+/// blocks, each referenced once and large enough.
+pub(crate) fn blocks_match(store: &Store, walk: &Walk) -> Result<(), String> {
     let mut referenced = BTreeMap::new();
     for &(off, need) in &walk.blocks {
         if referenced.insert(off, need).is_some() {
@@ -491,25 +515,43 @@ pub fn check_run(
             cfg.domain(Domain::Eadr).crash_on_store(true),
             &check_options(kind, AllocKind::Ferrite, fault),
         ),
+        Run::Intent(a) => check_main(cfg, &intent_options(a, fault)),
+        Run::IntentThreads => check_threads(cfg, &intent_options(AllocKind::Ferrite, fault)),
     }
 }
 
-fn plan(cfg: &Config) -> Vec<(Run, usize)> {
+fn plan(cfg: &Config, kind: EngineKind, fault: Fault) -> Vec<(Run, usize)> {
+    let intent = vec![
+        (Run::Intent(AllocKind::Ferrite), 2),
+        (Run::Intent(AllocKind::Lock), 1),
+        (Run::IntentThreads, 1),
+    ];
+    // The intent protocol's own planted bugs live only there.
+    if let Fault::Inp(f) = fault
+        && crate::inp::Fault::INTENT.contains(&f)
+    {
+        return intent;
+    }
     // A domain or tearing mode chosen by the user applies to every run.
-    if cfg.domain != Domain::Adr || cfg.tearing {
-        return vec![
+    let mut p = if cfg.domain != Domain::Adr || cfg.tearing {
+        vec![
             (Run::Main(AllocKind::Ferrite), 3),
             (Run::Main(AllocKind::Lock), 2),
             (Run::Threads, 2),
-        ];
+        ]
+    } else {
+        vec![
+            (Run::Main(AllocKind::Ferrite), 3),
+            (Run::Main(AllocKind::Lock), 2),
+            (Run::Tearing, 1),
+            (Run::Threads, 2),
+            (Run::Eadr, 1),
+        ]
+    };
+    if kind == EngineKind::Inp {
+        p.extend(intent);
     }
-    vec![
-        (Run::Main(AllocKind::Ferrite), 3),
-        (Run::Main(AllocKind::Lock), 2),
-        (Run::Tearing, 1),
-        (Run::Threads, 2),
-        (Run::Eadr, 1),
-    ]
+    p
 }
 
 /// `ferrite check engine-<kind>` with a planted `fault` (or
@@ -522,7 +564,7 @@ pub fn check_engine_fault(
 ) -> Result<Vec<(String, Report)>, CheckError> {
     spend_budget(
         &cfg,
-        plan(&cfg),
+        plan(&cfg, kind, fault),
         MAX_EXTRA,
         |i| {
             if i % 2 == 0 {
@@ -546,6 +588,7 @@ pub fn planted_faults(kind: EngineKind) -> Vec<Fault> {
     match kind {
         EngineKind::Inp => crate::inp::Fault::ALL
             .iter()
+            .chain(crate::inp::Fault::INTENT)
             .map(|&f| Fault::Inp(f))
             .collect(),
         EngineKind::Cow => crate::cow::Fault::ALL

@@ -11,7 +11,9 @@
 //!
 //! Each runs over any allocator behind `ferrite-alloc`'s
 //! [`PAllocator`](ferrite_alloc::PAllocator) ([`AllocKind`]): P2's
-//! allocator axis.
+//! allocator axis. PMDK's included: InP, which folds allocator operations
+//! into its own log on Ferrite's allocators, runs an intent protocol on an
+//! allocator that cannot `prepare` them ([`inp`] module docs).
 //!
 //! # API
 //!

@@ -385,22 +385,13 @@ impl Run<'_> {
         }
     }
 
+    /// A fence where the domain needs one (none under P3's incorrect
+    /// fence-removal diagnostic).
     #[inline]
     fn fence(&mut self) {
-        if self.ptm.fences {
+        if self.ptm.fences && !self.ptm.opts.fence_removal {
             self.ptm.region.fence();
             self.c.stats.fences += 1;
-        } else {
-            compiler_fence(Ordering::SeqCst);
-        }
-    }
-
-    /// A fence on the write path: dropped by P3's (incorrect) fence-removal
-    /// diagnostic.
-    #[inline]
-    fn write_fence(&mut self) {
-        if !self.ptm.opts.fence_removal {
-            self.fence();
         } else {
             compiler_fence(Ordering::SeqCst);
         }
@@ -549,7 +540,7 @@ impl Run<'_> {
         self.c.stats.log_entries += n as u64;
         self.flush_dirty();
         if !self.fault(Fault::UndoNoFence) {
-            self.write_fence();
+            self.fence();
         }
         Ok(())
     }
@@ -616,7 +607,7 @@ impl Run<'_> {
         self.apply_ops();
         self.flush_dirty();
         if !self.fault(Fault::CommitBeforeData) {
-            self.write_fence();
+            self.fence();
         }
         let so = self.slot_off();
         p.region
@@ -729,7 +720,7 @@ impl Run<'_> {
         // Captured memory must be durable before the links to it are.
         self.flush_dirty();
         if !self.fault(Fault::WriteBackBeforeLog) {
-            self.write_fence(); // fence 1: the commit point
+            self.fence(); // fence 1: the commit point
         }
         // Write back: operations (atomic updates) before the stores, so no
         // flush is in flight across them.
@@ -739,7 +730,7 @@ impl Run<'_> {
             self.c.st.dirty.push(off);
         }
         self.flush_dirty();
-        self.write_fence(); // fence 2
+        self.fence(); // fence 2
         if self.fault(Fault::ReleaseBeforeApplied) {
             // Planted: the orecs go before the log is marked applied.
             for &(i, _) in &self.c.st.locks {

@@ -40,21 +40,7 @@ fn reopen(pool: &Pool, o: &StoreOptions) -> (Pool, Store) {
 fn check_blocks(store: &Store) -> Walk {
     store.quiesce().unwrap();
     let w = store.walk().unwrap();
-    let mut alloc = BTreeMap::new();
-    store.allocator().for_each_allocated(&mut |off, size| {
-        alloc.insert(off.raw(), size as u64);
-    });
-    let mut used = BTreeMap::new();
-    for &(off, need) in &w.blocks {
-        assert!(used.insert(off, need).is_none(), "block {off:#x} twice");
-        let size = alloc.get(&off).copied();
-        assert!(
-            size.is_some_and(|s| s >= need),
-            "block {off:#x} ({need} B) not allocated or too small ({size:?})"
-        );
-    }
-    let leaked: Vec<_> = alloc.keys().filter(|o| !used.contains_key(o)).collect();
-    assert!(leaked.is_empty(), "allocated but unreferenced: {leaked:x?}");
+    crate::checks::blocks_match(store, &w).unwrap_or_else(|e| panic!("{e}"));
     w
 }
 
@@ -310,20 +296,8 @@ fn randomized_against_model_with_reopen() {
                                         .then(|| value(rng.random(), vlen(&mut rng)));
                                     owned.push((k, v));
                                 }
-                                let ops: Vec<Op<'_>> = owned
-                                    .iter()
-                                    .map(|(k, v)| match v {
-                                        Some(v) => Op::Put { key: k, value: v },
-                                        None => Op::Delete { key: k },
-                                    })
-                                    .collect();
-                                s.batch(&ops).unwrap();
-                                for (k, v) in owned {
-                                    match v {
-                                        Some(v) => model.insert(k, v),
-                                        None => model.remove(&k),
-                                    };
-                                }
+                                s.batch(&crate::checks::batch_ops(&owned)).unwrap();
+                                crate::checks::apply(&mut model, &owned);
                             }
                             75..=89 => {
                                 let k = key(&mut rng);
@@ -727,13 +701,7 @@ fn explore_with(
                             }
                         }
                     } else {
-                        let b: Vec<Op<'_>> = ops
-                            .iter()
-                            .map(|(k, v)| match v {
-                                Some(v) => Op::Put { key: k, value: v },
-                                None => Op::Delete { key: k },
-                            })
-                            .collect();
+                        let b = crate::checks::batch_ops(ops);
                         s.batch(&b).unwrap();
                     }
                     apply(&mut m.done, ops);
@@ -1026,13 +994,7 @@ fn crash_explorer_two_sessions_interleaved() {
                 })
                 .collect();
             shared.lock().unwrap().inflight[t] = Some(ops.clone());
-            let b: Vec<Op<'_>> = ops
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Op::Put { key: k, value: v },
-                    None => Op::Delete { key: k },
-                })
-                .collect();
+            let b = crate::checks::batch_ops(&ops);
             s.batch(&b).unwrap();
             let mut m = shared.lock().unwrap();
             apply(&mut m.done[t], &ops);

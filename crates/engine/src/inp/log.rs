@@ -13,6 +13,28 @@
 //!        allocator operation (16 B): ferrite_alloc::MetaOp::encode (kind 1..=3 in the top byte)
 //!        write (16 B + data padded to 8): word0 = 4 << 56 | pool offset, word1 = length, data
 //!        fresh block (16 B): word0 = 5 << 56 | pool offset, word1 = length | CRC32C << 32
+//!        write into a block (16 B + data padded to 8; intent protocol only):
+//!            word0 = 6 << 56 | pool offset, word1 = length | (offset - block start) << 32, data
+//!        pending free (16 B; intent protocol only): word0 = 7 << 56 | block offset, word1 = 0
+//! ```
+//!
+//! Stores on an allocator that can `prepare` (the Ferrite heap, the lock
+//! heap) use kinds 1..=5 only, exactly as before the intent protocol
+//! existed. Stores using the intent protocol (`inp` module docs) log no
+//! allocator operations (kinds 1..=3); they name the block every write
+//! lands in (kind 6), so that recovery checks it against the allocator
+//! rather than against a heap range, and list the frees the record owes
+//! (kind 7), which recovery completes for the newest committed record.
+//!
+//! # Intent record (intent area, intent protocol only; little-endian)
+//!
+//! ```text
+//!  0  4  CRC32C (seeded from the store nonce) of bytes 4..len
+//!  4  4  len: 24 + 8 n
+//!  8  8  seq: the record whose blocks these are (it commits as record seq)
+//! 16  4  n: blocks
+//! 20  4  magic "IINT"
+//! 24 8n  pool offsets of the blocks the transaction publishes before it commits
 //! ```
 //!
 //! A *fresh* item names a block the operation allocated and wrote directly
@@ -31,14 +53,35 @@ pub(crate) const REC_HDR: usize = 24;
 const REC_MAGIC: u32 = u32::from_le_bytes(*b"IREC");
 const KIND_WRITE: u64 = 4;
 const KIND_FRESH: u64 = 5;
+const KIND_WRITE_IN: u64 = 6;
+const KIND_FREE: u64 = 7;
+pub(crate) const INTENT_HDR: usize = 24;
+const INTENT_MAGIC: u32 = u32::from_le_bytes(*b"IINT");
 const OFF_MASK: u64 = (1 << 56) - 1;
 
 /// One item of a record.
 #[derive(Debug)]
 pub(crate) enum Item<'a> {
-    Write { off: u64, data: &'a [u8] },
+    Write {
+        off: u64,
+        data: &'a [u8],
+    },
     Meta(MetaOp),
-    Fresh { off: u64, len: usize, crc: u32 },
+    Fresh {
+        off: u64,
+        len: usize,
+        crc: u32,
+    },
+    /// A write into the allocator block that starts at `base`.
+    WriteIn {
+        base: u64,
+        off: u64,
+        data: &'a [u8],
+    },
+    /// A free this record owes (intent protocol).
+    Free {
+        off: u64,
+    },
 }
 
 /// CRC seed of a store: stale records of another store never validate.
@@ -72,6 +115,29 @@ impl RecBuf {
         self.buf.extend_from_slice(data);
         let pad = data.len().next_multiple_of(8) - data.len();
         self.buf.extend(std::iter::repeat_n(0u8, pad));
+        self.items += 1;
+    }
+
+    /// A write into the block at `base` (intent protocol): the item
+    /// carries the block's start so that recovery can check the write
+    /// against the allocator. `off - base` must fit 32 bits.
+    pub fn push_write_in(&mut self, base: u64, off: u64, data: &[u8]) {
+        self.buf
+            .extend_from_slice(&((KIND_WRITE_IN << 56) | (off & OFF_MASK)).to_le_bytes());
+        let rel = off - base;
+        self.buf
+            .extend_from_slice(&((data.len() as u64 & 0xFFFF_FFFF) | (rel << 32)).to_le_bytes());
+        self.buf.extend_from_slice(data);
+        let pad = data.len().next_multiple_of(8) - data.len();
+        self.buf.extend(std::iter::repeat_n(0u8, pad));
+        self.items += 1;
+    }
+
+    /// A free the record owes (intent protocol).
+    pub fn push_free(&mut self, off: u64) {
+        self.buf
+            .extend_from_slice(&((KIND_FREE << 56) | (off & OFF_MASK)).to_le_bytes());
+        self.buf.extend_from_slice(&0u64.to_le_bytes());
         self.items += 1;
     }
 
@@ -136,16 +202,28 @@ pub(crate) fn for_each_item(
         };
         let w0 = u64::from_le_bytes(w[0..8].try_into().expect("8 bytes"));
         let w1 = u64::from_le_bytes(w[8..16].try_into().expect("8 bytes"));
-        if w0 >> 56 == KIND_WRITE {
-            let len = usize::try_from(w1).map_err(|_| "write length".to_string())?;
+        if w0 >> 56 == KIND_WRITE || w0 >> 56 == KIND_WRITE_IN {
+            let (len, rel) = if w0 >> 56 == KIND_WRITE {
+                (w1, None)
+            } else {
+                (w1 & 0xFFFF_FFFF, Some(w1 >> 32))
+            };
+            let len = usize::try_from(len).map_err(|_| "write length".to_string())?;
             let end = (at + 16)
                 .checked_add(len.next_multiple_of(8))
                 .filter(|&e| e <= rec.len())
                 .ok_or_else(|| format!("write item {i} past the record end"))?;
-            f(Item::Write {
-                off: w0 & OFF_MASK,
-                data: &rec[at + 16..at + 16 + len],
-            })?;
+            let off = w0 & OFF_MASK;
+            let data = &rec[at + 16..at + 16 + len];
+            match rel {
+                None => f(Item::Write { off, data })?,
+                Some(rel) => {
+                    let base = off
+                        .checked_sub(rel)
+                        .ok_or_else(|| format!("write item {i}: block start below zero"))?;
+                    f(Item::WriteIn { base, off, data })?
+                }
+            }
             at = end;
         } else if w0 >> 56 == KIND_FRESH {
             f(Item::Fresh {
@@ -153,6 +231,9 @@ pub(crate) fn for_each_item(
                 len: (w1 & 0xFFFF_FFFF) as usize,
                 crc: (w1 >> 32) as u32,
             })?;
+            at += 16;
+        } else if w0 >> 56 == KIND_FREE {
+            f(Item::Free { off: w0 & OFF_MASK })?;
             at += 16;
         } else {
             let op = MetaOp::decode(w).ok_or_else(|| format!("item {i}: unknown kind"))?;
@@ -164,4 +245,61 @@ pub(crate) fn for_each_item(
         return Err("record length does not match its items".into());
     }
     Ok(())
+}
+
+/// Builds the intent record of transaction `seq` naming `blocks` into
+/// `buf` (see the module docs).
+pub(crate) fn build_intent(
+    buf: &mut Vec<u8>,
+    seq: u64,
+    seed: u32,
+    blocks: impl ExactSizeIterator<Item = u64>,
+) {
+    let n = blocks.len();
+    buf.clear();
+    buf.resize(INTENT_HDR, 0);
+    for b in blocks {
+        buf.extend_from_slice(&b.to_le_bytes());
+    }
+    let len = (INTENT_HDR + 8 * n) as u32;
+    buf[4..8].copy_from_slice(&len.to_le_bytes());
+    buf[8..16].copy_from_slice(&seq.to_le_bytes());
+    buf[16..20].copy_from_slice(&(n as u32).to_le_bytes());
+    buf[20..24].copy_from_slice(&INTENT_MAGIC.to_le_bytes());
+    let crc = crc32c::crc32c_append(seed, &buf[4..]);
+    buf[0..4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Bytes an intent naming `n` blocks takes.
+pub(crate) fn intent_len(n: usize) -> usize {
+    INTENT_HDR + 8 * n
+}
+
+/// The intent record in the `cap`-byte area at pool offset `at`:
+/// `(seq, blocks)` when it is whole (CRC), `None` otherwise (never
+/// written, torn, or invalidated by recovery).
+pub(crate) fn read_intent(
+    pool: &ferrite_pmem::Region,
+    at: usize,
+    cap: usize,
+    seed: u32,
+) -> Option<(u64, Vec<u64>)> {
+    let mut h = [0u8; INTENT_HDR];
+    pool.read(at, &mut h);
+    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let len = u32_at(4) as usize;
+    let n = u32_at(16) as usize;
+    if u32_at(20) != INTENT_MAGIC || len > cap || n.checked_mul(8)? + INTENT_HDR != len {
+        return None;
+    }
+    let rec = pool.read_vec(at, len);
+    if u32_at(0) != crc32c::crc32c_append(seed, &rec[4..]) {
+        return None;
+    }
+    let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+    let blocks = rec[INTENT_HDR..]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    Some((seq, blocks))
 }

@@ -20,9 +20,11 @@
 //!   the bytes every in-place change writes (tuple values, leaf bitmaps and
 //!   slots, inner nodes, the root word) plus the allocator's operations,
 //!   obtained with `AllocThread::prepare` so that allocation and free commit
-//!   with the record and cost no fence of their own. Blocks the operation
-//!   allocated (new tuples, new nodes) are written directly and flushed: no
-//!   durable pointer reaches them before the record commits.
+//!   with the record and cost no fence of their own (an allocator that
+//!   cannot prepare, PMDK's, gets the *intent protocol* below instead).
+//!   Blocks the operation allocated (new tuples, new nodes) are written
+//!   directly and flushed: no durable pointer reaches them before the
+//!   record commits.
 //! - **Writers** are serialized by one mutex held across their medium events
 //!   (marked with `LockHeld`); **readers** (`get`, `scan`) take a shared
 //!   `RwLock` that writers take exclusively only for the short apply phase
@@ -91,15 +93,75 @@
 //! values, one thread: 270–740 k ops/s in place vs 160–390 k out of place,
 //! on a shared, noisy 2-core machine).
 //!
+//! # Intent protocol (allocators that cannot `prepare`: PMDK's)
+//!
+//! PMDK applies its heap metadata only inside its own `pmemobj_publish`,
+//! so its operations cannot ride in the record. A store on such an
+//! allocator (or made with [`Options::intent_allocs`], which the crash
+//! checks use on Ferrite's allocators) commits a write instead as:
+//!
+//! 1. reserve and fill the new blocks, build the record (as above, with
+//!    no allocator operations);
+//! 2. if the write allocates: write the **intent** — the list of its new
+//!    blocks, tagged with the record's seq — to the intent area, flush it
+//!    with the new blocks, **fence**; then **publish** the blocks through
+//!    the allocator (one publish, carrying also the frees earlier records
+//!    owe, when they fit);
+//! 3. write the record, flush it and the previous record's in-place
+//!    stores, **fence** (the commit), apply in place — as above;
+//! 4. the record's own frees are *owed*: published by the next record
+//!    (with its blocks, or after its commit), never sooner, because until
+//!    the next record commits the one before this may be replayed and may
+//!    write into them. The record lists what it owes (its own frees, and
+//!    the earlier ones it did not publish before its commit).
+//!
+//! Recovery, besides the replay: the blocks of an intent whose record
+//! did not commit are freed (no committed record links them); the frees
+//! the newest committed record owes are completed; both only for blocks
+//! the allocator still holds, found by one walk of its blocks
+//! (`for_each_allocated`: an offset alone need not tell a freed block from
+//! a live one — the lock heap reads a stale header inside a coalesced free
+//! span as live), so nothing is freed twice; then the intent is
+//! invalidated and the records retired. An older record's write into a
+//! block already freed by an interrupted earlier recovery is skipped (the
+//! block is dead either way). The intent of transaction `i` is written
+//! only after record `i-1`'s commit fence, which made every record up to
+//! `i-2` durable: recovery skips those, which is what lets the frees owed
+//! by `i-1` be published with `i`'s blocks. Records name the block each
+//! write lands in, and recovery checks it against the allocator, since a
+//! PMDK store has no heap range in the pool (reads check the mapping's
+//! bounds and the node and tuple formats).
+//!
+//! Fences (Ferrite-counted, measured by
+//! `tests::fences_per_op_on_the_intent_protocol`): an update in place is
+//! unchanged, **1**. A write that allocates pays **+1** for the intent and
+//! the allocator's publish (Ferrite heap: 1–2, so an insert measures 3.13
+//! against 1.01; lock heap 5.24 against 3.12). On PMDK an insert of a
+//! 1000-byte value measures 2.00 Ferrite fences (intent, commit) plus
+//! 2.15 of PMDK's own inside its publish (ferrite-bench's
+//! `engine_fences_on_pmdk_are_counted` with `pmdk-count`; PMDK's are not
+//! seen by ferrite-pmem's counters), and one more Ferrite fence before
+//! the publish when PMDK is on its msync path. A write that only frees
+//! pays the publish of what the previous one owes after its commit
+//! (delete: 2.11 against 1; on PMDK 1.00 Ferrite fence plus 2.09 of
+//! PMDK's). So about 2 fences more per allocating batch
+//! (3 with PMDK's publish), none for an in-place update. The Ferrite heap
+//! and the lock heap keep the one-fence path above unless asked.
+//!
 //! # Fixed area (little-endian, pool offsets from the area start)
 //!
 //! ```text
 //!  0  8  magic "FRTINP01"
 //!  8  8  root node (pool offset; 0 = empty tree)
 //! 16  8  retired: records with seq <= this are dead (set by recovery)
-//! 24 40  zero
-//! 64     log area 0 (L bytes), then log area 1 (L bytes); L = (area - 64) / 2, a multiple of 64
+//! 24  8  I: bytes of the intent area (0: no intent protocol; a multiple of 64)
+//! 32 32  zero
+//! 64     log area 0 (L bytes), log area 1 (L bytes), intent area (I bytes);
+//!        L = (area - 64 - I) / 2, rounded down to a multiple of 64
 //! ```
+//!
+//! The intent area holds one intent record (`inp/log.rs`), overwritten by
+//! the next allocating write; recovery invalidates it (first word zero).
 
 mod log;
 #[cfg(test)]
@@ -135,6 +197,12 @@ pub struct Options {
     /// Largest value updated in place; larger ones get a new tuple (their
     /// bytes would be written twice, once in the log).
     pub inplace_max: usize,
+    /// Use the intent protocol (module docs) even on an allocator that
+    /// can `prepare`. Fixed at create; a store on an allocator that cannot
+    /// prepare (PMDK's) always uses it. For the checks: it lets the crash
+    /// simulator, which runs only Ferrite's allocators, explore the
+    /// protocol PMDK stores run.
+    pub intent_allocs: bool,
 }
 
 impl Default for Options {
@@ -142,6 +210,7 @@ impl Default for Options {
         Options {
             log_bytes: 128 << 10,
             inplace_max: 16 << 10,
+            intent_allocs: false,
         }
     }
 }
@@ -150,10 +219,15 @@ impl Options {
     /// Small sizes for the crash checks: two 16 KiB log areas (a batch of
     /// the checks' largest values fits), in-place updates up to 1 KiB (so
     /// both the in-place and the new-tuple paths run).
+    ///
+    /// The checks also run the intent protocol (`intent_allocs`, what an
+    /// InP store on PMDK runs, which the crash simulator cannot host) on
+    /// the Ferrite heap and the lock heap: `checks::Run::Intent`.
     pub fn for_checks() -> Options {
         Options {
             log_bytes: 16 << 10,
             inplace_max: 1024,
+            intent_allocs: false,
         }
     }
 }
@@ -172,27 +246,71 @@ pub enum Fault {
     /// The previous record's in-place stores are never flushed: once a
     /// later record overwrites its log area, they may be lost.
     SkipDeferredFlush,
+    /// Intent protocol: the blocks are published without an intent
+    /// record, so a crash between the publish and the commit leaks them.
+    SkipIntent,
+    /// Intent protocol: the record's frees are published before its
+    /// commit, so a crash before the commit leaves the committed tree
+    /// pointing at freed blocks.
+    FreeBeforeCommit,
 }
 
 impl Fault {
+    /// The faults of the commit path every store runs (the checks'
+    /// `planted_faults`).
     pub const ALL: &'static [Fault] = &[
         Fault::SkipRecordFlush,
         Fault::ApplyBeforeCommit,
         Fault::SkipDeferredFlush,
     ];
+    /// The faults of the intent protocol only (a store without it never
+    /// reaches them).
+    pub const INTENT: &'static [Fault] = &[Fault::SkipIntent, Fault::FreeBeforeCommit];
 }
 
 const HDR_MAGIC: &[u8; 8] = b"FRTINP01";
 const HDR_BYTES: u64 = 64;
 const ROOT_AT: u64 = 8;
 const RETIRED_AT: u64 = 16;
+const INTENT_BYTES_AT: u64 = 24;
 
-pub(crate) fn fixed_area_bytes(opts: &StoreOptions) -> usize {
-    HDR_BYTES as usize + 2 * opts.inp.log_bytes.max(4096).next_multiple_of(64)
+/// Whether a store made with `opts` uses the intent protocol.
+fn wants_intent(opts: &StoreOptions) -> bool {
+    opts.inp.intent_allocs || opts.allocator == AllocKind::Pmdk
 }
 
-fn log_cap(area_len: u64) -> usize {
-    (area_len.saturating_sub(HDR_BYTES) / 2) as usize & !63
+fn log_bytes(opts: &StoreOptions) -> usize {
+    opts.inp.log_bytes.max(4096).next_multiple_of(64)
+}
+
+/// Bytes of the intent area next to log areas of `log` bytes: a record
+/// names each block it allocates in a 16-byte item, its intent in 8
+/// bytes, so half a log area (plus the header) holds the intent of any
+/// record that fits one. (Page rounding may make the log areas a little
+/// larger; an intent that does not fit is refused as a batch too large.)
+fn intent_bytes(log: usize) -> usize {
+    (log / 2 + log::INTENT_HDR).next_multiple_of(64)
+}
+
+pub(crate) fn fixed_area_bytes(opts: &StoreOptions) -> usize {
+    let log = log_bytes(opts);
+    HDR_BYTES as usize
+        + 2 * log
+        + if wants_intent(opts) {
+            intent_bytes(log)
+        } else {
+            0
+        }
+}
+
+/// Bytes of each log area in an area of `area_len` bytes whose intent
+/// area takes `intent_len` (0: none).
+fn log_cap(area_len: u64, intent_len: u64) -> usize {
+    (area_len
+        .saturating_sub(HDR_BYTES)
+        .saturating_sub(intent_len)
+        / 2) as usize
+        & !63
 }
 
 /// Key bounds and level a subtree must respect (walk).
@@ -211,6 +329,8 @@ struct Counters {
     splits: AtomicU64,
     leaves_freed: AtomicU64,
     rotations: AtomicU64,
+    intents: AtomicU64,
+    publishes: AtomicU64,
 }
 
 /// Writer state, under the writer mutex.
@@ -221,6 +341,12 @@ struct WState {
     pending: Vec<(u64, usize)>,
     /// Ferrite heap: frees of record `seq`, released after `seq + 2` commits.
     held: VecDeque<(u64, Vec<POff<u8>>)>,
+    /// Intent protocol: frees of committed records not yet published (the
+    /// last record's, and any whose publish failed); the next record
+    /// publishes them (module docs).
+    owed: Vec<POff<u8>>,
+    /// Intent protocol: the intent record being written.
+    ibuf: Vec<u8>,
     rec: RecBuf,
     metaops: Vec<MetaOp>,
     tmp: Vec<u8>,
@@ -230,6 +356,10 @@ struct Inp {
     geo: Geo,
     area_off: u64,
     log_cap: usize,
+    /// Intent protocol: pool offset and bytes of the intent area (bytes 0:
+    /// the store commits allocator operations in its records instead).
+    intent_at: u64,
+    intent_cap: usize,
     seed: u32,
     alloc: Arc<dyn PAllocator>,
     hold_frees: bool,
@@ -250,26 +380,26 @@ fn fault_of(opts: &StoreOptions) -> Option<Fault> {
     }
 }
 
+/// Bounds every node and tuple offset is checked against before it is
+/// read: the heap area of a Ferrite pool; on an external allocator (no
+/// heap area in the pool, `heap_len == 0`) the whole mapping, past its
+/// first line (so that 0 is never a block). Recovery checks the blocks a
+/// record writes against the allocator itself on the intent protocol.
 fn heap_bounds(ctx: &EngineCtx) -> (u64, u64) {
+    if ctx.sb.heap_len == 0 {
+        return (64, ctx.pool.len() as u64);
+    }
     let lo = HEADER_SIZE as u64 + ctx.sb.heap_off;
     (lo, lo + ctx.sb.heap_len)
 }
 
-/// InP commits its allocations and frees inside its own log records
-/// (`AllocThread::prepare`) and checks blocks against the heap's bounds in
-/// the pool: an external allocator (PMDK's) offers neither.
-fn refuse_external(ctx: &EngineCtx) -> Result<()> {
-    if ctx.sb.allocator == AllocKind::Pmdk {
-        return Err(EngineError::BadOption(
-            "the inp engine needs a Ferrite heap: it commits allocator operations inside its own log, which the pmdk allocator cannot prepare".into(),
-        ));
-    }
-    Ok(())
-}
-
 pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engine>> {
-    refuse_external(&ctx)?;
-    let cap = log_cap(ctx.area_len);
+    let intent_len = if wants_intent(opts) {
+        intent_bytes(log_bytes(opts)) as u64
+    } else {
+        0
+    };
+    let cap = log_cap(ctx.area_len, intent_len);
     if cap < 4096 {
         return Err(EngineError::BadOption("inp: log area too small".into()));
     }
@@ -277,10 +407,15 @@ pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engi
     let a = ctx.area_off as usize;
     p.fill(a, HDR_BYTES as usize, 0);
     p.write(a, HDR_MAGIC);
+    p.store_u64((a as u64 + INTENT_BYTES_AT) as usize, intent_len);
     p.fill(a + HDR_BYTES as usize, 64, 0);
     p.fill(a + HDR_BYTES as usize + cap, 64, 0);
     p.flush(a + HDR_BYTES as usize, 64);
     p.flush(a + HDR_BYTES as usize + cap, 64);
+    if intent_len != 0 {
+        p.fill(a + HDR_BYTES as usize + 2 * cap, 64, 0);
+        p.flush(a + HDR_BYTES as usize + 2 * cap, 64);
+    }
     p.persist(a, HDR_BYTES as usize);
     let rec = EngineRecovery {
         detail: "created".into(),
@@ -289,19 +424,40 @@ pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engi
     Ok(Box::new(Inp::new(ctx, opts, 0, 0, rec)))
 }
 
+/// Reads the fixed area's intent-area length and checks it: `(intent
+/// bytes, log area bytes)`.
+fn fixed_layout(ctx: &EngineCtx) -> Result<(u64, usize)> {
+    let p = &ctx.pool;
+    let a = ctx.area_off;
+    let mut magic = [0u8; 8];
+    p.read(a as usize, &mut magic);
+    let intent_len = p.load_u64((a + INTENT_BYTES_AT) as usize);
+    if &magic != HDR_MAGIC
+        || !intent_len.is_multiple_of(64)
+        || intent_len > ctx.area_len.saturating_sub(HDR_BYTES)
+    {
+        return Err(corrupt("bad fixed-area magic or intent area"));
+    }
+    let cap = log_cap(ctx.area_len, intent_len);
+    if cap < 4096 {
+        return Err(corrupt("log areas too small"));
+    }
+    if intent_len == 0 && ctx.sb.allocator == AllocKind::Pmdk {
+        return Err(corrupt(
+            "the store has no intent area, but its allocator (pmdk) cannot prepare allocator operations into the log",
+        ));
+    }
+    Ok((intent_len, cap))
+}
+
 pub(crate) fn open(
     mut ctx: EngineCtx,
     opts: &StoreOptions,
 ) -> Result<(Box<dyn Engine>, EngineRecovery)> {
-    refuse_external(&ctx)?;
     let p = ctx.pool.clone();
     let a = ctx.area_off;
-    let cap = log_cap(ctx.area_len);
-    let mut magic = [0u8; 8];
-    p.read(a as usize, &mut magic);
-    if &magic != HDR_MAGIC || cap < 4096 {
-        return Err(corrupt("bad fixed-area magic"));
-    }
+    let (intent_len, cap) = fixed_layout(&ctx)?;
+    let intent_mode = intent_len != 0;
     let (lo, hi) = heap_bounds(&ctx);
     let seed = log::seed(ctx.sb.nonce);
     let retired = p.load_u64((a + RETIRED_AT) as usize);
@@ -320,6 +476,25 @@ pub(crate) fn open(
     }
     recs.sort_by_key(|r| r.0);
     let mut detail = String::new();
+    // Intent protocol: the intent of transaction i is written only after
+    // record i-1's commit fence completed, which made the in-place stores
+    // of every record up to i-2 durable: those need no replay (and must
+    // not get one: the frees owed by record i-1 may have been published
+    // with transaction i's blocks, and record i-2 may have written into
+    // them).
+    let intent_at = (a + HDR_BYTES) as usize + 2 * cap;
+    let intent = if intent_mode {
+        log::read_intent(&p, intent_at, intent_len as usize, seed).filter(|i| i.0 > retired)
+    } else {
+        None
+    };
+    if let Some((iseq, _)) = &intent {
+        let before = recs.len();
+        recs.retain(|r| r.0 + 2 > *iseq);
+        if recs.len() != before {
+            detail.push_str("record made durable before the last intent skipped; ");
+        }
+    }
     if recs.len() == 2 && recs[0].0 + 1 != recs[1].0 {
         // Only consecutive records can both be live; an older one is stale.
         recs.remove(0);
@@ -330,18 +505,67 @@ pub(crate) fn open(
         (off >= lo && end.is_some_and(|e| e <= hi))
             || (off >= a && end.is_some_and(|e| e <= a + HDR_BYTES))
     };
+    let in_header = |off: u64, len: usize| {
+        off >= a
+            && off
+                .checked_add(len as u64)
+                .is_some_and(|e| e <= a + HDR_BYTES)
+    };
+    // The allocator's word on a block: `base..base + need` lies in a block
+    // it holds allocated (intent protocol: there is no heap range). From
+    // one walk of its blocks, not `usable_size`: an allocator need not
+    // tell a freed block from a live one by its offset alone (the lock
+    // heap reads a stale header inside a coalesced free span as live),
+    // and recovery must never free a block twice.
+    let mut allocated: HashMap<u64, u64> = HashMap::new();
+    if intent_mode && (!recs.is_empty() || intent.is_some()) {
+        ctx.alloc.for_each_allocated(&mut |off, n| {
+            allocated.insert(off.raw(), n as u64);
+        });
+    }
+    let in_block = |base: u64, need: u64| allocated.get(&base).is_some_and(|&n| n >= need);
+    // Blocks an earlier, interrupted run of this recovery may have freed
+    // already (the frees records owe, an uncommitted transaction's
+    // blocks): an older record's writes into them are then skipped —
+    // they are dead in the committed state either way.
+    let mut dead = std::collections::BTreeSet::new();
+    if intent_mode {
+        for (seq, rec) in &recs {
+            log::for_each_item(rec, |it| {
+                if let Item::Free { off } = it {
+                    dead.insert(off);
+                }
+                Ok(())
+            })
+            .map_err(|e| corrupt(format!("log record {seq}: {e}")))?;
+        }
+        if let Some((_, blocks)) = &intent {
+            dead.extend(blocks.iter().copied());
+        }
+    }
+    let live_or_dead = |base: u64, need: u64| {
+        in_block(base, need)
+            || (dead.contains(&base)
+                && in_bounds(base, usize::try_from(need).unwrap_or(usize::MAX)))
+    };
     // Check every record whole before applying any of it.
     for (seq, rec) in &recs {
         log::for_each_item(rec, |it| {
             let ok = match it {
+                Item::Write { off, data } if intent_mode => in_header(off, data.len()),
                 Item::Write { off, data } => in_bounds(off, data.len()),
-                Item::Meta(m) => m.off.is_multiple_of(8) && in_bounds(m.off, 8),
+                Item::Meta(m) => !intent_mode && m.off.is_multiple_of(8) && in_bounds(m.off, 8),
+                Item::Fresh { off, len, .. } if intent_mode => live_or_dead(off, len as u64),
                 Item::Fresh { off, len, .. } => off >= lo && in_bounds(off, len),
+                Item::WriteIn { base, off, data } => {
+                    intent_mode && live_or_dead(base, off - base + data.len() as u64)
+                }
+                Item::Free { .. } => intent_mode,
             };
             if ok {
                 Ok(())
             } else {
-                Err("item outside the heap".into())
+                Err("item outside the heap, or of the other protocol".into())
             }
         })
         .map_err(|e| corrupt(format!("log record {seq}: {e}")))?;
@@ -374,6 +598,12 @@ pub(crate) fn open(
                     p.write(off as usize, data);
                     p.flush(off as usize, data.len());
                 }
+                Item::WriteIn { base, off, data } => {
+                    if in_block(base, off - base + data.len() as u64) {
+                        p.write(off as usize, data);
+                        p.flush(off as usize, data.len());
+                    }
+                }
                 Item::Meta(m) => {
                     if !m.is_applied(&p) {
                         changed_meta = true;
@@ -381,15 +611,63 @@ pub(crate) fn open(
                     m.apply(&p);
                     p.flush(m.off as usize, 8);
                 }
-                Item::Fresh { .. } => {}
+                Item::Fresh { .. } | Item::Free { .. } => {}
             }
             Ok(())
         })
         .map_err(|e| corrupt(format!("log record {s}: {e}")))?;
     }
+    let mut freed = 0usize;
+    if intent_mode {
+        // Complete the frees the newest committed record owes, and free
+        // the blocks of a transaction that published them but did not
+        // commit (no committed record links them). Both only while the
+        // allocator holds them: a free already done is not done twice
+        // (nothing allocates between a published free and this recovery
+        // without writing a new intent first, which would have replaced
+        // that intent).
+        let committed = recs.last().map_or(retired, |r| r.0);
+        let mut owed = std::collections::BTreeSet::new();
+        if let Some((s, rec)) = recs.last() {
+            log::for_each_item(rec, |it| {
+                if let Item::Free { off } = it {
+                    owed.insert(off);
+                }
+                Ok(())
+            })
+            .map_err(|e| corrupt(format!("log record {s}: {e}")))?;
+        }
+        if let Some((iseq, blocks)) = &intent
+            && *iseq > committed
+        {
+            owed.extend(blocks.iter().copied());
+            detail.push_str("uncommitted transaction's blocks freed; ");
+        }
+        let frees: Vec<POff<u8>> = owed
+            .into_iter()
+            .filter(|o| allocated.contains_key(o))
+            .map(POff::new)
+            .collect();
+        if !frees.is_empty() {
+            let mut th = ctx.alloc.thread()?;
+            let max = th.max_publish_ops().max(1);
+            for chunk in frees.chunks(max) {
+                th.publish(&Publish {
+                    allocs: &[],
+                    frees: chunk,
+                    links: &[],
+                })?;
+            }
+            freed = frees.len();
+        }
+    }
     let seq = newest;
-    if seq != retired {
+    if seq != retired || intent.is_some() {
         p.fence();
+        if intent.is_some() {
+            // Resolved: a later recovery must not act on it again.
+            p.store_u64_persist(intent_at, 0);
+        }
         // Retire them: replaying them again after later writes would undo
         // those, and a discarded one must never validate later.
         p.store_u64_persist((a + RETIRED_AT) as usize, seq);
@@ -423,7 +701,8 @@ pub(crate) fn open(
     let keys = eng.count_keys()?;
     eng.keys.store(keys, Ordering::Relaxed);
     rec.keys = keys;
-    rec.detail = format!("{detail}{replayed} log records replayed, {keys} keys");
+    rec.detail =
+        format!("{detail}{replayed} log records replayed, {freed} blocks freed, {keys} keys");
     let mut eng = eng;
     eng.recovery = rec.clone();
     Ok((Box::new(eng), rec))
@@ -432,6 +711,8 @@ pub(crate) fn open(
 impl Inp {
     fn new(ctx: EngineCtx, opts: &StoreOptions, seq: u64, keys: u64, rec: EngineRecovery) -> Inp {
         let (lo, hi) = heap_bounds(&ctx);
+        let intent_len = ctx.pool.load_u64((ctx.area_off + INTENT_BYTES_AT) as usize);
+        let log_cap = log_cap(ctx.area_len, intent_len);
         Inp {
             geo: Geo {
                 pool: ctx.pool,
@@ -439,7 +720,9 @@ impl Inp {
                 hi,
             },
             area_off: ctx.area_off,
-            log_cap: log_cap(ctx.area_len),
+            log_cap,
+            intent_at: ctx.area_off + HDR_BYTES + 2 * log_cap as u64,
+            intent_cap: intent_len as usize,
             seed: log::seed(ctx.sb.nonce),
             alloc: ctx.alloc,
             hold_frees: ctx.sb.allocator == AllocKind::Ferrite,
@@ -449,6 +732,8 @@ impl Inp {
                 seq,
                 pending: Vec::new(),
                 held: VecDeque::new(),
+                owed: Vec::new(),
+                ibuf: Vec::new(),
                 rec: RecBuf::default(),
                 metaops: Vec::new(),
                 tmp: Vec::new(),
@@ -534,8 +819,9 @@ impl Inp {
         // Building, writing and fencing the record: P2's crash consistency.
         let cc = breakdown::phase(Phase::Cc);
         let pool = self.pool();
+        let intent = self.intent_cap != 0;
         w.metaops.clear();
-        if !op.res.is_empty() || !op.frees.is_empty() {
+        if !intent && (!op.res.is_empty() || !op.frees.is_empty()) {
             th.prepare(
                 &Publish {
                     allocs: &op.res,
@@ -545,9 +831,22 @@ impl Inp {
                 &mut w.metaops,
             )?;
         }
+        // Intent protocol: the frees earlier records owe go out with this
+        // record's blocks (one publish) when it allocates and they fit one
+        // publish; otherwise after its commit, and then the record lists
+        // them as owed too.
+        let combined = intent
+            && !op.res.is_empty()
+            && !w.owed.is_empty()
+            && op.res.len() + w.owed.len() <= th.max_publish_ops();
+        let early_frees = intent && self.fault == Some(Fault::FreeBeforeCommit);
         let seq = w.seq + 1;
         let WState {
-            rec, metaops, tmp, ..
+            rec,
+            metaops,
+            tmp,
+            owed,
+            ..
         } = &mut *w;
         rec.reset();
         let freed = |off: u64| op.free_ranges.iter().any(|&(a, b)| off >= a && off < b);
@@ -571,12 +870,21 @@ impl Inp {
                 while i < words && st.buf[8 * i..8 * i + 8] != tmp[8 * i..8 * i + 8] {
                     i += 1;
                 }
-                rec.push_write(base + 8 * s as u64, &st.buf[8 * s..8 * i]);
+                let at = base + 8 * s as u64;
+                if intent {
+                    rec.push_write_in(base, at, &st.buf[8 * s..8 * i]);
+                } else {
+                    rec.push_write(at, &st.buf[8 * s..8 * i]);
+                }
             }
         }
-        for (off, data) in &op.writes {
+        for (base, off, data) in &op.writes {
             if !freed(*off) {
-                rec.push_write(*off, data);
+                if intent {
+                    rec.push_write_in(*base, *off, data);
+                } else {
+                    rec.push_write(*off, data);
+                }
             }
         }
         if let Some(r) = op.new_root {
@@ -593,15 +901,30 @@ impl Inp {
         for &(o, l, crc) in &op.fresh_tuples {
             rec.push_fresh(o, l, crc);
         }
-        if rec.len() > self.log_cap {
-            th.abort_prepared(&Publish {
-                allocs: &op.res,
-                frees: &op.frees,
-                links: &[],
-            });
+        if intent {
+            if !early_frees {
+                for f in &op.frees {
+                    rec.push_free(f.raw());
+                }
+            }
+            if !combined {
+                for f in owed.iter() {
+                    rec.push_free(f.raw());
+                }
+            }
+        }
+        let intent_too_large = intent && log::intent_len(op.res.len()) > self.intent_cap;
+        if rec.len() > self.log_cap || intent_too_large {
+            if !intent {
+                th.abort_prepared(&Publish {
+                    allocs: &op.res,
+                    frees: &op.frees,
+                    links: &[],
+                });
+            }
             return Err(EngineError::BatchTooLarge {
                 ops: op.ops,
-                max: op.ops.saturating_mul(self.log_cap) / rec.len(),
+                max: op.ops.saturating_mul(self.log_cap) / rec.len().max(self.log_cap + 1),
             });
         }
         rec.finish(seq, self.seed);
@@ -615,12 +938,77 @@ impl Inp {
         for &(o, l, _) in &op.fresh_tuples {
             pool.flush(o as usize, l);
         }
+        let early = self.fault == Some(Fault::ApplyBeforeCommit);
+        // The planted bug, on the intent protocol, applies before the
+        // intent and the publish too (still before the commit fence).
+        let early_first = early && intent && !op.res.is_empty();
+        if early_first {
+            self.apply(w);
+        }
+        if intent && !op.res.is_empty() {
+            // Name the blocks, durably, before the allocator makes them
+            // allocated: a crash before the commit then lets recovery
+            // free them. The fence also makes their contents durable
+            // before the publish (the allocator's contract).
+            if self.fault != Some(Fault::SkipIntent) {
+                log::build_intent(
+                    &mut w.ibuf,
+                    seq,
+                    self.seed,
+                    op.res.iter().map(|r| r.off().raw()),
+                );
+                pool.write_nodrain(self.intent_at as usize, &w.ibuf);
+                pool.fence();
+            }
+            self.st.intents.fetch_add(1, Ordering::Relaxed);
+            // One publish, unless the blocks are more than the allocator
+            // publishes at once (then the intent covers every part).
+            let max = th.max_publish_ops().max(1);
+            let mut done = 0;
+            while done < op.res.len() {
+                let end = (done + max).min(op.res.len());
+                let frees: &[POff<u8>] = if combined { &w.owed } else { &[] };
+                let r = th.publish(&Publish {
+                    allocs: &op.res[done..end],
+                    frees,
+                    links: &[],
+                });
+                if let Err(e) = r {
+                    // Nothing of this part was published: the caller
+                    // cancels its reservations, and the intent names blocks
+                    // that are not allocated (recovery frees only allocated
+                    // ones; a later allocation writes its own intent over
+                    // this one). Parts published before are unlinked
+                    // blocks now: owed frees, published after the next
+                    // record (which lists them).
+                    for r in op.res.drain(..done) {
+                        w.owed.push(r.off());
+                    }
+                    return Err(e.into());
+                }
+                self.st.publishes.fetch_add(1, Ordering::Relaxed);
+                if combined {
+                    w.owed.clear();
+                }
+                done = end;
+            }
+            // Published: the reservations are spent.
+            op.res.clear();
+        }
+        if early_frees && !op.frees.is_empty() {
+            th.publish(&Publish {
+                allocs: &[],
+                frees: &op.frees,
+                links: &[],
+            })?;
+            op.frees.clear();
+        }
         let at = self.area_at(seq);
         if self.fault == Some(Fault::SkipRecordFlush) {
-            pool.write(at, &rec.buf);
+            pool.write(at, &w.rec.buf);
         } else {
             // Stores and flushes (non-temporal stores for a long record).
-            pool.write_nodrain(at, &rec.buf);
+            pool.write_nodrain(at, &w.rec.buf);
         }
         if self.fault != Some(Fault::SkipDeferredFlush) {
             for &(o, l) in &w.pending {
@@ -628,8 +1016,7 @@ impl Inp {
             }
         }
         w.pending.clear();
-        let early = self.fault == Some(Fault::ApplyBeforeCommit);
-        if early {
+        if early && !early_first {
             self.apply(w);
         }
         pool.fence();
@@ -640,7 +1027,16 @@ impl Inp {
         }
         // Allocator bookkeeping, now that the record is durable.
         let frees = std::mem::take(&mut op.frees);
-        if self.hold_frees {
+        if intent {
+            // The frees owed before this record (it lists them) can go now:
+            // neither this record nor the one before writes into them. This
+            // record's own wait for the next one, as the record before
+            // this one may still be replayed and may write into them.
+            if !w.owed.is_empty() {
+                self.publish_owed(th, &mut w.owed);
+            }
+            w.owed.extend(frees);
+        } else if self.hold_frees {
             th.commit_prepared(&Publish {
                 allocs: &op.res,
                 frees: &[],
@@ -684,6 +1080,28 @@ impl Inp {
         Ok(())
     }
 
+    /// Intent protocol: publishes the owed frees (in publishes of at most
+    /// the allocator's limit), keeping those whose publish failed: they
+    /// stay owed, listed by the next record and retried after it.
+    fn publish_owed(&self, th: &mut (dyn AllocThread + '_), owed: &mut Vec<POff<u8>>) {
+        let max = th.max_publish_ops().max(1);
+        let mut kept = Vec::new();
+        for chunk in owed.chunks(max) {
+            let r = th.publish(&Publish {
+                allocs: &[],
+                frees: chunk,
+                links: &[],
+            });
+            match r {
+                Ok(()) => {
+                    self.st.publishes.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => kept.extend_from_slice(chunk),
+            }
+        }
+        *owed = kept;
+    }
+
     /// Stores the record in `w.rec` in place (no flush: the next record's
     /// fence makes them durable) and remembers what to flush.
     fn apply(&self, w: &mut WState) {
@@ -691,7 +1109,7 @@ impl Inp {
         let WState { rec, pending, .. } = w;
         let r = log::for_each_item(&rec.buf, |it| {
             match it {
-                Item::Write { off, data } => {
+                Item::Write { off, data } | Item::WriteIn { off, data, .. } => {
                     pool.write(off as usize, data);
                     pending.push((off, data.len()));
                 }
@@ -699,7 +1117,7 @@ impl Inp {
                     m.apply(pool);
                     pending.push((m.off, 8));
                 }
-                Item::Fresh { .. } => {}
+                Item::Fresh { .. } | Item::Free { .. } => {}
             }
             Ok(())
         });
@@ -707,9 +1125,11 @@ impl Inp {
     }
 
     /// Two empty records: every held free becomes releasable (full pool).
+    /// On the intent protocol one suffices: it publishes what is owed.
     fn rotate(&self, w: &mut WState, th: &mut (dyn AllocThread + '_)) -> Result<()> {
         let mut empty = OpState::default();
-        for _ in 0..2 {
+        let n = if self.intent_cap != 0 { 1 } else { 2 };
+        for _ in 0..n {
             self.commit(w, th, &mut empty, true)?;
         }
         self.st.rotations.fetch_add(1, Ordering::Relaxed);
@@ -806,6 +1226,8 @@ impl Drop for Inp {
                 seq: 0,
                 pending: Vec::new(),
                 held: VecDeque::new(),
+                owed: Vec::new(),
+                ibuf: Vec::new(),
                 rec: RecBuf::default(),
                 metaops: Vec::new(),
                 tmp: Vec::new(),
@@ -845,13 +1267,15 @@ impl Engine for Inp {
         EngineStats {
             keys: self.keys.load(Ordering::Relaxed),
             detail: format!(
-                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}",
+                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}, intents {}, allocator publishes {}",
                 s.commits.load(Ordering::Relaxed),
                 s.inplace.load(Ordering::Relaxed),
                 s.outplace.load(Ordering::Relaxed),
                 s.splits.load(Ordering::Relaxed),
                 s.leaves_freed.load(Ordering::Relaxed),
                 s.rotations.load(Ordering::Relaxed),
+                s.intents.load(Ordering::Relaxed),
+                s.publishes.load(Ordering::Relaxed),
             ),
         }
     }
@@ -859,7 +1283,7 @@ impl Engine for Inp {
     fn quiesce(&self) -> Result<()> {
         let _held = LockHeld::enter();
         let mut w = self.w.lock();
-        if !w.held.is_empty() {
+        if !w.held.is_empty() || !w.owed.is_empty() {
             // Give held-back frees to the allocator: its accounting then
             // matches the tree.
             let mut th = self.alloc.thread()?;
@@ -897,8 +1321,8 @@ struct OpState {
     fresh_tuples: Vec<(u64, usize, u32)>,
     frees: Vec<POff<u8>>,
     free_ranges: Vec<(u64, u64)>,
-    /// Logged in-place tuple writes.
-    writes: Vec<(u64, Vec<u8>)>,
+    /// Logged in-place tuple writes: (tuple, pool offset, bytes).
+    writes: Vec<(u64, u64, Vec<u8>)>,
     new_root: Option<u64>,
     inplace_bytes: usize,
     ops: usize,
@@ -1054,14 +1478,16 @@ impl Writer<'_, '_> {
                 {
                     self.op.inplace_bytes += value.len() + 64;
                     if vl != value.len() {
-                        self.op
-                            .writes
-                            .push((t + 4, (value.len() as u32).to_le_bytes().to_vec()));
+                        self.op.writes.push((
+                            t,
+                            t + 4,
+                            (value.len() as u32).to_le_bytes().to_vec(),
+                        ));
                     }
                     if !value.is_empty() {
                         self.op
                             .writes
-                            .push((t + (TUPLE_HDR + kl) as u64, value.to_vec()));
+                            .push((t, t + (TUPLE_HDR + kl) as u64, value.to_vec()));
                     }
                     self.op.inplace += 1;
                 } else {
@@ -1241,6 +1667,12 @@ impl<'e> InpSession<'e> {
         let eng = self.eng;
         let _held = LockHeld::enter();
         let mut w = eng.w.lock();
+        // Intent protocol: the next record lists the frees still owed;
+        // publish a large backlog first (one empty record), so that it
+        // never crowds this write's record out of the log area.
+        if eng.intent_cap != 0 && w.owed.len() * 16 > eng.log_cap / 4 {
+            eng.rotate(&mut w, &mut *self.th)?;
+        }
         let mut retried = false;
         loop {
             self.op.clear();
@@ -1264,7 +1696,10 @@ impl<'e> InpSession<'e> {
                     for res in self.op.res.drain(..) {
                         let _ = self.th.cancel(res);
                     }
-                    if matches!(e, EngineError::Full(_)) && !retried && !w.held.is_empty() {
+                    if matches!(e, EngineError::Full(_))
+                        && !retried
+                        && (!w.held.is_empty() || !w.owed.is_empty())
+                    {
                         retried = true;
                         self.op.clear();
                         eng.rotate(&mut w, &mut *self.th)?;

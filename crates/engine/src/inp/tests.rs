@@ -9,14 +9,45 @@ use ferrite_crash::explorer::{Config, Explorer, SimRun};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-fn opts(a: AllocKind) -> StoreOptions {
+/// An allocator, and whether the store uses the intent protocol on it
+/// (as it must on an allocator that cannot prepare, PMDK's, which the
+/// crash simulator cannot run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct M {
+    a: AllocKind,
+    intent: bool,
+}
+
+impl From<AllocKind> for M {
+    fn from(a: AllocKind) -> M {
+        M { a, intent: false }
+    }
+}
+
+impl std::fmt::Display for M {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.a, if self.intent { "+intent" } else { "" })
+    }
+}
+
+/// Both allocators, each with both protocols.
+fn modes() -> Vec<M> {
+    AllocKind::ALL
+        .iter()
+        .flat_map(|&a| [M { a, intent: false }, M { a, intent: true }])
+        .collect()
+}
+
+fn opts(m: impl Into<M>) -> StoreOptions {
+    let m = m.into();
     let mut o = StoreOptions::new(EngineKind::Inp)
-        .allocator(a)
+        .allocator(m.a)
         .nonce(7)
         .sessions(6);
     o.inp.log_bytes = 64 << 10;
+    o.inp.intent_allocs = m.intent;
     o
 }
 
@@ -50,30 +81,12 @@ fn check(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
 
 fn check_blocks(store: &Store) {
     let w = store.walk().unwrap();
-    let mut alloc = BTreeMap::new();
-    store.allocator().for_each_allocated(&mut |o, n| {
-        alloc.insert(o.raw(), n as u64);
-    });
-    let mine: BTreeMap<u64, u64> = w.blocks.iter().copied().collect();
-    assert_eq!(mine.len(), w.blocks.len(), "a block listed twice");
-    let a: BTreeSet<_> = alloc.keys().collect();
-    let m: BTreeSet<_> = mine.keys().collect();
-    assert!(
-        a == m,
-        "allocated blocks != referenced blocks: {} vs {}; only allocated: {:?}; only referenced: {:?}",
-        a.len(),
-        m.len(),
-        a.difference(&m).take(5).collect::<Vec<_>>(),
-        m.difference(&a).take(5).collect::<Vec<_>>()
-    );
-    for (o, need) in &mine {
-        assert!(alloc[o] >= *need, "block {o:#x} smaller than its content");
-    }
+    crate::checks::blocks_match(store, &w).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn basic_operations_on_both_allocators() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(8 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         let mut s = store.session().unwrap();
@@ -127,7 +140,7 @@ fn basic_operations_on_both_allocators() {
 
 #[test]
 fn sizes_and_refusals() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(16 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         let mut s = store.session().unwrap();
@@ -186,7 +199,7 @@ fn sizes_and_refusals() {
 
 #[test]
 fn splits_scan_order_and_reopen() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(32 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         let mut s = store.session().unwrap();
@@ -221,7 +234,7 @@ fn splits_scan_order_and_reopen() {
 
 #[test]
 fn emptied_leaves_are_freed() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(16 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         let mut s = store.session().unwrap();
@@ -291,7 +304,7 @@ fn long_keys_split_inner_nodes_by_bytes() {
 
 #[test]
 fn full_pool_then_delete_then_put() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(4 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         let mut s = store.session().unwrap();
@@ -331,7 +344,7 @@ fn full_pool_then_delete_then_put() {
 
 #[test]
 fn randomized_against_a_model_with_reopens() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let mut p = pool(16 << 20);
         let mut store = Some(Store::create(&p, &opts(a)).unwrap());
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -406,7 +419,7 @@ fn randomized_against_a_model_with_reopens() {
 
 #[test]
 fn threads_disjoint_and_overlapping_keys() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(32 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         std::thread::scope(|sc| {
@@ -490,7 +503,7 @@ fn corrupt_fixed_area_is_an_error() {
 
 // ---- fences per operation, flushes in flight -----------------------------
 
-fn sim_opts(a: AllocKind) -> StoreOptions {
+fn sim_opts(a: impl Into<M>) -> StoreOptions {
     let mut o = opts(a);
     o.inp.log_bytes = 8 << 10;
     o.sessions = 2;
@@ -502,7 +515,8 @@ fn explorer(budget: usize) -> Explorer<'static> {
 }
 
 /// Fences of `ops` operations after a warm-up, per operation.
-fn fences_per_op(a: AllocKind, what: &'static str) -> f64 {
+fn fences_per_op(a: impl Into<M>, what: &'static str) -> f64 {
+    let a: M = a.into();
     let ex = explorer(10).setup(move |p| {
         let st = Store::create(p, &sim_opts(a)).unwrap();
         let mut s = st.session().unwrap();
@@ -567,9 +581,38 @@ fn one_fence_per_write_none_per_read() {
     }
 }
 
+/// The intent protocol's price, on the Ferrite heap and the lock heap
+/// (PMDK's own fences are invisible to the simulator; its Ferrite-counted
+/// ones are measured in ferrite-bench's `tests/pmdk_alloc.rs`): an update
+/// in place costs the same one fence; an insert adds the intent's fence
+/// and the allocator's publish (2 fences on these heaps) to the commit
+/// fence; a delete adds the publish of the frees owed by the previous
+/// delete (one publish per record, after its commit).
+#[test]
+fn fences_per_op_on_the_intent_protocol() {
+    for a in AllocKind::ALL {
+        let m = M { a, intent: true };
+        let up = fences_per_op(m, "update");
+        let del = fences_per_op(m, "delete");
+        let get = fences_per_op(m, "get");
+        let ins = fences_per_op(m, "insert");
+        let ins0 = fences_per_op(a, "insert");
+        let del0 = fences_per_op(a, "delete");
+        eprintln!(
+            "{m}: fences/op update {up}, delete {del} (prepare: {del0}), get {get}, insert {ins} (prepare: {ins0})"
+        );
+        assert_eq!(up, 1.0, "{m}: update");
+        assert_eq!(get, 0.0, "{m}: get");
+        // The intent fence and a publish (at most 2 fences, plus the lock
+        // heap's 2 when its reserve splits a block) over the commit.
+        assert!(ins >= 2.0 && ins <= ins0 + 3.0, "{m}: insert {ins}");
+        assert!(del > 1.0 && del <= 3.0, "{m}: delete {del}");
+    }
+}
+
 #[test]
 fn writes_return_with_no_flush_in_flight() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(4 << 20);
         drop(Store::create(&p, &opts(a)).unwrap());
         let (p2, inflight) =
@@ -773,27 +816,15 @@ fn verify(st: &Store, m: &Model) -> Result<(), String> {
                 .collect::<Vec<_>>()
         ));
     }
-    let mut alloc = BTreeSet::new();
-    st.allocator().for_each_allocated(&mut |o, _| {
-        alloc.insert(o.raw());
-    });
-    let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
-    if alloc != mine {
-        return Err(format!(
-            "blocks: {} allocated, {} referenced",
-            alloc.len(),
-            mine.len()
-        ));
-    }
-    Ok(())
+    crate::checks::blocks_match(st, &w)
 }
 
-fn explore(a: AllocKind, fault: Option<Fault>, budget: usize) -> ferrite_crash::explorer::Report {
+fn explore(a: M, fault: Option<Fault>, budget: usize) -> ferrite_crash::explorer::Report {
     explore_with(a, fault, budget, script)
 }
 
 fn explore_with(
-    a: AllocKind,
+    a: M,
     fault: Option<Fault>,
     budget: usize,
     work: fn(&Pool, &mut Model, &StoreOptions),
@@ -802,7 +833,7 @@ fn explore_with(
 }
 
 fn explore_cfg(
-    a: AllocKind,
+    a: M,
     fault: Option<Fault>,
     ex: Explorer<'static>,
     work: fn(&Pool, &mut Model, &StoreOptions),
@@ -828,7 +859,7 @@ fn explore_cfg(
 
 #[test]
 fn crash_exploration_is_clean() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let r = explore(a, None, 300);
         assert!(r.ok(), "{a}: {r}");
         assert!(r.states > 20, "{r}");
@@ -837,7 +868,7 @@ fn crash_exploration_is_clean() {
 
 #[test]
 fn crash_exploration_of_splits_and_extents_is_clean() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let r = explore_with(a, None, 400, script_split_extent);
         assert!(r.ok(), "{a}: {r}");
     }
@@ -845,12 +876,9 @@ fn crash_exploration_of_splits_and_extents_is_clean() {
 
 #[test]
 fn crash_exploration_catches_the_planted_faults() {
-    for a in AllocKind::ALL {
-        for f in [
-            Fault::SkipRecordFlush,
-            Fault::ApplyBeforeCommit,
-            Fault::SkipDeferredFlush,
-        ] {
+    for a in modes() {
+        let intent_faults = if a.intent { Fault::INTENT } else { &[] };
+        for &f in Fault::ALL.iter().chain(intent_faults) {
             let r = explore(a, Some(f), 300);
             assert!(!r.ok(), "{a}: {f:?} not caught: {r}");
             eprintln!("{a} {f:?}: {}", r.violations[0]);
@@ -1037,24 +1065,12 @@ fn verify2(st: &Store, m: &Shared) -> Result<(), String> {
             got.len()
         ));
     }
-    let mut alloc = BTreeSet::new();
-    st.allocator().for_each_allocated(&mut |o, _| {
-        alloc.insert(o.raw());
-    });
-    let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
-    if alloc != mine {
-        return Err(format!(
-            "blocks: {} allocated, {} referenced",
-            alloc.len(),
-            mine.len()
-        ));
-    }
-    Ok(())
+    crate::checks::blocks_match(st, &w)
 }
 
 #[test]
 fn crash_exploration_with_two_threads_is_clean() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let o = sim_opts(a);
         let (o1, o2) = (o.clone(), o.clone());
         let r = explorer(300)
@@ -1073,7 +1089,7 @@ fn crash_exploration_with_two_threads_is_clean() {
 
 #[test]
 fn batches_up_to_the_log_size_and_refused_beyond() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         let p = pool(32 << 20);
         let store = Store::create(&p, &opts(a)).unwrap();
         let mut s = store.session().unwrap();
@@ -1107,6 +1123,15 @@ fn batches_up_to_the_log_size_and_refused_beyond() {
             *val = v2.clone();
         }
         check(&store, &model);
+        // Deleting them all in one batch leaves (on the intent protocol)
+        // 400 frees owed by that record; a big batch right after still
+        // fits its record.
+        let dels: Vec<Op<'_>> = keys[..400].iter().map(|k| Op::Delete { key: k }).collect();
+        let mut s = store.session().unwrap();
+        s.batch(&dels).unwrap();
+        s.batch(&ups).unwrap();
+        drop(s);
+        check(&store, &model);
     }
 }
 
@@ -1116,7 +1141,7 @@ fn batches_up_to_the_log_size_and_refused_beyond() {
 #[test]
 #[ignore = "minutes"]
 fn deep_crash_exploration() {
-    for a in AllocKind::ALL {
+    for a in modes() {
         for tearing in [false, true] {
             for work in [script, script_split_extent] {
                 let cfg = Config::new(LAYOUT)
@@ -1130,5 +1155,45 @@ fn deep_crash_exploration() {
                 assert!(r.ok(), "{a}: {r}");
             }
         }
+    }
+}
+
+/// A deeper run of the engine checks (`checks::check_engine`, whose plan
+/// for InP includes the intent protocol on both heaps and with two
+/// lockstep sessions) and of every planted fault, the intent protocol's
+/// included: `FERRITE_INP_BUDGET=6000 cargo test -p ferrite-engine
+/// --features checks --lib inp::tests::engine_checks_on_the_intent_protocol
+/// -- --ignored --nocapture`. The intent protocol adds fences (intent,
+/// publishes), so a fault at one fence needs more crash states to be hit
+/// than on the one-fence path.
+#[cfg(feature = "checks")]
+#[test]
+#[ignore = "minutes"]
+fn engine_checks_on_the_intent_protocol() {
+    use crate::checks::{check_engine, check_engine_fault};
+    let budget = std::env::var("FERRITE_INP_BUDGET")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(3000usize);
+    let runs = check_engine(EngineKind::Inp, Config::new("x").budget(budget)).unwrap();
+    let mut states = 0;
+    for (name, rep) in &runs {
+        eprintln!("intent {name}: {rep}");
+        assert!(rep.ok(), "{name}: {rep}");
+        states += rep.states;
+    }
+    eprintln!("intent: {states} crash states, 0 violations");
+    assert!(states >= budget.min(1000), "{states} states");
+    for &f in Fault::ALL.iter().chain(Fault::INTENT) {
+        let runs = check_engine_fault(
+            EngineKind::Inp,
+            Config::new("x").budget(3000),
+            crate::Fault::Inp(f),
+        )
+        .unwrap();
+        let caught: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
+        let states: usize = runs.iter().map(|(_, r)| r.states).sum();
+        eprintln!("intent, planted {f:?}: {caught} violations in {states} states");
+        assert!(caught > 0, "planted {f:?} not caught");
     }
 }

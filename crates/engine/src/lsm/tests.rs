@@ -8,7 +8,7 @@ use ferrite_crash::{Config, Explorer, InFlight};
 use ferrite_pmem::{Domain, Mapping, Pool, PoolOptions, SimObserver};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -49,30 +49,7 @@ fn check_store(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), 
             want.len()
         ));
     }
-    let mut alloc = BTreeMap::new();
-    store.allocator().for_each_allocated(&mut |off, n| {
-        alloc.insert(off.raw(), n as u64);
-    });
-    let mine: BTreeSet<u64> = w.blocks.iter().map(|b| b.0).collect();
-    if mine.len() != w.blocks.len() {
-        return Err("a block referenced twice".into());
-    }
-    if mine != alloc.keys().copied().collect::<BTreeSet<_>>() {
-        return Err(format!(
-            "blocks differ: engine {:x?}, allocator {:x?}",
-            mine,
-            alloc.keys().collect::<Vec<_>>()
-        ));
-    }
-    for (off, need) in &w.blocks {
-        if alloc[off] < *need {
-            return Err(format!(
-                "block {off:#x} needs {need} > usable {}",
-                alloc[off]
-            ));
-        }
-    }
-    Ok(())
+    crate::checks::blocks_match(store, &w)
 }
 
 #[test]
@@ -246,20 +223,8 @@ fn random_model(a: AllocKind, seed: u64) {
                             let v = rng.random_bool(0.7).then(|| vec![rng.random(); 20]);
                             owned.push((k, v));
                         }
-                        let ops: Vec<Op<'_>> = owned
-                            .iter()
-                            .map(|(k, v)| match v {
-                                Some(v) => Op::Put { key: k, value: v },
-                                None => Op::Delete { key: k },
-                            })
-                            .collect();
-                        s.batch(&ops).unwrap();
-                        for (k, v) in owned {
-                            match v {
-                                Some(v) => model.insert(k, v),
-                                None => model.remove(&k),
-                            };
-                        }
+                        s.batch(&crate::checks::batch_ops(&owned)).unwrap();
+                        crate::checks::apply(&mut model, &owned);
                     }
                     8 => {
                         let k = key(&mut rng);
@@ -602,13 +567,7 @@ fn crash_script(pool: &Pool, m: &mut Model, opts: &StoreOptions) {
                 (key, None) => s.delete(key).map(|_| ()),
             }
         } else {
-            let o: Vec<Op<'_>> = ops
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Op::Put { key: k, value: v },
-                    None => Op::Delete { key: k },
-                })
-                .collect();
+            let o = crate::checks::batch_ops(&ops);
             s.batch(&o)
         };
         r.expect("write");

@@ -726,48 +726,8 @@ mod tests {
         each_algorithm(|ptm| {
             let mut th = ptm.thread().unwrap();
             let t = th.atomic(|tx| PBTree::create_in(tx, 8)).unwrap();
-            const COUNTER: u64 = u64::MAX;
-            th.atomic(|tx| t.insert(tx, COUNTER, 0)).unwrap();
-            let models: Vec<Model> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..2u64)
-                    .map(|tid| {
-                        s.spawn(move || {
-                            let mut th = ptm.thread().unwrap();
-                            let mut model = Model::new();
-                            let mut r = 3 + tid;
-                            for _ in 0..400 {
-                                // Interleaved disjoint keys: the threads split
-                                // and share the same leaves; every transaction
-                                // also increments one shared counter.
-                                let key = (xorshift(&mut r) % 300) * 2 + tid;
-                                let val = xorshift(&mut r);
-                                let del = xorshift(&mut r).is_multiple_of(4);
-                                th.atomic(|tx| {
-                                    let c = t.get(tx, COUNTER)?.unwrap_or(0);
-                                    t.update(tx, COUNTER, c + 1)?;
-                                    if del {
-                                        t.remove(tx, key)
-                                    } else {
-                                        t.insert(tx, key, val)
-                                    }
-                                })
-                                .unwrap();
-                                if del {
-                                    model.remove(&key);
-                                } else {
-                                    model.insert(key, val);
-                                }
-                            }
-                            model
-                        })
-                    })
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap()).collect()
-            });
-            let mut want: Model = models.into_iter().flatten().collect();
-            want.insert(COUNTER, 800);
-            assert_eq!(t.check(&mut th).unwrap(), want.len() as u64);
-            assert_eq!(contents(t, &mut th), want);
+            drop(th);
+            crate::ds::testutil::two_threads_conflicting(ptm, t, 3, 300, 4);
         });
     }
 

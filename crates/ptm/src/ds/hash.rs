@@ -397,49 +397,9 @@ mod tests {
     fn two_threads_conflicting() {
         each_algorithm(|ptm| {
             let mut th = ptm.thread().unwrap();
-            let map = th.atomic(|tx| PHashMap::create_in(tx, 16)).unwrap();
-            const COUNTER: u64 = u64::MAX;
-            th.atomic(|tx| map.insert(tx, COUNTER, 0)).unwrap();
-            let models: Vec<Model> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..2u64)
-                    .map(|t| {
-                        s.spawn(move || {
-                            let mut th = ptm.thread().unwrap();
-                            let mut model = Model::new();
-                            let mut r = 7 + t;
-                            for _ in 0..400 {
-                                // Keys of thread t are ≡ t mod 2 (disjoint), but
-                                // share buckets and chains; every transaction
-                                // also bumps one shared counter (a real conflict).
-                                let key = (xorshift(&mut r) % 64) * 2 + t;
-                                let val = xorshift(&mut r);
-                                let del = xorshift(&mut r).is_multiple_of(3);
-                                th.atomic(|tx| {
-                                    let c = map.get(tx, COUNTER)?.unwrap_or(0);
-                                    map.update(tx, COUNTER, c + 1)?;
-                                    if del {
-                                        map.remove(tx, key)
-                                    } else {
-                                        map.insert(tx, key, val)
-                                    }
-                                })
-                                .unwrap();
-                                if del {
-                                    model.remove(&key);
-                                } else {
-                                    model.insert(key, val);
-                                }
-                            }
-                            model
-                        })
-                    })
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap()).collect()
-            });
-            let mut want: Model = models.into_iter().flatten().collect();
-            want.insert(COUNTER, 800);
-            assert_eq!(contents(map, &mut th), want);
-            assert_eq!(map.check(&mut th).unwrap(), want.len() as u64);
+            let t = th.atomic(|tx| PHashMap::create_in(tx, 16)).unwrap();
+            drop(th);
+            crate::ds::testutil::two_threads_conflicting(ptm, t, 7, 64, 3);
         });
     }
 

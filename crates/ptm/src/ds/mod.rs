@@ -86,6 +86,61 @@ pub(crate) mod testutil {
         fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String>;
     }
 
+    /// Two threads insert and remove their own keys (thread `t`'s keys are
+    /// ≡ t mod 2: disjoint, but sharing nodes, buckets and chains) among
+    /// `2 × span`, removing one time in `del_one_in`; every transaction
+    /// also bumps one shared counter, a real conflict. Afterwards the map
+    /// equals the union of the threads' models plus the counter at 800.
+    pub fn two_threads_conflicting<M: TestMap>(
+        ptm: &Ptm,
+        map: M,
+        seed: u64,
+        span: u64,
+        del_one_in: u64,
+    ) {
+        const COUNTER: u64 = u64::MAX;
+        let mut th = ptm.thread().unwrap();
+        th.atomic(|tx| map.insert(tx, COUNTER, 0)).unwrap();
+        let models: Vec<Model> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2u64)
+                .map(|t| {
+                    s.spawn(move || {
+                        let mut th = ptm.thread().unwrap();
+                        let mut model = Model::new();
+                        let mut r = seed + t;
+                        for _ in 0..400 {
+                            let key = (xorshift(&mut r) % span) * 2 + t;
+                            let val = xorshift(&mut r);
+                            let del = xorshift(&mut r).is_multiple_of(del_one_in);
+                            th.atomic(|tx| {
+                                let c = map.get(tx, COUNTER)?.unwrap_or(0);
+                                map.insert(tx, COUNTER, c + 1)?;
+                                if del {
+                                    map.remove(tx, key)
+                                } else {
+                                    map.insert(tx, key, val)
+                                }
+                            })
+                            .unwrap();
+                            if del {
+                                model.remove(&key);
+                            } else {
+                                model.insert(key, val);
+                            }
+                        }
+                        model
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut want: Model = models.into_iter().flatten().collect();
+        want.insert(COUNTER, 800);
+        assert_eq!(map.check(&mut th).unwrap(), want.len() as u64);
+        let got: Model = map.entries(&mut th).into_iter().collect();
+        assert_eq!(got, want);
+    }
+
     /// Two threads move amounts between the same 24 keys: each transaction
     /// removes a key (taking its amount), adds it to another (inserting it
     /// if absent) and adds 1 to a third. Every transaction conflicts with
