@@ -35,6 +35,7 @@ pub mod registry;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 pub mod row;
+pub mod server_suite;
 pub mod table;
 pub mod tx_suite;
 
@@ -48,11 +49,13 @@ pub use row::{Row, read_json, set_ratios, write_json};
 pub use table::{format_table, print_table};
 
 /// Prints `rows` as a table on stdout (followed by the `ptm` suite's
-/// summary of targets when they hold `ptm` rows) and, when `ctx.json` is
+/// summary of targets when they hold `ptm` rows, the `server` suite's
+/// when they hold `server` rows) and, when `ctx.json` is
 /// set, appends them to that file as JSON lines.
 pub fn report(rows: &[Row], ctx: &BenchCtx) -> Result<(), BenchError> {
     print_table(rows);
     ptm_suite::print_summary(rows);
+    server_suite::print_summary(rows);
     if let Some(path) = &ctx.json {
         write_json(path, rows)?;
     }

@@ -66,6 +66,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         description: "persistent transactional memory: orec-eager / orec-lazy x adr / eadr / pdram / pdram-lite / volatile x TATP, TPC-C (hash, B+tree), B+tree, Vacation, 1-2 threads; fence removal; vs ferrite-tx and PMDK transactions; summary of the targets [P3]",
         run: crate::ptm_suite::run,
     },
+    SuiteDef {
+        name: "server",
+        description: "ferrite serve (every store) vs Debian's memcached under memcaslap over loopback: P1 set/get mixes 95/5..5/95 (16 B keys, 64 B values), P3 50/50 (128 B / 1 KiB), p99; kill -9 survival vs memcached -e [issue 13]",
+        run: crate::server_suite::run,
+    },
 ];
 
 /// `(name, description)` of every registered suite.

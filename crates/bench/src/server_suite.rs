@@ -1,0 +1,879 @@
+//! The `server` suite: `ferrite serve` against Debian's memcached, driven by
+//! `memcaslap` over loopback TCP (issue 13, item 5).
+//!
+//! # What runs
+//!
+//! For every mix, one fresh server per system is started as a child process
+//! on a free loopback port: `memcached` (the baseline, `-t` as many threads
+//! as Ferrite's, `-U 0`) and `ferrite serve --store S` for each store `S`,
+//! each on a new pool file in `/dev/shm`. Then `memcaslap` drives them for
+//! `secs` seconds each, interleaved rep by rep (memcached, ferrite-…, …,
+//! then again), so every system sees the same background noise; a row
+//! reports the median throughput over the repetitions. Servers are killed
+//! when dropped (also when a panic unwinds), and their pool files removed.
+//!
+//! The mixes are P1's insert/search mixes `95/5`, `75/25`, `25/75`, `5/95`
+//! (percent sets / percent gets, 16-byte keys, 64-byte values) and P3's
+//! `p3-50/50` (128-byte keys, 1 KiB values).
+//!
+//! # Rows
+//!
+//! suite `server`; variant `memcached` or `ferrite-<store>`; `params` has
+//! `mix`, `key_bytes`, `value_bytes`, `client_threads`, `concurrency`,
+//! `server_threads`; `threads` = client threads; `ops` / `secs` / `ops_per_s`
+//! are memcaslap's `Ops`, run time and `TPS` of the median repetition;
+//! `ratio_vs_baseline` is against `memcached` of the same mix in this run.
+//! The persistence counters are not observed (they happen in the server
+//! process): `counters_observed = false`. `extra` holds `avg_us` (memcaslap's
+//! mean latency over all requests), `p99_us` (the upper edge of the
+//! power-of-two latency bucket holding the 99th percentile: memcaslap only
+//! prints a log2 histogram, so this is exact to a factor of two) and
+//! `get_misses`.
+//!
+//! # Survival of `kill -9`
+//!
+//! Rows with `params.mix = "kill-9"`: `n` keys are set one by one (each
+//! acknowledged with `STORED`), the server is killed with SIGKILL and
+//! started again on the same memory file / pool, and the keys still found
+//! are counted: `extra.survived` of `extra.acknowledged`, `extra.restart_ms`
+//! (from spawn to accepting connections). For memcached, the variant is
+//! `memcached-restartable` (`-e /dev/shm/…`: its restartable mode only
+//! restores after a graceful shutdown); for Ferrite, one store.
+//!
+//! # Scale
+//!
+//! `--quick`: 2 s runs, 2 reps, mixes `95/5` and `5/95` (or those named by
+//! `FERRITE_SERVER_MIXES=95/5,75/25,25/75,5/95,p3-50/50`, `all` for all),
+//! 1000 keys for the kill test: about a minute. `--full`: all mixes, 5 reps,
+//! 10 s runs, 10000 keys. An explicit `--reps` wins.
+//!
+//! If `memcaslap`, `memcached` or the `ferrite` binary is missing, the suite
+//! prints one line saying so and yields no rows.
+
+use crate::ctx::BenchCtx;
+use crate::error::BenchError;
+use crate::measure::{median, spread};
+use crate::row::{Row, set_ratios};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Suite name of every row.
+pub const SUITE: &str = "server";
+/// Variant name of the baseline rows.
+pub const MEMCACHED: &str = "memcached";
+/// Variant name of memcached's restartable-mode row of the kill test.
+pub const MEMCACHED_RESTARTABLE: &str = "memcached-restartable";
+/// Environment variable naming the mixes (module documentation).
+pub const MIXES_ENV: &str = "FERRITE_SERVER_MIXES";
+/// `params.mix` of the kill-9 survival rows.
+pub const KILL_MIX: &str = "kill-9";
+/// Every store `ferrite serve --store` accepts.
+pub const STORES: [&str; 5] = [
+    "engine-inp",
+    "engine-lsm",
+    "engine-cow",
+    "ptm-lazy",
+    "ptm-eager",
+];
+
+/// One memcaslap workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mix {
+    /// `95/5` … (`sets/gets` in percent), `p3-50/50`.
+    pub name: String,
+    /// Percent of requests that are sets (the rest are gets).
+    pub set_pct: u32,
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+}
+
+impl Mix {
+    fn new(name: &str, set_pct: u32, key_bytes: usize, value_bytes: usize) -> Mix {
+        Mix {
+            name: name.to_string(),
+            set_pct,
+            key_bytes,
+            value_bytes,
+        }
+    }
+
+    /// All mixes: P1's four with 16 B keys / 64 B values, P3's 50/50.
+    pub fn all() -> Vec<Mix> {
+        vec![
+            Mix::new("95/5", 95, 16, 64),
+            Mix::new("75/25", 75, 16, 64),
+            Mix::new("25/75", 25, 16, 64),
+            Mix::new("5/95", 5, 16, 64),
+            Mix::new("p3-50/50", 50, 128, 1024),
+        ]
+    }
+
+    /// The mix called `name`, if any.
+    pub fn named(name: &str) -> Option<Mix> {
+        Mix::all().into_iter().find(|m| m.name == name)
+    }
+
+    /// memcaslap's `-F` configuration file: fixed key and value sizes and
+    /// the set (command 0) / get (command 1) proportions.
+    pub fn config(&self) -> String {
+        let set = f64::from(self.set_pct) / 100.0;
+        format!(
+            "key\n{k} {k} 1\nvalue\n{v} {v} 1\ncmd\n0 {set:.2}\n1 {get:.2}\n",
+            k = self.key_bytes,
+            v = self.value_bytes,
+            get = 1.0 - set
+        )
+    }
+}
+
+/// What one run of the suite does.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Ferrite stores to measure (names of [`STORES`]).
+    pub stores: Vec<String>,
+    pub mixes: Vec<Mix>,
+    pub reps: usize,
+    /// Seconds per memcaslap run.
+    pub secs: u32,
+    /// memcaslap `-T`.
+    pub client_threads: usize,
+    /// memcaslap `-c` (simulated clients, over all its threads).
+    pub concurrency: usize,
+    /// memcached `-t` and ferrite `--threads`.
+    pub server_threads: usize,
+    /// Keys set before the kill -9 (0: no survival rows).
+    pub kill_keys: usize,
+    /// The Ferrite store of the kill -9 row.
+    pub kill_store: String,
+}
+
+impl Plan {
+    /// The plan of `ctx`'s scale (module documentation, "Scale").
+    pub fn for_ctx(ctx: &BenchCtx) -> Plan {
+        let quick = ctx.scale == crate::Scale::Quick;
+        let mixes = match std::env::var(MIXES_ENV).ok().filter(|s| !s.is_empty()) {
+            Some(s) if s == "all" => Mix::all(),
+            Some(s) => s.split(',').filter_map(|n| Mix::named(n.trim())).collect(),
+            None if quick => vec![Mix::named("95/5"), Mix::named("5/95")]
+                .into_iter()
+                .flatten()
+                .collect(),
+            None => Mix::all(),
+        };
+        let reps = if ctx.reps == ctx.scale.default_reps() {
+            ctx.scale.pick(2, 5)
+        } else {
+            ctx.reps
+        };
+        Plan {
+            stores: STORES.iter().map(|s| s.to_string()).collect(),
+            mixes,
+            reps,
+            secs: ctx.scale.pick(2, 10),
+            client_threads: 2,
+            concurrency: 32,
+            server_threads: 2,
+            kill_keys: ctx.scale.pick(1000, 10_000),
+            kill_store: "engine-inp".into(),
+        }
+    }
+}
+
+/// A server child process; killed (SIGKILL) and reaped on drop. Its memory
+/// file is left alone (the kill test restarts on it): callers remove it.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// How to start one system.
+#[derive(Clone, Debug)]
+enum System {
+    Memcached {
+        threads: usize,
+        file: Option<PathBuf>,
+    },
+    Ferrite {
+        store: String,
+        threads: usize,
+        pool: PathBuf,
+        bin: PathBuf,
+    },
+}
+
+impl System {
+    fn variant(&self) -> String {
+        match self {
+            System::Memcached { file: None, .. } => MEMCACHED.into(),
+            System::Memcached { file: Some(_), .. } => MEMCACHED_RESTARTABLE.into(),
+            System::Ferrite { store, .. } => format!("ferrite-{store}"),
+        }
+    }
+
+    /// Starts the system on a free loopback port and waits until it
+    /// accepts connections.
+    fn start(&self) -> Result<Server, BenchError> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let log = unique_path("log");
+        let mut cmd;
+        match self {
+            System::Memcached { threads, file: f } => {
+                cmd = Command::new("memcached");
+                cmd.args(["-l", "127.0.0.1", "-U", "0", "-c", "4096", "-m", "1024"])
+                    .args(["-p", &port.to_string(), "-t", &threads.to_string()]);
+                if let Some(f) = f {
+                    cmd.arg("-e").arg(f);
+                }
+                if running_as_root() {
+                    // memcached refuses to run as root without -u.
+                    cmd.args(["-u", "root"]);
+                }
+            }
+            System::Ferrite {
+                store,
+                threads,
+                pool,
+                bin,
+            } => {
+                cmd = Command::new(bin);
+                cmd.arg("serve")
+                    .arg("--pool")
+                    .arg(pool)
+                    .args(["--listen", &addr.to_string(), "--store", store])
+                    .args(["--threads", &threads.to_string(), "--memory", "1G"]);
+            }
+        }
+        let err = std::fs::File::create(&log).map_err(|e| io(&log, e))?;
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
+        let child = cmd
+            .spawn()
+            .map_err(|e| BenchError::Unsupported(format!("starting {}: {e}", self.variant())))?;
+        let mut server = Server { child, addr, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                let msg = std::fs::read_to_string(&server.log).unwrap_or_default();
+                return Err(BenchError::Unsupported(format!(
+                    "{} exited ({status}) before listening: {}",
+                    self.variant(),
+                    msg.trim()
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Unsupported(format!(
+                    "{} did not listen on {addr} within 60 s",
+                    self.variant()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn io(path: &Path, source: std::io::Error) -> BenchError {
+    BenchError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Whether this process runs as root (memcached then needs `-u`).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A loopback port nobody listens on now (the kernel's pick; another
+/// process could take it before the server binds, which `start` reports).
+fn free_port() -> Result<u16, BenchError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| io(Path::new("127.0.0.1:0"), e))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| io(Path::new("127.0.0.1:0"), e))?;
+    Ok(port.port())
+}
+
+/// A fresh file name in /dev/shm (tmpfs: the memory the pools model).
+fn unique_path(ext: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!(
+        "ferrite-bench-server-{}-{}.{ext}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Whether `prog` can be run (found on PATH and executable).
+fn have(prog: &str, arg: &str) -> bool {
+    Command::new(prog)
+        .arg(arg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// The `ferrite` binary to spawn `serve` from: `$FERRITE_BIN`, else this
+/// executable when it is `ferrite` (the CLI runs the suites itself), else
+/// `ferrite` beside a test binary's `deps/` directory or in
+/// `target/{release,debug}`.
+pub fn ferrite_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FERRITE_BIN").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_stem().and_then(|s| s.to_str()) == Some("ferrite") {
+        return Some(exe);
+    }
+    let profile = exe.parent()?.parent()?;
+    let target = profile.parent()?;
+    [
+        profile.join("ferrite"),
+        target.join("release/ferrite"),
+        target.join("debug/ferrite"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// Why the suite cannot run here, if it cannot (one line).
+pub fn missing_tools() -> Option<String> {
+    let mut gone = Vec::new();
+    if !have("memcaslap", "-V") {
+        gone.push("memcaslap (Debian: libmemcached-tools)");
+    }
+    if !have("memcached", "-V") {
+        gone.push("memcached");
+    }
+    if ferrite_bin().is_none() {
+        gone.push("the ferrite binary (build it, or set FERRITE_BIN)");
+    }
+    (!gone.is_empty()).then(|| format!("bench server: skipped, not installed: {}", gone.join(", ")))
+}
+
+/// What one memcaslap run reported.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlapResult {
+    pub ops: u64,
+    pub secs: f64,
+    pub tps: f64,
+    pub avg_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub get_misses: Option<u64>,
+}
+
+/// Parses memcaslap's output: the final `Run time: 2.0s Ops: N TPS: N …`
+/// line, `get_misses: N`, and from the `Total Statistics (N events)` block
+/// (printed with `-S`) `Avg:` and the `Log2 Dist:` rows (`i: a b c d` are
+/// the counts of latencies in `[2^i, 2^(i+1))`, `[2^(i+1), …)`, … µs).
+/// `None` when the final line is missing.
+pub fn parse_memcaslap(out: &str) -> Option<SlapResult> {
+    let mut r = SlapResult::default();
+    let last = out.lines().rev().find(|l| l.contains("TPS:"))?;
+    let mut w = last.split_whitespace();
+    let mut found = (false, false);
+    while let Some(t) = w.next() {
+        match t {
+            "time:" => r.secs = w.next()?.trim_end_matches('s').parse().ok()?,
+            "Ops:" => {
+                r.ops = w.next()?.parse().ok()?;
+                found.0 = true;
+            }
+            "TPS:" => {
+                r.tps = w.next()?.parse().ok()?;
+                found.1 = true;
+            }
+            _ => {}
+        }
+    }
+    if !(found.0 && found.1) {
+        return None;
+    }
+    for l in out.lines() {
+        if let Some(v) = l.trim().strip_prefix("get_misses:") {
+            r.get_misses = v.trim().parse().ok();
+        }
+    }
+    // The Total Statistics block with its event count.
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.starts_with("Total Statistics ("));
+    let head = lines.next();
+    let events: Option<u64> =
+        head.and_then(|h| h.split('(').nth(1)?.split_whitespace().next()?.parse().ok());
+    let mut buckets: Vec<(u32, u64)> = Vec::new();
+    let mut in_dist = false;
+    for l in lines {
+        let t = l.trim();
+        if t.is_empty() {
+            break;
+        }
+        if let Some(v) = t.strip_prefix("Avg:") {
+            r.avg_us = v.trim().parse().ok();
+        } else if t.starts_with("Log2 Dist:") {
+            in_dist = true;
+        } else if in_dist {
+            let Some((first, counts)) = t.split_once(':') else {
+                break;
+            };
+            let Ok(first) = first.trim().parse::<u32>() else {
+                break;
+            };
+            for (i, c) in counts.split_whitespace().enumerate() {
+                if let Ok(c) = c.parse::<u64>() {
+                    buckets.push((first + i as u32, c));
+                }
+            }
+        }
+    }
+    let total: u64 = buckets.iter().map(|b| b.1).sum();
+    let total = events.filter(|&e| e >= total).unwrap_or(total);
+    if total > 0 {
+        let want = (total as f64 * 0.99).ceil() as u64;
+        let mut seen = 0;
+        for (i, c) in &buckets {
+            seen += c;
+            if seen >= want {
+                r.p99_us = Some(2f64.powi(*i as i32 + 1));
+                break;
+            }
+        }
+    }
+    Some(r)
+}
+
+/// Runs memcaslap against `addr` with `cfg` (a config file) once.
+fn slap(plan: &Plan, addr: SocketAddr, cfg: &Path) -> Result<SlapResult, BenchError> {
+    let mut child = Command::new("memcaslap")
+        .arg("-s")
+        .arg(addr.to_string())
+        .args(["-T", &plan.client_threads.to_string()])
+        .args(["-c", &plan.concurrency.to_string()])
+        .args(["-t", &format!("{}s", plan.secs)])
+        .args(["-S", &format!("{}s", plan.secs)])
+        .arg("-F")
+        .arg(cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| BenchError::Unsupported(format!("memcaslap: {e}")))?;
+    // Read stdout on a thread so a full pipe never stalls memcaslap; kill it
+    // if it overruns its run time by far (a hung server).
+    let mut stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(o) = stdout.as_mut() {
+            let _ = o.read_to_string(&mut s);
+        }
+        s
+    });
+    let mut stderr = child.stderr.take();
+    let ereader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(o) = stderr.as_mut() {
+            let _ = o.read_to_string(&mut s);
+        }
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(u64::from(plan.secs) + 30);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break None,
+        }
+    };
+    let out = reader.join().unwrap_or_default();
+    let err = ereader.join().unwrap_or_default();
+    match (status, parse_memcaslap(&out)) {
+        (Some(_), Some(r)) if r.ops > 0 => Ok(r),
+        (status, _) => Err(BenchError::Unsupported(format!(
+            "memcaslap against {addr}: {} ; {}",
+            status.map_or("killed after its deadline".into(), |s| s.to_string()),
+            err.trim().lines().last().unwrap_or("no result line")
+        ))),
+    }
+}
+
+/// The suite with the plan of `ctx`'s scale.
+pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
+    run_plan(ctx, &Plan::for_ctx(ctx))
+}
+
+/// Runs `plan`: no rows (and one printed line) when a tool is missing.
+pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
+    if let Some(why) = missing_tools() {
+        println!("{why}");
+        return Ok(Vec::new());
+    }
+    let bin = ferrite_bin().ok_or_else(|| BenchError::Unsupported("no ferrite binary".into()))?;
+    let mut rows = Vec::new();
+    for mix in &plan.mixes {
+        rows.extend(run_mix(ctx, plan, mix, &bin)?);
+    }
+    if plan.kill_keys > 0 {
+        let mc_file = unique_path("memfile");
+        let mc = System::Memcached {
+            threads: plan.server_threads,
+            file: Some(mc_file.clone()),
+        };
+        let r = survival(ctx, plan, &mc);
+        let _ = std::fs::remove_file(&mc_file);
+        let _ = std::fs::remove_file(mc_file.with_extension("memfile.meta"));
+        rows.push(r?);
+        let pool = unique_path("pool");
+        let fe = System::Ferrite {
+            store: plan.kill_store.clone(),
+            threads: plan.server_threads,
+            pool: pool.clone(),
+            bin: bin.clone(),
+        };
+        let r = survival(ctx, plan, &fe);
+        let _ = std::fs::remove_file(&pool);
+        rows.push(r?);
+    }
+    Ok(rows)
+}
+
+fn params(plan: &Plan, mix: &Mix) -> serde_json::Value {
+    json!({
+        "mix": mix.name,
+        "key_bytes": mix.key_bytes,
+        "value_bytes": mix.value_bytes,
+        "client_threads": plan.client_threads,
+        "concurrency": plan.concurrency,
+        "server_threads": plan.server_threads,
+    })
+}
+
+/// One mix: every system started fresh, memcaslap interleaved rep by rep.
+fn run_mix(ctx: &BenchCtx, plan: &Plan, mix: &Mix, bin: &Path) -> Result<Vec<Row>, BenchError> {
+    let cfg = unique_path("cfg");
+    std::fs::write(&cfg, mix.config()).map_err(|e| io(&cfg, e))?;
+    let mut systems = vec![System::Memcached {
+        threads: plan.server_threads,
+        file: None,
+    }];
+    let mut pools = Vec::new();
+    for s in &plan.stores {
+        let pool = unique_path("pool");
+        pools.push(pool.clone());
+        systems.push(System::Ferrite {
+            store: s.clone(),
+            threads: plan.server_threads,
+            pool,
+            bin: bin.to_path_buf(),
+        });
+    }
+    let result = (|| {
+        let mut servers = Vec::new();
+        for s in &systems {
+            servers.push(s.start()?);
+        }
+        let mut runs: Vec<Vec<SlapResult>> = vec![Vec::new(); systems.len()];
+        for rep in 0..plan.reps {
+            for (i, (s, srv)) in systems.iter().zip(&servers).enumerate() {
+                let r = slap(plan, srv.addr, &cfg)?;
+                ctx.note(format!(
+                    "[server] {} rep {}/{}: {} {:.0} ops/s",
+                    mix.name,
+                    rep + 1,
+                    plan.reps,
+                    s.variant(),
+                    r.tps
+                ));
+                runs[i].push(r);
+            }
+        }
+        drop(servers);
+        let mut rows: Vec<Row> = systems
+            .iter()
+            .zip(&runs)
+            .map(|(s, rs)| row(plan, mix, &s.variant(), rs))
+            .collect();
+        set_ratios(&mut rows);
+        Ok(rows)
+    })();
+    let _ = std::fs::remove_file(&cfg);
+    for p in &pools {
+        let _ = std::fs::remove_file(p);
+    }
+    result
+}
+
+/// The row of one system on one mix from its repetitions: the median by
+/// throughput.
+fn row(plan: &Plan, mix: &Mix, variant: &str, runs: &[SlapResult]) -> Row {
+    let mut r = Row::empty(SUITE, variant, params(plan, mix));
+    r.threads = plan.client_threads;
+    r.counters_observed = false;
+    r.reps = runs.len();
+    let tps: Vec<f64> = runs.iter().map(|x| x.tps).collect();
+    let ns: Vec<f64> = tps
+        .iter()
+        .map(|t| if *t > 0.0 { 1e9 / t } else { 0.0 })
+        .collect();
+    let med = median(&tps);
+    // The repetition closest to the median carries ops / secs / latency.
+    let pick = runs
+        .iter()
+        .min_by(|a, b| (a.tps - med).abs().total_cmp(&(b.tps - med).abs()));
+    r.ops_per_s = med;
+    r.ns_per_op = if med > 0.0 { 1e9 / med } else { 0.0 };
+    r.ns_per_op_spread = spread(&ns);
+    if let Some(p) = pick {
+        r.ops = p.ops;
+        r.secs = p.secs;
+        if let Some(v) = p.avg_us {
+            r.set_extra("avg_us", v);
+        }
+        if let Some(v) = p.p99_us {
+            r.set_extra("p99_us", v);
+        }
+    }
+    let misses: u64 = runs.iter().filter_map(|x| x.get_misses).sum();
+    r.set_extra("get_misses", misses);
+    if variant != MEMCACHED {
+        r.baseline = Some(MEMCACHED.into());
+    }
+    r
+}
+
+/// A minimal memcached text-protocol client for the kill test.
+struct Client {
+    rd: BufReader<TcpStream>,
+    wr: TcpStream,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> std::io::Result<Client> {
+        let s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Client {
+            rd: BufReader::new(s.try_clone()?),
+            wr: s,
+        })
+    }
+
+    fn line(&mut self) -> std::io::Result<String> {
+        let mut l = String::new();
+        if self.rd.read_line(&mut l)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(l.trim_end().to_string())
+    }
+
+    /// `set`; true when the server answered `STORED`.
+    fn set(&mut self, key: &str, value: &[u8]) -> std::io::Result<bool> {
+        let mut m = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+        m.extend_from_slice(value);
+        m.extend_from_slice(b"\r\n");
+        self.wr.write_all(&m)?;
+        Ok(self.line()? == "STORED")
+    }
+
+    /// How many of `keys` a multi-key `get` finds.
+    fn count(&mut self, keys: &[String]) -> std::io::Result<usize> {
+        self.wr
+            .write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())?;
+        let mut n = 0;
+        loop {
+            let l = self.line()?;
+            if l == "END" {
+                return Ok(n);
+            }
+            let Some(len) = l
+                .strip_prefix("VALUE ")
+                .and_then(|v| v.split_whitespace().nth(2))
+                .and_then(|b| b.parse::<usize>().ok())
+            else {
+                return Err(std::io::Error::other(format!("unexpected reply '{l}'")));
+            };
+            let mut data = vec![0; len + 2];
+            self.rd.read_exact(&mut data)?;
+            n += 1;
+        }
+    }
+}
+
+/// The kill -9 test of `sys` (module documentation).
+fn survival(ctx: &BenchCtx, plan: &Plan, sys: &System) -> Result<Row, BenchError> {
+    let fail = |what: &str, e: std::io::Error| {
+        BenchError::Unsupported(format!("kill test of {}: {what}: {e}", sys.variant()))
+    };
+    let keys: Vec<String> = (0..plan.kill_keys)
+        .map(|i| format!("kill9:{i:08}"))
+        .collect();
+    let value = [b'v'; 64];
+    let mut server = sys.start()?;
+    let mut acked = 0usize;
+    {
+        let mut c = Client::connect(server.addr).map_err(|e| fail("connect", e))?;
+        for k in &keys {
+            if c.set(k, &value).map_err(|e| fail("set", e))? {
+                acked += 1;
+            }
+        }
+    }
+    // SIGKILL, then the same command line on the same file.
+    server.child.kill().map_err(|e| fail("kill", e))?;
+    let _ = server.child.wait();
+    drop(server);
+    let t0 = Instant::now();
+    let server = sys.start()?;
+    let restart_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut c = Client::connect(server.addr).map_err(|e| fail("connect", e))?;
+    let mut survived = 0;
+    for chunk in keys.chunks(100) {
+        survived += c.count(chunk).map_err(|e| fail("get", e))?;
+    }
+    drop(server);
+    ctx.note(format!(
+        "[server] kill -9: {} kept {survived} of {acked} acknowledged keys",
+        sys.variant()
+    ));
+    let mut r = Row::empty(
+        SUITE,
+        &sys.variant(),
+        json!({
+            "mix": KILL_MIX,
+            "key_bytes": 14,
+            "value_bytes": value.len(),
+            "client_threads": 1,
+        }),
+    );
+    r.counters_observed = false;
+    r.ops = keys.len() as u64;
+    r.reps = 1;
+    r.set_extra("acknowledged", acked);
+    r.set_extra("survived", survived);
+    r.set_extra("restart_ms", (restart_ms * 10.0).round() / 10.0);
+    Ok(r)
+}
+
+fn extra_f64(r: &Row, k: &str) -> Option<f64> {
+    r.extra.as_ref()?.get(k)?.as_f64()
+}
+
+/// The summary after the table: per store, the ratio to memcached on
+/// `5/95` (target ≥ 0.8×) and `95/5` (target ≥ 0.5×), and on P3's mix; the
+/// kill -9 survival counts. Prints nothing without `server` rows.
+pub fn print_summary(rows: &[Row]) {
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.suite == SUITE).collect();
+    if rows.is_empty() {
+        return;
+    }
+    let mix = |r: &Row| {
+        r.params
+            .get("mix")
+            .and_then(|m| m.as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    println!("\nserver summary (throughput ÷ memcached's, same run):");
+    let mut stores: Vec<&str> = Vec::new();
+    for r in &rows {
+        if r.variant.starts_with("ferrite-") && mix(r) != KILL_MIX && !stores.contains(&&*r.variant)
+        {
+            stores.push(&r.variant);
+        }
+    }
+    for s in stores {
+        let mut parts = Vec::new();
+        for (m, target) in [("5/95", Some(0.8)), ("95/5", Some(0.5)), ("p3-50/50", None)] {
+            let Some(q) = rows
+                .iter()
+                .find(|r| r.variant == s && mix(r) == m)
+                .and_then(|r| r.ratio_vs_baseline)
+            else {
+                continue;
+            };
+            let verdict = match target {
+                Some(t) if q >= t => format!(" (≥ {t}×: met)"),
+                Some(t) => format!(" (≥ {t}×: missed)"),
+                None => String::new(),
+            };
+            parts.push(format!("{m} {q:.2}×{verdict}"));
+        }
+        if !parts.is_empty() {
+            println!("  {s:<20} {}", parts.join(", "));
+        }
+    }
+    for r in rows.iter().filter(|r| mix(r) == KILL_MIX) {
+        println!(
+            "  kill -9: {:<22} kept {} of {} acknowledged keys (restart {} ms)",
+            r.variant,
+            extra_f64(r, "survived").unwrap_or(f64::NAN),
+            extra_f64(r, "acknowledged").unwrap_or(f64::NAN),
+            extra_f64(r, "restart_ms").unwrap_or(f64::NAN)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "Total Statistics (1000 events)\n   Min:        12\n   Avg:       152\n   Log2 Dist:\n       4:     100    800    80    10\n       8:    9     1     0     0\n\ncmd_get: 950\nget_misses: 3\n\nRun time: 2.0s Ops: 209200 TPS: 104590 Net_rate: 12.1M/s\n";
+
+    #[test]
+    fn memcaslap_output_parses() {
+        let r = parse_memcaslap(SAMPLE).expect("parses");
+        assert_eq!(r.ops, 209_200);
+        assert_eq!(r.tps, 104_590.0);
+        assert_eq!(r.secs, 2.0);
+        assert_eq!(r.avg_us, Some(152.0));
+        assert_eq!(r.get_misses, Some(3));
+        // 99% of 1000 events = 990 = 100+800+80+10, reached in bucket 7:
+        // the p99 lies in [128, 256).
+        assert_eq!(r.p99_us, Some(256.0));
+        assert!(parse_memcaslap("no result").is_none());
+    }
+
+    #[test]
+    fn mix_config_states_sizes_and_proportions() {
+        let c = Mix::named("5/95").unwrap().config();
+        assert!(
+            c.contains("key\n16 16 1\nvalue\n64 64 1\ncmd\n0 0.05\n1 0.95\n"),
+            "{c}"
+        );
+        assert_eq!(Mix::all().len(), 5);
+    }
+}
