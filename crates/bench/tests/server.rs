@@ -1,0 +1,82 @@
+//! The `server` suite at a tiny size: one store, one mix, 1 s runs, one
+//! repetition, 50 keys through kill -9. Skipped with a printed reason when
+//! memcached, memcaslap or the `ferrite` binary is missing.
+
+use ferrite_bench::BenchCtx;
+use ferrite_bench::server_suite::{
+    self, KILL_MIX, MEMCACHED, MEMCACHED_RESTARTABLE, Mix, Plan, SUITE,
+};
+
+fn num(r: &ferrite_bench::Row, k: &str) -> f64 {
+    r.extra
+        .as_ref()
+        .and_then(|e| e.get(k))
+        .and_then(|v| v.as_f64())
+        .unwrap_or_else(|| panic!("{} lacks extra.{k}: {:?}", r.variant, r.extra))
+}
+
+#[test]
+fn tiny_server_suite_yields_the_rows_the_report_reads() {
+    if let Some(why) = server_suite::missing_tools() {
+        println!("skipped: {why}");
+        return;
+    }
+    let plan = Plan {
+        stores: vec!["engine-inp".into()],
+        mixes: vec![Mix::named("5/95").expect("mix 5/95")],
+        reps: 1,
+        secs: 1,
+        client_threads: 2,
+        concurrency: 4,
+        server_threads: 1,
+        kill_keys: 50,
+        kill_store: "engine-inp".into(),
+    };
+    let rows = server_suite::run_plan(&BenchCtx::quick(), &plan).expect("suite runs");
+    let variants: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.variant.as_str(), r.params["mix"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        variants,
+        [
+            (MEMCACHED, "5/95"),
+            ("ferrite-engine-inp", "5/95"),
+            (MEMCACHED_RESTARTABLE, KILL_MIX),
+            ("ferrite-engine-inp", KILL_MIX),
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r.suite, SUITE);
+        assert!(!r.counters_observed, "the server's counters are not seen");
+        for k in ["key_bytes", "value_bytes", "client_threads"] {
+            assert!(
+                r.params[k].as_u64().is_some(),
+                "{} lacks params.{k}",
+                r.variant
+            );
+        }
+    }
+    let (mc, fe) = (&rows[0], &rows[1]);
+    for r in [mc, fe] {
+        assert_eq!(r.params["key_bytes"], 16);
+        assert_eq!(r.params["value_bytes"], 64);
+        assert_eq!(r.params["client_threads"], 2);
+        assert_eq!(r.reps, 1);
+        assert!(r.ops > 0 && r.ops_per_s > 0.0 && r.secs > 0.5, "{r:?}");
+        assert!(num(r, "p99_us") >= num(r, "avg_us") / 64.0);
+        assert_eq!(num(r, "get_misses"), 0.0, "{}: no get misses", r.variant);
+    }
+    assert_eq!(mc.baseline, None);
+    assert_eq!(fe.baseline.as_deref(), Some(MEMCACHED));
+    let q = fe.ratio_vs_baseline.expect("ratio against memcached");
+    assert!((q - fe.ops_per_s / mc.ops_per_s).abs() < 1e-9);
+    // Ferrite keeps every acknowledged key through kill -9.
+    let kill = &rows[3];
+    assert_eq!(num(kill, "acknowledged"), 50.0);
+    assert_eq!(num(kill, "survived"), 50.0);
+    let mck = &rows[2];
+    assert_eq!(num(mck, "acknowledged"), 50.0);
+    assert!(num(mck, "survived") <= 50.0);
+    server_suite::print_summary(&rows);
+}
