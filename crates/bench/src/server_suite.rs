@@ -160,7 +160,20 @@ impl Plan {
         let quick = ctx.scale == crate::Scale::Quick;
         let mixes = match std::env::var(MIXES_ENV).ok().filter(|s| !s.is_empty()) {
             Some(s) if s == "all" => Mix::all(),
-            Some(s) => s.split(',').filter_map(|n| Mix::named(n.trim())).collect(),
+            Some(s) => s
+                .split(',')
+                .filter_map(|n| {
+                    let m = Mix::named(n.trim());
+                    if m.is_none() {
+                        // Said once, not fatal: the other named mixes run.
+                        eprintln!(
+                            "{MIXES_ENV}: no mix '{}' (known: 95/5, 75/25, 25/75, 5/95, p3-50/50, all)",
+                            n.trim()
+                        );
+                    }
+                    m
+                })
+                .collect(),
             None if quick => vec![Mix::named("95/5"), Mix::named("5/95")]
                 .into_iter()
                 .flatten()
@@ -317,6 +330,17 @@ fn free_port() -> Result<u16, BenchError> {
         .local_addr()
         .map_err(|e| io(Path::new("127.0.0.1:0"), e))?;
     Ok(port.port())
+}
+
+/// A scratch file (pool, memory file, config) removed when dropped, so a
+/// panic or an error leaves nothing in /dev/shm. Declared before the
+/// servers using it, so those are killed first.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A fresh file name in /dev/shm (tmpfs: the memory the pools model).
@@ -551,25 +575,21 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
         rows.extend(run_mix(ctx, plan, mix, &bin)?);
     }
     if plan.kill_keys > 0 {
-        let mc_file = unique_path("memfile");
+        let mc_file = Scratch(unique_path("memfile"));
+        let _meta = Scratch(mc_file.0.with_extension("memfile.meta"));
         let mc = System::Memcached {
             threads: plan.server_threads,
-            file: Some(mc_file.clone()),
+            file: Some(mc_file.0.clone()),
         };
-        let r = survival(ctx, plan, &mc);
-        let _ = std::fs::remove_file(&mc_file);
-        let _ = std::fs::remove_file(mc_file.with_extension("memfile.meta"));
-        rows.push(r?);
-        let pool = unique_path("pool");
+        rows.push(survival(ctx, plan, &mc)?);
+        let pool = Scratch(unique_path("pool"));
         let fe = System::Ferrite {
             store: plan.kill_store.clone(),
             threads: plan.server_threads,
-            pool: pool.clone(),
+            pool: pool.0.clone(),
             bin: bin.clone(),
         };
-        let r = survival(ctx, plan, &fe);
-        let _ = std::fs::remove_file(&pool);
-        rows.push(r?);
+        rows.push(survival(ctx, plan, &fe)?);
     }
     Ok(rows)
 }
@@ -587,57 +607,50 @@ fn params(plan: &Plan, mix: &Mix) -> serde_json::Value {
 
 /// One mix: every system started fresh, memcaslap interleaved rep by rep.
 fn run_mix(ctx: &BenchCtx, plan: &Plan, mix: &Mix, bin: &Path) -> Result<Vec<Row>, BenchError> {
-    let cfg = unique_path("cfg");
-    std::fs::write(&cfg, mix.config()).map_err(|e| io(&cfg, e))?;
+    let cfg = Scratch(unique_path("cfg"));
+    std::fs::write(&cfg.0, mix.config()).map_err(|e| io(&cfg.0, e))?;
     let mut systems = vec![System::Memcached {
         threads: plan.server_threads,
         file: None,
     }];
     let mut pools = Vec::new();
     for s in &plan.stores {
-        let pool = unique_path("pool");
-        pools.push(pool.clone());
+        let pool = Scratch(unique_path("pool"));
         systems.push(System::Ferrite {
             store: s.clone(),
             threads: plan.server_threads,
-            pool,
+            pool: pool.0.clone(),
             bin: bin.to_path_buf(),
         });
+        pools.push(pool);
     }
-    let result = (|| {
-        let mut servers = Vec::new();
-        for s in &systems {
-            servers.push(s.start()?);
-        }
-        let mut runs: Vec<Vec<SlapResult>> = vec![Vec::new(); systems.len()];
-        for rep in 0..plan.reps {
-            for (i, (s, srv)) in systems.iter().zip(&servers).enumerate() {
-                let r = slap(plan, srv.addr, &cfg)?;
-                ctx.note(format!(
-                    "[server] {} rep {}/{}: {} {:.0} ops/s",
-                    mix.name,
-                    rep + 1,
-                    plan.reps,
-                    s.variant(),
-                    r.tps
-                ));
-                runs[i].push(r);
-            }
-        }
-        drop(servers);
-        let mut rows: Vec<Row> = systems
-            .iter()
-            .zip(&runs)
-            .map(|(s, rs)| row(plan, mix, &s.variant(), rs))
-            .collect();
-        set_ratios(&mut rows);
-        Ok(rows)
-    })();
-    let _ = std::fs::remove_file(&cfg);
-    for p in &pools {
-        let _ = std::fs::remove_file(p);
+    let mut servers = Vec::new();
+    for s in &systems {
+        servers.push(s.start()?);
     }
-    result
+    let mut runs: Vec<Vec<SlapResult>> = vec![Vec::new(); systems.len()];
+    for rep in 0..plan.reps {
+        for (i, (s, srv)) in systems.iter().zip(&servers).enumerate() {
+            let r = slap(plan, srv.addr, &cfg.0)?;
+            ctx.note(format!(
+                "[server] {} rep {}/{}: {} {:.0} ops/s",
+                mix.name,
+                rep + 1,
+                plan.reps,
+                s.variant(),
+                r.tps
+            ));
+            runs[i].push(r);
+        }
+    }
+    drop(servers);
+    let mut rows: Vec<Row> = systems
+        .iter()
+        .zip(&runs)
+        .map(|(s, rs)| row(plan, mix, &s.variant(), rs))
+        .collect();
+    set_ratios(&mut rows);
+    Ok(rows)
 }
 
 /// The row of one system on one mix from its repetitions: the median by
