@@ -372,7 +372,7 @@ fn have(prog: &str, arg: &str) -> bool {
 
 /// The `ferrite` binary to spawn `serve` from: `$FERRITE_BIN`, else this
 /// executable when it is `ferrite` (the CLI runs the suites itself), else
-/// `ferrite` beside a test binary's `deps/` directory or in
+/// the newest `ferrite` beside a test binary's `deps/` directory or in
 /// `target/{release,debug}`.
 pub fn ferrite_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FERRITE_BIN").filter(|p| !p.is_empty()) {
@@ -384,13 +384,16 @@ pub fn ferrite_bin() -> Option<PathBuf> {
     }
     let profile = exe.parent()?.parent()?;
     let target = profile.parent()?;
+    // The newest of those present: a stale build may predate `serve`.
     [
         profile.join("ferrite"),
         target.join("release/ferrite"),
         target.join("debug/ferrite"),
     ]
     .into_iter()
-    .find(|p| p.is_file())
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(t, _)| *t)
+    .map(|(_, p)| p)
 }
 
 /// Why the suite cannot run here, if it cannot (one line).
