@@ -51,8 +51,8 @@ pub mod evict;
 pub mod ptm;
 
 use crate::protocol::{Expiry, StoreMode, deadline};
-use parking_lot::Mutex;
 use evict::Clock;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Bytes before the data in a stored item.
@@ -548,7 +548,8 @@ impl<'s, K: Kv> Cache<'s, K> {
     /// Seed every item in the map, on this thread (tests, tools).
     pub fn seed_all(&mut self) -> Result<()> {
         let mut found = Vec::new();
-        self.kv.scan_prefix(b"k", &mut |k, v| found.push((k.to_vec(), v.len())))?;
+        self.kv
+            .scan_prefix(b"k", &mut |k, v| found.push((k.to_vec(), v.len())))?;
         for (k, l) in found {
             self.seed(&k, l);
         }

@@ -364,7 +364,10 @@ fn writes_past_the_budget_evict_the_oldest() {
     let mut c = Cache::with_budget(&mut m, &sh, budget, true);
     c.seed_all().unwrap();
     assert!(sh.counted());
-    assert_eq!((sh.items(), sh.stats.bytes.load(Relaxed) as u64), (50, 50 * per));
+    assert_eq!(
+        (sh.items(), sh.stats.bytes.load(Relaxed) as u64),
+        (50, 50 * per)
+    );
     // Still bounded after the restart.
     set(&mut c, StoreMode::Set, b"after", &value, None);
     c.settle(true);
