@@ -33,17 +33,21 @@ struct Server {
 }
 
 impl Server {
-    /// Start on `pool` (`--memory 64M` unless `extra` names it).
+    /// Start on `pool` (`--memory 64M --threads 2` unless `extra` names
+    /// them).
     fn start(pool: &Path, extra: &[&str]) -> Server {
-        let memory: &[&str] = if extra.contains(&"--memory") {
-            &[]
-        } else {
-            &["--memory", "64M"]
+        let default = |flag: &'static str, v: &'static str| -> Vec<&'static str> {
+            if extra.contains(&flag) {
+                vec![]
+            } else {
+                vec![flag, v]
+            }
         };
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
             .args(["serve", "--pool", pool.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0", "--threads", "2"])
-            .args(memory)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(default("--memory", "64M"))
+            .args(default("--threads", "2"))
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
