@@ -863,6 +863,16 @@ fn restart_time_with_a_full_pool() {
             srv.line.trim()
         );
         assert_eq!(after, items);
+        let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id()));
+        let rss = status
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        println!("{store}: after the count, {rss}");
         srv.stop();
         let _ = std::fs::remove_file(&pool);
     }

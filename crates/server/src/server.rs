@@ -17,6 +17,13 @@
 //! in one durable batch (group commit, [`Group`]), up to
 //! [`Options::group_commit`] requests.
 //!
+//! # Start-up
+//!
+//! The server listens as soon as the store is open (its recovery is bounded
+//! by the logs, not the data). The item counts and the shards' eviction
+//! views are then built by a scan of the store on the calling thread, in
+//! the background of serving ([`run`]); `stats` waits for it.
+//!
 //! # Durability of replies
 //!
 //! A shard runs a write to completion — the [`Kv`]'s `put`/`delete`

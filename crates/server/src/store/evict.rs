@@ -30,6 +30,10 @@
 //! matching the store.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
+
+/// A key, shared by the map and the ring (one allocation per key).
+type Key = Rc<[u8]>;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -41,16 +45,16 @@ struct Entry {
 /// One shard's CLOCK (module docs).
 #[derive(Debug, Default)]
 pub struct Clock {
-    map: HashMap<Box<[u8]>, Entry>,
-    ring: VecDeque<(Box<[u8]>, u64)>,
+    map: HashMap<Key, Entry>,
+    ring: VecDeque<(Key, u64)>,
     bytes: u64,
     next_gen: u64,
     /// Before-images since the last settle, oldest first.
-    undo: Vec<(Box<[u8]>, Option<Entry>)>,
+    undo: Vec<(Key, Option<Entry>)>,
     /// Seeds are still arriving.
     seeding: bool,
     /// Keys written or deleted while seeding (their seeds are stale).
-    touched: HashSet<Box<[u8]>>,
+    touched: HashSet<Key>,
 }
 
 impl Clock {
@@ -86,18 +90,22 @@ impl Clock {
     }
 
     fn set(&mut self, key: &[u8], new: Option<Entry>) {
+        let key: Key = match self.map.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => key.into(),
+        };
         let old = match new {
-            Some(e) => self.map.insert(key.into(), e),
-            None => self.map.remove(key),
+            Some(e) => self.map.insert(key.clone(), e),
+            None => self.map.remove(&key),
         };
         if let Some(o) = old {
             self.bytes -= o.charge;
         }
         if let Some(e) = new {
             self.bytes += e.charge;
-            self.ring.push_back((key.into(), e.generation));
+            self.ring.push_back((key.clone(), e.generation));
         }
-        self.undo.push((key.into(), old));
+        self.undo.push((key, old));
     }
 
     /// `key` now exists and charges `charge` bytes (a write).
@@ -144,9 +152,10 @@ impl Clock {
             generation: self.next_gen,
             referenced: false,
         };
-        self.map.insert(key.into(), e);
+        let key: Key = key.into();
+        self.map.insert(key.clone(), e);
         self.bytes += charge;
-        self.ring.push_back((key.into(), e.generation));
+        self.ring.push_back((key, e.generation));
     }
 
     /// The scan is over: every key of the shard is tracked.
@@ -157,7 +166,7 @@ impl Clock {
 
     /// The next key to evict and its charge (still tracked: the caller
     /// deletes it from the store, then calls [`Clock::remove`]).
-    pub fn victim(&mut self) -> Option<(Box<[u8]>, u64)> {
+    pub fn victim(&mut self) -> Option<(Key, u64)> {
         while let Some((key, generation)) = self.ring.pop_front() {
             let Some(e) = self.map.get_mut(&key) else {
                 continue;

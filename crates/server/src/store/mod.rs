@@ -45,6 +45,20 @@
 //! shorter than 28 bytes is reported as [`StoreError::Corrupt`], never a
 //! panic. Expired and flushed items are removed lazily when a command finds
 //! them.
+//!
+//! # Eviction and the item counts
+//!
+//! Each `Cache` (one shard) keeps a DRAM-only CLOCK ([`evict::Clock`]) over
+//! the keys it owns, charging each item its map key, header and data
+//! ([`charge`]). A write that would take the shard past its budget (the
+//! server's `--memory` divided among the shards), or that the map refuses
+//! as full, first deletes the least recently used items through the map —
+//! in the same group commit as the write, so the eviction is as
+//! crash-consistent as any delete. Nothing about eviction is persistent:
+//! after a restart the view is rebuilt from a scan of the map that runs
+//! while the server already serves ([`Cache::seed`]); until it ends the
+//! counts are partial and a shard may hold more than its budget.
+//! `curr_items` and `bytes` in [`Stats`] are the sums of the shards' views.
 
 pub mod engine;
 pub mod evict;
