@@ -866,10 +866,11 @@ fn restart_time_with_a_full_pool() {
         let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id()));
         let rss = status
             .ok()
-            .and_then(|s| {
+            .map(|s| {
                 s.lines()
-                    .find(|l| l.starts_with("VmRSS"))
-                    .map(str::to_string)
+                    .filter(|l| l.starts_with("VmRSS") || l.starts_with("RssAnon"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             })
             .unwrap_or_default();
         println!("{store}: after the count, {rss}");

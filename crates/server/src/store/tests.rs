@@ -41,6 +41,17 @@ impl Kv for &mut Mem {
         Ok(self.0.remove(key).is_some())
     }
     fn batch(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        // All or nothing: check the final size on a copy first.
+        let mut after = Mem(self.0.clone(), 0);
+        for (k, v) in ops {
+            match v {
+                Some(v) => after.0.insert(k.clone(), v.clone()),
+                None => after.0.remove(k),
+            };
+        }
+        if self.1 != 0 && after.used() > self.1 {
+            return Err(StoreError::Full);
+        }
         for (k, v) in ops {
             match v {
                 Some(v) => self.0.insert(k.clone(), v.clone()),
@@ -413,4 +424,38 @@ fn an_item_larger_than_the_budget_is_stored_alone() {
     c.settle(true);
     assert_eq!(c.get(b"b", NOW).unwrap().unwrap().data, vec![1u8; 300]);
     assert_eq!(sh.items(), 1);
+}
+
+/// A group whose batch the full map refuses applies nothing and leaves the
+/// views as they were; run again one request at a time (as the shard
+/// does), the writes evict and succeed, and the counts match the map.
+#[test]
+fn a_failed_group_undoes_its_view_and_the_retry_evicts() {
+    let mut m = Mem(BTreeMap::new(), 12_000);
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let value = vec![b'x'; 1000];
+    {
+        let mut c = Cache::new(Group::new(&mut m), &sh);
+        for i in 0..8u32 {
+            set(&mut c, StoreMode::Set, &key(i), &value, None);
+            c.settle(true);
+        }
+        let before = c.tracked();
+        c.kv().begin();
+        for i in 8..16u32 {
+            set(&mut c, StoreMode::Set, &key(i), &value, None);
+        }
+        assert!(matches!(c.kv().commit(), Err(StoreError::Full)));
+        c.settle(false);
+        assert_eq!(c.tracked(), before);
+        assert_eq!(sh.items(), 8);
+        for i in 8..16u32 {
+            let r = c.store(StoreMode::Set, &key(i), 0, 0, &value, None, None, NOW);
+            assert!(matches!(r, Ok(StoreOutcome::Stored(_))), "{i}: {r:?}");
+            c.settle(true);
+        }
+        assert!(c.get(&key(15), NOW).unwrap().is_some());
+    }
+    assert_eq!(sh.items() as usize, m.0.len() - 1);
+    assert_eq!(sh.items() + sh.stats.evictions.load(Relaxed), 16);
 }
