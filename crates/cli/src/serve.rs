@@ -26,9 +26,12 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:11211")]
     listen: String,
-    /// Size of a new pool (K/M/G suffix); an existing pool keeps its size.
-    #[arg(long, default_value = "1G", value_parser = crate::parse_size)]
-    memory: u64,
+    /// Bytes of items to keep (memcached -m; K/M/G suffix): beyond it the
+    /// least recently used items are evicted. Also the size of a new pool
+    /// (default 1G); an existing pool keeps its size. Default: the pool's
+    /// size (items are also evicted whenever the pool is full).
+    #[arg(long, value_parser = crate::parse_size)]
+    memory: Option<u64>,
     /// Connection threads (and store shards).
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -64,6 +67,9 @@ pub fn data_dir() -> Result<PathBuf, String> {
         None => Err("no data directory: set FERRITE_DATA_DIR or HOME, or pass --pool".into()),
     }
 }
+
+/// Size of a new pool when `--memory` is not given.
+const DEFAULT_POOL: u64 = 1 << 30;
 
 /// PTM thread slots of a server pool (fixed, so a restart with other
 /// `--threads` opens it with the same options).
@@ -134,7 +140,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     // Bind first: a busy port fails fast, before any recovery.
     let listener = std::net::TcpListener::bind(&a.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    let (pool, opened, variant, created) = open(&path, want, a.memory, a.threads, a.domain)?;
+    let size = a.memory.unwrap_or(DEFAULT_POOL);
+    let (pool, opened, variant, created) = open(&path, want, size, a.threads, a.domain)?;
     let name = variant.name();
     let elapsed = match &opened {
         Opened::Engine(s) => s.recovery().elapsed,
@@ -149,7 +156,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             ..Limits::default()
         },
         group_commit: a.group_commit,
-        memory: pool.header().size,
+        memory: a.memory.unwrap_or(pool.header().size),
         store_name: name.clone(),
     };
     let shown = path.display().to_string();
@@ -158,8 +165,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             "created a new pool".to_string()
         } else {
             format!(
-                "recovered {} items in {:.1} ms, store recovery {:.1} ms",
-                r.items,
+                "serving {:.1} ms after start, store recovery {:.1} ms; items counted in the background",
                 started.elapsed().as_secs_f64() * 1e3,
                 elapsed.as_secs_f64() * 1e3
             )
@@ -240,7 +246,8 @@ fn open(
         let pool = Pool::create(path, &po).map_err(|x| e(&x))?;
         let made = match v {
             Variant::Engine(k) => {
-                let sessions = u16::try_from(threads.max(4)).unwrap_or(u16::MAX);
+                // One session per shard plus the start-up scan's.
+                let sessions = u16::try_from((threads + 1).max(4)).unwrap_or(u16::MAX);
                 Store::create(&pool, &StoreOptions::new(k).sessions(sessions))
                     .map(|s| Opened::Engine(Box::new(s)))
                     .map_err(|x| e(&x))

@@ -17,6 +17,13 @@
 //! in one durable batch (group commit, [`Group`]), up to
 //! [`Options::group_commit`] requests.
 //!
+//! # Start-up
+//!
+//! The server listens as soon as the store is open (its recovery is bounded
+//! by the logs, not the data). The item counts and the shards' eviction
+//! views are then built by a scan of the store on the calling thread, in
+//! the background of serving ([`run`]); `stats` waits for it.
+//!
 //! # Durability of replies
 //!
 //! A shard runs a write to completion — the [`Kv`]'s `put`/`delete`
@@ -53,7 +60,10 @@ pub struct Options {
     /// Most queued requests a shard commits with one durable batch (group
     /// commit); 1 = every write commits alone.
     pub group_commit: usize,
-    /// Shown by `stats` as `limit_maxbytes`.
+    /// Bytes of items the server keeps (`limit_maxbytes`; an item charges
+    /// its key, 28-byte header and data): each shard keeps at most its
+    /// share and evicts its least recently used items beyond it. Writes
+    /// also evict when the pool itself is full.
     pub memory: u64,
     /// What `stats` reports as the store (`ferrite_store`).
     pub store_name: String,
@@ -68,12 +78,11 @@ pub enum ServeError {
     Store(#[from] StoreError),
 }
 
-/// Told to the caller once the server accepts connections.
+/// Told to the caller once the server accepts connections (the items are
+/// still being counted in the background then).
 #[derive(Debug, Clone)]
 pub struct Ready {
     pub addr: SocketAddr,
-    /// Items found in the store at start.
-    pub items: u64,
     pub shards: usize,
 }
 
@@ -83,9 +92,21 @@ struct Job {
     reply: oneshot::Sender<Vec<u8>>,
 }
 
+/// What a shard thread receives.
+enum Msg {
+    Job(Job),
+    /// Keys (map keys, value lengths) the start-up scan found.
+    Seed(Vec<(Vec<u8>, usize)>),
+    /// The scan is over.
+    Seeded,
+}
+
+/// Keys per [`Msg::Seed`].
+const SEED_BATCH: usize = 4096;
+
 /// State every connection task shares.
 struct Ctx {
-    shards: Vec<mpsc::Sender<Job>>,
+    shards: Vec<mpsc::Sender<Msg>>,
     shared: Arc<Shared>,
     opts: Options,
     started: Instant,
@@ -100,17 +121,40 @@ struct Ctx {
 fn shard_loop<K: Kv>(
     cache: &mut Cache<'_, Group<K>>,
     shared: &Shared,
-    rx: &mpsc::Receiver<Job>,
+    rx: &mpsc::Receiver<Msg>,
     group: usize,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(group);
     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(group);
+    // Seeds are applied between requests, never inside a group.
+    let seed = |cache: &mut Cache<'_, Group<K>>, m: Msg| match m {
+        Msg::Seed(keys) => {
+            for (k, l) in keys {
+                cache.seed(&k, l);
+            }
+            cache.publish();
+            None
+        }
+        Msg::Seeded => {
+            cache.seeded();
+            shared.seeded_one();
+            None
+        }
+        Msg::Job(j) => Some(j),
+    };
     while let Ok(first) = rx.recv() {
+        let Some(first) = seed(cache, first) else {
+            continue;
+        };
         jobs.clear();
         jobs.push(first);
         while jobs.len() < group {
             match rx.try_recv() {
-                Ok(j) => jobs.push(j),
+                Ok(m) => {
+                    if let Some(j) = seed(cache, m) {
+                        jobs.push(j);
+                    }
+                }
                 Err(_) => break,
             }
         }
@@ -170,8 +214,12 @@ fn fnv1a(key: &[u8]) -> u64 {
 /// Serve on `listener` until SIGINT/SIGTERM or until `stop` fires.
 ///
 /// `make_kv` opens one store handle; it is called once on the calling
-/// thread (to load the shared state and count the items) and once on each
-/// shard thread. `ready` is called once the server accepts connections.
+/// thread and once on each shard thread, and all these handles are open at
+/// once (the store needs `shards + 1` sessions). The calling thread loads
+/// the shared state (two reads), starts the shards and the connections,
+/// calls `ready`, and only then scans the store with its handle, in the
+/// background of serving: the scan seeds each shard's eviction view and
+/// item counts (`stats` waits for it; gets and sets do not).
 pub fn run<K, F>(
     make_kv: F,
     opts: Options,
@@ -183,17 +231,17 @@ where
     K: Kv,
     F: Fn() -> Result<K, StoreError> + Sync,
 {
-    let shared = {
-        let mut kv = make_kv()?;
-        Arc::new(Shared::open(&mut kv, opts.limits.max_item_size)?)
-    };
+    let mut scan_kv = make_kv()?;
+    let shared = Arc::new(Shared::open(&mut scan_kv, opts.limits.max_item_size)?);
     let nshards = opts.shards.max(1);
     let group = opts.group_commit.max(1);
+    let budget = (opts.memory / nshards as u64).max(1);
+    shared.start_seeding(nshards);
     std::thread::scope(|scope| -> Result<(), ServeError> {
         let mut senders = Vec::with_capacity(nshards);
         let (up_tx, up_rx) = mpsc::channel::<Result<(), StoreError>>();
         for i in 0..nshards {
-            let (tx, rx) = mpsc::channel::<Job>();
+            let (tx, rx) = mpsc::channel::<Msg>();
             senders.push(tx);
             let up = up_tx.clone();
             let shared = &shared;
@@ -204,7 +252,7 @@ where
                     let mut cache = match make_kv() {
                         Ok(kv) => {
                             let _ = up.send(Ok(()));
-                            Cache::new(Group::new(kv), shared)
+                            Cache::with_budget(Group::new(kv), shared, budget, true)
                         }
                         Err(e) => {
                             let _ = up.send(Err(e));
@@ -228,6 +276,7 @@ where
             .thread_name("ferrite-conn")
             .enable_all()
             .build()?;
+        let seeders = senders.clone();
         let ctx = Arc::new(Ctx {
             shards: senders,
             shared: shared.clone(),
@@ -236,7 +285,24 @@ where
             curr_conns: AtomicU32::new(0),
             total_conns: AtomicU64::new(0),
         });
-        let result = rt.block_on(serve(ctx, listener, stop, ready));
+        let accept = {
+            let _rt = rt.enter();
+            listener.set_nonblocking(true)?;
+            let listener = TcpListener::from_std(listener)?;
+            let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+            ready(&Ready {
+                addr: listener.local_addr()?,
+                shards: ctx.shards.len(),
+            });
+            rt.spawn(serve(ctx, listener, term, int, stop))
+        };
+        seed_shards(&mut scan_kv, &seeders, &shared);
+        drop(seeders);
+        drop(scan_kv);
+        let result = rt
+            .block_on(accept)
+            .unwrap_or_else(|e| Err(std::io::Error::other(e).into()));
         // Cancel the connection tasks; the shards finish the job at hand
         // (durably) and exit when their last sender is gone.
         rt.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -244,21 +310,38 @@ where
     })
 }
 
+/// The start-up scan: send every item's key and size to the shard that
+/// owns it, then tell every shard the scan is over. A shard ignores a seed
+/// for a key it has itself written or deleted since start (its own view is
+/// newer), so the scan may run while the shards serve.
+fn seed_shards<K: Kv>(kv: &mut K, shards: &[mpsc::Sender<Msg>], shared: &Shared) {
+    let n = shards.len() as u64;
+    let mut batches: Vec<Vec<(Vec<u8>, usize)>> = vec![Vec::new(); shards.len()];
+    let r = kv.scan_prefix(b"k", &mut |k, v| {
+        let s = (fnv1a(&k[1..]) % n) as usize;
+        batches[s].push((k.to_vec(), v.len()));
+        if batches[s].len() >= SEED_BATCH {
+            let _ = shards[s].send(Msg::Seed(std::mem::take(&mut batches[s])));
+        }
+    });
+    if r.is_err() {
+        shared.scan_failed.store(true, Relaxed);
+    }
+    for (s, b) in batches.into_iter().enumerate() {
+        if !b.is_empty() {
+            let _ = shards[s].send(Msg::Seed(b));
+        }
+        let _ = shards[s].send(Msg::Seeded);
+    }
+}
+
 async fn serve(
     ctx: Arc<Ctx>,
-    listener: std::net::TcpListener,
+    listener: TcpListener,
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
     stop: Option<oneshot::Receiver<()>>,
-    ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    ready(&Ready {
-        addr: listener.local_addr()?,
-        items: ctx.shared.items(),
-        shards: ctx.shards.len(),
-    });
     let stop = async move {
         match stop {
             Some(rx) => {
@@ -383,7 +466,10 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx) {
 async fn on_shard(ctx: &Ctx, key: &[u8], req: Request) -> Vec<u8> {
     let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
     let (tx, rx) = oneshot::channel();
-    if ctx.shards[shard].send(Job { req, reply: tx }).is_err() {
+    if ctx.shards[shard]
+        .send(Msg::Job(Job { req, reply: tx }))
+        .is_err()
+    {
         return Vec::new();
     }
     rx.await.unwrap_or_default()
@@ -419,10 +505,10 @@ async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
                     let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
                     let (tx, rx) = oneshot::channel();
                     if ctx.shards[shard]
-                        .send(Job {
+                        .send(Msg::Job(Job {
                             req: sub,
                             reply: tx,
-                        })
+                        }))
                         .is_ok()
                     {
                         pending.push(rx);
@@ -447,6 +533,11 @@ async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
             let resp_stats;
             let resp = match args.first().map(Vec::as_slice) {
                 None => {
+                    // The item counts are complete once the start-up scan
+                    // has seeded every shard.
+                    while !ctx.shared.counted() {
+                        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    }
                     resp_stats = general_stats(ctx);
                     Response::Stats(&resp_stats)
                 }
@@ -522,7 +613,10 @@ fn general_stats(ctx: &Ctx) -> Vec<(String, String)> {
     put("bytes", s.bytes.load(Relaxed).max(0).to_string());
     put("curr_items", ctx.shared.items().to_string());
     put("total_items", g(&s.total_items));
-    put("evictions", "0".to_string());
+    put("evictions", g(&s.evictions));
+    if ctx.shared.scan_failed.load(Relaxed) {
+        put("ferrite_scan_failed", "1".to_string());
+    }
     v
 }
 
@@ -535,7 +629,7 @@ fn settings_stats(ctx: &Ctx) -> Vec<(String, String)> {
             ctx.opts.limits.max_item_size.to_string(),
         ),
         ("cas_enabled".into(), "yes".into()),
-        ("evictions".into(), "off".into()),
+        ("evictions".into(), "on".into()),
     ]
 }
 

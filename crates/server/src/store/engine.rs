@@ -59,7 +59,8 @@ impl Kv for EngineKv<'_> {
 }
 
 /// Serve `store` (see [`crate::server::run`]); the shard count is capped
-/// at the sessions the store was created with.
+/// at the sessions the store was created with, less the one the start-up
+/// scan holds (a store with one session cannot serve).
 pub fn serve(
     store: &ferrite_engine::Store,
     mut opts: crate::server::Options,
@@ -68,7 +69,7 @@ pub fn serve(
     ready: impl FnOnce(&crate::server::Ready),
 ) -> std::result::Result<(), crate::server::ServeError> {
     let sessions = usize::from(store.superblock().sessions).max(1);
-    opts.shards = opts.shards.clamp(1, sessions);
+    opts.shards = opts.shards.clamp(1, (sessions - 1).max(1));
     crate::server::run(
         || store.session().map(EngineKv::new).map_err(err),
         opts,

@@ -45,13 +45,29 @@
 //! shorter than 28 bytes is reported as [`StoreError::Corrupt`], never a
 //! panic. Expired and flushed items are removed lazily when a command finds
 //! them.
+//!
+//! # Eviction and the item counts
+//!
+//! Each `Cache` (one shard) keeps a DRAM-only CLOCK ([`evict::Clock`]) over
+//! the keys it owns, charging each item its map key, header and data
+//! ([`charge`]). A write that would take the shard past its budget (the
+//! server's `--memory` divided among the shards), or that the map refuses
+//! as full, first deletes the least recently used items through the map —
+//! in the same group commit as the write, so the eviction is as
+//! crash-consistent as any delete. Nothing about eviction is persistent:
+//! after a restart the view is rebuilt from a scan of the map that runs
+//! while the server already serves ([`Cache::seed`]); until it ends the
+//! counts are partial and a shard may hold more than its budget.
+//! `curr_items` and `bytes` in [`Stats`] are the sums of the shards' views.
 
 pub mod engine;
+pub mod evict;
 pub mod ptm;
 
 use crate::protocol::{Expiry, StoreMode, deadline};
+use evict::Clock;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Bytes before the data in a stored item.
 pub const HEADER: usize = 28;
@@ -264,10 +280,18 @@ pub struct Shared {
     flush_cas: AtomicU64,
     pub max_item_size: usize,
     pub stats: Stats,
+    /// Shards whose start-up seeding ([`Cache::seed`]) is not finished.
+    seeding: AtomicUsize,
+    /// The start-up scan failed: counts and eviction miss the keys it did
+    /// not reach.
+    pub scan_failed: AtomicBool,
 }
 
-/// Counters for `stats` (volatile, since start; items and bytes are
-/// counted by a scan at start).
+/// Counters for `stats` (volatile, since start). `curr_items` and `bytes`
+/// are the sums of the shards' eviction views ([`evict::Clock`]): exact
+/// once the start-up scan has seeded them ([`Shared::counted`]). `bytes`
+/// charges an item its map key, header and data, as memcached's counts
+/// item sizes.
 #[derive(Debug, Default)]
 pub struct Stats {
     pub curr_items: AtomicI64,
@@ -295,6 +319,8 @@ pub struct Stats {
     /// Group commits of more than one request, and the requests in them.
     pub group_commits: AtomicU64,
     pub grouped_requests: AtomicU64,
+    /// Items deleted to make room (memcached's `evictions`).
+    pub evictions: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -302,9 +328,9 @@ fn bump(c: &AtomicU64) {
 }
 
 impl Shared {
-    /// Load the persisted CAS mark and flush marker and count the items,
-    /// through `kv` (one thread, before serving). Returns the state and the
-    /// number of items found.
+    /// Load the persisted CAS mark and flush marker through `kv` (one
+    /// thread, before serving). Two reads: the items are counted later, by
+    /// [`Cache::seed_all`] or the server's background scan.
     pub fn open(kv: &mut dyn Kv, max_item_size: usize) -> Result<Shared> {
         let mut buf = Vec::new();
         let mark = if kv.get_into(META_CAS, &mut buf)? {
@@ -321,13 +347,6 @@ impl Shared {
             (0, 0)
         };
         let stats = Stats::default();
-        let (mut items, mut bytes) = (0i64, 0i64);
-        kv.scan_prefix(b"k", &mut |_, v| {
-            items += 1;
-            bytes += v.len().saturating_sub(HEADER) as i64;
-        })?;
-        stats.curr_items.store(items, Relaxed);
-        stats.bytes.store(bytes, Relaxed);
         Ok(Shared {
             next_cas: AtomicU64::new(mark.max(1)),
             reserved: AtomicU64::new(mark.max(1)),
@@ -337,7 +356,25 @@ impl Shared {
             flush_cas: AtomicU64::new(fcas),
             max_item_size,
             stats,
+            seeding: AtomicUsize::new(0),
+            scan_failed: AtomicBool::new(false),
         })
+    }
+
+    /// `n` shards will be seeded by a background scan.
+    pub fn start_seeding(&self, n: usize) {
+        self.seeding.store(n, Relaxed);
+    }
+
+    /// One shard's seeding is over.
+    pub fn seeded_one(&self) {
+        self.seeding
+            .fetch_sub(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Are `curr_items` and `bytes` complete (no seeding in progress)?
+    pub fn counted(&self) -> bool {
+        self.seeding.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 
     /// A fresh CAS, never handed out before (also across restarts: the
@@ -462,9 +499,25 @@ pub struct Cache<'s, K> {
     shared: &'s Shared,
     key: Vec<u8>,
     buf: Vec<u8>,
-    /// Unpublished (items, bytes, total_items) deltas (see [`Cache::settle`]).
-    pend: (i64, i64, i64),
+    /// Unpublished (total_items, evictions) deltas (see [`Cache::settle`]).
+    pend: (i64, u64),
+    /// This shard's view of its keys, for eviction and the item counts.
+    clock: Clock,
+    /// Bytes ([`charge`]) this shard may keep; writes evict beyond it.
+    budget: u64,
+    /// (items, bytes) of `clock` last added to the shared statistics.
+    published: (i64, i64),
 }
+
+/// Bytes an item charges against the memory limit: its map key, header
+/// and data.
+pub fn charge(map_key_len: usize, value_len: usize) -> u64 {
+    (map_key_len + value_len) as u64
+}
+
+/// Most victims one write evicts when the map reports it full before the
+/// write is refused (`SERVER_ERROR out of memory`).
+const MAX_EVICT_ON_FULL: usize = 4096;
 
 impl<'s, K: Kv> Cache<'s, K> {
     /// The map handle (to begin and commit a [`Group`]).
@@ -472,13 +525,96 @@ impl<'s, K: Kv> Cache<'s, K> {
         &mut self.kv
     }
 
+    /// A handle with no memory limit whose view of the keys starts empty
+    /// (call [`Cache::seed_all`] on a non-empty map).
     pub fn new(kv: K, shared: &'s Shared) -> Self {
+        Self::with_budget(kv, shared, u64::MAX, false)
+    }
+
+    /// A handle that keeps at most `budget` bytes ([`charge`]) of items,
+    /// evicting the least recently used; `seeding`: a background scan will
+    /// [`seed`](Cache::seed) the keys already in the map.
+    pub fn with_budget(kv: K, shared: &'s Shared, budget: u64, seeding: bool) -> Self {
         Cache {
             kv,
             shared,
             key: Vec::with_capacity(256),
             buf: Vec::new(),
-            pend: (0, 0, 0),
+            pend: (0, 0),
+            clock: Clock::new(seeding),
+            budget,
+            published: (0, 0),
+        }
+    }
+
+    /// A key (as in the map, with its `k` prefix) the start-up scan found,
+    /// whose value is `value_len` bytes.
+    pub fn seed(&mut self, map_key: &[u8], value_len: usize) {
+        self.clock.seed(map_key, charge(map_key.len(), value_len));
+    }
+
+    /// The start-up scan is over for this shard.
+    pub fn seeded(&mut self) {
+        self.clock.seeded();
+        self.publish();
+    }
+
+    /// Seed every item in the map, on this thread (tests, tools).
+    pub fn seed_all(&mut self) -> Result<()> {
+        let mut found = Vec::new();
+        self.kv
+            .scan_prefix(b"k", &mut |k, v| found.push((k.to_vec(), v.len())))?;
+        for (k, l) in found {
+            self.seed(&k, l);
+        }
+        self.seeded();
+        Ok(())
+    }
+
+    /// Items and bytes this handle tracks.
+    pub fn tracked(&self) -> (usize, u64) {
+        (self.clock.len(), self.clock.bytes())
+    }
+
+    /// Add the change of the clock's counts to the shared statistics.
+    pub fn publish(&mut self) {
+        let now = (self.clock.len() as i64, self.clock.bytes() as i64);
+        let st = &self.shared.stats;
+        st.curr_items.fetch_add(now.0 - self.published.0, Relaxed);
+        st.bytes.fetch_add(now.1 - self.published.1, Relaxed);
+        self.published = now;
+    }
+
+    /// Evict one item (not the one being written); false when there is
+    /// nothing left to evict.
+    fn evict_one(&mut self) -> Result<bool> {
+        let Some((victim, ch)) = self.clock.victim() else {
+            return Ok(false);
+        };
+        if *victim == *self.key {
+            // The item being replaced: give it a second chance.
+            self.clock.hit(&victim, ch);
+            return Ok(self.clock.len() > 1);
+        }
+        if self.kv.delete(&victim)? {
+            self.pend.1 += 1;
+        }
+        self.clock.remove(&victim);
+        Ok(true)
+    }
+
+    /// Evict until an item charging `ch` at the mapped key fits the budget.
+    fn make_room(&mut self, ch: u64) -> Result<()> {
+        let mut guard = 2 * self.clock.len() + 2;
+        loop {
+            let cur = self.clock.charge_of(&self.key);
+            if self.clock.bytes() - cur + ch <= self.budget || guard == 0 {
+                return Ok(());
+            }
+            guard -= 1;
+            if !self.evict_one()? {
+                return Ok(());
+            }
         }
     }
 
@@ -494,6 +630,7 @@ impl<'s, K: Kv> Cache<'s, K> {
             return Ok(None);
         }
         let it = Item::decode(&self.buf)?;
+        let ch = charge(self.key.len(), self.buf.len());
         let expired = it.exptime != 0 && now >= it.exptime;
         let flushed = !expired && self.shared.flushed(&it, now);
         if expired || flushed {
@@ -502,17 +639,16 @@ impl<'s, K: Kv> Cache<'s, K> {
             } else {
                 bump(&self.shared.stats.get_flushed);
             }
-            self.remove(&it)?;
+            self.remove()?;
             return Ok(None);
         }
+        self.clock.hit(&self.key, ch);
         Ok(Some(it))
     }
 
-    fn remove(&mut self, old: &Item) -> Result<()> {
-        if self.kv.delete(&self.key)? {
-            self.pend.0 -= 1;
-            self.pend.1 -= old.data.len() as i64;
-        }
+    fn remove(&mut self) -> Result<()> {
+        self.kv.delete(&self.key)?;
+        self.clock.remove(&self.key);
         Ok(())
     }
 
@@ -521,11 +657,13 @@ impl<'s, K: Kv> Cache<'s, K> {
     /// alone and after every group commit, so a group whose batch failed
     /// (and applied nothing) leaves the counts as they were.
     pub fn settle(&mut self, applied: bool) {
-        let (items, bytes, total) = std::mem::take(&mut self.pend);
+        let (total, evicted) = std::mem::take(&mut self.pend);
+        self.clock.settle(applied);
+        self.clock.compact();
+        self.publish();
         if applied {
             let st = &self.shared.stats;
-            st.curr_items.fetch_add(items, Relaxed);
-            st.bytes.fetch_add(bytes, Relaxed);
+            st.evictions.fetch_add(evicted, Relaxed);
             if total >= 0 {
                 st.total_items.fetch_add(total as u64, Relaxed);
             } else {
@@ -534,28 +672,24 @@ impl<'s, K: Kv> Cache<'s, K> {
         }
     }
 
-    /// Write `it` at the mapped key; `old` is what was there (live or not:
-    /// the statistics count map entries).
-    fn write(&mut self, it: &Item, old_len: Option<usize>) -> Result<()> {
+    /// Write `it` at the mapped key, evicting other items first if the
+    /// budget or the map's space requires it (in the same group commit).
+    fn write(&mut self, it: &Item) -> Result<()> {
+        let ch = charge(self.key.len(), HEADER + it.data.len());
+        self.make_room(ch)?;
         it.encode(&mut self.buf);
-        self.kv.put(&self.key, &self.buf)?;
-        match old_len {
-            Some(l) => self.pend.1 += it.data.len() as i64 - l as i64,
-            None => {
-                self.pend.0 += 1;
-                self.pend.1 += it.data.len() as i64;
+        let mut evicted = 0;
+        loop {
+            match self.kv.put(&self.key, &self.buf) {
+                Err(StoreError::Full) if evicted < MAX_EVICT_ON_FULL && self.evict_one()? => {
+                    evicted += 1;
+                }
+                r => break r?,
             }
         }
-        self.pend.2 += 1;
+        self.clock.insert(&self.key, ch);
+        self.pend.0 += 1;
         Ok(())
-    }
-
-    /// The map entry's data length (live or not), for the statistics.
-    fn raw_len(&mut self) -> Result<Option<usize>> {
-        Ok(self
-            .kv
-            .get_into(&self.key, &mut self.buf)?
-            .then(|| self.buf.len().saturating_sub(HEADER)))
     }
 
     fn cas_or_new(&mut self, given: Option<u64>) -> Result<u64> {
@@ -582,10 +716,9 @@ impl<K: Kv> Store for Cache<'_, K> {
             return Ok(None);
         };
         it.exptime = stored_exptime(deadline(exptime, now));
-        let len = it.data.len();
-        self.write(&it, Some(len))?;
+        self.write(&it)?;
         // A touch is not an item write in memcached's counters.
-        self.pend.2 -= 1;
+        self.pend.0 -= 1;
         Ok(Some(it))
     }
 
@@ -655,18 +788,12 @@ impl<K: Kv> Store for Cache<'_, K> {
         // A store whose exptime is already past leaves nothing visible
         // (memcached stores it and it is never found): remove the old one.
         if exp == 1 {
-            let old_len = self.raw_len()?;
-            if old_len.is_some() {
-                self.kv.delete(&self.key)?;
-                self.pend.0 -= 1;
-                self.pend.1 -= old_len.unwrap_or(0) as i64;
-            }
+            self.remove()?;
             let c = self.cas_or_new(new_cas)?;
             return Ok(StoreOutcome::Stored(c));
         }
         it.cas = self.cas_or_new(new_cas)?;
-        let old_len = old.as_ref().map(|o| o.data.len());
-        self.write(&it, old_len)?;
+        self.write(&it)?;
         Ok(StoreOutcome::Stored(it.cas))
     }
 
@@ -690,14 +817,13 @@ impl<K: Kv> Store for Cache<'_, K> {
         }
         bump(&self.shared.stats.delete_hits);
         if drop_value {
-            let len = it.data.len();
             it.data.clear();
             it.flags = 0;
             it.time = now;
             it.cas = self.shared.new_cas(&mut self.kv)?;
-            self.write(&it, Some(len))?;
+            self.write(&it)?;
         } else {
-            self.remove(&it)?;
+            self.remove()?;
         }
         Ok(DeleteOutcome::Deleted)
     }
@@ -724,7 +850,7 @@ impl<K: Kv> Store for Cache<'_, K> {
                 data: initial.to_string().into_bytes(),
             };
             it.cas = self.cas_or_new(a.new_cas)?;
-            self.write(&it, None)?;
+            self.write(&it)?;
             return Ok(ArithOutcome::Value(initial, it.cas, it.ttl(now)));
         };
         if let Some(c) = a.cas
@@ -745,14 +871,13 @@ impl<K: Kv> Store for Cache<'_, K> {
         } else {
             cur.saturating_sub(a.delta)
         };
-        let len = it.data.len();
         it.data = v.to_string().into_bytes();
         if let Some(t) = a.ttl {
             it.exptime = stored_exptime(deadline(t, now));
         }
         it.time = now;
         it.cas = self.cas_or_new(a.new_cas)?;
-        self.write(&it, Some(len))?;
+        self.write(&it)?;
         Ok(ArithOutcome::Value(v, it.cas, it.ttl(now)))
     }
 

@@ -318,7 +318,7 @@ impl Kv for PtmKv<'_> {
 }
 
 /// Serve the PTM `ptm` (see [`crate::server::run`]); the shard count is
-/// capped below the PTM's thread slots.
+/// capped below the PTM's thread slots (one is the start-up scan's).
 pub fn serve(
     ptm: &Ptm,
     mut opts: crate::server::Options,
@@ -328,7 +328,7 @@ pub fn serve(
 ) -> std::result::Result<(), crate::server::ServeError> {
     let map = open_map(ptm)?;
     let slots = usize::from(ptm.options().slots).max(1);
-    opts.shards = opts.shards.clamp(1, slots);
+    opts.shards = opts.shards.clamp(1, (slots - 1).max(1));
     crate::server::run(|| PtmKv::new(ptm, map), opts, listener, stop, ready)
 }
 

@@ -4,8 +4,20 @@
 use super::*;
 use std::collections::BTreeMap;
 
+/// The map, and its capacity in key+value bytes (0 = unbounded): a put
+/// that would pass it fails with [`StoreError::Full`], like a full pool.
 #[derive(Default)]
-struct Mem(BTreeMap<Vec<u8>, Vec<u8>>);
+struct Mem(BTreeMap<Vec<u8>, Vec<u8>>, usize);
+
+impl Mem {
+    fn used(&self) -> usize {
+        self.0.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+    fn fits(&self, key: &[u8], value: &[u8]) -> bool {
+        let old = self.0.get(key).map_or(0, |v| key.len() + v.len());
+        self.1 == 0 || self.used() - old + key.len() + value.len() <= self.1
+    }
+}
 
 impl Kv for &mut Mem {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
@@ -19,6 +31,9 @@ impl Kv for &mut Mem {
         }
     }
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if !self.fits(key, value) {
+            return Err(StoreError::Full);
+        }
         self.0.insert(key.to_vec(), value.to_vec());
         Ok(())
     }
@@ -26,6 +41,17 @@ impl Kv for &mut Mem {
         Ok(self.0.remove(key).is_some())
     }
     fn batch(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        // All or nothing: check the final size on a copy first.
+        let mut after = Mem(self.0.clone(), 0);
+        for (k, v) in ops {
+            match v {
+                Some(v) => after.0.insert(k.clone(), v.clone()),
+                None => after.0.remove(k),
+            };
+        }
+        if self.1 != 0 && after.used() > self.1 {
+            return Err(StoreError::Full);
+        }
         for (k, v) in ops {
             match v {
                 Some(v) => self.0.insert(k.clone(), v.clone()),
@@ -302,5 +328,134 @@ fn counts_follow_only_applied_writes() {
     c.kv().commit().unwrap();
     c.settle(true);
     assert_eq!(sh.items(), 1);
-    assert_eq!(sh.stats.bytes.load(Relaxed), 3);
+    // Map key "ka", the header and "xyz".
+    assert_eq!(sh.stats.bytes.load(Relaxed), (2 + HEADER + 3) as i64);
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+/// Fill past the budget: the newest items stay, the oldest go, the
+/// evictions are counted, the bytes stay under the budget, and a restart
+/// (fresh shared state, seeded by a scan) counts exactly what is left.
+#[test]
+fn writes_past_the_budget_evict_the_oldest() {
+    let mut m = Mem::default();
+    let value = vec![b'v'; 100];
+    let per = charge(1 + key(0).len(), HEADER + value.len());
+    let budget = 50 * per;
+    {
+        let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+        let mut c = Cache::with_budget(&mut m, &sh, budget, false);
+        for i in 0..200u32 {
+            assert!(matches!(
+                set(&mut c, StoreMode::Set, &key(i), &value, None),
+                StoreOutcome::Stored(_)
+            ));
+            c.settle(true);
+            // Keep item 0 hot: a referenced item gets a second chance.
+            if i % 10 == 0 {
+                assert!(c.get(&key(0), NOW).unwrap().is_some(), "hot item at {i}");
+            }
+            assert!(c.tracked().1 <= budget);
+            assert!(sh.stats.bytes.load(Relaxed) as u64 <= budget);
+        }
+        assert_eq!(sh.items(), 50);
+        assert_eq!(sh.stats.evictions.load(Relaxed), 150);
+        for i in 151..200 {
+            assert!(c.get(&key(i), NOW).unwrap().is_some(), "newest {i} evicted");
+        }
+        for i in 1..100 {
+            assert!(c.get(&key(i), NOW).unwrap().is_none(), "oldest {i} kept");
+        }
+    }
+    assert_eq!(m.0.len(), 50 + 1, "the items and the CAS mark");
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::with_budget(&mut m, &sh, budget, true);
+    c.seed_all().unwrap();
+    assert!(sh.counted());
+    assert_eq!(
+        (sh.items(), sh.stats.bytes.load(Relaxed) as u64),
+        (50, 50 * per)
+    );
+    // Still bounded after the restart.
+    set(&mut c, StoreMode::Set, b"after", &value, None);
+    c.settle(true);
+    assert_eq!(sh.items(), 50);
+    assert_eq!(sh.stats.evictions.load(Relaxed), 1);
+}
+
+/// A full map (a full pool) makes a write evict until it fits; evictions
+/// inside a group commit with it, and a failed group undoes its view.
+#[test]
+fn a_full_map_evicts_instead_of_failing() {
+    let mut m = Mem(BTreeMap::new(), 20_000);
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let value = vec![b'x'; 1000];
+    {
+        let mut c = Cache::new(&mut m, &sh);
+        for i in 0..100u32 {
+            let r = c.store(StoreMode::Set, &key(i), 0, 0, &value, None, None, NOW);
+            assert!(matches!(r, Ok(StoreOutcome::Stored(_))), "{i}: {r:?}");
+            c.settle(true);
+        }
+        assert!(c.get(&key(99), NOW).unwrap().is_some());
+        assert!(c.get(&key(0), NOW).unwrap().is_none());
+    }
+    let evicted = sh.stats.evictions.load(Relaxed);
+    assert!(evicted >= 80, "{evicted}");
+    assert_eq!(sh.items() as usize, m.0.len() - 1);
+    assert_eq!(sh.items() + evicted, 100);
+}
+
+#[test]
+fn an_item_larger_than_the_budget_is_stored_alone() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::with_budget(&mut m, &sh, 100, false);
+    set(&mut c, StoreMode::Set, b"a", b"1", None);
+    set(&mut c, StoreMode::Set, b"b", &[0u8; 200], None);
+    c.settle(true);
+    assert!(c.get(b"a", NOW).unwrap().is_none());
+    assert!(c.get(b"b", NOW).unwrap().is_some());
+    // Rewriting the only item does not evict it.
+    set(&mut c, StoreMode::Set, b"b", &[1u8; 300], None);
+    c.settle(true);
+    assert_eq!(c.get(b"b", NOW).unwrap().unwrap().data, vec![1u8; 300]);
+    assert_eq!(sh.items(), 1);
+}
+
+/// A group whose batch the full map refuses applies nothing and leaves the
+/// views as they were; run again one request at a time (as the shard
+/// does), the writes evict and succeed, and the counts match the map.
+#[test]
+fn a_failed_group_undoes_its_view_and_the_retry_evicts() {
+    let mut m = Mem(BTreeMap::new(), 12_000);
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let value = vec![b'x'; 1000];
+    {
+        let mut c = Cache::new(Group::new(&mut m), &sh);
+        for i in 0..8u32 {
+            set(&mut c, StoreMode::Set, &key(i), &value, None);
+            c.settle(true);
+        }
+        let before = c.tracked();
+        c.kv().begin();
+        for i in 8..16u32 {
+            set(&mut c, StoreMode::Set, &key(i), &value, None);
+        }
+        assert!(matches!(c.kv().commit(), Err(StoreError::Full)));
+        c.settle(false);
+        assert_eq!(c.tracked(), before);
+        assert_eq!(sh.items(), 8);
+        for i in 8..16u32 {
+            let r = c.store(StoreMode::Set, &key(i), 0, 0, &value, None, None, NOW);
+            assert!(matches!(r, Ok(StoreOutcome::Stored(_))), "{i}: {r:?}");
+            c.settle(true);
+        }
+        assert!(c.get(&key(15), NOW).unwrap().is_some());
+    }
+    assert_eq!(sh.items() as usize, m.0.len() - 1);
+    assert_eq!(sh.items() + sh.stats.evictions.load(Relaxed), 16);
 }
