@@ -1,10 +1,18 @@
 //! `ferrite-server`: a memcached-compatible server that loses nothing it
 //! acknowledged (issue 13).
 //!
-//! This first piece is the wire codec only: [`protocol`] parses memcached's
-//! text, meta and binary requests into a protocol-independent
-//! [`protocol::Request`] and encodes the store's [`protocol::Response`]
-//! back in the framing the client used. It does no I/O and holds no state.
+//! - [`protocol`]: the wire codec. It parses memcached's text, meta and
+//!   binary requests into a protocol-independent [`protocol::Request`] and
+//!   encodes the store's [`protocol::Response`] back in the framing the
+//!   client used; no I/O, no state.
+//! - [`store`]: memcached's item semantics (modes, CAS unique across
+//!   restarts, arithmetic, expiry, `flush_all`, eviction under a memory
+//!   limit) over a durable map: the engines (`engine-inp|lsm|cow`) or the
+//!   PTM (`ptm-lazy|eager`).
+//! - [`server`]: the tokio server behind `ferrite serve`: connections hand
+//!   requests to per-key shard threads that own the store sessions; a
+//!   reply leaves only after its write is durable, and a shard commits the
+//!   writes queued at once as one group.
 
 #![forbid(unsafe_code)]
 
