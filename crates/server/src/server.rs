@@ -4,7 +4,7 @@
 //! # Threads
 //!
 //! * A multi-threaded tokio runtime (`threads` workers) runs one task per
-//!   connection: it reads into a buffer, [`parse`]s every complete request
+//!   connection: it reads into a buffer, [`parse`](crate::protocol::parse)s every complete request
 //!   in it (pipelining), sends each to its shard and appends the encoded
 //!   reply to a write buffer, which is written out when the input holds no
 //!   complete request any more.

@@ -4,7 +4,7 @@
 //! # Layout on the PTM heap
 //!
 //! The PTM's root word holds the header offset of a
-//! [`PHashMap`](ferrite_ptm::ds::hash::PHashMap) (u64 → u64) created on
+//! [`ferrite_ptm::ds::hash::PHashMap`] (u64 → u64) created on
 //! first use. Its key is a 64-bit hash of the byte key ([`key_hash`]), its
 //! value the offset of the first *entry* whose key has that hash; entries
 //! with the same hash are chained. Entry block (little-endian words):
