@@ -182,7 +182,7 @@ impl Ptm {
             *slot_epoch = epoch;
             let area = so + format::SLOT_HDR as usize;
             match format::status_state(st) {
-                format::IDLE => {}
+                format::IDLE => continue,
                 format::NEEDS_UNDO => {
                     let mut entries = Vec::new();
                     let mut b = [0u8; format::UNDO_ENTRY];
@@ -200,9 +200,6 @@ impl Ptm {
                     }
                     rec.entries += entries.len();
                     rec.undone += 1;
-                    region.fence();
-                    region.store_u64(so, format::status(epoch, format::IDLE));
-                    region.persist(so, 8);
                 }
                 format::NEEDS_REDO => {
                     let count = region.read_u32(so + 8) as usize;
@@ -223,9 +220,6 @@ impl Ptm {
                         }
                         None => rec.discarded += 1,
                     }
-                    region.fence();
-                    region.store_u64(so, format::status(epoch, format::IDLE));
-                    region.persist(so, 8);
                 }
                 _ => {
                     return Err(PtmError::Corrupt(format!(
@@ -233,6 +227,11 @@ impl Ptm {
                     )));
                 }
             }
+            // The slot's log is done with (applied, or never committed):
+            // after a fence that makes the applied words durable, IDLE.
+            region.fence();
+            region.store_u64(so, format::status(epoch, format::IDLE));
+            region.persist(so, 8);
         }
         if ops_applied {
             drop(heap);

@@ -405,6 +405,17 @@ impl Run<'_> {
         self.ptm.sb.slot_off(self.c.slot) as usize
     }
 
+    /// Stores this attempt's status word with `state` and flushes it (no
+    /// fence). Taking the attempt's epoch makes it the slot's last one.
+    fn set_status(&mut self, state: u64) {
+        let so = self.slot_off();
+        self.ptm
+            .region
+            .store_u64(so, format::status(self.c.st.epoch, state));
+        self.ptm.region.flush(so, 8);
+        self.c.epoch = self.c.st.epoch;
+    }
+
     /// Revalidates every read: unchanged since `start` (or locked by this
     /// thread from a version not newer than `start`).
     fn validate(&self) -> TxResult<()> {
@@ -513,14 +524,10 @@ impl Run<'_> {
         if n == 0 {
             return Ok(());
         }
-        let so = self.slot_off();
         if self.c.st.undo_n == 0 {
-            p.region
-                .store_u64(so, format::status(self.c.st.epoch, format::NEEDS_UNDO));
-            p.region.flush(so, 8);
-            self.c.epoch = self.c.st.epoch;
+            self.set_status(format::NEEDS_UNDO);
         }
-        let area = so + format::SLOT_HDR as usize;
+        let area = self.slot_off() + format::SLOT_HDR as usize;
         let first = self.c.st.undo_n;
         let (nonce, slot, epoch) = (p.sb.nonce, self.c.slot, self.c.st.epoch);
         let mut buf = std::mem::take(&mut self.c.st.buf);
@@ -587,7 +594,6 @@ impl Run<'_> {
     }
 
     fn commit_eager(&mut self) {
-        let p = self.ptm;
         if self.c.st.ops.iter().any(|o| !o.logged && !o.dead) {
             // Inverses not yet durable: they go first, with the dirty words.
             self.log_undo(None)
@@ -596,12 +602,7 @@ impl Run<'_> {
         if self.c.st.undo_n == 0 {
             // Only allocations and captured writes: the status must still
             // guard the operations about to be applied.
-            let so = self.slot_off();
-            p.region
-                .store_u64(so, format::status(self.c.st.epoch, format::NEEDS_UNDO));
-            p.region.flush(so, 8);
-            self.c.epoch = self.c.st.epoch;
-            self.c.st.undo_n = 0;
+            self.set_status(format::NEEDS_UNDO);
             self.fence();
         }
         self.apply_ops();
@@ -609,10 +610,7 @@ impl Run<'_> {
         if !self.fault(Fault::CommitBeforeData) {
             self.fence();
         }
-        let so = self.slot_off();
-        p.region
-            .store_u64(so, format::status(self.c.st.epoch, format::IDLE));
-        p.region.flush(so, 8);
+        self.set_status(format::IDLE);
         self.fence();
     }
 
@@ -738,9 +736,7 @@ impl Run<'_> {
             }
             self.c.st.locks.clear();
         }
-        p.region
-            .store_u64(so, format::status(self.c.st.epoch, format::IDLE));
-        p.region.flush(so, 8);
+        self.set_status(format::IDLE);
         self.fence(); // fence 3
         Ok(())
     }
@@ -807,10 +803,7 @@ impl Run<'_> {
                     }
                     self.c.st.dirty.clear();
                     self.fence();
-                    let so = self.slot_off();
-                    p.region
-                        .store_u64(so, format::status(self.c.st.epoch, format::IDLE));
-                    p.region.flush(so, 8);
+                    self.set_status(format::IDLE);
                     self.fence();
                 }
                 // A reader may have seen the speculative values between two
@@ -986,13 +979,11 @@ impl Tx<'_> {
                 * format::UNDO_ENTRY;
             if need > t.ptm.sb.log_bytes as usize {
                 // Keep it so that rollback releases it.
-                let off = r.off();
                 t.c.st.allocs.push(Alloc {
                     res: r,
                     ops: first..t.c.st.ops.len(),
                     dead: false,
                 });
-                let _ = off;
                 return Err(PtmError::LogFull {
                     need,
                     have: t.ptm.sb.log_bytes as usize,

@@ -396,18 +396,7 @@ impl PBTree {
             return Err(format!("header changed: {again:?} vs {self:?}"));
         }
         let root = check_result(th.atomic(|tx| Ok(Ok(tx.load(hdr + H_ROOT)?))))?;
-        let mut st = CheckState {
-            stack: vec![Pending {
-                at: root,
-                depth: 0,
-                lo: None,
-                hi: None,
-            }],
-            leaf_depth: None,
-            last_leaf: None,
-            entries: 0,
-            nodes: 0,
-        };
+        let mut st = CheckState::at(root);
         while !st.stack.is_empty() {
             st = check_result(th.atomic(|tx| {
                 let mut s = st.clone();
@@ -431,18 +420,7 @@ impl PBTree {
         if again != *self {
             return Ok(Err(format!("header changed: {again:?} vs {self:?}")));
         }
-        let mut st = CheckState {
-            stack: vec![Pending {
-                at: tx.load(self.hdr + H_ROOT)?,
-                depth: 0,
-                lo: None,
-                hi: None,
-            }],
-            leaf_depth: None,
-            last_leaf: None,
-            entries: 0,
-            nodes: 0,
-        };
+        let mut st = CheckState::at(tx.load(self.hdr + H_ROOT)?);
         while !st.stack.is_empty() {
             if let Err(e) = self.check_some(tx, &mut st, usize::MAX)? {
                 return Ok(Err(e));
@@ -577,6 +555,24 @@ struct CheckState {
     last_leaf: Option<u64>,
     entries: u64,
     nodes: u64,
+}
+
+impl CheckState {
+    /// A check that starts at the root node `root`.
+    fn at(root: u64) -> CheckState {
+        CheckState {
+            stack: vec![Pending {
+                at: root,
+                depth: 0,
+                lo: None,
+                hi: None,
+            }],
+            leaf_depth: None,
+            last_leaf: None,
+            entries: 0,
+            nodes: 0,
+        }
+    }
 }
 
 #[cfg(test)]
