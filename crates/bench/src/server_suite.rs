@@ -74,14 +74,7 @@ pub const MEMCACHED_RESTARTABLE: &str = "memcached-restartable";
 pub const MIXES_ENV: &str = "FERRITE_SERVER_MIXES";
 /// `params.mix` of the kill-9 survival rows.
 pub const KILL_MIX: &str = "kill-9";
-/// Every store `ferrite serve --store` accepts.
-pub const STORES: [&str; 5] = [
-    "engine-inp",
-    "engine-lsm",
-    "engine-cow",
-    "ptm-lazy",
-    "ptm-eager",
-];
+pub use ferrite_server::store::STORES;
 
 /// One memcaslap workload.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,14 +8,7 @@ use ferrite_server::server::Options;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The store variants `--store` accepts.
-pub const STORES: [&str; 5] = [
-    "engine-inp",
-    "engine-lsm",
-    "engine-cow",
-    "ptm-lazy",
-    "ptm-eager",
-];
+use ferrite_server::store::STORES;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {

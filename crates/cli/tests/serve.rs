@@ -16,14 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Every store variant.
-const STORES: [&str; 5] = [
-    "engine-inp",
-    "engine-cow",
-    "engine-lsm",
-    "ptm-lazy",
-    "ptm-eager",
-];
+use ferrite_server::store::STORES;
 
 /// A running `ferrite serve` on an ephemeral port.
 struct Server {

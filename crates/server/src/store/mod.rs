@@ -69,6 +69,16 @@ use evict::Clock;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+/// The store variants `ferrite serve --store` accepts (and the bench and
+/// tests run): the three engines and the two PTM algorithms.
+pub const STORES: [&str; 5] = [
+    "engine-inp",
+    "engine-lsm",
+    "engine-cow",
+    "ptm-lazy",
+    "ptm-eager",
+];
+
 /// Bytes before the data in a stored item.
 pub const HEADER: usize = 28;
 /// CAS ids reserved per durable write of the high-water mark.
