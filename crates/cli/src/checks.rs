@@ -174,6 +174,24 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         |c| run_tx(Strategy::Clobber, Structure::RbTree, c),
     ),
     (
+        "bytemap-undo",
+        "undo-logged batches on the byte map (the server's tx-undo store: byte keys, values of any length, doublings): nested recovery crashes, tearing",
+        true,
+        |c| run_bytemap(Strategy::Undo, c),
+    ),
+    (
+        "bytemap-redo",
+        "redo-logged batches on the byte map (the server's tx-redo store): nested recovery crashes, tearing",
+        true,
+        |c| run_bytemap(Strategy::Redo, c),
+    ),
+    (
+        "bytemap-clobber",
+        "clobber-logged batches on the byte map (the server's tx-clobber store): nested recovery crashes, tearing [P1 §3.4.6]",
+        true,
+        |c| run_bytemap(Strategy::Clobber, c),
+    ),
+    (
         "engine-inp",
         "InP engine (in-place tuples, write-ahead log, persistent B+tree): puts, deletes, batches, scans; both allocators, tearing, 2 lockstep sessions, eadr [P2 §3]",
         true,
@@ -354,6 +372,15 @@ fn run_group(cfg: &Config) -> Result<Vec<Outcome>, String> {
 
 fn run_tx(strategy: Strategy, s: Structure, cfg: &Config) -> Result<Vec<Outcome>, String> {
     let runs = ferrite_ds::checks::check_tx(strategy, s, cfg.clone()).map_err(|e| e.to_string())?;
+    Ok(runs
+        .into_iter()
+        .map(|(variant, report)| Outcome { variant, report })
+        .collect())
+}
+
+fn run_bytemap(strategy: Strategy, cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let runs = ferrite_ds::checks::bytemap::check_bytemap(strategy, cfg.clone())
+        .map_err(|e| e.to_string())?;
     Ok(runs
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })

@@ -5,6 +5,7 @@ use ferrite_pmem::{Domain, Pool, PoolOptions};
 use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
 use ferrite_server::protocol::Limits;
 use ferrite_server::server::Options;
+use ferrite_tx::{Strategy, TxPool};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -29,8 +30,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4)]
     threads: usize,
     /// Store variant for a new pool: engine-inp, engine-lsm, engine-cow,
-    /// ptm-lazy or ptm-eager (an existing pool keeps its own; naming
-    /// another is an error). Default engine-inp.
+    /// ptm-lazy, ptm-eager, tx-undo, tx-redo or tx-clobber (an existing
+    /// pool keeps its own; naming another is an error). Default engine-inp.
     #[arg(long)]
     store: Option<String>,
     /// Durability domain of a new pool (default: auto-detected, or FERRITE_DOMAIN).
@@ -73,6 +74,7 @@ const PTM_SLOTS: u16 = 32;
 enum Variant {
     Engine(EngineKind),
     Ptm(Algorithm),
+    Tx(Strategy),
 }
 
 impl Variant {
@@ -84,6 +86,9 @@ impl Variant {
         match s {
             "ptm-lazy" => Ok(Variant::Ptm(Algorithm::Lazy)),
             "ptm-eager" => Ok(Variant::Ptm(Algorithm::Eager)),
+            "tx-undo" => Ok(Variant::Tx(Strategy::Undo)),
+            "tx-redo" => Ok(Variant::Tx(Strategy::Redo)),
+            "tx-clobber" => Ok(Variant::Tx(Strategy::Clobber)),
             _ => Err(bad()),
         }
     }
@@ -93,22 +98,29 @@ impl Variant {
             Variant::Engine(k) => format!("engine-{k}"),
             Variant::Ptm(Algorithm::Lazy) => "ptm-lazy".into(),
             Variant::Ptm(Algorithm::Eager) => "ptm-eager".into(),
+            Variant::Tx(s) => format!("tx-{s}"),
         }
     }
 
     /// The pool layout name that records a PTM variant (engine pools have
-    /// the engine's own layout and superblock).
+    /// the engine's own layout and superblock; transactional pools record
+    /// their strategy in their own superblock).
     fn layout(self) -> String {
         match self {
             Variant::Engine(_) => LAYOUT.to_string(),
             Variant::Ptm(_) => format!("ferrite-serve-{}", self.name()),
+            Variant::Tx(_) => TX_LAYOUT.to_string(),
         }
     }
 }
 
+/// The pool layout of the `tx-*` stores.
+const TX_LAYOUT: &str = "ferrite-serve-tx";
+
 enum Opened {
     Engine(Box<Store>),
     Ptm(Box<Ptm>),
+    Tx(Box<TxPool>),
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
@@ -139,6 +151,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     let elapsed = match &opened {
         Opened::Engine(s) => s.recovery().elapsed,
         Opened::Ptm(p) => p.recovery().elapsed,
+        Opened::Tx(t) => t.recovery().elapsed,
     };
     let domain = pool.domain();
     let opts = Options {
@@ -179,6 +192,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             drop(ptm);
             (res, Ok(()))
         }
+        Opened::Tx(txp) => {
+            let res = ferrite_server::store::tx::serve(&txp, opts, listener, None, ready);
+            drop(txp);
+            (res, Ok(()))
+        }
     };
     let closed = closed.and_then(|()| pool.close().map_err(|e| pe(&e)));
     res.map_err(|e| e.to_string())?;
@@ -206,6 +224,11 @@ fn open(
             Some(v @ Variant::Ptm(alg)) => {
                 let p = Ptm::open(&pool, &ptm_options(alg)).map_err(|x| e(&x))?;
                 (Opened::Ptm(Box::new(p)), v)
+            }
+            _ if hdr.layout == TX_LAYOUT => {
+                let t = ferrite_server::store::tx::open(&pool).map_err(|x| e(&x))?;
+                let s = t.strategy();
+                (Opened::Tx(Box::new(t)), Variant::Tx(s))
             }
             _ if hdr.layout == LAYOUT => {
                 let s =
@@ -248,6 +271,13 @@ fn open(
             Variant::Ptm(alg) => Ptm::create(&pool, &ptm_options(alg))
                 .map(|p| Opened::Ptm(Box::new(p)))
                 .map_err(|x| e(&x)),
+            Variant::Tx(strategy) => {
+                // One log slot per shard plus the start-up scan's.
+                let slots = u16::try_from((threads + 1).clamp(4, 64)).unwrap_or(64);
+                ferrite_server::store::tx::create(&pool, strategy, slots)
+                    .map(|t| Opened::Tx(Box::new(t)))
+                    .map_err(|x| e(&x))
+            }
         };
         match made {
             Ok(o) => Ok((pool, o, v, true)),

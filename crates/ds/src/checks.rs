@@ -75,6 +75,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod bytemap;
 pub mod interleaved;
 
 /// Size of the simulated pool every check uses.
@@ -203,10 +204,10 @@ pub struct Model {
 }
 
 /// splitmix64 stream for the scripts.
-struct Script(u64);
+pub(crate) struct Script(u64);
 
 impl Script {
-    fn next(&mut self, m: u64) -> u64 {
+    pub(crate) fn next(&mut self, m: u64) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         ds::mix64(self.0) % m
     }
@@ -437,14 +438,14 @@ pub fn check(strategy: Strategy, r: &Recovered, m: &Model) -> Result<(), String>
             diff(&m.committed, got)
         ));
     }
-    check_blocks(std::slice::from_ref(&r.shape), &r.allocated)
+    check_blocks(&[&r.shape.blocks], &r.allocated)
 }
 
 /// Nothing leaks and nothing is shared: the allocated blocks are exactly
 /// the blocks the structures reference, each referenced once.
-fn check_blocks(shapes: &[Shape], allocated: &BTreeMap<u64, usize>) -> Result<(), String> {
+fn check_blocks(shapes: &[&[(u64, u64)]], allocated: &BTreeMap<u64, usize>) -> Result<(), String> {
     let mut blocks: BTreeMap<u64, u64> = BTreeMap::new();
-    for &(off, n) in shapes.iter().flat_map(|s| &s.blocks) {
+    for &(off, n) in shapes.iter().flat_map(|s| s.iter()) {
         if blocks.insert(off, n).is_some() {
             return Err(format!("block {off:#x} is referenced twice"));
         }

@@ -41,8 +41,8 @@ use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_arg
 use parking_lot::RwLock;
 
 pub const MAGIC: [u8; 8] = *b"FERRHMAP";
-const HDR: u64 = 64;
-const SUB: usize = 64;
+pub(crate) const HDR: u64 = 64;
+pub(crate) const SUB: usize = 64;
 const ENTRY_HDR: u64 = 16;
 
 /// Creates a map: args `[subs, buckets, value_len]`; returns the header.
@@ -73,9 +73,24 @@ fn p64(off: u64) -> POff<u64> {
 
 fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (subs, buckets, vlen) = (inp.arg_u64(0), inp.arg_u64(1), inp.arg_u64(2));
+    let h = create_tables(tx, &MAGIC, subs, buckets, vlen)?;
+    tx.set_root(h.raw())?;
+    Ok(h.raw())
+}
+
+/// Allocates and writes a header (`magic`, `subs`, `buckets`, `vlen`) and
+/// `subs` empty sub-maps of `buckets` buckets: the format above, shared
+/// with [`crate::bytemap`]. Only fresh blocks are written.
+pub(crate) fn create_tables(
+    tx: &mut Tx<'_, '_>,
+    magic: &[u8; 8],
+    subs: u64,
+    buckets: u64,
+    vlen: u64,
+) -> Result<POff<u8>> {
     let h = tx.alloc((HDR + 8 * subs) as usize)?;
     let mut hb = vec![0u8; (HDR + 8 * subs) as usize];
-    hb[0..8].copy_from_slice(&MAGIC);
+    hb[0..8].copy_from_slice(magic);
     hb[8..16].copy_from_slice(&subs.to_le_bytes());
     hb[16..24].copy_from_slice(&buckets.to_le_bytes());
     hb[24..32].copy_from_slice(&vlen.to_le_bytes());
@@ -91,12 +106,11 @@ fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
         hb[64 + 8 * i..72 + 8 * i].copy_from_slice(&s.raw().to_le_bytes());
     }
     tx.write(h, &hb)?;
-    tx.set_root(h.raw())?;
-    Ok(h.raw())
+    Ok(h)
 }
 
 /// Sub-map and bucket of a key.
-fn slot_of(key: u64, subs: u64, nbuckets: u64) -> (u64, u64) {
+pub(crate) fn slot_of(key: u64, subs: u64, nbuckets: u64) -> (u64, u64) {
     let h = mix64(key);
     let sub = (h >> 56) & (subs - 1);
     (sub, h & (nbuckets - 1))
@@ -141,8 +155,11 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
 }
 
 /// Doubles a sub-map's table, relinking every entry (PMDK's
-/// `hm_tx_rebuild`, in the inserting transaction).
-fn rehash(tx: &mut Tx<'_, '_>, sub: u64, nb: u64, table: u64) -> Result<()> {
+/// `hm_tx_rebuild`, in the inserting transaction). It reads only an
+/// entry's first two words (key, next), so [`crate::bytemap`]'s entries,
+/// which begin the same way, rehash with it too. Allocates before it
+/// writes anything that exists.
+pub(crate) fn rehash(tx: &mut Tx<'_, '_>, sub: u64, nb: u64, table: u64) -> Result<()> {
     let nb2 = 2 * nb;
     let t2 = tx.alloc(8 * nb2 as usize)?;
     tx.write(t2, &vec![0u8; 8 * nb2 as usize])?;

@@ -9,6 +9,8 @@
 //! - [`skiplist`]: 32 levels, one lock; 8-byte keys.
 //! - [`rbtree`]: a red-black tree (parent pointers, Linux-style
 //!   rebalancing), one reader-writer lock; 8-byte keys.
+//! - [`bytemap`]: the hash map's table with byte-string keys and values
+//!   of any length, written in batches (the server's `tx-*` stores).
 //!
 //! All store fixed-size values (256 bytes by default) and share the
 //! [`KvMap`] interface the checks and benchmarks drive. Keys are given as
@@ -17,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bptree;
+pub mod bytemap;
 pub mod hashmap;
 pub mod rbtree;
 pub mod skiplist;
@@ -138,6 +141,7 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     for f in hashmap::FUNCS
         .iter()
+        .chain(bytemap::FUNCS.iter())
         .chain(bptree::FUNCS.iter())
         .chain(skiplist::FUNCS.iter())
         .chain(rbtree::FUNCS.iter())

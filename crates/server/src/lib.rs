@@ -7,8 +7,9 @@
 //!   client used; no I/O, no state.
 //! - [`store`]: memcached's item semantics (modes, CAS unique across
 //!   restarts, arithmetic, expiry, `flush_all`, eviction under a memory
-//!   limit) over a durable map: the engines (`engine-inp|lsm|cow`) or the
-//!   PTM (`ptm-lazy|eager`).
+//!   limit) over a durable map: the engines (`engine-inp|lsm|cow`), the
+//!   PTM (`ptm-lazy|eager`) or the byte map on undo, redo or clobber
+//!   transactions (`tx-undo|redo|clobber`).
 //! - [`server`]: the tokio server behind `ferrite serve`: connections hand
 //!   requests to per-key shard threads that own the store sessions; a
 //!   reply leaves only after its write is durable, and a shard commits the

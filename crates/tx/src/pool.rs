@@ -446,6 +446,11 @@ impl TxPool {
         &self.registry
     }
 
+    /// Log slots: threads that can hold a [`TxThread`] at once.
+    pub fn slots(&self) -> usize {
+        usize::from(self.layout.sb.slots)
+    }
+
     /// Bytes of each log area (the largest transaction log).
     pub fn area_bytes(&self) -> usize {
         self.layout.sb.area_bytes as usize

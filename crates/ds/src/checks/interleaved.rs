@@ -302,7 +302,8 @@ pub fn check(
             ));
         }
     }
-    check_blocks(&r.shapes, &r.allocated)
+    let blocks: Vec<&[(u64, u64)]> = r.shapes.iter().map(|s| s.blocks.as_slice()).collect();
+    check_blocks(&blocks, &r.allocated)
 }
 
 /// Recovery of the two-instance pool.

@@ -3,7 +3,8 @@
 //! [`Cache`] implements [`Store`] (get, the six storage modes, delete,
 //! incr/decr, touch, get-and-touch, flush_all, expiry, CAS) over any
 //! [`Kv`]: a per-thread handle on a map whose `put` and `delete` are
-//! durable when they return ([`engine::EngineKv`] over `ferrite-engine`).
+//! durable when they return ([`engine::EngineKv`] over `ferrite-engine`,
+//! [`ptm::PtmKv`] over `ferrite-ptm`, [`tx::TxKv`] over `ferrite-tx`).
 //!
 //! # Atomicity
 //!
@@ -63,6 +64,7 @@
 pub mod engine;
 pub mod evict;
 pub mod ptm;
+pub mod tx;
 
 use crate::protocol::{Expiry, StoreMode, deadline};
 use evict::Clock;
@@ -70,13 +72,17 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// The store variants `ferrite serve --store` accepts (and the bench and
-/// tests run): the three engines and the two PTM algorithms.
-pub const STORES: [&str; 5] = [
+/// tests run): the three engines, the two PTM algorithms and the byte map
+/// on undo, redo and clobber transactions.
+pub const STORES: [&str; 8] = [
     "engine-inp",
     "engine-lsm",
     "engine-cow",
     "ptm-lazy",
     "ptm-eager",
+    "tx-undo",
+    "tx-redo",
+    "tx-clobber",
 ];
 
 /// Bytes before the data in a stored item.

@@ -37,15 +37,9 @@ const E_NEXT: u64 = 0;
 const E_LENS: u64 = 8;
 const E_KEY: u64 = 16;
 
-/// 64-bit FNV-1a of the key, then a finaliser (the map mixes it again).
-pub fn key_hash(key: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^ (h >> 29)
-}
+/// 64-bit FNV-1a of the key, then a finaliser (the map mixes it again):
+/// the byte map's hash, part of both formats.
+pub use ferrite_ds::bytemap::hash_bytes as key_hash;
 
 fn err(e: PtmError) -> StoreError {
     match e {
