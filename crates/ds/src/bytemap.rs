@@ -615,7 +615,8 @@ mod tests {
                 let mut ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
                 for i in 0..n as u64 {
                     let y = x.rotate_left(9 * i as u32);
-                    let v = (y % 5 != 0).then(|| vec![(step + i) as u8; (y >> 20) as usize % 300]);
+                    let v = (!y.is_multiple_of(5))
+                        .then(|| vec![(step + i) as u8; (y >> 20) as usize % 300]);
                     ops.push((key(y >> 3), v));
                 }
                 let refs: Vec<(&[u8], Option<&[u8]>)> = ops
