@@ -16,6 +16,13 @@
 //! (percent sets / percent gets, 16-byte keys, 64-byte values) and P3's
 //! `p3-50/50` (128-byte keys, 1 KiB values).
 //!
+//! Then P1's own setting [P1 §3.4.6] ([`Plan::p1`], mix `p1-95/5`): one
+//! server thread, four client threads, the 95/5 mix, no group commit (each
+//! set its own transaction, as in P1's memcached), memcached with one
+//! thread against the stores `tx-undo`, `tx-redo` and `tx-clobber` — the
+//! same byte map on each logging strategy; the summary states clobber ÷
+//! undo against P1's 1.8× (P1's baseline was PMDK's undo transactions).
+//!
 //! # Rows
 //!
 //! suite `server`; variant `memcached` or `ferrite-<store>`; `params` has
@@ -74,6 +81,10 @@ pub const MEMCACHED_RESTARTABLE: &str = "memcached-restartable";
 pub const MIXES_ENV: &str = "FERRITE_SERVER_MIXES";
 /// `params.mix` of the kill-9 survival rows.
 pub const KILL_MIX: &str = "kill-9";
+/// `params.mix` of P1's one-thread comparison rows ([`Plan::p1`]).
+pub const P1_MIX: &str = "p1-95/5";
+/// The stores of P1's comparison: the byte map on each logging strategy.
+pub const P1_STORES: [&str; 3] = ["tx-undo", "tx-redo", "tx-clobber"];
 pub use ferrite_server::store::STORES;
 
 /// One memcaslap workload.
@@ -95,6 +106,12 @@ impl Mix {
             key_bytes,
             value_bytes,
         }
+    }
+
+    /// P1's one-thread comparison of the logging strategies [P1 §3.4.6]:
+    /// `95/5` with 16 B keys and 64 B values, run by [`Plan::p1`].
+    pub fn p1() -> Mix {
+        Mix::new(P1_MIX, 95, 16, 64)
     }
 
     /// All mixes: P1's four with 16 B keys / 64 B values, P3's 50/50.
@@ -145,6 +162,10 @@ pub struct Plan {
     pub kill_keys: usize,
     /// The Ferrite store of the kill -9 row.
     pub kill_store: String,
+    /// Ferrite's `--group-commit` (None: its default).
+    pub group_commit: Option<usize>,
+    /// Also run P1's one-thread comparison ([`Plan::p1`]).
+    pub p1: bool,
 }
 
 impl Plan {
@@ -188,6 +209,25 @@ impl Plan {
             server_threads: 2,
             kill_keys: ctx.scale.pick(1000, 10_000),
             kill_store: "engine-inp".into(),
+            group_commit: None,
+            p1: true,
+        }
+    }
+
+    /// P1's memcached comparison [P1 §3.4.6]: one server thread, four
+    /// client threads, the `95/5` mix, and no group commit (every set is
+    /// its own transaction, as in P1's memcached), over the stores of
+    /// [`P1_STORES`] and memcached with one thread.
+    pub fn p1(&self) -> Plan {
+        Plan {
+            stores: P1_STORES.iter().map(|s| s.to_string()).collect(),
+            mixes: vec![Mix::p1()],
+            server_threads: 1,
+            client_threads: 4,
+            group_commit: Some(1),
+            kill_keys: 0,
+            p1: false,
+            ..self.clone()
         }
     }
 }
@@ -220,6 +260,7 @@ enum System {
         threads: usize,
         pool: PathBuf,
         bin: PathBuf,
+        group_commit: Option<usize>,
     },
 }
 
@@ -257,6 +298,7 @@ impl System {
                 threads,
                 pool,
                 bin,
+                group_commit,
             } => {
                 cmd = Command::new(bin);
                 cmd.arg("serve")
@@ -264,6 +306,9 @@ impl System {
                     .arg(pool)
                     .args(["--listen", &addr.to_string(), "--store", store])
                     .args(["--threads", &threads.to_string(), "--memory", "1G"]);
+                if let Some(g) = group_commit {
+                    cmd.args(["--group-commit", &g.to_string()]);
+                }
             }
         }
         let err = std::fs::File::create(&log).map_err(|e| io(&log, e))?;
@@ -570,6 +615,12 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     for mix in &plan.mixes {
         rows.extend(run_mix(ctx, plan, mix, &bin)?);
     }
+    if plan.p1 {
+        let p1 = plan.p1();
+        for mix in &p1.mixes {
+            rows.extend(run_mix(ctx, &p1, mix, &bin)?);
+        }
+    }
     if plan.kill_keys > 0 {
         let mc_file = Scratch(unique_path("memfile"));
         let _meta = Scratch(mc_file.0.with_extension("memfile.meta"));
@@ -584,6 +635,7 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
             threads: plan.server_threads,
             pool: pool.0.clone(),
             bin: bin.clone(),
+            group_commit: plan.group_commit,
         };
         rows.push(survival(ctx, plan, &fe)?);
     }
@@ -598,6 +650,7 @@ fn params(plan: &Plan, mix: &Mix) -> serde_json::Value {
         "client_threads": plan.client_threads,
         "concurrency": plan.concurrency,
         "server_threads": plan.server_threads,
+        "group_commit": plan.group_commit,
     })
 }
 
@@ -617,6 +670,7 @@ fn run_mix(ctx: &BenchCtx, plan: &Plan, mix: &Mix, bin: &Path) -> Result<Vec<Row
             threads: plan.server_threads,
             pool: pool.0.clone(),
             bin: bin.to_path_buf(),
+            group_commit: plan.group_commit,
         });
         pools.push(pool);
     }
@@ -813,6 +867,29 @@ fn extra_f64(r: &Row, k: &str) -> Option<f64> {
     r.extra.as_ref()?.get(k)?.as_f64()
 }
 
+/// P1's claim [P1 §3.4.6, Fig. 3.10]: clobber logging ≥ 1.8× PMDK's undo
+/// transactions in memcached on the 95/5 mix with one server thread. No
+/// PMDK store is built, so the ratio is to Ferrite's own undo store (the
+/// issue's fallback): clobber ÷ undo, and redo ÷ undo beside it.
+pub fn p1_summary(rows: &[&Row]) -> Option<String> {
+    let tps = |store: &str| {
+        rows.iter()
+            .find(|r| {
+                r.variant == format!("ferrite-{store}")
+                    && r.params.get("mix").and_then(|m| m.as_str()) == Some(P1_MIX)
+            })
+            .map(|r| r.ops_per_s)
+            .filter(|t| *t > 0.0)
+    };
+    let undo = tps("tx-undo")?;
+    let clobber = tps("tx-clobber")? / undo;
+    let redo = tps("tx-redo").map_or(String::new(), |r| format!(", redo ÷ undo {:.2}×", r / undo));
+    let verdict = if clobber >= 1.8 { "met" } else { "missed" };
+    Some(format!(
+        "  P1 §3.4.6 ({P1_MIX}, 1 server thread, no group commit): clobber ÷ undo {clobber:.2}×{redo} (paper: clobber 1.8× PMDK; ≥ 1.8×: {verdict})"
+    ))
+}
+
 /// The summary after the table: per store, the ratio to memcached on
 /// `5/95` (target ≥ 0.8×) and `95/5` (target ≥ 0.5×), and on P3's mix; the
 /// kill -9 survival counts. Prints nothing without `server` rows.
@@ -856,6 +933,9 @@ pub fn print_summary(rows: &[Row]) {
         if !parts.is_empty() {
             println!("  {s:<20} {}", parts.join(", "));
         }
+    }
+    if let Some(line) = p1_summary(&rows) {
+        println!("{line}");
     }
     for r in rows.iter().filter(|r| mix(r) == KILL_MIX) {
         println!(
