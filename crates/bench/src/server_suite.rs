@@ -83,6 +83,8 @@ pub const MIXES_ENV: &str = "FERRITE_SERVER_MIXES";
 pub const KILL_MIX: &str = "kill-9";
 /// `params.mix` of P1's one-thread comparison rows ([`Plan::p1`]).
 pub const P1_MIX: &str = "p1-95/5";
+/// `params.layer` of the in-process store rows of P1's comparison.
+pub const STORE_LAYER: &str = "store";
 /// The stores of P1's comparison: the byte map on each logging strategy.
 pub const P1_STORES: [&str; 3] = ["tx-undo", "tx-redo", "tx-clobber"];
 pub use ferrite_server::store::STORES;
@@ -620,6 +622,7 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
         for mix in &p1.mixes {
             rows.extend(run_mix(ctx, &p1, mix, &bin)?);
         }
+        rows.extend(store_rows(ctx)?);
     }
     if plan.kill_keys > 0 {
         let mc_file = Scratch(unique_path("memfile"));
@@ -701,6 +704,99 @@ fn run_mix(ctx: &BenchCtx, plan: &Plan, mix: &Mix, bin: &Path) -> Result<Vec<Row
         .collect();
     set_ratios(&mut rows);
     Ok(rows)
+}
+
+/// P1's comparison below the network ([`STORE_LAYER`] rows): the item
+/// store of each [`P1_STORES`] variant driven in process by one thread —
+/// P1's `95/5` mix of 16 B keys and 64 B values over a preloaded key
+/// space, each set one durable transaction — measured interleaved, with
+/// the fences and lines each operation cost. Baseline: `store-tx-undo`.
+fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
+    use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
+    use ferrite_server::protocol::StoreMode;
+    use ferrite_server::store::tx::{TxKv, create, map};
+    use ferrite_server::store::{Cache, Shared, Store};
+    use ferrite_tx::Strategy;
+    let keys: u64 = ctx.scale.pick(10_000, 100_000);
+    let ops: u64 = ctx.scale.pick(20_000, 200_000);
+    let mix = Mix::p1();
+    let domain = if FlushKind::best().is_some() {
+        Domain::Adr
+    } else {
+        Domain::Eadr
+    };
+    let e = |e: ferrite_server::store::StoreError| BenchError::Unsupported(format!("store: {e}"));
+    let strategies = [Strategy::Undo, Strategy::Redo, Strategy::Clobber];
+    let pools = strategies
+        .iter()
+        .map(|_| Pool::create_in_memory(&PoolOptions::new("bench-store", 128 << 20).domain(domain)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let txps = pools
+        .iter()
+        .zip(strategies)
+        .map(|(p, s)| create(p, s, 4).map_err(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let maps = txps
+        .iter()
+        .map(|t| map(t).map_err(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shareds = maps
+        .iter()
+        .map(|m| {
+            let mut kv = TxKv::new(m).map_err(e)?;
+            Shared::open(&mut kv, 1 << 20).map_err(e)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let key = |i: u64| format!("key:{i:012}").into_bytes();
+    let value = vec![b'v'; mix.value_bytes];
+    let now = now_unix();
+    let mut variants = Vec::new();
+    for ((m, sh), strategy) in maps.iter().zip(&shareds).zip(strategies) {
+        let mut cache = Cache::new(TxKv::new(m).map_err(e)?, sh);
+        for i in 0..keys {
+            cache
+                .store(StoreMode::Set, &key(i), 0, 0, &value, None, None, now)
+                .map_err(e)?;
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ keys;
+        let value = value.clone();
+        let name = format!("store-tx-{strategy}");
+        let params = json!({
+            "mix": P1_MIX,
+            "layer": STORE_LAYER,
+            "key_bytes": mix.key_bytes,
+            "value_bytes": mix.value_bytes,
+            "keys": keys,
+            "server_threads": 1,
+        });
+        let mut v = crate::measure::Variant::new(name, params, ops, move |n| {
+            for _ in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = key(x % keys);
+                let r = if x % 100 < u64::from(mix.set_pct) {
+                    cache
+                        .store(StoreMode::Set, &k, 0, 0, &value, None, None, now)
+                        .map(|_| ())
+                } else {
+                    cache.get(&k, now).map(|_| ())
+                };
+                r.expect("an in-process store operation");
+            }
+        });
+        if strategy != Strategy::Undo {
+            v = v.baseline("store-tx-undo");
+        }
+        variants.push(v);
+    }
+    Ok(crate::measure::run_interleaved(ctx, SUITE, &mut variants))
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The row of one system on one mix from its repetitions: the median by
@@ -875,19 +971,29 @@ pub fn p1_summary(rows: &[&Row]) -> Option<String> {
     let tps = |store: &str| {
         rows.iter()
             .find(|r| {
-                r.variant == format!("ferrite-{store}")
-                    && r.params.get("mix").and_then(|m| m.as_str()) == Some(P1_MIX)
+                r.variant == store && r.params.get("mix").and_then(|m| m.as_str()) == Some(P1_MIX)
             })
             .map(|r| r.ops_per_s)
             .filter(|t| *t > 0.0)
     };
-    let undo = tps("tx-undo")?;
-    let clobber = tps("tx-clobber")? / undo;
-    let redo = tps("tx-redo").map_or(String::new(), |r| format!(", redo ÷ undo {:.2}×", r / undo));
-    let verdict = if clobber >= 1.8 { "met" } else { "missed" };
-    Some(format!(
-        "  P1 §3.4.6 ({P1_MIX}, 1 server thread, no group commit): clobber ÷ undo {clobber:.2}×{redo} (paper: clobber 1.8× PMDK; ≥ 1.8×: {verdict})"
-    ))
+    let line = |prefix: &str, what: &str| -> Option<String> {
+        let undo = tps(&format!("{prefix}tx-undo"))?;
+        let clobber = tps(&format!("{prefix}tx-clobber"))? / undo;
+        let redo = tps(&format!("{prefix}tx-redo"))
+            .map_or(String::new(), |r| format!(", redo ÷ undo {:.2}×", r / undo));
+        let verdict = if clobber >= 1.8 { "met" } else { "missed" };
+        Some(format!(
+            "  P1 §3.4.6 {what}: clobber ÷ undo {clobber:.2}×{redo} (paper: clobber 1.8× PMDK's undo; ≥ 1.8×: {verdict})"
+        ))
+    };
+    let lines: Vec<String> = [
+        line("ferrite-", "(memcaslap, 1 server thread, no group commit)"),
+        line("store-", "(the item store in process, 1 thread)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
 /// The summary after the table: per store, the ratio to memcached on
