@@ -31,6 +31,8 @@ fn tiny_server_suite_yields_the_rows_the_report_reads() {
         server_threads: 1,
         kill_keys: 50,
         kill_store: "engine-inp".into(),
+        group_commit: None,
+        p1: false,
     };
     let rows = server_suite::run_plan(&BenchCtx::quick(), &plan).expect("suite runs");
     let variants: Vec<(&str, &str)> = rows
@@ -79,4 +81,65 @@ fn tiny_server_suite_yields_the_rows_the_report_reads() {
     assert_eq!(num(mck, "acknowledged"), 50.0);
     assert!(num(mck, "survived") <= 50.0);
     server_suite::print_summary(&rows);
+}
+
+/// P1's comparison [P1 §3.4.6]: the tx stores through memcaslap with one
+/// server thread and no group commit, and in process with their counters;
+/// clobber and redo commit with fewer fences than undo.
+#[test]
+fn p1_rows_compare_the_logging_strategies() {
+    if let Some(why) = server_suite::missing_tools() {
+        println!("skipped: {why}");
+        return;
+    }
+    let plan = Plan {
+        stores: Vec::new(),
+        mixes: Vec::new(),
+        reps: 1,
+        secs: 1,
+        client_threads: 2,
+        concurrency: 4,
+        server_threads: 2,
+        kill_keys: 0,
+        kill_store: "engine-inp".into(),
+        group_commit: None,
+        p1: true,
+    };
+    let rows = server_suite::run_plan(&BenchCtx::quick().with_reps(1), &plan).expect("suite runs");
+    let names: Vec<&str> = rows.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            MEMCACHED,
+            "ferrite-tx-undo",
+            "ferrite-tx-redo",
+            "ferrite-tx-clobber",
+            "store-tx-undo",
+            "store-tx-redo",
+            "store-tx-clobber"
+        ]
+    );
+    for r in &rows[..4] {
+        assert_eq!(r.params["mix"], server_suite::P1_MIX);
+        assert_eq!(r.params["server_threads"], 1);
+        assert_eq!(r.params["client_threads"], 4);
+        assert_eq!(r.params["group_commit"], 1);
+        assert!(r.ops_per_s > 0.0);
+    }
+    let store = &rows[4..];
+    for r in store {
+        assert!(r.counters_observed);
+        assert_eq!(r.params["layer"], server_suite::STORE_LAYER);
+    }
+    // A set replaces an item: undo logs the link before writing it (one
+    // range: 3 fences, or 4 with the allocator's), redo and clobber commit
+    // with 2 whatever they write.
+    assert!(store[0].fences_per_op >= 3.0 * 0.95, "{:?}", store[0]);
+    for r in &store[1..] {
+        assert!(r.fences_per_op <= 2.0 && r.fences_per_op >= 1.8, "{r:?}");
+        assert_eq!(r.baseline.as_deref(), Some("store-tx-undo"));
+    }
+    let refs: Vec<&ferrite_bench::Row> = rows.iter().collect();
+    let line = server_suite::p1_summary(&refs).expect("a summary");
+    assert!(line.contains("clobber ÷ undo"), "{line}");
 }
