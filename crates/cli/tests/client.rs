@@ -4,7 +4,7 @@
 //! transactions): typed values, multi-get, CAS, arithmetic, expiry,
 //! flush, and the values a client stored still there after `kill -9`.
 
-use memcache::{Client, MemcacheError};
+use memcache::Client;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,7 +19,14 @@ impl Server {
     fn start(pool: &Path, store: &str) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
             .args(["serve", "--pool", pool.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0", "--memory", "64M", "--threads", "2"])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--memory",
+                "64M",
+                "--threads",
+                "2",
+            ])
             .args(["--store", store])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -65,12 +72,14 @@ const PROTOCOLS: [&str; 2] = ["ascii", "binary"];
 /// One client session's worth of commands, checked reply by reply.
 fn session(c: &Client, p: &str) {
     let k = |s: &str| format!("{p}-{s}");
-    c.flush().unwrap();
     c.set(&k("s"), "bar", 0).unwrap();
     assert_eq!(c.get::<String>(&k("s")).unwrap().as_deref(), Some("bar"));
     c.prepend(&k("s"), "foo").unwrap();
     c.append(&k("s"), "baz").unwrap();
-    assert_eq!(c.get::<String>(&k("s")).unwrap().as_deref(), Some("foobarbaz"));
+    assert_eq!(
+        c.get::<String>(&k("s")).unwrap().as_deref(),
+        Some("foobarbaz")
+    );
     // Typed values and raw bytes (every byte value, a binary-safe value).
     c.set(&k("n"), 40u64, 0).unwrap();
     assert_eq!(c.increment(&k("n"), 2).unwrap(), 42);
@@ -78,10 +87,17 @@ fn session(c: &Client, p: &str) {
     let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
     c.set(&k("b"), bytes.as_slice(), 0).unwrap();
     assert_eq!(c.get::<Vec<u8>>(&k("b")).unwrap(), Some(bytes));
-    // add / replace.
-    assert!(c.add(&k("s"), "x", 0).is_err(), "add of a present key");
+    // add / replace. (The crate reports a refused add or replace as an
+    // error over the binary protocol and as Ok over the text one, where it
+    // drops the NOT_STORED: the effect is what is checked.)
+    let _ = c.add(&k("s"), "x", 0);
+    assert_eq!(
+        c.get::<String>(&k("s")).unwrap().as_deref(),
+        Some("foobarbaz")
+    );
     c.add(&k("new"), "fresh", 0).unwrap();
-    assert!(c.replace(&k("absent"), "x", 0).is_err(), "replace of an absent key");
+    let _ = c.replace(&k("absent"), "x", 0);
+    assert_eq!(c.get::<String>(&k("absent")).unwrap(), None);
     c.replace(&k("new"), "replaced", 0).unwrap();
     // Multi-get.
     let got: std::collections::HashMap<String, String> =
@@ -94,7 +110,10 @@ fn session(c: &Client, p: &str) {
     let cas = v[&k("new")].2.expect("a CAS value");
     assert!(c.cas(&k("new"), "swapped", 0, cas).unwrap());
     assert!(!c.cas(&k("new"), "stale", 0, cas).unwrap(), "a stale CAS");
-    assert_eq!(c.get::<String>(&k("new")).unwrap().as_deref(), Some("swapped"));
+    assert_eq!(
+        c.get::<String>(&k("new")).unwrap().as_deref(),
+        Some("swapped")
+    );
     // Delete.
     assert!(c.delete(&k("new")).unwrap());
     assert!(!c.delete(&k("new")).unwrap());
@@ -105,14 +124,11 @@ fn session(c: &Client, p: &str) {
     assert!(!c.touch(&k("absent"), 1).unwrap());
     std::thread::sleep(Duration::from_millis(2100));
     assert_eq!(c.get::<String>(&k("ttl")).unwrap(), None, "expired");
-    // Oversize values are refused with the protocol's error, and the
-    // connection goes on.
-    let huge = vec![1u8; 2 << 20];
-    match c.set(&k("huge"), huge.as_slice(), 0) {
-        Err(MemcacheError::ServerError(_) | MemcacheError::ClientError(_)) => {}
-        r => panic!("oversize set: {r:?}"),
-    }
-    assert_eq!(c.get::<String>(&k("s")).unwrap().as_deref(), Some("foobarbaz"));
+    // A large value (the crate itself refuses more than 1 MiB; the raw
+    // protocol tests in serve.rs cover the server's own limit).
+    let large: Vec<u8> = (0..900u32 << 10).map(|i| (i % 251) as u8).collect();
+    c.set(&k("large"), large.as_slice(), 0).unwrap();
+    assert_eq!(c.get::<Vec<u8>>(&k("large")).unwrap(), Some(large));
     let version = c.version().unwrap();
     assert!(!version.is_empty());
     let stats = c.stats().unwrap();
@@ -130,6 +146,15 @@ fn a_client_library_works_over_both_protocols_and_its_writes_survive_kill_9() {
         let dir = tempfile::tempdir().unwrap();
         let pool = dir.path().join("p");
         let srv = Server::start(&pool, store);
+        for p in PROTOCOLS {
+            let c = srv.client(p);
+            // flush_all over each protocol, before either session's keys.
+            c.set(&format!("{p}-flushed"), "x", 0).unwrap();
+            c.flush().unwrap();
+            assert_eq!(c.get::<String>(&format!("{p}-flushed")).unwrap(), None);
+        }
+        // Items stored after a flush_all stay, even within its second
+        // (the flush marker records a CAS value, not only a time).
         for p in PROTOCOLS {
             session(&srv.client(p), p);
         }
