@@ -492,6 +492,171 @@ fn memccapable_passes_on_every_store() {
     }
 }
 
+/// Debian's memcached on a free loopback port, killed when dropped.
+struct Memcached {
+    child: Child,
+    port: u16,
+}
+
+impl Memcached {
+    /// None when memcached is not installed.
+    fn start() -> Option<Memcached> {
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            // -u root: memcached refuses to run as root without it (and
+            // ignores it otherwise).
+            let child = Command::new("memcached")
+                .args(["-l", "127.0.0.1", "-U", "0", "-t", "1", "-u", "root"])
+                .args(["-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()?;
+            let mut m = Memcached { child, port };
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until && matches!(m.child.try_wait(), Ok(None)) {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(m);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = m.child.kill();
+        }
+        panic!("memcached did not start");
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The meta session both servers run: vivify (N), recache (R), the win and
+/// its Z, stale items (md I, ms I with an older CAS), T/N/R/t in request
+/// order, ma's N/J/D/M/T, quiet mode, and flags no server accepts. `{}`
+/// is a per-attempt key prefix. No step echoes a CAS, last access or hit
+/// bit (their values legitimately differ between servers).
+const META_SESSION: &[&str] = &[
+    "mg {}a v N30 t",
+    "mg {}a v N30 t",
+    "mg {}a s t v",
+    "ms {}a 3 T100\r\nabc",
+    "mg {}a v t R30",
+    "mg {}a v t R200",
+    "mg {}a v R200",
+    "md {}a I T30",
+    "mg {}a v t",
+    "mg {}a v t",
+    "mg {}a t T50",
+    "mg {}a T10 R40 t",
+    "ms {}b 2\r\nhi",
+    "md {}b I q",
+    "mg {}b v",
+    "ms {}b 2 C1 I\r\nyo",
+    "mg {}b v t",
+    "ms {}b 2 C999999999 I\r\nzz",
+    "ms {}b 1 MA C1 I\r\nz",
+    "mg {}b v f",
+    "md {}b I T-1",
+    "mg {}b v",
+    "mg {}n1 t N30 T60",
+    "mg {}n1 t",
+    "mg {}n2 N30 T60 t",
+    "mg {}n3 T60 N30 t",
+    "mg {}n3 t R45 s",
+    "mg {}x q v N30 k O1",
+    "mg {}x q v",
+    "mg {}y q v",
+    "md {}zz I",
+    "md {}zz q",
+    "ma {}v1 N0 J5 t T7",
+    "mg {}v1 t v",
+    "ma {}v2 T7 N0 J5 t",
+    "mg {}v2 t v",
+    "ma {}v1 t MD D10 v",
+    "ma {}v1 M+ D3 v T50 t",
+    "ma {}v9 v",
+    "ms {}w 1\r\nx",
+    "mg {}w R30 t",
+    "ms {}st 2 I\r\nab",
+    "mg {}st",
+    "mg {}a v X",
+    "mg {}a v W",
+    "mg {}a Z",
+];
+
+/// Run [`META_SESSION`] on one connection: each step's whole reply (read up
+/// to the `MN` of an `mn` sent after it).
+fn meta_session(port: &str, prefix: &str) -> Vec<String> {
+    let s = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut c = Conn {
+        r: BufReader::new(s.try_clone().unwrap()),
+        w: s,
+    };
+    META_SESSION
+        .iter()
+        .map(|step| {
+            let req = step.replace("{}", prefix);
+            c.send(format!("{req}\r\nmn\r\n").as_bytes());
+            let mut reply = String::new();
+            loop {
+                let l = c.line();
+                assert!(!l.is_empty(), "{req:?}: connection closed");
+                if l == "MN\r\n" {
+                    break;
+                }
+                reply.push_str(&l);
+            }
+            reply
+        })
+        .collect()
+}
+
+/// The meta commands' stale-and-win flags answer byte for byte what
+/// Debian's memcached answers (skipped when memcached is not installed).
+/// TTLs in replies are whole seconds on both sides, so a clock tick inside
+/// a session can shift one by a second: a session is retried (fresh keys)
+/// up to three times; a real difference fails all three.
+#[test]
+fn meta_session_matches_real_memcached() {
+    let Some(mc) = Memcached::start() else {
+        println!("skipped: memcached not installed (apt-get install memcached)");
+        return;
+    };
+    let dir = pool_dir();
+    let srv = Server::start(&dir.path().join("p"), &[]);
+    let ours = srv.addr.rsplit_once(':').unwrap().1.to_string();
+    let mut last = String::new();
+    for attempt in 0..3 {
+        let prefix = format!("s{attempt}:");
+        let want = meta_session(&mc.port.to_string(), &prefix);
+        let got = meta_session(&ours, &prefix);
+        if want == got {
+            println!(
+                "meta session: {} steps byte-identical to memcached (attempt {})",
+                want.len(),
+                attempt + 1
+            );
+            srv.stop();
+            return;
+        }
+        last.clear();
+        for ((step, w), g) in META_SESSION.iter().zip(&want).zip(&got) {
+            if w != g {
+                last.push_str(&format!("{step:?}: memcached {w:?}, ferrite {g:?}\n"));
+            }
+        }
+    }
+    panic!("meta replies differ from memcached:\n{last}");
+}
+
 /// What a writer knows about one key: the acknowledged state and the
 /// state of the operation in flight (sent, not acknowledged).
 #[derive(Clone, Debug, Default)]

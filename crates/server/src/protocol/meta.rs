@@ -69,6 +69,8 @@ struct Flags {
     mode: Option<u8>,
     initial: Option<u64>,
     delta: Option<u64>,
+    /// `T N R t` in request order (see [`MetaCtx::order`]).
+    order: Vec<u8>,
 }
 
 fn bad_token() -> Failure {
@@ -90,6 +92,9 @@ fn parse_flags(tokens: &[&[u8]], echo: &[u8]) -> Result<Flags, Failure> {
             return Err(Failure::client("duplicate flag"));
         }
         seen[c as usize] = true;
+        if matches!(c, b'T' | b'N' | b'R' | b't') {
+            f.order.push(c);
+        }
         let ttl = || parse_i32(arg).map(i64::from).ok_or_else(bad_token);
         match c {
             b'b' => f.b = true,
@@ -256,11 +261,17 @@ pub(crate) fn parse(
     } else {
         wire_key.to_vec()
     };
+    let order = if matches!(op, Op::MetaGet | Op::MetaArith) {
+        f.order
+    } else {
+        Vec::new()
+    };
     let meta = MetaCtx {
         ret: f.ret,
         wire_key: wire_key.to_vec(),
         base64: f.b,
         value: f.v,
+        order,
     };
     let ctx = ReqCtx::meta(op, f.q, meta);
     let cmd = match op {
