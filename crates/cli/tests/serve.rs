@@ -301,6 +301,30 @@ fn meta_commands() {
     srv.stop();
 }
 
+/// A recache win and a stale mark are part of the durable item: after
+/// kill -9 the winner's stub still says `Z` to everyone else, and a stale
+/// item is still stale (and still winnable once).
+#[test]
+fn meta_win_and_stale_survive_kill_9() {
+    let dir = pool_dir();
+    let pool = dir.path().join("p");
+    let mut srv = Server::start(&pool, &[]);
+    let mut c = srv.connect();
+    c.check("mg w v N60\r\n", "VA 0 W\r\n\r\n");
+    c.check("ms r 2 T100\r\nok\r\n", "HD\r\n");
+    c.check("mg r R200\r\n", "HD W\r\n");
+    c.check("ms s 2\r\nhi\r\n", "HD\r\n");
+    c.check("md s I\r\n", "HD\r\n");
+    srv.kill9();
+    let srv = Server::start(&pool, &[]);
+    let mut c = srv.connect();
+    c.check("mg w v N60\r\n", "VA 0 Z\r\n\r\n");
+    c.check("mg r R200\r\n", "HD Z\r\n");
+    c.check("mg s v\r\n", "VA 2 X W\r\nhi\r\n");
+    c.check("mg s v\r\n", "VA 2 Z X\r\nhi\r\n");
+    srv.stop();
+}
+
 #[test]
 fn binary_get_set_delete_incr() {
     let dir = pool_dir();
@@ -589,6 +613,18 @@ const META_SESSION: &[&str] = &[
     "mg {}a v X",
     "mg {}a v W",
     "mg {}a Z",
+    "mg {}a v v",
+    "mg {}a Tx",
+    "ms {}a 1 W\r\nx",
+    "ms {}a 1 S1\r\nx",
+    "md {}a W",
+    "md {}a q q",
+    "md {}a Cx",
+    "ma {}a X",
+    "ma {}a Dx",
+    "ma {}a MX",
+    "ma {}a Mxx",
+    "mg {}a v",
 ];
 
 /// Run [`META_SESSION`] on one connection: each step's whole reply (read up

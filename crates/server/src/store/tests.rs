@@ -827,7 +827,13 @@ fn stale_and_win_survive_a_restart() {
         let mut c = Cache::new(Group::new(&mut m), &sh);
         set_ttl(&mut c, b"a", b"abc", 0);
         set_ttl(&mut c, b"s", b"abc", 0);
+        set_ttl(&mut c, b"r", b"abc", 100);
         c.kv().begin();
+        let r = MetaGet {
+            recache: Some(200),
+            ..mg(b"")
+        };
+        assert!(c.meta_get(b"r", &r, NOW).unwrap().unwrap().win);
         let viv = MetaGet {
             vivify: Some(0),
             ..mg(b"")
@@ -857,6 +863,15 @@ fn stale_and_win_survive_a_restart() {
     assert_eq!(
         wzx(&c.meta_get(b"a", &mg(b""), NOW).unwrap().unwrap()),
         (false, false, false)
+    );
+    let r = MetaGet {
+        recache: Some(200),
+        ..mg(b"")
+    };
+    assert_eq!(
+        wzx(&c.meta_get(b"r", &r, NOW).unwrap().unwrap()),
+        (false, true, false),
+        "a recache won before the restart is won again"
     );
 }
 
