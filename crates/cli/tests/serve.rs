@@ -564,8 +564,8 @@ impl Drop for Memcached {
 /// The meta session both servers run: vivify (N), recache (R), the win and
 /// its Z, stale items (md I, ms I with an older CAS), T/N/R/t in request
 /// order, ma's N/J/D/M/T, quiet mode, and flags no server accepts. `{}`
-/// is a per-attempt key prefix. No step echoes a CAS, last access or hit
-/// bit (their values legitimately differ between servers).
+/// is a per-attempt key prefix. No step echoes a CAS (its values
+/// legitimately differ between servers).
 const META_SESSION: &[&str] = &[
     "mg {}a v N30 t",
     "mg {}a v N30 t",
@@ -625,6 +625,26 @@ const META_SESSION: &[&str] = &[
     "ma {}a MX",
     "ma {}a Mxx",
     "mg {}a v",
+    "ms {}h1 1\r\nx",
+    "mg {}h1 h l",
+    "mg {}h1 h",
+    "ms {}h1 1\r\ny",
+    "mg {}h1 h",
+    "ms {}h2 1\r\nx",
+    "mg {}h2 h u",
+    "mg {}h2 h",
+    "md {}h2 I",
+    "mg {}h2 h",
+    "ms {}h3 1\r\nx",
+    "get {}h3",
+    "mg {}h3 h",
+    "ms {}h4 1\r\nx",
+    "touch {}h4 100",
+    "mg {}h4 h t",
+    "mg {}h5 N30 h",
+    "mg {}h5 h",
+    "mg {}h6 N30 h u",
+    "mg {}h6 h",
 ];
 
 /// Run [`META_SESSION`] on one connection: each step's whole reply (read up

@@ -661,6 +661,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                 vivify: opts.vivify,
                 recache: opts.recache,
                 new_cas: opts.new_cas,
+                no_bump: opts.no_bump,
                 order: req.ctx.meta.as_deref().map_or(&[][..], |m| &m.order),
             };
             st.cmd_get.fetch_add(1, Relaxed);
@@ -681,6 +682,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                     let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
                     v.ttl = hit.echo_ttl;
                     v.last_access = now.saturating_sub(it.time);
+                    v.fetched = hit.fetched;
                     v.stale = it.stale;
                     v.win = hit.win;
                     v.token_sent = hit.token_sent;

@@ -71,9 +71,12 @@
 //! * ms `N<ttl>` follows memcached's later releases (an append or prepend
 //!   that misses creates the item); memcached 1.6.18 (Debian 12) accepts
 //!   the flag and answers `NS`.
-//! * mg `h` reports 0 and `l` the seconds since the item was last written:
-//!   the server keeps no per-read state (recording every first fetch would
-//!   make reads durable writes). mg `u` is accepted and has no effect.
+//! * mg `h` (fetched before) is kept in the shard's DRAM, not in the
+//!   item (recording every first fetch durably would make reads writes):
+//!   like memcached's, it is lost on a restart. `u` leaves it unset.
+//! * mg `l` is the seconds since the item was last written. memcached
+//!   also counts a fetch as an access, but records one at most once a
+//!   minute, so the two agree for a minute after each write.
 //!
 //! Meta errors are always replied (memcached's `out_errstring`), whatever
 //! `q` says. A failed `ms` swallows its data block when the length token was

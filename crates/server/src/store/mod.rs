@@ -552,6 +552,8 @@ pub struct MetaGet<'a> {
     pub recache: Option<i64>,
     /// `E<cas>`: the CAS of a vivified item.
     pub new_cas: Option<u64>,
+    /// `u`: do not count this as a fetch (the item's `h` stays as it was).
+    pub no_bump: bool,
     /// The flags `T`, `N`, `R` and the return flag `t` in request order
     /// (memcached applies them, and reads the TTL for `t`, in that order);
     /// the modifiers given but not named here run after those named, in
@@ -573,6 +575,9 @@ pub struct MetaHit {
     pub token_sent: bool,
     /// The item was created by `N` (a miss).
     pub created: bool,
+    /// The item had been fetched before this request (`h`; volatile, see
+    /// [`evict::Clock::fetched`]).
+    pub fetched: bool,
 }
 
 /// memcached's item commands. `now` is the unix time in seconds; client
@@ -840,7 +845,11 @@ impl<K: Kv> Store for Cache<'_, K> {
 
     fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Item>> {
         self.map_key(key);
-        self.load(now)
+        let it = self.load(now)?;
+        if it.is_some() {
+            self.clock.set_fetched(&self.key, true);
+        }
+        Ok(it)
     }
 
     fn meta_get(&mut self, key: &[u8], m: &MetaGet<'_>, now: u64) -> Result<Option<MetaHit>> {
@@ -864,6 +873,7 @@ impl<K: Kv> Store for Cache<'_, K> {
             None => return Ok(None),
         };
         let token_sent = it.token_sent;
+        let fetched = !created && self.clock.fetched(&self.key);
         let mut win = false;
         let mut changed = created;
         let mut echo_ttl = None;
@@ -910,12 +920,16 @@ impl<K: Kv> Store for Cache<'_, K> {
                 self.pend.0 -= 1;
             }
         }
+        // memcached marks the item fetched unless `u` (a vivified stub
+        // too: the next fetch reports h1).
+        self.clock.set_fetched(&self.key, fetched || !m.no_bump);
         Ok(Some(MetaHit {
             echo_ttl: echo_ttl.unwrap_or_else(|| it.ttl(now)),
             item: it,
             win,
             token_sent,
             created,
+            fetched,
         }))
     }
 
@@ -926,8 +940,10 @@ impl<K: Kv> Store for Cache<'_, K> {
         };
         it.exptime = stored_exptime(deadline(exptime, now));
         self.write(&it)?;
-        // A touch is not an item write in memcached's counters.
+        // A touch is not an item write in memcached's counters, and it
+        // fetches the item.
         self.pend.0 -= 1;
+        self.clock.set_fetched(&self.key, true);
         Ok(Some(it))
     }
 
@@ -1051,9 +1067,12 @@ impl<K: Kv> Store for Cache<'_, K> {
             it.stale = true;
             it.token_sent = false;
             it.cas = self.cas_or_new(opts.new_cas)?;
+            let fetched = self.clock.fetched(&self.key);
             self.write(&it)?;
-            // Not a new item in the counters.
+            // The same item (memcached marks it in place): not a new one
+            // in the counters, and as fetched as it was.
             self.pend.0 -= 1;
+            self.clock.set_fetched(&self.key, fetched);
             return Ok(DeleteOutcome::Deleted);
         }
         bump(&self.shared.stats.delete_hits);

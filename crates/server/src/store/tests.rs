@@ -904,3 +904,41 @@ fn old_format_items_read_and_unknown_state_bits_are_corrupt() {
         assert!(matches!(Item::decode(&bad), Err(StoreError::Corrupt(_))));
     }
 }
+
+/// `h`: a fetch (meta get without `u`, text get, touch) marks the item; a
+/// new value clears the mark, an in-place change (a win, md I) keeps it.
+#[test]
+fn fetched_follows_memcached() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    let h = |c: &mut Cache<'_, _>, k: &[u8], no_bump| {
+        let g = MetaGet { no_bump, ..mg(b"") };
+        c.meta_get(k, &g, NOW).unwrap().unwrap().fetched
+    };
+    set_ttl(&mut c, b"a", b"x", 100);
+    assert!(!h(&mut c, b"a", true), "u does not mark");
+    assert!(!h(&mut c, b"a", false));
+    assert!(h(&mut c, b"a", false));
+    set_ttl(&mut c, b"a", b"y", 100);
+    assert!(!h(&mut c, b"a", false), "a new value is unfetched");
+    // A recache win rewrites the item: still fetched.
+    let r = MetaGet {
+        recache: Some(200),
+        ..mg(b"")
+    };
+    assert!(c.meta_get(b"a", &r, NOW).unwrap().unwrap().win);
+    assert!(h(&mut c, b"a", false));
+    let md = DeleteOpts {
+        invalidate: true,
+        ..DeleteOpts::default()
+    };
+    c.delete(b"a", None, &md, NOW).unwrap();
+    assert!(h(&mut c, b"a", false), "md I keeps the mark");
+    set_ttl(&mut c, b"g", b"x", 0);
+    c.get(b"g", NOW).unwrap();
+    assert!(h(&mut c, b"g", false), "a text get marks");
+    set_ttl(&mut c, b"t", b"x", 0);
+    c.touch(b"t", 50, NOW).unwrap();
+    assert!(h(&mut c, b"t", false), "a touch marks");
+}
