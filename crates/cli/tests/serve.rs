@@ -287,7 +287,9 @@ fn meta_commands() {
     c.check("ma cnt D5 v\r\n", "VA 2\r\n15\r\n");
     c.check("ma cnt MD D20 v\r\n", "VA 1\r\n0\r\n");
     c.send(b"me mk\r\n");
-    assert!(c.line().starts_with("ME mk exp=-1 "));
+    let l = c.line();
+    assert!(l.starts_with("ME mk exp=-1 "), "{l}");
+    assert!(l.contains(" fetch=yes "), "{l}");
     c.check("md mk\r\n", "HD\r\n");
     c.check("md mk\r\n", "NF\r\n");
     c.check("mg mk\r\n", "EN\r\n");

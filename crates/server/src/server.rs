@@ -805,11 +805,12 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
             };
             protocol::encode(&resp, &req.ctx, out);
         }
-        Command::MetaDebug { key } => match store.get(key, now) {
-            Ok(Some(it)) => {
+        Command::MetaDebug { key } => match store.peek(key, now) {
+            Ok(Some((it, fetched))) => {
                 let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
                 v.ttl = it.ttl(now);
                 v.last_access = now.saturating_sub(it.time);
+                v.fetched = fetched;
                 protocol::encode(&Response::Debug(v), &req.ctx, out);
             }
             Ok(None) => protocol::encode(&Response::Miss { key }, &req.ctx, out),

@@ -593,6 +593,9 @@ pub trait Store {
     /// as every item change) so later requests see `Z` instead. `None`: a
     /// miss without `N`.
     fn meta_get(&mut self, key: &[u8], m: &MetaGet<'_>, now: u64) -> Result<Option<MetaHit>>;
+    /// The live item and whether it was fetched, without counting as a
+    /// fetch (meta `me`).
+    fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<(Item, bool)>>;
     /// Set a live item's expiry and return it (touch, gat).
     fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Result<Option<Item>>;
     /// A storage command. `opts` (meta only): `invalidate` lets a CAS store
@@ -850,6 +853,13 @@ impl<K: Kv> Store for Cache<'_, K> {
             self.clock.set_fetched(&self.key, true);
         }
         Ok(it)
+    }
+
+    fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<(Item, bool)>> {
+        self.map_key(key);
+        Ok(self
+            .load(now)?
+            .map(|it| (it, self.clock.fetched(&self.key))))
     }
 
     fn meta_get(&mut self, key: &[u8], m: &MetaGet<'_>, now: u64) -> Result<Option<MetaHit>> {

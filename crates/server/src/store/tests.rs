@@ -939,6 +939,8 @@ fn fetched_follows_memcached() {
     c.get(b"g", NOW).unwrap();
     assert!(h(&mut c, b"g", false), "a text get marks");
     set_ttl(&mut c, b"t", b"x", 0);
+    assert!(!c.peek(b"t", NOW).unwrap().unwrap().1);
+    assert!(!c.peek(b"t", NOW).unwrap().unwrap().1, "me does not mark");
     c.touch(b"t", 50, NOW).unwrap();
-    assert!(h(&mut c, b"t", false), "a touch marks");
+    assert!(c.peek(b"t", NOW).unwrap().unwrap().1, "a touch marks");
 }
