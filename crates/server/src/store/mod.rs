@@ -583,7 +583,8 @@ pub struct MetaHit {
 /// memcached's item commands. `now` is the unix time in seconds; client
 /// exptimes are raw (see [`crate::protocol::deadline`]).
 pub trait Store {
-    /// The live item under `key` (expired and flushed items are absent).
+    /// The live item under `key` (expired and flushed items are absent);
+    /// a fetch, so the item is marked fetched (meta `h`).
     fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Item>>;
     /// memcached's `mg` with its item modifiers, in request order: `T`
     /// touches; `N` creates an empty item on a miss (its exptime from the
