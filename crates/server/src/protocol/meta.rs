@@ -73,7 +73,8 @@
 //!   the flag and answers `NS`.
 //! * mg `h` (fetched before) is kept in the shard's DRAM, not in the
 //!   item (recording every first fetch durably would make reads writes):
-//!   like memcached's, it is lost on a restart. `u` leaves it unset.
+//!   like memcached's, it is lost on a restart. `u` leaves it unset and
+//!   does not mark the item recently used for eviction.
 //! * mg `l` is the seconds since the item was last written. memcached
 //!   also counts a fetch as an access, but records one at most once a
 //!   minute, so the two agree for a minute after each write.

@@ -160,6 +160,14 @@ impl Clock {
         }
     }
 
+    /// `key` was read without a bump (meta `u`): track it if the scan has
+    /// not reached it yet, leave its referenced bit as it is.
+    pub fn track(&mut self, key: &[u8], charge: u64) {
+        if !self.map.contains_key(key) {
+            self.insert(key, charge);
+        }
+    }
+
     /// A key the start-up scan found.
     pub fn seed(&mut self, key: &[u8], charge: u64) {
         if self.map.contains_key(key) || self.touched.contains(key) {

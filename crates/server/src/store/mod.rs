@@ -768,6 +768,12 @@ impl<'s, K: Kv> Cache<'s, K> {
 
     /// The live item at the mapped key, removing it if expired or flushed.
     fn load(&mut self, now: u64) -> Result<Option<Item>> {
+        self.load_with(now, true)
+    }
+
+    /// [`Cache::load`]; `bump`: mark the item recently used for eviction
+    /// (all but meta `u`).
+    fn load_with(&mut self, now: u64, bump_lru: bool) -> Result<Option<Item>> {
         if !self.kv.get_into(&self.key, &mut self.buf)? {
             return Ok(None);
         }
@@ -784,7 +790,11 @@ impl<'s, K: Kv> Cache<'s, K> {
             self.remove()?;
             return Ok(None);
         }
-        self.clock.hit(&self.key, ch);
+        if bump_lru {
+            self.clock.hit(&self.key, ch);
+        } else {
+            self.clock.track(&self.key, ch);
+        }
         Ok(Some(it))
     }
 
@@ -865,7 +875,7 @@ impl<K: Kv> Store for Cache<'_, K> {
 
     fn meta_get(&mut self, key: &[u8], m: &MetaGet<'_>, now: u64) -> Result<Option<MetaHit>> {
         self.map_key(key);
-        let (mut it, created) = match self.load(now)? {
+        let (mut it, created) = match self.load_with(now, !m.no_bump)? {
             Some(it) => (it, false),
             None if m.vivify.is_some() => {
                 // memcached links an empty item with no expiry, then the

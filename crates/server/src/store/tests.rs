@@ -944,3 +944,30 @@ fn fetched_follows_memcached() {
     c.touch(b"t", 50, NOW).unwrap();
     assert!(c.peek(b"t", NOW).unwrap().unwrap().1, "a touch marks");
 }
+
+/// mg `u` reads without bumping the item for eviction; a plain mg bumps it.
+#[test]
+fn meta_get_u_does_not_save_an_item_from_eviction() {
+    let mut m = Mem::default();
+    let value = vec![b'v'; 100];
+    let per = charge(1 + key(0).len(), HEADER + value.len());
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::with_budget(&mut m, &sh, 2 * per, false);
+    for no_bump in [true, false] {
+        set(&mut c, StoreMode::Set, &key(0), &value, None);
+        set(&mut c, StoreMode::Set, &key(1), &value, None);
+        c.settle(true);
+        let g = MetaGet { no_bump, ..mg(b"") };
+        assert!(c.meta_get(&key(0), &g, NOW).unwrap().is_some());
+        // A third item evicts the oldest unreferenced one.
+        set(&mut c, StoreMode::Set, &key(2), &value, None);
+        c.settle(true);
+        let kept0 = c.get(&key(0), NOW).unwrap().is_some();
+        assert_eq!(kept0, !no_bump, "u = {no_bump}");
+        for i in 0..3 {
+            c.delete(&key(i), None, &DeleteOpts::default(), NOW)
+                .unwrap();
+        }
+        c.settle(true);
+    }
+}
