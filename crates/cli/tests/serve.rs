@@ -287,7 +287,9 @@ fn meta_commands() {
     c.check("ma cnt D5 v\r\n", "VA 2\r\n15\r\n");
     c.check("ma cnt MD D20 v\r\n", "VA 1\r\n0\r\n");
     c.send(b"me mk\r\n");
-    assert!(c.line().starts_with("ME mk exp=-1 "));
+    let l = c.line();
+    assert!(l.starts_with("ME mk exp=-1 "), "{l}");
+    assert!(l.contains(" fetch=yes "), "{l}");
     c.check("md mk\r\n", "HD\r\n");
     c.check("md mk\r\n", "NF\r\n");
     c.check("mg mk\r\n", "EN\r\n");
@@ -298,6 +300,30 @@ fn meta_commands() {
     c.check(&format!("ms cc 1 C{}\r\ny\r\n", cas + 7), "EX\r\n");
     c.check(&format!("ms cc 1 C{cas}\r\ny\r\n"), "HD\r\n");
     c.check("mg cc v\r\n", "VA 1\r\ny\r\n");
+    srv.stop();
+}
+
+/// A recache win and a stale mark are part of the durable item: after
+/// kill -9 the winner's stub still says `Z` to everyone else, and a stale
+/// item is still stale (and still winnable once).
+#[test]
+fn meta_win_and_stale_survive_kill_9() {
+    let dir = pool_dir();
+    let pool = dir.path().join("p");
+    let mut srv = Server::start(&pool, &[]);
+    let mut c = srv.connect();
+    c.check("mg w v N60\r\n", "VA 0 W\r\n\r\n");
+    c.check("ms r 2 T100\r\nok\r\n", "HD\r\n");
+    c.check("mg r R200\r\n", "HD W\r\n");
+    c.check("ms s 2\r\nhi\r\n", "HD\r\n");
+    c.check("md s I\r\n", "HD\r\n");
+    srv.kill9();
+    let srv = Server::start(&pool, &[]);
+    let mut c = srv.connect();
+    c.check("mg w v N60\r\n", "VA 0 Z\r\n\r\n");
+    c.check("mg r R200\r\n", "HD Z\r\n");
+    c.check("mg s v\r\n", "VA 2 X W\r\nhi\r\n");
+    c.check("mg s v\r\n", "VA 2 Z X\r\nhi\r\n");
     srv.stop();
 }
 
@@ -490,6 +516,203 @@ fn memccapable_passes_on_every_store() {
         assert!(!text.contains("[FAIL]"), "{store}: {text}");
         srv.stop();
     }
+}
+
+/// Debian's memcached on a free loopback port, killed when dropped.
+struct Memcached {
+    child: Child,
+    port: u16,
+}
+
+impl Memcached {
+    /// None when memcached is not installed.
+    fn start() -> Option<Memcached> {
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            // -u root: memcached refuses to run as root without it (and
+            // ignores it otherwise).
+            let child = Command::new("memcached")
+                .args(["-l", "127.0.0.1", "-U", "0", "-t", "1", "-u", "root"])
+                .args(["-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()?;
+            let mut m = Memcached { child, port };
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until && matches!(m.child.try_wait(), Ok(None)) {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(m);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = m.child.kill();
+        }
+        panic!("memcached did not start");
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The meta session both servers run: vivify (N), recache (R), the win and
+/// its Z, stale items (md I, ms I with an older CAS), T/N/R/t in request
+/// order, ma's N/J/D/M/T, quiet mode, and flags no server accepts. `{}`
+/// is a per-attempt key prefix. No step echoes a CAS (its values
+/// legitimately differ between servers).
+const META_SESSION: &[&str] = &[
+    "mg {}a v N30 t",
+    "mg {}a v N30 t",
+    "mg {}a s t v",
+    "ms {}a 3 T100\r\nabc",
+    "mg {}a v t R30",
+    "mg {}a v t R200",
+    "mg {}a v R200",
+    "md {}a I T30",
+    "mg {}a v t",
+    "mg {}a v t",
+    "mg {}a t T50",
+    "mg {}a T10 R40 t",
+    "ms {}b 2\r\nhi",
+    "md {}b I q",
+    "mg {}b v",
+    "ms {}b 2 C1 I\r\nyo",
+    "mg {}b v t",
+    "ms {}b 2 C999999999 I\r\nzz",
+    "ms {}b 1 MA C1 I\r\nz",
+    "mg {}b v f",
+    "md {}b I T-1",
+    "mg {}b v",
+    "mg {}n1 t N30 T60",
+    "mg {}n1 t",
+    "mg {}n2 N30 T60 t",
+    "mg {}n3 T60 N30 t",
+    "mg {}n3 t R45 s",
+    "mg {}x q v N30 k O1",
+    "mg {}x q v",
+    "mg {}y q v",
+    "md {}zz I",
+    "md {}zz q",
+    "ma {}v1 N0 J5 t T7",
+    "mg {}v1 t v",
+    "ma {}v2 T7 N0 J5 t",
+    "mg {}v2 t v",
+    "ma {}v1 t MD D10 v",
+    "ma {}v1 M+ D3 v T50 t",
+    "ma {}v9 v",
+    "ms {}w 1\r\nx",
+    "mg {}w R30 t",
+    "ms {}st 2 I\r\nab",
+    "mg {}st",
+    "mg {}a v X",
+    "mg {}a v W",
+    "mg {}a Z",
+    "mg {}a v v",
+    "mg {}a Tx",
+    "ms {}a 1 W\r\nx",
+    "ms {}a 1 S1\r\nx",
+    "md {}a W",
+    "md {}a q q",
+    "md {}a Cx",
+    "ma {}a X",
+    "ma {}a Dx",
+    "ma {}a MX",
+    "ma {}a Mxx",
+    "mg {}a v",
+    "ms {}h1 1\r\nx",
+    "mg {}h1 h l",
+    "mg {}h1 h",
+    "ms {}h1 1\r\ny",
+    "mg {}h1 h",
+    "ms {}h2 1\r\nx",
+    "mg {}h2 h u",
+    "mg {}h2 h",
+    "md {}h2 I",
+    "mg {}h2 h",
+    "ms {}h3 1\r\nx",
+    "get {}h3",
+    "mg {}h3 h",
+    "ms {}h4 1\r\nx",
+    "touch {}h4 100",
+    "mg {}h4 h t",
+    "mg {}h5 N30 h",
+    "mg {}h5 h",
+    "mg {}h6 N30 h u",
+    "mg {}h6 h",
+];
+
+/// Run [`META_SESSION`] on one connection: each step's whole reply (read up
+/// to the `MN` of an `mn` sent after it).
+fn meta_session(port: &str, prefix: &str) -> Vec<String> {
+    let s = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut c = Conn {
+        r: BufReader::new(s.try_clone().unwrap()),
+        w: s,
+    };
+    META_SESSION
+        .iter()
+        .map(|step| {
+            let req = step.replace("{}", prefix);
+            c.send(format!("{req}\r\nmn\r\n").as_bytes());
+            let mut reply = String::new();
+            loop {
+                let l = c.line();
+                assert!(!l.is_empty(), "{req:?}: connection closed");
+                if l == "MN\r\n" {
+                    break;
+                }
+                reply.push_str(&l);
+            }
+            reply
+        })
+        .collect()
+}
+
+/// The meta commands' stale-and-win flags answer byte for byte what
+/// Debian's memcached answers (skipped when memcached is not installed).
+/// TTLs in replies are whole seconds on both sides, so a clock tick inside
+/// a session can shift one by a second: a session is retried (fresh keys)
+/// up to three times; a real difference fails all three.
+#[test]
+fn meta_session_matches_real_memcached() {
+    let Some(mc) = Memcached::start() else {
+        println!("skipped: memcached not installed (apt-get install memcached)");
+        return;
+    };
+    let dir = pool_dir();
+    let srv = Server::start(&dir.path().join("p"), &[]);
+    let ours = srv.addr.rsplit_once(':').unwrap().1.to_string();
+    let mut last = String::new();
+    for attempt in 0..3 {
+        let prefix = format!("s{attempt}:");
+        let want = meta_session(&mc.port.to_string(), &prefix);
+        let got = meta_session(&ours, &prefix);
+        if want == got {
+            println!(
+                "meta session: {} steps byte-identical to memcached (attempt {})",
+                want.len(),
+                attempt + 1
+            );
+            srv.stop();
+            return;
+        }
+        last.clear();
+        for ((step, w), g) in META_SESSION.iter().zip(&want).zip(&got) {
+            if w != g {
+                last.push_str(&format!("{step:?}: memcached {w:?}, ferrite {g:?}\n"));
+            }
+        }
+    }
+    panic!("meta replies differ from memcached:\n{last}");
 }
 
 /// What a writer knows about one key: the acknowledged state and the

@@ -35,7 +35,8 @@ use crate::protocol::{
     self, Command, Failure, ItemView, Limits, Op, Proto, Recovery, ReqCtx, Request, Response,
 };
 use crate::store::{
-    Arith, ArithOutcome, Cache, DeleteOutcome, Group, Kv, Shared, Store, StoreError, StoreOutcome,
+    Arith, ArithOutcome, Cache, DeleteOutcome, Group, Kv, MetaGet, Shared, Store, StoreError,
+    StoreOutcome,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -647,15 +648,57 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
     let resp_err = |f: Failure, out: &mut Vec<u8>| {
         protocol::encode(&Response::Error(f), &req.ctx, out);
     };
-    let unsupported = Failure::client("meta flag not supported by this server (N, R, I)");
     let st = &shared.stats;
     match &req.cmd {
         Command::Get {
             keys, touch, opts, ..
-        } => {
-            if opts.vivify.is_some() || opts.recache.is_some() {
-                return resp_err(unsupported, out);
+        } if req.ctx.proto == Proto::Meta => {
+            let Some(key) = keys.first() else {
+                return;
+            };
+            let m = MetaGet {
+                touch: *touch,
+                vivify: opts.vivify,
+                recache: opts.recache,
+                new_cas: opts.new_cas,
+                no_bump: opts.no_bump,
+                order: req.ctx.meta.as_deref().map_or(&[][..], |m| &m.order),
+            };
+            st.cmd_get.fetch_add(1, Relaxed);
+            if touch.is_some() {
+                st.cmd_touch.fetch_add(1, Relaxed);
             }
+            match store.meta_get(key, &m, now) {
+                Ok(Some(hit)) => {
+                    let it = &hit.item;
+                    if hit.created {
+                        st.get_misses.fetch_add(1, Relaxed);
+                    } else {
+                        st.get_hits.fetch_add(1, Relaxed);
+                        if touch.is_some() {
+                            st.touch_hits.fetch_add(1, Relaxed);
+                        }
+                    }
+                    let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
+                    v.ttl = hit.echo_ttl;
+                    v.last_access = now.saturating_sub(it.time);
+                    v.fetched = hit.fetched;
+                    v.stale = it.stale;
+                    v.win = hit.win;
+                    v.token_sent = hit.token_sent;
+                    protocol::encode(&Response::Hit(v), &req.ctx, out);
+                }
+                Ok(None) => {
+                    st.get_misses.fetch_add(1, Relaxed);
+                    if touch.is_some() {
+                        st.touch_misses.fetch_add(1, Relaxed);
+                    }
+                    protocol::encode(&Response::Miss { key }, &req.ctx, out);
+                }
+                Err(e) => resp_err(store_error(&e), out),
+            }
+        }
+        Command::Get { keys, touch, .. } => {
             for key in keys {
                 let r = match touch {
                     Some(t) => {
@@ -697,10 +740,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
             opts,
         } => {
             st.cmd_set.fetch_add(1, Relaxed);
-            if opts.invalidate || opts.vivify.is_some() {
-                return resp_err(unsupported, out);
-            }
-            let r = store.store(*mode, key, *flags, *exptime, data, *cas, opts.new_cas, now);
+            let r = store.store(*mode, key, *flags, *exptime, data, *cas, opts, now);
             let resp = match r {
                 Ok(StoreOutcome::Stored(cas)) => Response::Stored { cas },
                 Ok(StoreOutcome::NotStored) => Response::NotStored,
@@ -712,10 +752,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
             protocol::encode(&resp, &req.ctx, out);
         }
         Command::Delete { key, cas, opts } => {
-            if opts.invalidate {
-                return resp_err(unsupported, out);
-            }
-            let resp = match store.delete(key, *cas, opts.drop_value, now) {
+            let resp = match store.delete(key, *cas, opts, now) {
                 Ok(DeleteOutcome::Deleted) => Response::Deleted,
                 Ok(DeleteOutcome::NotFound) => Response::NotFound,
                 Ok(DeleteOutcome::Exists) => Response::Exists,
@@ -739,6 +776,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                 cas: *cas,
                 ttl: *ttl,
                 new_cas: *new_cas,
+                order: req.ctx.meta.as_deref().map_or(&[][..], |m| &m.order),
             };
             let resp = match store.arith(key, a, now) {
                 Ok(ArithOutcome::Value(value, cas, ttl)) => Response::Arith { value, cas, ttl },
@@ -767,11 +805,12 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
             };
             protocol::encode(&resp, &req.ctx, out);
         }
-        Command::MetaDebug { key } => match store.get(key, now) {
-            Ok(Some(it)) => {
+        Command::MetaDebug { key } => match store.peek(key, now) {
+            Ok(Some((it, fetched))) => {
                 let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
                 v.ttl = it.ttl(now);
                 v.last_access = now.saturating_sub(it.time);
+                v.fetched = fetched;
                 protocol::encode(&Response::Debug(v), &req.ctx, out);
             }
             Ok(None) => protocol::encode(&Response::Miss { key }, &req.ctx, out),

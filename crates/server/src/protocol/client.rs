@@ -194,6 +194,19 @@ fn meta_flags(out: &mut Vec<u8>, m: &MetaCtx, quiet: bool) {
     }
 }
 
+/// The characters of `all` in the order `order` names them, then those it
+/// does not name.
+fn ordered(order: &[u8], all: &[u8]) -> Vec<u8> {
+    let mut v: Vec<u8> = order.iter().copied().filter(|c| all.contains(c)).collect();
+    v.dedup();
+    for &c in all {
+        if !v.contains(&c) {
+            v.push(c);
+        }
+    }
+    v
+}
+
 fn meta(req: &Request, out: &mut Vec<u8>) {
     let default = MetaCtx::default();
     let m = req.ctx.meta.as_deref().unwrap_or(&default);
@@ -204,14 +217,17 @@ fn meta(req: &Request, out: &mut Vec<u8>) {
         } => {
             meta_head(out, b"mg", keys.first().map_or(&[][..], |k| k), m);
             meta_flags(out, m, q);
-            if let Some(t) = touch {
-                flag_num(out, b'T', *t);
-            }
-            if let Some(t) = opts.vivify {
-                flag_num(out, b'N', t);
-            }
-            if let Some(t) = opts.recache {
-                flag_num(out, b'R', t);
+            // The modifiers in the request's order (the server applies
+            // them in order), then any it does not name.
+            for c in ordered(&m.order, b"TNR") {
+                let tok = match c {
+                    b'T' => *touch,
+                    b'N' => opts.vivify,
+                    _ => opts.recache,
+                };
+                if let Some(t) = tok {
+                    flag_num(out, c, t);
+                }
             }
             if opts.no_bump {
                 flag(out, b'u');
@@ -294,14 +310,17 @@ fn meta(req: &Request, out: &mut Vec<u8>) {
         } => {
             meta_head(out, b"ma", key, m);
             meta_flags(out, m, q);
-            if let Some((initial, t)) = create {
-                flag_num(out, b'N', *t);
-                flag_u(out, b'J', *initial);
+            for c in ordered(&m.order, b"NT") {
+                match (c, create, ttl) {
+                    (b'N', Some((initial, t)), _) => {
+                        flag_num(out, b'N', *t);
+                        flag_u(out, b'J', *initial);
+                    }
+                    (b'T', _, Some(t)) => flag_num(out, b'T', *t),
+                    _ => {}
+                }
             }
             flag_u(out, b'D', *delta);
-            if let Some(t) = ttl {
-                flag_num(out, b'T', *t);
-            }
             if !incr {
                 out.extend_from_slice(b" MD");
             }

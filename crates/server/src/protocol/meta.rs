@@ -17,7 +17,7 @@
 //!   always sent), `P`/`L` (proxy hints, ignored as memcached does).
 //! * mg: `v c f h l s t` (return value/CAS/flags/hit-before/last-access/
 //!   size/TTL), `T<ttl>` touch, `N<ttl>` vivify on miss, `R<ttl>` recache
-//!   win, `u` no LRU bump, `E<cas>`.
+//!   win, `u` no LRU bump, `E<cas>` (CAS of a vivified item).
 //! * ms: `<datalen>` positional, `c` return CAS, `C<cas>` compare,
 //!   `F<flags>`, `T<ttl>`, `M<mode>` (`E` add, `A` append, `P` prepend,
 //!   `R` replace, `S` set; lower case accepted), `I` invalidate, `N<ttl>`
@@ -28,12 +28,56 @@
 //!   `T<ttl>`, `M<mode>` (`I`/`+` incr, `D`/`-` decr; lower case accepted),
 //!   `C<cas>`, `E<cas>`, `v c t` return value/CAS/TTL.
 //!
+//! # Stale items and the recache win (memcached 1.6 semantics)
+//!
+//! * `mg … N<ttl>` on a miss creates an empty item (0 bytes, flags 0) with
+//!   that TTL and answers it as a hit with `W`: this client won the right
+//!   to recache. Later fetches see `Z` (someone else won) until the item
+//!   is replaced.
+//! * `mg … R<ttl>` answers `W` when the item has a TTL, it is below the
+//!   token, and no win was sent yet.
+//! * `md … I [T<ttl>]` keeps the item but marks it stale, gives it a new
+//!   CAS, reopens the win and (with `T`) sets its TTL; `T` without `I` is
+//!   ignored. A stale item is answered with `X`, and its first fetch wins
+//!   (`X W`; later ones `Z X`).
+//! * `ms … C<cas> I`: a CAS *older* than the item's still stores, as a
+//!   stale item that keeps the old TTL and win state (a newer mismatching
+//!   CAS is `EX`); without `C`, `I` does nothing.
+//! * Return order: the requested flags, then `Z`, `X`, `W`.
+//! * mg's `T`, `N`, `R` and ma's `N`, `T` act in request order and `t`
+//!   reports the TTL at its own place ([`MetaCtx::order`]), as memcached's
+//!   flag loop does: `mg k t T30` shows the TTL before the touch.
+//!
+//! The stale mark and the win are fields of the stored item
+//! ([`crate::store`]'s item format), written durably before the reply like
+//! any other change, so a crash never lets a second client win.
+//! `cargo test -p ferrite --test serve meta_session` replays a session of
+//! these commands against Debian's memcached and compares every reply byte
+//! for byte.
+//!
 //! Flags a command does not use are accepted and ignored, as memcached
 //! does. Any other character is `CLIENT_ERROR invalid flag`; a repeated one
-//! `CLIENT_ERROR duplicate flag`. Not supported: ms `S<size>` (the pre-1.6
-//! spelling of the data length; `S` is answered `CLIENT_ERROR invalid
-//! flag`) and ms `s` (return size: accepted, not echoed, like the memcached
-//! 1.6 releases that predate it).
+//! `CLIENT_ERROR duplicate flag`. `W`, `X` and `Z` are reply flags only:
+//! sent in a request they are `CLIENT_ERROR invalid flag`, as in memcached.
+//! md and ma answer every flag error (unknown, repeated, a bad token; not
+//! an overlong opaque) with memcached's `CLIENT_ERROR invalid or duplicate
+//! flag`.
+//!
+//! Not supported, or not as memcached:
+//! * ms `S<size>` (the pre-1.6 spelling of the data length): `CLIENT_ERROR
+//!   invalid flag`.
+//! * ms `s` (return size): accepted, not echoed, like the memcached 1.6
+//!   releases that predate it.
+//! * ms `N<ttl>` follows memcached's later releases (an append or prepend
+//!   that misses creates the item); memcached 1.6.18 (Debian 12) accepts
+//!   the flag and answers `NS`.
+//! * mg `h` (fetched before) is kept in the shard's DRAM, not in the
+//!   item (recording every first fetch durably would make reads writes):
+//!   like memcached's, it is lost on a restart. `u` leaves it unset and
+//!   does not mark the item recently used for eviction.
+//! * mg `l` is the seconds since the item was last written. memcached
+//!   also counts a fetch as an access, but records one at most once a
+//!   minute, so the two agree for a minute after each write.
 //!
 //! Meta errors are always replied (memcached's `out_errstring`), whatever
 //! `q` says. A failed `ms` swallows its data block when the length token was
@@ -69,6 +113,8 @@ struct Flags {
     mode: Option<u8>,
     initial: Option<u64>,
     delta: Option<u64>,
+    /// `T N R t` in request order (see [`MetaCtx::order`]).
+    order: Vec<u8>,
 }
 
 fn bad_token() -> Failure {
@@ -90,6 +136,9 @@ fn parse_flags(tokens: &[&[u8]], echo: &[u8]) -> Result<Flags, Failure> {
             return Err(Failure::client("duplicate flag"));
         }
         seen[c as usize] = true;
+        if matches!(c, b'T' | b'N' | b'R' | b't') {
+            f.order.push(c);
+        }
         let ttl = || parse_i32(arg).map(i64::from).ok_or_else(bad_token);
         match c {
             b'b' => f.b = true,
@@ -246,6 +295,14 @@ pub(crate) fn parse(
     };
     let f = match parse_flags(&tokens[flag_start..], echo) {
         Ok(f) => f,
+        // memcached's md and ma do not pass the flag parser's message on
+        // (only an overlong opaque keeps its own).
+        Err(e)
+            if matches!(op, Op::MetaDelete | Op::MetaArith)
+                && e != Failure::client("opaque token too long") =>
+        {
+            return fail(Failure::client("invalid or duplicate flag"), skip);
+        }
         Err(e) => return fail(e, skip),
     };
     let key = if f.b {
@@ -256,11 +313,17 @@ pub(crate) fn parse(
     } else {
         wire_key.to_vec()
     };
+    let order = if matches!(op, Op::MetaGet | Op::MetaArith) {
+        f.order
+    } else {
+        Vec::new()
+    };
     let meta = MetaCtx {
         ret: f.ret,
         wire_key: wire_key.to_vec(),
         base64: f.b,
         value: f.v,
+        order,
     };
     let ctx = ReqCtx::meta(op, f.q, meta);
     let cmd = match op {

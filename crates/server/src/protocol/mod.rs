@@ -213,6 +213,12 @@ pub struct MetaCtx {
     pub base64: bool,
     /// `v`: return the value (`VA <size>` instead of `HD`).
     pub value: bool,
+    /// mg and ma: the flags `T`, `N`, `R` and `t` in request order.
+    /// memcached applies the item modifiers one flag after another and
+    /// reports `t` from the item as it is at that flag's place: `mg k t
+    /// T30` shows the TTL before the touch, `mg k T30 R40` wins the
+    /// recache on the new TTL.
+    pub order: Vec<u8>,
 }
 
 /// The reply framing of one request.

@@ -576,6 +576,7 @@ fn meta_get_flags() {
         ]
     );
     assert!(m.value && !m.base64);
+    assert_eq!(m.order, b"tTNR");
     assert_eq!(
         r.cmd,
         Command::Get {
@@ -592,6 +593,26 @@ fn meta_get_flags() {
     );
     // No flags at all is a plain existence check.
     assert!(matches!(one(b"mg foo\r\n").cmd, Command::Get { .. }));
+}
+
+/// memcached applies mg's and ma's T, N, R (and reads the TTL for t) in
+/// request order: the parser keeps that order; the other commands (whose
+/// T and t do not interact) record none.
+#[test]
+fn meta_modifier_order() {
+    assert_eq!(meta_ctx(&one(b"mg k R30 v T10 N5 t\r\n")).order, b"RTNt");
+    assert_eq!(meta_ctx(&one(b"mg k t T10\r\n")).order, b"tT");
+    assert_eq!(meta_ctx(&one(b"mg k v\r\n")).order, b"");
+    assert_eq!(meta_ctx(&one(b"ma k T9 t N0 J3\r\n")).order, b"TtN");
+    assert_eq!(meta_ctx(&one(b"md k I T9\r\n")).order, b"");
+    assert_eq!(meta_ctx(&one(b"ms k 1 T9\r\nx\r\n")).order, b"");
+    // The client spells a request so that it parses back to the same order.
+    for wire in [&b"mg k t R30 T10 N5\r\n"[..], b"ma k t T9 N0 J3\r\n"] {
+        let r = one(wire);
+        let mut again = Vec::new();
+        crate::protocol::client::encode_request(&r, &mut again);
+        assert_eq!(one(&again), r, "{}", s(&again));
+    }
 }
 
 #[test]
@@ -722,6 +743,29 @@ fn meta_delete_arith_debug_noop() {
     assert_eq!((r.cmd, r.ctx.op), (Command::NoOp, Op::MetaNoOp));
 }
 
+/// W, X and Z are reply flags: a request naming them is refused as
+/// memcached refuses it, and so is ms's pre-1.6 `S<size>`.
+#[test]
+fn reply_only_and_unsupported_meta_flags_are_invalid() {
+    for wire in [
+        &b"mg k v W\r\n"[..],
+        b"mg k X\r\n",
+        b"mg k Z v\r\n",
+        b"mg k S\r\n",
+    ] {
+        assert_eq!(
+            s(&err_reply(&perr(wire))),
+            "CLIENT_ERROR invalid flag\r\n",
+            "{}",
+            s(wire)
+        );
+    }
+    // ms: refused, and its data block is skipped with the line.
+    let e = perr(b"ms k 1 S1\r\nx\r\n");
+    assert_eq!(s(&err_reply(&e)), "CLIENT_ERROR invalid flag\r\n");
+    assert_eq!(e.recovery, Recovery::Skip(14));
+}
+
 #[test]
 fn meta_error_replies() {
     let opaque33 = Box::leak(
@@ -760,16 +804,16 @@ fn meta_error_replies() {
             opaque33.len(),
         ),
         (many, "CLIENT_ERROR options flags are too long", many.len()),
+        // md and ma: memcached 1.6.18's one message for every flag error.
+        (b"ma k Dx\r\n", "CLIENT_ERROR invalid or duplicate flag", 9),
+        (b"ma k Jx\r\n", "CLIENT_ERROR invalid or duplicate flag", 9),
         (
-            b"ma k Dx\r\n",
-            "CLIENT_ERROR invalid numeric delta value",
-            9,
+            b"ma k v v\r\n",
+            "CLIENT_ERROR invalid or duplicate flag",
+            10,
         ),
-        (
-            b"ma k Jx\r\n",
-            "CLIENT_ERROR invalid numeric initial value",
-            9,
-        ),
+        (b"md k !\r\n", "CLIENT_ERROR invalid or duplicate flag", 8),
+        (b"md k W\r\n", "CLIENT_ERROR invalid or duplicate flag", 8),
         (
             b"ma k MX\r\n",
             "CLIENT_ERROR invalid mode for ma M token",
@@ -777,14 +821,10 @@ fn meta_error_replies() {
         ),
         (
             b"ma k MDD\r\n",
-            "CLIENT_ERROR incorrect length for M token",
+            "CLIENT_ERROR invalid or duplicate flag",
             10,
         ),
-        (
-            b"md k Cx\r\n",
-            "CLIENT_ERROR bad token in command line format",
-            9,
-        ),
+        (b"md k Cx\r\n", "CLIENT_ERROR invalid or duplicate flag", 9),
         (b"ms k\r\n", "CLIENT_ERROR bad command line format", 6),
         (b"ms k x\r\n", "CLIENT_ERROR bad command line format", 8),
         (b"ms k -1\r\n", "CLIENT_ERROR bad command line format", 9),
@@ -1672,18 +1712,56 @@ mod props {
                     let is_k: fn(&MetaRet) -> bool = |r| matches!(r, MetaRet::Key);
                     let is_c: fn(&MetaRet) -> bool = |r| matches!(r, MetaRet::Cas);
                     let is_t: fn(&MetaRet) -> bool = |r| matches!(r, MetaRet::Ttl);
-                    let mk = |op, ret, value, q, cmd| Request {
-                        cmd,
-                        ctx: ReqCtx::meta(
-                            op,
-                            q,
-                            MetaCtx {
-                                ret,
-                                wire_key: wire_key.clone(),
-                                base64: b64,
-                                value,
-                            },
-                        ),
+                    let mk = |op, ret: Vec<MetaRet>, value, q, cmd: Command| {
+                        // mg/ma record T N R t in request order: the
+                        // client sends the return flags (t) first, then
+                        // the modifiers in the order asked for (a
+                        // permutation picked by n).
+                        let mut mods: Vec<u8> = match &cmd {
+                            Command::Get { touch, opts, .. } => [
+                                (b'T', touch.is_some()),
+                                (b'N', opts.vivify.is_some()),
+                                (b'R', opts.recache.is_some()),
+                            ]
+                            .iter()
+                            .filter(|x| x.1)
+                            .map(|x| x.0)
+                            .collect(),
+                            Command::Arith { create, ttl, .. } => {
+                                [(b'N', create.is_some()), (b'T', ttl.is_some())]
+                                    .iter()
+                                    .filter(|x| x.1)
+                                    .map(|x| x.0)
+                                    .collect()
+                            }
+                            _ => Vec::new(),
+                        };
+                        if mods.len() > 1 {
+                            let k = mods.len();
+                            mods.swap(0, (n % k as u64) as usize);
+                            mods.swap(1, 1 + ((n / 7) % (k as u64 - 1)) as usize);
+                        }
+                        let mut order = Vec::new();
+                        if matches!(op, Op::MetaGet | Op::MetaArith) {
+                            if ret.contains(&MetaRet::Ttl) {
+                                order.push(b't');
+                            }
+                            order.extend(mods);
+                        }
+                        Request {
+                            cmd,
+                            ctx: ReqCtx::meta(
+                                op,
+                                q,
+                                MetaCtx {
+                                    ret,
+                                    wire_key: wire_key.clone(),
+                                    base64: b64,
+                                    value,
+                                    order,
+                                },
+                            ),
+                        }
                     };
                     match which {
                         0 => mk(

@@ -40,6 +40,10 @@ struct Entry {
     charge: u64,
     generation: u64,
     referenced: bool,
+    /// Fetched since it was written (meta `h`, `me`'s fetch): memcached's
+    /// `ITEM_FETCHED`, as volatile as memcached's (after a restart no
+    /// item has been fetched).
+    fetched: bool,
 }
 
 /// One shard's CLOCK (module docs).
@@ -115,6 +119,7 @@ impl Clock {
             charge,
             generation: self.next_gen,
             referenced: false,
+            fetched: false,
         };
         if self.seeding {
             self.touched.insert(key.into());
@@ -141,6 +146,28 @@ impl Clock {
         }
     }
 
+    /// Has `key` been fetched since it was written?
+    pub fn fetched(&self, key: &[u8]) -> bool {
+        self.map.get(key).is_some_and(|e| e.fetched)
+    }
+
+    /// `key` (tracked) was fetched by a client, or (`false`) its item was
+    /// replaced in place and keeps the flag it had. Not journaled: the
+    /// flag is a hint, not part of the store's state.
+    pub fn set_fetched(&mut self, key: &[u8], fetched: bool) {
+        if let Some(e) = self.map.get_mut(key) {
+            e.fetched = fetched;
+        }
+    }
+
+    /// `key` was read without a bump (meta `u`): track it if the scan has
+    /// not reached it yet, leave its referenced bit as it is.
+    pub fn track(&mut self, key: &[u8], charge: u64) {
+        if !self.map.contains_key(key) {
+            self.insert(key, charge);
+        }
+    }
+
     /// A key the start-up scan found.
     pub fn seed(&mut self, key: &[u8], charge: u64) {
         if self.map.contains_key(key) || self.touched.contains(key) {
@@ -151,6 +178,7 @@ impl Clock {
             charge,
             generation: self.next_gen,
             referenced: false,
+            fetched: false,
         };
         let key: Key = key.into();
         self.map.insert(key.clone(), e);

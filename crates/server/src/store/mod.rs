@@ -38,13 +38,26 @@
 //!  0  4  client flags, u32 LE
 //!  4  8  expiry: absolute unix seconds, u64 LE; 0 = never
 //! 12  8  CAS, u64 LE (nonzero)
-//! 20  8  stored-at: unix seconds of the last write, u64 LE (delayed flush_all)
+//! 20  7  stored-at: unix seconds of the last write, u56 LE (delayed flush_all)
+//! 27  1  state: bit 0 = stale (meta X: `md I`, `ms I`), bit 1 = a client
+//!        was sent the recache win (meta W; later fetches see Z);
+//!        bits 2-7 zero
 //! 28  ..  the data bytes
 //! ```
 //!
-//! The map writes a value atomically, so an item is never torn; a value
-//! shorter than 28 bytes is reported as [`StoreError::Corrupt`], never a
-//! panic. Expired and flushed items are removed lazily when a command finds
+//! The map writes a value atomically, so an item is never torn, and its
+//! stale and win state are as crash-consistent as its value: a reply that
+//! reports them (`W` to the winner, `X`) is sent only after the item that
+//! records them is durable, so after a crash no second client can win the
+//! same recache. A value shorter than 28 bytes, or with a state bit 2-7
+//! set, is reported as [`StoreError::Corrupt`], never a panic.
+//!
+//! The state byte is new: the first format kept an 8-byte stored-at at 20.
+//! Items of that format are read unchanged (not refused): the top byte of
+//! a unix time in seconds is zero until the year 2^56 s, so an old item
+//! reads as neither stale nor won — which is what it was.
+//!
+//! Expired and flushed items are removed lazily when a command finds
 //! them.
 //!
 //! # Eviction and the item counts
@@ -66,7 +79,7 @@ pub mod evict;
 pub mod ptm;
 pub mod tx;
 
-use crate::protocol::{Expiry, StoreMode, deadline};
+use crate::protocol::{DeleteOpts, Expiry, StoreMode, StoreOpts, deadline};
 use evict::Clock;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -87,6 +100,12 @@ pub const STORES: [&str; 8] = [
 
 /// Bytes before the data in a stored item.
 pub const HEADER: usize = 28;
+/// State byte bit: the item is stale (meta `X`).
+const STATE_STALE: u8 = 1;
+/// State byte bit: a client has been sent the recache win (meta `W`/`Z`).
+const STATE_TOKEN_SENT: u8 = 2;
+/// Largest stored-at time the 7-byte field holds.
+const TIME_MAX: u64 = (1 << 56) - 1;
 /// CAS ids reserved per durable write of the high-water mark.
 pub const CAS_BATCH: u64 = 1 << 16;
 
@@ -232,8 +251,13 @@ pub struct Item {
     /// Absolute unix seconds; 0 = never.
     pub exptime: u64,
     pub cas: u64,
-    /// Unix seconds of the last write.
+    /// Unix seconds of the last write (at most 2^56 - 1).
     pub time: u64,
+    /// Marked stale (`md I`, `ms I` with an older CAS): meta `X`.
+    pub stale: bool,
+    /// A client has been sent the win (`W`) for recaching this item; later
+    /// fetches see `Z` until the item is replaced or invalidated again.
+    pub token_sent: bool,
     pub data: Vec<u8>,
 }
 
@@ -245,7 +269,15 @@ impl Item {
         out.extend_from_slice(&self.flags.to_le_bytes());
         out.extend_from_slice(&self.exptime.to_le_bytes());
         out.extend_from_slice(&self.cas.to_le_bytes());
-        out.extend_from_slice(&self.time.to_le_bytes());
+        out.extend_from_slice(&self.time.min(TIME_MAX).to_le_bytes()[..7]);
+        let mut state = 0;
+        if self.stale {
+            state |= STATE_STALE;
+        }
+        if self.token_sent {
+            state |= STATE_TOKEN_SENT;
+        }
+        out.push(state);
         out.extend_from_slice(&self.data);
     }
 
@@ -260,11 +292,17 @@ impl Item {
         };
         let mut f = [0u8; 4];
         f.copy_from_slice(&b[0..4]);
+        let state = b[27];
+        if state & !(STATE_STALE | STATE_TOKEN_SENT) != 0 {
+            return Err(StoreError::Corrupt("unknown item state bits"));
+        }
         Ok(Item {
             flags: u32::from_le_bytes(f),
             exptime: u64_at(4),
             cas: u64_at(12),
-            time: u64_at(20),
+            time: u64_at(20) & TIME_MAX,
+            stale: state & STATE_STALE != 0,
+            token_sent: state & STATE_TOKEN_SENT != 0,
             data: b[HEADER..].to_vec(),
         })
     }
@@ -463,7 +501,7 @@ pub enum ArithOutcome {
 
 /// An arithmetic command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arith {
+pub struct Arith<'a> {
     pub incr: bool,
     pub delta: u64,
     /// On a miss, store this value with this client exptime.
@@ -472,15 +510,106 @@ pub struct Arith {
     /// Client exptime to set on success.
     pub ttl: Option<i64>,
     pub new_cas: Option<u64>,
+    /// ma: the flags `N`, `T` and `t` in request order. memcached sets the
+    /// exptime from `N` (a created item only) and `T` one flag after the
+    /// other and reports `t` at its place; what `order` does not name runs
+    /// after it in the order N, T, t (so with `N` and `T` on a miss, `T`
+    /// wins, and the reported TTL is the final one).
+    pub order: &'a [u8],
+}
+
+impl Arith<'_> {
+    /// Apply `N`/`T` to `it` in request order; the TTL `t` reports.
+    fn set_exptime(&self, it: &mut Item, created: bool, now: u64) -> Option<u64> {
+        let mut echo = None;
+        let mut done: Vec<u8> = Vec::with_capacity(3);
+        for &c in self.order.iter().chain(b"NTt") {
+            if done.contains(&c) {
+                continue;
+            }
+            done.push(c);
+            match c {
+                b'N' => {
+                    if let (true, Some((_, t))) = (created, self.create) {
+                        it.exptime = stored_exptime(deadline(t, now));
+                    }
+                }
+                b'T' => {
+                    if let Some(t) = self.ttl {
+                        it.exptime = stored_exptime(deadline(t, now));
+                    }
+                }
+                b't' => echo = Some(it.ttl(now)),
+                _ => {}
+            }
+        }
+        echo.unwrap_or_else(|| it.ttl(now))
+    }
+}
+
+/// A meta get's item modifiers (`mg` flags `T`, `N`, `R`, `E`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetaGet<'a> {
+    /// `T<ttl>`: set the exptime of the item found.
+    pub touch: Option<i64>,
+    /// `N<ttl>`: on a miss, create an empty item with this exptime and win.
+    pub vivify: Option<i64>,
+    /// `R<ttl>`: win if the item's remaining TTL is below this.
+    pub recache: Option<i64>,
+    /// `E<cas>`: the CAS of a vivified item.
+    pub new_cas: Option<u64>,
+    /// `u`: do not count this as a fetch (the item's `h` stays as it was).
+    pub no_bump: bool,
+    /// The flags `T`, `N`, `R` and the return flag `t` in request order
+    /// (memcached applies them, and reads the TTL for `t`, in that order);
+    /// the modifiers given but not named here run after those named, in
+    /// the order T, N, R, and `t` (if absent) reports the final TTL.
+    pub order: &'a [u8],
+}
+
+/// What a meta get found (see [`Store::meta_get`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaHit {
+    /// The item after the command.
+    pub item: Item,
+    /// The TTL the `t` return flag reports (the TTL at its place in the
+    /// request).
+    pub echo_ttl: Option<u64>,
+    /// This request won the recache (`W`).
+    pub win: bool,
+    /// Another request had already won (`Z`).
+    pub token_sent: bool,
+    /// The item was created by `N` (a miss).
+    pub created: bool,
+    /// The item had been fetched before this request (`h`; volatile, see
+    /// [`evict::Clock::fetched`]).
+    pub fetched: bool,
 }
 
 /// memcached's item commands. `now` is the unix time in seconds; client
 /// exptimes are raw (see [`crate::protocol::deadline`]).
 pub trait Store {
-    /// The live item under `key` (expired and flushed items are absent).
+    /// The live item under `key` (expired and flushed items are absent);
+    /// a fetch, so the item is marked fetched (meta `h`).
     fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Item>>;
+    /// memcached's `mg` with its item modifiers, in request order: `T`
+    /// touches; `N` creates an empty item on a miss (its exptime from the
+    /// token; the creator wins); `R` wins when the item has a TTL below
+    /// the token and nobody won before. A stale item whose win was not yet
+    /// sent is won by this request. A win is recorded in the item (durably,
+    /// as every item change) so later requests see `Z` instead. `None`: a
+    /// miss without `N`.
+    fn meta_get(&mut self, key: &[u8], m: &MetaGet<'_>, now: u64) -> Result<Option<MetaHit>>;
+    /// The live item and whether it was fetched, without counting as a
+    /// fetch (meta `me`).
+    fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<(Item, bool)>>;
     /// Set a live item's expiry and return it (touch, gat).
     fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Result<Option<Item>>;
+    /// A storage command. `opts` (meta only): `invalidate` lets a CAS store
+    /// whose CAS is *older* than the item's succeed, keeping the old
+    /// exptime and win state and marking the item stale; `vivify` lets an
+    /// append/prepend that misses create the item with that exptime;
+    /// `new_cas` is the CAS to give the item.
     #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
@@ -490,19 +619,22 @@ pub trait Store {
         exptime: i64,
         data: &[u8],
         cas: Option<u64>,
-        new_cas: Option<u64>,
+        opts: &StoreOpts,
         now: u64,
     ) -> Result<StoreOutcome>;
-    /// Remove `key` (only if its CAS is `cas`, when given). `drop_value`:
-    /// keep the item with an empty value and zero flags instead.
+    /// Remove `key` (only if its CAS is `cas`, when given). `opts` (meta):
+    /// `invalidate` marks the item stale instead, with a new CAS, its win
+    /// cleared (the next fetch wins) and, with `ttl`, a new exptime;
+    /// otherwise `drop_value` keeps the item with an empty value and zero
+    /// flags instead of removing it.
     fn delete(
         &mut self,
         key: &[u8],
         cas: Option<u64>,
-        drop_value: bool,
+        opts: &DeleteOpts,
         now: u64,
     ) -> Result<DeleteOutcome>;
-    fn arith(&mut self, key: &[u8], a: Arith, now: u64) -> Result<ArithOutcome>;
+    fn arith(&mut self, key: &[u8], a: Arith<'_>, now: u64) -> Result<ArithOutcome>;
     /// Make every item stored before `now + delay` (exptime rule) invisible
     /// from then on; `delay <= 0` flushes now.
     fn flush_all(&mut self, delay: i64, now: u64) -> Result<()>;
@@ -642,6 +774,12 @@ impl<'s, K: Kv> Cache<'s, K> {
 
     /// The live item at the mapped key, removing it if expired or flushed.
     fn load(&mut self, now: u64) -> Result<Option<Item>> {
+        self.load_with(now, true)
+    }
+
+    /// [`Cache::load`]; `bump`: mark the item recently used for eviction
+    /// (all but meta `u`).
+    fn load_with(&mut self, now: u64, bump_lru: bool) -> Result<Option<Item>> {
         if !self.kv.get_into(&self.key, &mut self.buf)? {
             return Ok(None);
         }
@@ -658,7 +796,11 @@ impl<'s, K: Kv> Cache<'s, K> {
             self.remove()?;
             return Ok(None);
         }
-        self.clock.hit(&self.key, ch);
+        if bump_lru {
+            self.clock.hit(&self.key, ch);
+        } else {
+            self.clock.track(&self.key, ch);
+        }
         Ok(Some(it))
     }
 
@@ -723,7 +865,99 @@ impl<K: Kv> Store for Cache<'_, K> {
 
     fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Item>> {
         self.map_key(key);
-        self.load(now)
+        let it = self.load(now)?;
+        if it.is_some() {
+            self.clock.set_fetched(&self.key, true);
+        }
+        Ok(it)
+    }
+
+    fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<(Item, bool)>> {
+        self.map_key(key);
+        Ok(self
+            .load(now)?
+            .map(|it| (it, self.clock.fetched(&self.key))))
+    }
+
+    fn meta_get(&mut self, key: &[u8], m: &MetaGet<'_>, now: u64) -> Result<Option<MetaHit>> {
+        self.map_key(key);
+        let (mut it, created) = match self.load_with(now, !m.no_bump)? {
+            Some(it) => (it, false),
+            None if m.vivify.is_some() => {
+                // memcached links an empty item with no expiry, then the
+                // N step below gives it its exptime.
+                let it = Item {
+                    flags: 0,
+                    exptime: 0,
+                    cas: self.cas_or_new(m.new_cas)?,
+                    time: now,
+                    stale: false,
+                    token_sent: false,
+                    data: Vec::new(),
+                };
+                (it, true)
+            }
+            None => return Ok(None),
+        };
+        let token_sent = it.token_sent;
+        let fetched = !created && self.clock.fetched(&self.key);
+        let mut win = false;
+        let mut changed = created;
+        let mut echo_ttl = None;
+        for step in meta_steps(m) {
+            match step {
+                b'T' => {
+                    if let Some(t) = m.touch {
+                        it.exptime = stored_exptime(deadline(t, now));
+                        changed = true;
+                    }
+                }
+                b'N' => {
+                    if let (true, Some(t)) = (created, m.vivify) {
+                        it.exptime = stored_exptime(deadline(t, now));
+                        win = true;
+                    }
+                }
+                b'R' => {
+                    // memcached: no earlier win, not just created, has a
+                    // TTL, and it ends before now + token.
+                    if let (Some(r), false, false) = (m.recache, token_sent, created)
+                        && let Expiry::At(limit) = deadline(r, now)
+                        && it.exptime != 0
+                        && it.exptime < limit
+                    {
+                        win = true;
+                    }
+                }
+                _ => echo_ttl = Some(it.ttl(now)),
+            }
+        }
+        // A stale item's first fetch wins the recache.
+        if it.stale && !token_sent {
+            win = true;
+        }
+        if win {
+            it.token_sent = true;
+            changed = true;
+        }
+        if changed {
+            self.write(&it)?;
+            if !created {
+                // A touch or a win is not a new item in the counters.
+                self.pend.0 -= 1;
+            }
+        }
+        // memcached marks the item fetched unless `u` (a vivified stub
+        // too: the next fetch reports h1).
+        self.clock.set_fetched(&self.key, fetched || !m.no_bump);
+        Ok(Some(MetaHit {
+            echo_ttl: echo_ttl.unwrap_or_else(|| it.ttl(now)),
+            item: it,
+            win,
+            token_sent,
+            created,
+            fetched,
+        }))
     }
 
     fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Result<Option<Item>> {
@@ -733,8 +967,10 @@ impl<K: Kv> Store for Cache<'_, K> {
         };
         it.exptime = stored_exptime(deadline(exptime, now));
         self.write(&it)?;
-        // A touch is not an item write in memcached's counters.
+        // A touch is not an item write in memcached's counters, and it
+        // fetches the item.
         self.pend.0 -= 1;
+        self.clock.set_fetched(&self.key, true);
         Ok(Some(it))
     }
 
@@ -746,9 +982,10 @@ impl<K: Kv> Store for Cache<'_, K> {
         exptime: i64,
         data: &[u8],
         cas: Option<u64>,
-        new_cas: Option<u64>,
+        opts: &StoreOpts,
         now: u64,
     ) -> Result<StoreOutcome> {
+        let new_cas = opts.new_cas;
         self.map_key(key);
         let old = self.load(now)?;
         // Binary append/prepend and meta carry an optional CAS check.
@@ -765,6 +1002,8 @@ impl<K: Kv> Store for Cache<'_, K> {
             exptime,
             cas: 0,
             time: now,
+            stale: false,
+            token_sent: false,
             data,
         };
         let mut it = match (mode, old.as_ref()) {
@@ -773,7 +1012,11 @@ impl<K: Kv> Store for Cache<'_, K> {
             (StoreMode::Add, None) => new_item(data.to_vec(), flags, exp),
             (StoreMode::Replace, None) => return Ok(StoreOutcome::NotStored),
             (StoreMode::Replace, Some(_)) => new_item(data.to_vec(), flags, exp),
-            (StoreMode::Append | StoreMode::Prepend, None) => return Ok(StoreOutcome::NotStored),
+            (StoreMode::Append | StoreMode::Prepend, None) => match opts.vivify {
+                // ms N: an append that misses creates the item.
+                Some(t) => new_item(data.to_vec(), flags, stored_exptime(deadline(t, now))),
+                None => return Ok(StoreOutcome::NotStored),
+            },
             (StoreMode::Append | StoreMode::Prepend, Some(o)) => {
                 if o.data.len() + data.len() > self.shared.max_item_size {
                     return Ok(StoreOutcome::TooLarge);
@@ -792,18 +1035,30 @@ impl<K: Kv> Store for Cache<'_, K> {
                 bump(&self.shared.stats.cas_misses);
                 return Ok(StoreOutcome::NotFound);
             }
-            (StoreMode::Cas, Some(o)) => {
-                if Some(o.cas) != cas {
+            (StoreMode::Cas, Some(o)) => match cas {
+                Some(c) if c == o.cas => {
+                    bump(&self.shared.stats.cas_hits);
+                    new_item(data.to_vec(), flags, exp)
+                }
+                // ms I: an older CAS still stores, as a stale item that
+                // keeps the old one's exptime and win state (memcached's
+                // do_store_item).
+                Some(c) if opts.invalidate && c < o.cas => {
+                    bump(&self.shared.stats.cas_hits);
+                    let mut it = new_item(data.to_vec(), flags, o.exptime);
+                    it.stale = true;
+                    it.token_sent = o.token_sent;
+                    it
+                }
+                _ => {
                     bump(&self.shared.stats.cas_badval);
                     return Ok(StoreOutcome::Exists);
                 }
-                bump(&self.shared.stats.cas_hits);
-                new_item(data.to_vec(), flags, exp)
-            }
+            },
         };
         // A store whose exptime is already past leaves nothing visible
         // (memcached stores it and it is never found): remove the old one.
-        if exp == 1 {
+        if it.exptime == 1 {
             self.remove()?;
             let c = self.cas_or_new(new_cas)?;
             return Ok(StoreOutcome::Stored(c));
@@ -817,7 +1072,7 @@ impl<K: Kv> Store for Cache<'_, K> {
         &mut self,
         key: &[u8],
         cas: Option<u64>,
-        drop_value: bool,
+        opts: &DeleteOpts,
         now: u64,
     ) -> Result<DeleteOutcome> {
         self.map_key(key);
@@ -831,12 +1086,30 @@ impl<K: Kv> Store for Cache<'_, K> {
         {
             return Ok(DeleteOutcome::Exists);
         }
+        if opts.invalidate {
+            // md I: stale, a new CAS, the win open again; T only with I.
+            if let Some(t) = opts.ttl {
+                it.exptime = stored_exptime(deadline(t, now));
+            }
+            it.stale = true;
+            it.token_sent = false;
+            it.cas = self.cas_or_new(opts.new_cas)?;
+            let fetched = self.clock.fetched(&self.key);
+            self.write(&it)?;
+            // The same item (memcached marks it in place): not a new one
+            // in the counters, and as fetched as it was.
+            self.pend.0 -= 1;
+            self.clock.set_fetched(&self.key, fetched);
+            return Ok(DeleteOutcome::Deleted);
+        }
         bump(&self.shared.stats.delete_hits);
-        if drop_value {
+        if opts.drop_value {
             it.data.clear();
             it.flags = 0;
             it.time = now;
-            it.cas = self.shared.new_cas(&mut self.kv)?;
+            it.stale = false;
+            it.token_sent = false;
+            it.cas = self.cas_or_new(opts.new_cas)?;
             self.write(&it)?;
         } else {
             self.remove()?;
@@ -844,7 +1117,7 @@ impl<K: Kv> Store for Cache<'_, K> {
         Ok(DeleteOutcome::Deleted)
     }
 
-    fn arith(&mut self, key: &[u8], a: Arith, now: u64) -> Result<ArithOutcome> {
+    fn arith(&mut self, key: &[u8], a: Arith<'_>, now: u64) -> Result<ArithOutcome> {
         self.map_key(key);
         let st = &self.shared.stats;
         let (hits, misses) = if a.incr {
@@ -854,20 +1127,22 @@ impl<K: Kv> Store for Cache<'_, K> {
         };
         let Some(mut it) = self.load(now)? else {
             bump(misses);
-            let Some((initial, exptime)) = a.create else {
+            let Some((initial, _)) = a.create else {
                 return Ok(ArithOutcome::NotFound);
             };
-            let exp = stored_exptime(deadline(a.ttl.unwrap_or(exptime), now));
             let mut it = Item {
                 flags: 0,
-                exptime: exp,
+                exptime: 0,
                 cas: 0,
                 time: now,
+                stale: false,
+                token_sent: false,
                 data: initial.to_string().into_bytes(),
             };
+            let echo = a.set_exptime(&mut it, true, now);
             it.cas = self.cas_or_new(a.new_cas)?;
             self.write(&it)?;
-            return Ok(ArithOutcome::Value(initial, it.cas, it.ttl(now)));
+            return Ok(ArithOutcome::Value(initial, it.cas, echo));
         };
         if let Some(c) = a.cas
             && c != 0
@@ -888,13 +1163,11 @@ impl<K: Kv> Store for Cache<'_, K> {
             cur.saturating_sub(a.delta)
         };
         it.data = v.to_string().into_bytes();
-        if let Some(t) = a.ttl {
-            it.exptime = stored_exptime(deadline(t, now));
-        }
+        let echo = a.set_exptime(&mut it, false, now);
         it.time = now;
         it.cas = self.cas_or_new(a.new_cas)?;
         self.write(&it)?;
-        Ok(ArithOutcome::Value(v, it.cas, it.ttl(now)))
+        Ok(ArithOutcome::Value(v, it.cas, echo))
     }
 
     fn flush_all(&mut self, delay: i64, now: u64) -> Result<()> {
@@ -920,6 +1193,25 @@ impl<K: Kv> Store for Cache<'_, K> {
         bump(&self.shared.stats.cmd_flush);
         Ok(())
     }
+}
+
+/// The steps of a meta get: `m.order` (its known characters, each once),
+/// then the modifiers it does not name in the order T, N, R, then `t`.
+fn meta_steps(m: &MetaGet<'_>) -> Vec<u8> {
+    let mut steps: Vec<u8> = Vec::with_capacity(4);
+    for &c in m.order.iter().chain(b"TNRt") {
+        let given = match c {
+            b'T' => m.touch.is_some(),
+            b'N' => m.vivify.is_some(),
+            b'R' => m.recache.is_some(),
+            b't' => true,
+            _ => false,
+        };
+        if given && !steps.contains(&c) {
+            steps.push(c);
+        }
+    }
+    steps
 }
 
 /// Decimal digits only (no sign), fitting u64; empty is not a number.

@@ -73,7 +73,8 @@ impl Kv for &mut Mem {
 const NOW: u64 = 1_800_000_000;
 
 fn set(c: &mut impl Store, mode: StoreMode, k: &[u8], v: &[u8], cas: Option<u64>) -> StoreOutcome {
-    c.store(mode, k, 5, 0, v, cas, None, NOW).unwrap()
+    c.store(mode, k, 5, 0, v, cas, &StoreOpts::default(), NOW)
+        .unwrap()
 }
 
 #[test]
@@ -83,6 +84,8 @@ fn item_roundtrips_and_short_values_are_corrupt() {
         exptime: 9,
         cas: 11,
         time: 13,
+        stale: false,
+        token_sent: false,
         data: b"xyz".to_vec(),
     };
     let mut b = Vec::new();
@@ -144,15 +147,16 @@ fn storage_modes() {
     c.settle(true);
     assert_eq!(sh.items(), 1);
     assert_eq!(
-        c.delete(b"a", Some(c2 + 5), false, NOW).unwrap(),
+        c.delete(b"a", Some(c2 + 5), &DeleteOpts::default(), NOW)
+            .unwrap(),
         DeleteOutcome::Exists
     );
     assert_eq!(
-        c.delete(b"a", None, false, NOW).unwrap(),
+        c.delete(b"a", None, &DeleteOpts::default(), NOW).unwrap(),
         DeleteOutcome::Deleted
     );
     assert_eq!(
-        c.delete(b"a", None, false, NOW).unwrap(),
+        c.delete(b"a", None, &DeleteOpts::default(), NOW).unwrap(),
         DeleteOutcome::NotFound
     );
     c.settle(true);
@@ -183,6 +187,7 @@ fn arithmetic_wraps_saturates_and_refuses_non_numbers() {
         cas: None,
         ttl: None,
         new_cas: None,
+        order: b"",
     };
     assert_eq!(
         c.arith(b"n", a(true, 1), NOW).unwrap(),
@@ -217,6 +222,37 @@ fn arithmetic_wraps_saturates_and_refuses_non_numbers() {
         c.arith(b"m", cr, NOW).unwrap(),
         ArithOutcome::Value(49, _, None)
     ));
+    // ma's N and T set the exptime in request order, t reports it at its
+    // place (memcached's `ma k N0 J5 t T7` answers t-1 and keeps TTL 7).
+    let mut nt = a(true, 1);
+    nt.create = Some((5, 0));
+    nt.ttl = Some(7);
+    nt.order = b"NtT";
+    assert!(matches!(
+        c.arith(b"o1", nt, NOW).unwrap(),
+        ArithOutcome::Value(5, _, None)
+    ));
+    assert_eq!(c.get(b"o1", NOW).unwrap().unwrap().ttl(NOW), Some(7));
+    nt.order = b"TNt";
+    assert!(matches!(
+        c.arith(b"o2", nt, NOW).unwrap(),
+        ArithOutcome::Value(5, _, None)
+    ));
+    assert_eq!(c.get(b"o2", NOW).unwrap().unwrap().ttl(NOW), None);
+    nt.create = Some((5, 9));
+    nt.order = b"";
+    assert!(matches!(
+        c.arith(b"o3", nt, NOW).unwrap(),
+        ArithOutcome::Value(5, _, Some(7))
+    ));
+    // On a hit N does nothing; t before T reports the old TTL.
+    nt.order = b"tT";
+    nt.ttl = Some(20);
+    assert!(matches!(
+        c.arith(b"o3", nt, NOW).unwrap(),
+        ArithOutcome::Value(6, _, Some(7))
+    ));
+    assert_eq!(c.get(b"o3", NOW).unwrap().unwrap().ttl(NOW), Some(20));
 }
 
 #[test]
@@ -224,14 +260,32 @@ fn expiry_touch_and_flush() {
     let mut m = Mem::default();
     let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
     let mut c = Cache::new(&mut m, &sh);
-    c.store(StoreMode::Set, b"e", 0, 10, b"v", None, None, NOW)
-        .unwrap();
+    c.store(
+        StoreMode::Set,
+        b"e",
+        0,
+        10,
+        b"v",
+        None,
+        &StoreOpts::default(),
+        NOW,
+    )
+    .unwrap();
     assert!(c.get(b"e", NOW + 9).unwrap().is_some());
     assert!(c.get(b"e", NOW + 10).unwrap().is_none());
     c.settle(true);
     assert_eq!(sh.items(), 0, "expired item removed lazily");
-    c.store(StoreMode::Set, b"e", 0, 10, b"v", None, None, NOW)
-        .unwrap();
+    c.store(
+        StoreMode::Set,
+        b"e",
+        0,
+        10,
+        b"v",
+        None,
+        &StoreOpts::default(),
+        NOW,
+    )
+    .unwrap();
     assert_eq!(
         c.touch(b"e", 100, NOW).unwrap().unwrap().ttl(NOW),
         Some(100)
@@ -239,8 +293,17 @@ fn expiry_touch_and_flush() {
     assert!(c.get(b"e", NOW + 50).unwrap().is_some());
     assert!(c.touch(b"nope", 1, NOW).unwrap().is_none());
     // Negative exptime: stored but never visible, and the old value is gone.
-    c.store(StoreMode::Set, b"e", 0, -1, b"w", None, None, NOW)
-        .unwrap();
+    c.store(
+        StoreMode::Set,
+        b"e",
+        0,
+        -1,
+        b"w",
+        None,
+        &StoreOpts::default(),
+        NOW,
+    )
+    .unwrap();
     assert!(c.get(b"e", NOW).unwrap().is_none());
     // Immediate flush hides everything stored so far, not later stores.
     set(&mut c, StoreMode::Set, b"a", b"1", None);
@@ -252,8 +315,17 @@ fn expiry_touch_and_flush() {
     c.flush_all(5, NOW).unwrap();
     assert!(c.get(b"b", NOW + 4).unwrap().is_some());
     assert!(c.get(b"b", NOW + 5).unwrap().is_none());
-    c.store(StoreMode::Set, b"c", 0, 0, b"3", None, None, NOW + 6)
-        .unwrap();
+    c.store(
+        StoreMode::Set,
+        b"c",
+        0,
+        0,
+        b"3",
+        None,
+        &StoreOpts::default(),
+        NOW + 6,
+    )
+    .unwrap();
     assert!(c.get(b"c", NOW + 7).unwrap().is_some());
 }
 
@@ -301,7 +373,7 @@ fn a_group_reads_its_own_writes_and_applies_them_at_commit() {
         set(&mut c, StoreMode::Append, b"a", b"y", None);
         assert_eq!(c.get(b"a", NOW).unwrap().unwrap().data, b"xy");
         assert_eq!(
-            c.delete(b"old", None, false, NOW).unwrap(),
+            c.delete(b"old", None, &DeleteOpts::default(), NOW).unwrap(),
             DeleteOutcome::Deleted
         );
         assert!(c.get(b"old", NOW).unwrap().is_none());
@@ -396,7 +468,16 @@ fn a_full_map_evicts_instead_of_failing() {
     {
         let mut c = Cache::new(&mut m, &sh);
         for i in 0..100u32 {
-            let r = c.store(StoreMode::Set, &key(i), 0, 0, &value, None, None, NOW);
+            let r = c.store(
+                StoreMode::Set,
+                &key(i),
+                0,
+                0,
+                &value,
+                None,
+                &StoreOpts::default(),
+                NOW,
+            );
             assert!(matches!(r, Ok(StoreOutcome::Stored(_))), "{i}: {r:?}");
             c.settle(true);
         }
@@ -450,7 +531,16 @@ fn a_failed_group_undoes_its_view_and_the_retry_evicts() {
         assert_eq!(c.tracked(), before);
         assert_eq!(sh.items(), 8);
         for i in 8..16u32 {
-            let r = c.store(StoreMode::Set, &key(i), 0, 0, &value, None, None, NOW);
+            let r = c.store(
+                StoreMode::Set,
+                &key(i),
+                0,
+                0,
+                &value,
+                None,
+                &StoreOpts::default(),
+                NOW,
+            );
             assert!(matches!(r, Ok(StoreOutcome::Stored(_))), "{i}: {r:?}");
             c.settle(true);
         }
@@ -458,4 +548,426 @@ fn a_failed_group_undoes_its_view_and_the_retry_evicts() {
     }
     assert_eq!(sh.items() as usize, m.0.len() - 1);
     assert_eq!(sh.items() + sh.stats.evictions.load(Relaxed), 16);
+}
+
+// ------------------------------------------------- meta: stale and win
+
+fn mg<'a>(order: &'a [u8]) -> MetaGet<'a> {
+    MetaGet {
+        order,
+        ..MetaGet::default()
+    }
+}
+
+/// (win W, token already sent Z, stale X) of a meta get hit.
+fn wzx(h: &MetaHit) -> (bool, bool, bool) {
+    (h.win, h.token_sent, h.item.stale)
+}
+
+fn set_ttl(c: &mut impl Store, k: &[u8], v: &[u8], ttl: i64) -> u64 {
+    match c
+        .store(
+            StoreMode::Set,
+            k,
+            0,
+            ttl,
+            v,
+            None,
+            &StoreOpts::default(),
+            NOW,
+        )
+        .unwrap()
+    {
+        StoreOutcome::Stored(cas) => cas,
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn meta_get_vivifies_on_a_miss_and_only_the_first_client_wins() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    assert_eq!(c.meta_get(b"v", &mg(b""), NOW).unwrap(), None);
+    let viv = MetaGet {
+        vivify: Some(30),
+        ..mg(b"Nt")
+    };
+    let h = c.meta_get(b"v", &viv, NOW).unwrap().unwrap();
+    assert!(h.created);
+    assert_eq!(wzx(&h), (true, false, false));
+    assert_eq!(h.item.data, b"");
+    assert_eq!(h.echo_ttl, Some(30));
+    // The next client finds the stub: Z, no W, no new item.
+    let h = c.meta_get(b"v", &viv, NOW + 1).unwrap().unwrap();
+    assert!(!h.created);
+    assert_eq!(wzx(&h), (false, true, false));
+    assert_eq!(h.echo_ttl, Some(29));
+    // t before N reads the stub before N gave it its TTL (memcached: t-1).
+    let h = c
+        .meta_get(
+            b"w",
+            &MetaGet {
+                vivify: Some(30),
+                ..mg(b"tN")
+            },
+            NOW,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!((h.win, h.echo_ttl), (true, None));
+    assert_eq!(c.get(b"w", NOW).unwrap().unwrap().ttl(NOW), Some(30));
+    // E gives the stub its CAS.
+    let h = c
+        .meta_get(
+            b"e",
+            &MetaGet {
+                vivify: Some(0),
+                new_cas: Some(4242),
+                ..mg(b"")
+            },
+            NOW,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(h.item.cas, 4242);
+    // A real store replaces the stub and clears the win.
+    set_ttl(&mut c, b"v", b"fresh", 0);
+    let h = c.meta_get(b"v", &viv, NOW).unwrap().unwrap();
+    assert_eq!(wzx(&h), (false, false, false));
+    assert_eq!(h.item.data, b"fresh");
+}
+
+#[test]
+fn meta_get_recache_wins_below_the_ttl_in_request_order() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    set_ttl(&mut c, b"a", b"abc", 100);
+    let r = |tok, order| MetaGet {
+        recache: Some(tok),
+        ..mg(order)
+    };
+    assert_eq!(
+        wzx(&c.meta_get(b"a", &r(30, b""), NOW).unwrap().unwrap()),
+        (false, false, false)
+    );
+    assert_eq!(
+        wzx(&c.meta_get(b"a", &r(200, b""), NOW).unwrap().unwrap()),
+        (true, false, false)
+    );
+    assert_eq!(
+        wzx(&c.meta_get(b"a", &r(200, b""), NOW).unwrap().unwrap()),
+        (false, true, false)
+    );
+    // No TTL: never wins.
+    set_ttl(&mut c, b"n", b"x", 0);
+    assert!(
+        !c.meta_get(b"n", &r(1 << 20, b""), NOW)
+            .unwrap()
+            .unwrap()
+            .win
+    );
+    // T then R: R sees the new TTL; R then T: the old one.
+    set_ttl(&mut c, b"a", b"abc", 100);
+    let tr = |order| MetaGet {
+        touch: Some(10),
+        recache: Some(40),
+        ..mg(order)
+    };
+    assert!(!c.meta_get(b"a", &tr(b"RT"), NOW).unwrap().unwrap().win);
+    set_ttl(&mut c, b"a", b"abc", 100);
+    let h = c.meta_get(b"a", &tr(b"TR"), NOW).unwrap().unwrap();
+    assert!(h.win);
+    assert_eq!(h.item.ttl(NOW), Some(10));
+    // t before T reports the TTL before the touch; the touch is kept.
+    set_ttl(&mut c, b"a", b"abc", 100);
+    let h = c
+        .meta_get(
+            b"a",
+            &MetaGet {
+                touch: Some(30),
+                ..mg(b"tT")
+            },
+            NOW,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(h.echo_ttl, Some(100));
+    assert_eq!(c.get(b"a", NOW).unwrap().unwrap().ttl(NOW), Some(30));
+}
+
+#[test]
+fn meta_delete_invalidate_marks_stale_and_reopens_the_win() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    let cas = set_ttl(&mut c, b"a", b"abc", 100);
+    c.meta_get(
+        b"a",
+        &MetaGet {
+            recache: Some(200),
+            ..mg(b"")
+        },
+        NOW,
+    )
+    .unwrap();
+    let inv = |ttl| DeleteOpts {
+        invalidate: true,
+        ttl,
+        ..DeleteOpts::default()
+    };
+    assert_eq!(
+        c.delete(b"a", Some(cas + 99), &inv(None), NOW).unwrap(),
+        DeleteOutcome::Exists
+    );
+    assert_eq!(
+        c.delete(b"a", Some(cas), &inv(Some(30)), NOW).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    let it = c.get(b"a", NOW).unwrap().expect("I keeps the item");
+    assert!(it.stale && !it.token_sent);
+    assert!(it.cas > cas, "md I bumps the CAS");
+    assert_eq!(it.ttl(NOW), Some(30));
+    assert_eq!(it.data, b"abc");
+    // The first fetch of a stale item wins; the next sees Z and X.
+    assert_eq!(
+        wzx(&c.meta_get(b"a", &mg(b""), NOW).unwrap().unwrap()),
+        (true, false, true)
+    );
+    assert_eq!(
+        wzx(&c.meta_get(b"a", &mg(b""), NOW).unwrap().unwrap()),
+        (false, true, true)
+    );
+    // T without I is ignored: a plain delete.
+    let plain = DeleteOpts {
+        ttl: Some(30),
+        ..DeleteOpts::default()
+    };
+    assert_eq!(
+        c.delete(b"a", None, &plain, NOW).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert!(c.get(b"a", NOW).unwrap().is_none());
+    assert_eq!(
+        c.delete(b"a", None, &inv(None), NOW).unwrap(),
+        DeleteOutcome::NotFound
+    );
+    // I with a TTL in the past: gone.
+    set_ttl(&mut c, b"b", b"x", 0);
+    c.delete(b"b", None, &inv(Some(-1)), NOW).unwrap();
+    assert!(c.get(b"b", NOW).unwrap().is_none());
+}
+
+#[test]
+fn meta_set_invalidate_stores_an_older_cas_as_stale() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    let cas = set_ttl(&mut c, b"a", b"old", 0);
+    // A recache won before the late write arrives.
+    let md = DeleteOpts {
+        invalidate: true,
+        ..DeleteOpts::default()
+    };
+    c.delete(b"a", None, &md, NOW).unwrap();
+    c.meta_get(b"a", &mg(b""), NOW).unwrap();
+    let cur = c.get(b"a", NOW).unwrap().unwrap().cas;
+    let inv = StoreOpts {
+        invalidate: true,
+        ..StoreOpts::default()
+    };
+    let ms = |c: &mut Cache<'_, _>, v: &[u8], cas_in, ttl, o: &StoreOpts| {
+        c.store(StoreMode::Cas, b"a", 3, ttl, v, Some(cas_in), o, NOW)
+            .unwrap()
+    };
+    // Without I an older CAS is refused; a newer one is refused with I.
+    assert_eq!(
+        ms(&mut c, b"x", cas, 0, &StoreOpts::default()),
+        StoreOutcome::Exists
+    );
+    assert_eq!(ms(&mut c, b"x", cur + 1, 0, &inv), StoreOutcome::Exists);
+    // Older with I: stored, stale, old exptime and win state kept.
+    let StoreOutcome::Stored(new) = ms(&mut c, b"late", cas, 100, &inv) else {
+        panic!()
+    };
+    assert!(new > cur);
+    let it = c.get(b"a", NOW).unwrap().unwrap();
+    assert_eq!(it.data, b"late");
+    assert_eq!(it.flags, 3);
+    assert!(it.stale && it.token_sent);
+    assert_eq!(it.ttl(NOW), None, "the T of a stale store is ignored");
+    // The matching CAS stores a fresh item.
+    assert!(matches!(
+        ms(&mut c, b"good", new, 0, &inv),
+        StoreOutcome::Stored(_)
+    ));
+    let it = c.get(b"a", NOW).unwrap().unwrap();
+    assert!(!it.stale && !it.token_sent);
+    // ms N: an append that misses creates the item.
+    let viv = StoreOpts {
+        vivify: Some(50),
+        ..StoreOpts::default()
+    };
+    let r = c
+        .store(StoreMode::Append, b"ap", 0, 0, b"x", None, &viv, NOW)
+        .unwrap();
+    assert!(matches!(r, StoreOutcome::Stored(_)));
+    assert_eq!(c.get(b"ap", NOW).unwrap().unwrap().ttl(NOW), Some(50));
+}
+
+/// The win and the stale mark are item fields like the value: a restart
+/// (any crash after the reply) keeps them, so no second client can win the
+/// same recache.
+#[test]
+fn stale_and_win_survive_a_restart() {
+    let mut m = Mem::default();
+    {
+        let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+        let mut c = Cache::new(Group::new(&mut m), &sh);
+        set_ttl(&mut c, b"a", b"abc", 0);
+        set_ttl(&mut c, b"s", b"abc", 0);
+        set_ttl(&mut c, b"r", b"abc", 100);
+        c.kv().begin();
+        let r = MetaGet {
+            recache: Some(200),
+            ..mg(b"")
+        };
+        assert!(c.meta_get(b"r", &r, NOW).unwrap().unwrap().win);
+        let viv = MetaGet {
+            vivify: Some(0),
+            ..mg(b"")
+        };
+        assert!(c.meta_get(b"v", &viv, NOW).unwrap().unwrap().win);
+        let md = DeleteOpts {
+            invalidate: true,
+            ..DeleteOpts::default()
+        };
+        c.delete(b"s", None, &md, NOW).unwrap();
+        c.kv().commit().unwrap();
+    }
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    let viv = MetaGet {
+        vivify: Some(0),
+        ..mg(b"")
+    };
+    assert_eq!(
+        wzx(&c.meta_get(b"v", &viv, NOW).unwrap().unwrap()),
+        (false, true, false)
+    );
+    assert_eq!(
+        wzx(&c.meta_get(b"s", &mg(b""), NOW).unwrap().unwrap()),
+        (true, false, true)
+    );
+    assert_eq!(
+        wzx(&c.meta_get(b"a", &mg(b""), NOW).unwrap().unwrap()),
+        (false, false, false)
+    );
+    let r = MetaGet {
+        recache: Some(200),
+        ..mg(b"")
+    };
+    assert_eq!(
+        wzx(&c.meta_get(b"r", &r, NOW).unwrap().unwrap()),
+        (false, true, false),
+        "a recache won before the restart is won again"
+    );
+}
+
+/// Items written before the state byte existed (an 8-byte stored-at) read
+/// unchanged; unknown state bits are corruption, not a panic.
+#[test]
+fn old_format_items_read_and_unknown_state_bits_are_corrupt() {
+    let mut old = Vec::new();
+    old.extend_from_slice(&7u32.to_le_bytes());
+    old.extend_from_slice(&0u64.to_le_bytes());
+    old.extend_from_slice(&99u64.to_le_bytes());
+    old.extend_from_slice(&NOW.to_le_bytes());
+    old.extend_from_slice(b"val");
+    let it = Item::decode(&old).unwrap();
+    assert_eq!((it.flags, it.cas, it.time), (7, 99, NOW));
+    assert!(!it.stale && !it.token_sent);
+    assert_eq!(it.data, b"val");
+    let mut re = Vec::new();
+    it.encode(&mut re);
+    assert_eq!(re, old, "an unmarked item keeps the old bytes");
+    let mut marked = it.clone();
+    marked.stale = true;
+    marked.token_sent = true;
+    marked.encode(&mut re);
+    assert_eq!(re[27], 3);
+    assert_eq!(Item::decode(&re).unwrap(), marked);
+    for bit in 2..8 {
+        let mut bad = old.clone();
+        bad[27] = 1 << bit;
+        assert!(matches!(Item::decode(&bad), Err(StoreError::Corrupt(_))));
+    }
+}
+
+/// `h`: a fetch (meta get without `u`, text get, touch) marks the item; a
+/// new value clears the mark, an in-place change (a win, md I) keeps it.
+#[test]
+fn fetched_follows_memcached() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::new(&mut m, &sh);
+    let h = |c: &mut Cache<'_, _>, k: &[u8], no_bump| {
+        let g = MetaGet { no_bump, ..mg(b"") };
+        c.meta_get(k, &g, NOW).unwrap().unwrap().fetched
+    };
+    set_ttl(&mut c, b"a", b"x", 100);
+    assert!(!h(&mut c, b"a", true), "u does not mark");
+    assert!(!h(&mut c, b"a", false));
+    assert!(h(&mut c, b"a", false));
+    set_ttl(&mut c, b"a", b"y", 100);
+    assert!(!h(&mut c, b"a", false), "a new value is unfetched");
+    // A recache win rewrites the item: still fetched.
+    let r = MetaGet {
+        recache: Some(200),
+        ..mg(b"")
+    };
+    assert!(c.meta_get(b"a", &r, NOW).unwrap().unwrap().win);
+    assert!(h(&mut c, b"a", false));
+    let md = DeleteOpts {
+        invalidate: true,
+        ..DeleteOpts::default()
+    };
+    c.delete(b"a", None, &md, NOW).unwrap();
+    assert!(h(&mut c, b"a", false), "md I keeps the mark");
+    set_ttl(&mut c, b"g", b"x", 0);
+    c.get(b"g", NOW).unwrap();
+    assert!(h(&mut c, b"g", false), "a text get marks");
+    set_ttl(&mut c, b"t", b"x", 0);
+    assert!(!c.peek(b"t", NOW).unwrap().unwrap().1);
+    assert!(!c.peek(b"t", NOW).unwrap().unwrap().1, "me does not mark");
+    c.touch(b"t", 50, NOW).unwrap();
+    assert!(c.peek(b"t", NOW).unwrap().unwrap().1, "a touch marks");
+}
+
+/// mg `u` reads without bumping the item for eviction; a plain mg bumps it.
+#[test]
+fn meta_get_u_does_not_save_an_item_from_eviction() {
+    let mut m = Mem::default();
+    let value = vec![b'v'; 100];
+    let per = charge(1 + key(0).len(), HEADER + value.len());
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    let mut c = Cache::with_budget(&mut m, &sh, 2 * per, false);
+    for no_bump in [true, false] {
+        set(&mut c, StoreMode::Set, &key(0), &value, None);
+        set(&mut c, StoreMode::Set, &key(1), &value, None);
+        c.settle(true);
+        let g = MetaGet { no_bump, ..mg(b"") };
+        assert!(c.meta_get(&key(0), &g, NOW).unwrap().is_some());
+        // A third item evicts the oldest unreferenced one.
+        set(&mut c, StoreMode::Set, &key(2), &value, None);
+        c.settle(true);
+        let kept0 = c.get(&key(0), NOW).unwrap().is_some();
+        assert_eq!(kept0, !no_bump, "u = {no_bump}");
+        for i in 0..3 {
+            c.delete(&key(i), None, &DeleteOpts::default(), NOW)
+                .unwrap();
+        }
+        c.settle(true);
+    }
 }
