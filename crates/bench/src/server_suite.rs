@@ -713,7 +713,7 @@ fn run_mix(ctx: &BenchCtx, plan: &Plan, mix: &Mix, bin: &Path) -> Result<Vec<Row
 /// the fences and lines each operation cost. Baseline: `store-tx-undo`.
 fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
-    use ferrite_server::protocol::StoreMode;
+    use ferrite_server::protocol::{StoreMode, StoreOpts};
     use ferrite_server::store::tx::{TxKv, create, map};
     use ferrite_server::store::{Cache, Shared, Store};
     use ferrite_tx::Strategy;
@@ -749,17 +749,19 @@ fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         .collect::<Result<Vec<_>, _>>()?;
     let key = |i: u64| format!("key:{i:012}").into_bytes();
     let value = vec![b'v'; mix.value_bytes];
+    let opts = StoreOpts::default();
     let now = now_unix();
     let mut variants = Vec::new();
     for ((m, sh), strategy) in maps.iter().zip(&shareds).zip(strategies) {
         let mut cache = Cache::new(TxKv::new(m).map_err(e)?, sh);
         for i in 0..keys {
             cache
-                .store(StoreMode::Set, &key(i), 0, 0, &value, None, None, now)
+                .store(StoreMode::Set, &key(i), 0, 0, &value, None, &opts, now)
                 .map_err(e)?;
         }
         let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ keys;
         let value = value.clone();
+        let opts = opts.clone();
         let name = format!("store-tx-{strategy}");
         let params = json!({
             "mix": P1_MIX,
@@ -777,7 +779,7 @@ fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 let k = key(x % keys);
                 let r = if x % 100 < u64::from(mix.set_pct) {
                     cache
-                        .store(StoreMode::Set, &k, 0, 0, &value, None, None, now)
+                        .store(StoreMode::Set, &k, 0, 0, &value, None, &opts, now)
                         .map(|_| ())
                 } else {
                     cache.get(&k, now).map(|_| ())
