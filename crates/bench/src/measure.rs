@@ -21,7 +21,7 @@
 //! is inside it, once per batch, so per-op overhead is only what the
 //! closure's own loop adds.
 
-use crate::ctx::BenchCtx;
+use crate::ctx::{BenchCtx, Progress};
 use crate::row::{Row, set_ratios};
 use ferrite_pmem::Counters;
 use std::sync::Barrier;
@@ -226,11 +226,11 @@ pub fn run_interleaved(ctx: &BenchCtx, suite: &str, variants: &mut [Variant<'_>]
         return Vec::new();
     }
     let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
-    ctx.note(format!(
-        "[{suite}] {} variants x {reps} reps: {}",
-        variants.len(),
-        names.join(" | ")
-    ));
+    ctx.report_progress(&Progress::GroupStart {
+        suite,
+        variants: &names,
+        reps,
+    });
     let started = Instant::now();
     for v in variants.iter_mut() {
         if v.warmup_ops > 0 {
@@ -248,12 +248,19 @@ pub fn run_interleaved(ctx: &BenchCtx, suite: &str, variants: &mut [Variant<'_>]
             ns[i].push(secs * 1e9 / total_ops as f64);
             counters[i] = counters[i].add(&delta);
         }
-        ctx.note(format!(
-            "[{suite}]   rep {}/{reps} done ({:.1} s)",
-            rep + 1,
-            started.elapsed().as_secs_f64()
-        ));
+        ctx.report_progress(&Progress::Round {
+            suite,
+            done: rep + 1,
+            reps,
+            elapsed: started.elapsed(),
+        });
     }
+    ctx.report_progress(&Progress::GroupDone {
+        suite,
+        variants: variants.len(),
+        reps,
+        elapsed: started.elapsed(),
+    });
     let mut rows: Vec<Row> = variants
         .iter()
         .zip(ns.iter().zip(&counters))

@@ -1,0 +1,282 @@
+//! Progress on stderr for runs that take more than a few seconds.
+//!
+//! Two forms, chosen once per process by whether stderr is a terminal:
+//!
+//! - a terminal gets `indicatif` bars and spinners, redrawn in place;
+//! - anything else (a pipe, a CI log, a file) gets plain lines, each
+//!   complete and never rewritten: no carriage returns, no escape codes, at
+//!   most one line every few seconds.
+//!
+//! Progress never goes to stdout, so tables, JSON and values printed there
+//! stay clean for pipes. Runs that end within [`QUIET`] print no progress
+//! at all (so quick commands and their one-line errors stay as they were).
+
+use ferrite_bench::ctx::Progress;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Runs shorter than this show no progress.
+pub const QUIET: Duration = Duration::from_secs(2);
+
+/// Plain lines come at most this often.
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
+
+/// Is stderr a terminal (bars), or not (plain lines)?
+pub fn terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+fn spinner(msg: String) -> ProgressBar {
+    let pb = ProgressBar::new_spinner().with_message(msg);
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+/// Progress of a long step of unknown length (opening and recovering a
+/// pool): silent for [`QUIET`], then a spinner on a terminal or a plain
+/// line every [`PLAIN_EVERY`]; [`Step::done`] closes it with the elapsed
+/// time if anything was shown.
+pub struct Step {
+    what: String,
+    started: Instant,
+    state: Arc<(Mutex<StepState>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct StepState {
+    over: bool,
+    shown: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl Step {
+    /// Starts timing `what` (e.g. "opening serve.pool").
+    pub fn start(what: impl Into<String>) -> Step {
+        let what = what.into();
+        let started = Instant::now();
+        let state = Arc::new((Mutex::new(StepState::default()), Condvar::new()));
+        let thread = {
+            let state = state.clone();
+            let what = what.clone();
+            let term = terminal();
+            std::thread::Builder::new()
+                .name("ferrite-progress".into())
+                .spawn(move || {
+                    let (lock, cv) = &*state;
+                    let Ok(mut st) = lock.lock() else { return };
+                    let mut wait = QUIET;
+                    loop {
+                        let Ok((g, timeout)) = cv.wait_timeout(st, wait) else {
+                            return;
+                        };
+                        st = g;
+                        if st.over {
+                            return;
+                        }
+                        if !timeout.timed_out() {
+                            continue;
+                        }
+                        st.shown = true;
+                        if term {
+                            st.bar = Some(spinner(what.clone()));
+                            return;
+                        }
+                        eprintln!(
+                            "ferrite: {what} … ({:.0} s)",
+                            started.elapsed().as_secs_f64()
+                        );
+                        wait = PLAIN_EVERY;
+                    }
+                })
+                .ok()
+        };
+        Step {
+            what,
+            started,
+            state,
+            thread,
+        }
+    }
+
+    /// The step is over: prints `what`, `detail` and the elapsed time if
+    /// progress was shown.
+    pub fn done(mut self, detail: &str) {
+        self.finish(Some(detail));
+    }
+
+    fn finish(&mut self, detail: Option<&str>) {
+        let (lock, cv) = &*self.state;
+        let (shown, bar) = match lock.lock() {
+            Ok(mut st) => {
+                st.over = true;
+                (st.shown, st.bar.take())
+            }
+            Err(_) => (false, None),
+        };
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        if let (true, Some(d)) = (shown, detail) {
+            eprintln!(
+                "ferrite: {} done in {:.1} s{}{d}",
+                self.what,
+                self.started.elapsed().as_secs_f64(),
+                if d.is_empty() { "" } else { ": " }
+            );
+        }
+    }
+}
+
+impl Drop for Step {
+    /// An abandoned step (an error on the way) stops its thread silently:
+    /// the error line says what happened.
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.finish(None);
+        }
+    }
+}
+
+/// Progress of `total` units of work done one by one (`kv fill`): silent
+/// for [`QUIET`], then a bar on a terminal or a plain line every
+/// [`PLAIN_EVERY`] with the count, percentage and rate.
+pub struct Counter {
+    what: String,
+    unit: &'static str,
+    total: u64,
+    started: Instant,
+    last_line: Instant,
+    term: bool,
+    bar: Option<ProgressBar>,
+    shown: bool,
+}
+
+impl Counter {
+    pub fn new(what: impl Into<String>, unit: &'static str, total: u64) -> Counter {
+        let now = Instant::now();
+        Counter {
+            what: what.into(),
+            unit,
+            total,
+            started: now,
+            last_line: now,
+            term: terminal(),
+            bar: None,
+            shown: false,
+        }
+    }
+
+    /// `done` units are finished. Cheap when nothing is due (one clock read).
+    pub fn tick(&mut self, done: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(done);
+            return;
+        }
+        let now = Instant::now();
+        let due = if self.shown { PLAIN_EVERY } else { QUIET };
+        if now.duration_since(self.last_line) < due {
+            return;
+        }
+        self.last_line = now;
+        self.shown = true;
+        if self.term {
+            let pb = ProgressBar::new(self.total).with_message(self.what.clone());
+            pb.set_style(
+                ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {pos}/{len} {per_sec} ({elapsed}, eta {eta})",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            pb.set_position(done);
+            self.bar = Some(pb);
+            return;
+        }
+        let secs = self.started.elapsed().as_secs_f64();
+        eprintln!(
+            "ferrite: {}: {done}/{} {} ({:.0}%), {secs:.0} s, {:.0} {}/s",
+            self.what,
+            self.total,
+            self.unit,
+            100.0 * done as f64 / self.total.max(1) as f64,
+            done as f64 / secs.max(1e-9),
+            self.unit
+        );
+    }
+
+    /// All `done` units are finished: a closing line if progress was shown.
+    pub fn finish(self, done: u64) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+        if self.shown {
+            let secs = self.started.elapsed().as_secs_f64();
+            eprintln!(
+                "ferrite: {}: {done} {} in {secs:.1} s ({:.0} {}/s)",
+                self.what,
+                self.unit,
+                done as f64 / secs.max(1e-9),
+                self.unit
+            );
+        }
+    }
+}
+
+/// A bench progress hook drawing each group of variants as a bar of its
+/// rounds (terminal only; without a hook the bench prints plain lines).
+/// Notes and each group's closing line are printed above the bar.
+pub fn bench_hook() -> impl Fn(&Progress<'_>) + Send + Sync + 'static {
+    let bar: Mutex<Option<ProgressBar>> = Mutex::new(None);
+    move |ev: &Progress<'_>| {
+        let Ok(mut cur) = bar.lock() else { return };
+        match ev {
+            Progress::Note(_) => match cur.as_ref() {
+                Some(b) => b.println(ev.line()),
+                None => eprintln!("{}", ev.line()),
+            },
+            Progress::GroupStart {
+                suite,
+                variants,
+                reps,
+            } => {
+                if let Some(b) = cur.take() {
+                    b.finish_and_clear();
+                }
+                eprintln!("{}", ev.line());
+                let pb = ProgressBar::new(*reps as u64)
+                    .with_message(format!("[{suite}] {} variants", variants.len()));
+                pb.set_style(
+                    ProgressStyle::with_template(
+                        "{msg}: rep {pos}/{len} [{bar:20}] ({elapsed}, eta {eta})",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                pb.enable_steady_tick(Duration::from_millis(500));
+                *cur = Some(pb);
+            }
+            Progress::Round { done, .. } => {
+                if let Some(b) = cur.as_ref() {
+                    b.set_position(*done as u64);
+                }
+            }
+            Progress::GroupDone { .. } => {
+                if let Some(b) = cur.take() {
+                    b.finish_and_clear();
+                }
+                eprintln!("{}", ev.line());
+            }
+        }
+    }
+}
