@@ -144,7 +144,7 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
         let store = Store::create_file(path, size, &StoreOptions::new(engine).allocator(allocator))
             .map_err(e)?;
         println!(
-            "created {} ({engine} engine on the {allocator} allocator, {}, domain {})",
+            "created {}: {engine} engine on the {allocator} allocator, {}, domain {}",
             path.display(),
             crate::size::Both(size),
             store.pool().map_or("?".into(), |p| p.domain().to_string())

@@ -321,7 +321,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
                 "not persistent memory (no MAP_SYNC)"
             };
             println!(
-                "created {} ({}, domain {}, {pmem})",
+                "created {}: {}, domain {}, {pmem}",
                 path.display(),
                 size::Both(p.header().size),
                 p.domain()

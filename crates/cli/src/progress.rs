@@ -8,8 +8,9 @@
 //!   most one line every few seconds.
 //!
 //! Progress never goes to stdout, so tables, JSON and values printed there
-//! stay clean for pipes. Runs that end within [`QUIET`] print no progress
-//! at all (so quick commands and their one-line errors stay as they were).
+//! stay clean for pipes. Runs that end within [`quiet`] (2 s, or
+//! `FERRITE_PROGRESS_AFTER_MS`) print no progress at all, so quick commands
+//! and their one-line errors stay as they were.
 
 use ferrite_bench::ctx::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,8 +18,14 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Runs shorter than this show no progress.
-pub const QUIET: Duration = Duration::from_secs(2);
+/// Runs shorter than this show no progress: 2 s, or
+/// `FERRITE_PROGRESS_AFTER_MS` milliseconds (0: from the start).
+pub fn quiet() -> Duration {
+    std::env::var("FERRITE_PROGRESS_AFTER_MS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(Duration::from_secs(2), Duration::from_millis)
+}
 
 /// Plain lines come at most this often.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
@@ -39,7 +46,7 @@ fn spinner(msg: String) -> ProgressBar {
 }
 
 /// Progress of a long step of unknown length (opening and recovering a
-/// pool): silent for [`QUIET`], then a spinner on a terminal or a plain
+/// pool): silent for [`quiet`], then a spinner on a terminal or a plain
 /// line every [`PLAIN_EVERY`]; [`Step::done`] closes it with the elapsed
 /// time if anything was shown.
 pub struct Step {
@@ -71,7 +78,7 @@ impl Step {
                 .spawn(move || {
                     let (lock, cv) = &*state;
                     let Ok(mut st) = lock.lock() else { return };
-                    let mut wait = QUIET;
+                    let mut wait = quiet();
                     loop {
                         let Ok((g, timeout)) = cv.wait_timeout(st, wait) else {
                             return;
@@ -149,7 +156,7 @@ impl Drop for Step {
 }
 
 /// Progress of `total` units of work done one by one (`kv fill`): silent
-/// for [`QUIET`], then a bar on a terminal or a plain line every
+/// for [`quiet`], then a bar on a terminal or a plain line every
 /// [`PLAIN_EVERY`] with the count, percentage and rate.
 pub struct Counter {
     what: String,
@@ -157,6 +164,7 @@ pub struct Counter {
     total: u64,
     started: Instant,
     last_line: Instant,
+    quiet: Duration,
     term: bool,
     bar: Option<ProgressBar>,
     shown: bool,
@@ -171,6 +179,7 @@ impl Counter {
             total,
             started: now,
             last_line: now,
+            quiet: quiet(),
             term: terminal(),
             bar: None,
             shown: false,
@@ -184,7 +193,7 @@ impl Counter {
             return;
         }
         let now = Instant::now();
-        let due = if self.shown { PLAIN_EVERY } else { QUIET };
+        let due = if self.shown { PLAIN_EVERY } else { self.quiet };
         if now.duration_since(self.last_line) < due {
             return;
         }

@@ -193,7 +193,8 @@ pub fn check_pool(input: &str, bytes: u64) -> Result<(), SizeError> {
 }
 
 /// `bytes` in the largest binary unit it reaches: exact when it is a whole
-/// number of that unit (`64 MiB`), else to two decimals (`1.49 GiB`);
+/// number of that unit (`64 MiB`), else to at most two decimals (`1.5 GiB`,
+/// `1.49 GiB`);
 /// below 1 KiB in bytes (`512 B`).
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -211,8 +212,8 @@ pub fn human(bytes: u64) -> String {
             format!("{} {u}", bytes >> shift)
         }
         Some((shift, u)) => {
-            let v = bytes as f64 / (1u64 << shift) as f64;
-            format!("{v:.2} {u}")
+            let v = format!("{:.2}", bytes as f64 / (1u64 << shift) as f64);
+            format!("{} {u}", v.trim_end_matches('0').trim_end_matches('.'))
         }
     }
 }
@@ -313,7 +314,8 @@ mod tests {
 
     #[test]
     fn refusals_are_typed_and_one_line() {
-        let bad: &[(&str, fn(&SizeError) -> bool)] = &[
+        type Is = fn(&SizeError) -> bool;
+        let bad: &[(&str, Is)] = &[
             ("", |e| matches!(e, SizeError::Empty)),
             ("   ", |e| matches!(e, SizeError::Empty)),
             ("-1", |e| matches!(e, SizeError::Negative(_))),
@@ -397,10 +399,12 @@ mod tests {
         assert_eq!(human(1023), "1023 B");
         assert_eq!(human(1024), "1 KiB");
         assert_eq!(human(64 * M), "64 MiB");
-        assert_eq!(human(G + G / 2), "1.50 GiB");
+        assert_eq!(human(G + G / 2), "1.5 GiB");
+        assert_eq!(human(G + G / 2 - 1), "1.5 GiB");
+        assert_eq!(human(G + 10 * M), "1.01 GiB");
         assert_eq!(human(1_000_000), "976.56 KiB");
         assert_eq!(human(2 * T), "2 TiB");
-        assert_eq!(human(u64::MAX), "16.00 EiB");
+        assert_eq!(human(u64::MAX), "16 EiB");
         assert_eq!(Both(64 * M).to_string(), "64 MiB (67108864 bytes)");
         assert_eq!(Both(100).to_string(), "100 bytes");
         // What is printed parses back to the same size when exact.
