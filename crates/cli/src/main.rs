@@ -402,8 +402,9 @@ fn bench(
     force_pmdk_flush_path()?;
     let mut ctx = BenchCtx::new(if full { Scale::Full } else { Scale::Quick }).with_progress(true);
     // Bars on a terminal; plain lines (the bench's own) in a pipe or log.
+    let bars = progress::BenchBars::default();
     if progress::terminal() {
-        ctx = ctx.with_progress_hook(progress::bench_hook());
+        ctx = ctx.with_progress_hook(bars.hook());
     }
     if let Some(r) = reps {
         ctx = ctx.with_reps(r.max(1));
@@ -429,7 +430,9 @@ fn bench(
             names.len()
         );
         let t0 = std::time::Instant::now();
-        let rows = ferrite_bench::run_suite(name, &ctx).map_err(|e| e.to_string())?;
+        let rows = ferrite_bench::run_suite(name, &ctx);
+        bars.clear();
+        let rows = rows.map_err(|e| e.to_string())?;
         eprintln!(
             "== bench {name}: {} rows in {:.1} s",
             rows.len(),

@@ -242,49 +242,78 @@ impl Counter {
     }
 }
 
-/// A bench progress hook drawing each group of variants as a bar of its
-/// rounds (terminal only; without a hook the bench prints plain lines).
-/// Notes and each group's closing line are printed above the bar.
-pub fn bench_hook() -> impl Fn(&Progress<'_>) + Send + Sync + 'static {
-    let bar: Mutex<Option<ProgressBar>> = Mutex::new(None);
-    move |ev: &Progress<'_>| {
-        let Ok(mut cur) = bar.lock() else { return };
-        match ev {
-            Progress::Note(_) => match cur.as_ref() {
-                Some(b) => b.println(ev.line()),
-                None => eprintln!("{}", ev.line()),
-            },
-            Progress::GroupStart {
-                suite,
-                variants,
-                reps,
-            } => {
-                if let Some(b) = cur.take() {
-                    b.finish_and_clear();
+/// Terminal progress of a bench run: each group of variants as a bar of
+/// its rounds, and between groups (a suite preparing its data) a spinner
+/// after the suite's last note. Notes and each group's closing line stay
+/// printed above. Without it (not a terminal) the bench prints plain lines.
+#[derive(Clone, Default)]
+pub struct BenchBars {
+    cur: Arc<Mutex<Option<ProgressBar>>>,
+}
+
+impl BenchBars {
+    /// Clears the bar or spinner on screen (before printing other lines).
+    pub fn clear(&self) {
+        if let Ok(mut cur) = self.cur.lock()
+            && let Some(b) = cur.take()
+        {
+            b.finish_and_clear();
+        }
+    }
+
+    /// The hook for [`ferrite_bench::BenchCtx::with_progress_hook`].
+    pub fn hook(&self) -> impl Fn(&Progress<'_>) + Send + Sync + 'static {
+        let cur = self.cur.clone();
+        move |ev: &Progress<'_>| {
+            let Ok(mut cur) = cur.lock() else { return };
+            // A group's bar stays through the notes of its variants; a
+            // spinner gives way to whatever comes next.
+            let in_group = cur.as_ref().is_some_and(|b| b.length().is_some());
+            match ev {
+                Progress::Note(_) if in_group => {
+                    if let Some(b) = cur.as_ref() {
+                        b.println(ev.line());
+                    }
                 }
-                eprintln!("{}", ev.line());
-                let pb = ProgressBar::new(*reps as u64)
-                    .with_message(format!("[{suite}] {} variants", variants.len()));
-                pb.set_style(
-                    ProgressStyle::with_template(
-                        "{msg}: rep {pos}/{len} [{bar:20}] ({elapsed}, eta {eta})",
-                    )
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-                );
-                pb.enable_steady_tick(Duration::from_millis(500));
-                *cur = Some(pb);
-            }
-            Progress::Round { done, .. } => {
-                if let Some(b) = cur.as_ref() {
-                    b.set_position(*done as u64);
+                Progress::Note(m) => {
+                    if let Some(b) = cur.take() {
+                        b.finish_and_clear();
+                    }
+                    eprintln!("{m}");
+                    *cur = Some(spinner("working".into()));
                 }
-            }
-            Progress::GroupDone { .. } => {
-                if let Some(b) = cur.take() {
-                    b.finish_and_clear();
+                Progress::GroupStart {
+                    suite,
+                    variants,
+                    reps,
+                } => {
+                    if let Some(b) = cur.take() {
+                        b.finish_and_clear();
+                    }
+                    eprintln!("{}", ev.line());
+                    let pb = ProgressBar::new(*reps as u64)
+                        .with_message(format!("[{suite}] {} variants", variants.len()));
+                    pb.set_style(
+                        ProgressStyle::with_template(
+                            "{msg}: rep {pos}/{len} [{bar:20}] ({elapsed}, eta {eta})",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                    );
+                    pb.enable_steady_tick(Duration::from_millis(500));
+                    *cur = Some(pb);
                 }
-                eprintln!("{}", ev.line());
+                Progress::Round { done, .. } => {
+                    if let Some(b) = cur.as_ref() {
+                        b.set_position(*done as u64);
+                    }
+                }
+                Progress::GroupDone { .. } => {
+                    if let Some(b) = cur.take() {
+                        b.finish_and_clear();
+                    }
+                    eprintln!("{}", ev.line());
+                }
             }
         }
     }

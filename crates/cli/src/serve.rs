@@ -152,11 +152,15 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         Opened::Ptm(p) => p.recovery().elapsed,
     };
     let domain = pool.domain();
-    step.done(&format!(
-        "{}, store recovery {:.1} s",
-        crate::size::Both(pool.header().size),
-        elapsed.as_secs_f64()
-    ));
+    step.done(&if created {
+        format!("created, {}", crate::size::Both(pool.header().size))
+    } else {
+        format!(
+            "{}, store recovery {:.1} s",
+            crate::size::Both(pool.header().size),
+            elapsed.as_secs_f64()
+        )
+    });
     let opts = Options {
         threads: a.threads,
         shards: a.threads,
