@@ -319,4 +319,36 @@ mod tests {
         let (secs, _) = v.batch(1);
         assert!((0.03..1.0).contains(&secs), "{secs} s");
     }
+
+    /// A progress hook sees each group start, each round and the end, in
+    /// order, with the group's names; without `progress` it sees nothing.
+    #[test]
+    fn a_progress_hook_sees_start_rounds_and_end() {
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = seen.clone();
+        let hook = move |ev: &Progress<'_>| sink.lock().unwrap().push(ev.line());
+        let mut vs = [
+            Variant::new("a", serde_json::json!({}), 1, |_| {}),
+            Variant::new("b", serde_json::json!({}), 1, |_| {}),
+        ];
+        let quiet = BenchCtx::quick().with_reps(2).with_progress_hook(hook);
+        run_interleaved(&quiet, "t", &mut vs);
+        assert!(seen.lock().unwrap().is_empty());
+        let ctx = quiet.with_progress(true);
+        let rows = run_interleaved(&ctx, "t", &mut vs);
+        assert_eq!(rows.len(), 2);
+        ctx.note("a note");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 5, "{seen:?}");
+        assert_eq!(seen[0], "[t] 2 variants x 2 reps: a | b");
+        assert!(seen[1].starts_with("[t]   rep 1/2 done ("), "{}", seen[1]);
+        assert!(seen[2].starts_with("[t]   rep 2/2 done ("), "{}", seen[2]);
+        assert!(
+            seen[3].starts_with("[t] measured 2 variants x 2 reps in "),
+            "{}",
+            seen[3]
+        );
+        assert_eq!(seen[4], "a note");
+    }
 }
