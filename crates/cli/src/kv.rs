@@ -141,8 +141,10 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
         size,
     } = cmd
     {
+        let step = crate::progress::Step::start(format!("creating {}", path.display()));
         let store = Store::create_file(path, size, &StoreOptions::new(engine).allocator(allocator))
             .map_err(e)?;
+        step.done("");
         println!(
             "created {}: {engine} engine on the {allocator} allocator, {}, domain {}",
             path.display(),
@@ -152,7 +154,13 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
         store.close().map_err(e)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // Opening runs recovery, which takes a while on a large store.
+    let step = crate::progress::Step::start(format!("opening {}", path.display()));
     let store = Store::open_file(path, &StoreOptions::new(EngineKind::Cow)).map_err(e)?;
+    step.done(&format!(
+        "recovery {:.1} s",
+        store.recovery().elapsed.as_secs_f64()
+    ));
     let code = {
         let mut s = store.session().map_err(e)?;
         match cmd {

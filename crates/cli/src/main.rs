@@ -314,7 +314,10 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
         } => {
             let mut opts = PoolOptions::new(&layout, size);
             opts.domain = domain;
+            // Allocating a large pool file can take a while.
+            let step = progress::Step::start(format!("creating {}", path.display()));
             let p = Pool::create(&path, &opts).map_err(|e| e.to_string())?;
+            step.done("");
             let pmem = if p.is_pmem() {
                 "persistent memory (MAP_SYNC)"
             } else {
