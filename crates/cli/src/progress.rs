@@ -79,15 +79,19 @@ impl Step {
                     let (lock, cv) = &*state;
                     let Ok(mut st) = lock.lock() else { return };
                     let mut wait = quiet();
+                    let mut since = started;
                     loop {
-                        let Ok((g, timeout)) = cv.wait_timeout(st, wait) else {
-                            return;
-                        };
-                        st = g;
+                        // Checked before waiting too: the step may be over
+                        // before this thread first runs.
                         if st.over {
                             return;
                         }
-                        if !timeout.timed_out() {
+                        let left = wait.saturating_sub(since.elapsed());
+                        if !left.is_zero() {
+                            let Ok((g, _)) = cv.wait_timeout(st, left) else {
+                                return;
+                            };
+                            st = g;
                             continue;
                         }
                         st.shown = true;
@@ -100,6 +104,7 @@ impl Step {
                             started.elapsed().as_secs_f64()
                         );
                         wait = PLAIN_EVERY;
+                        since = Instant::now();
                     }
                 })
                 .ok()
@@ -316,5 +321,23 @@ impl BenchBars {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quick step costs no waiting: `done` returns at once even when the
+    /// progress thread had not started yet (it must not sit out its quiet
+    /// period first), and prints nothing.
+    #[test]
+    fn a_quick_step_returns_at_once() {
+        let t0 = Instant::now();
+        for i in 0..20 {
+            Step::start(format!("step {i}")).done("");
+        }
+        drop(Step::start("abandoned"));
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     }
 }
