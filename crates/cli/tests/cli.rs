@@ -465,13 +465,20 @@ fn fill_progress_is_plain_lines_on_stderr() {
     assert!(o.status.success(), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(!e.contains('\r') && !e.contains('\x1b'), "{e:?}");
+    // Opening the store (and its recovery) first, then the fill.
     let lines: Vec<&str> = e.lines().collect();
-    assert!(lines.len() >= 2, "{e}");
+    assert!(lines.len() >= 4, "{e}");
+    assert!(lines[0].starts_with("ferrite: opening "), "{e}");
     assert!(
-        lines[0].starts_with("ferrite: fill ") && lines[0].contains("/300 keys"),
+        lines[1].contains(" done in ") && lines[1].contains("recovery"),
+        "{e}"
+    );
+    assert!(
+        lines[2].starts_with("ferrite: fill ") && lines[2].contains("/300 keys"),
         "{e}"
     );
     assert!(lines.last().unwrap().contains(": 300 keys in "), "{e}");
+    assert!(lines.iter().all(|l| l.starts_with("ferrite: ")), "{e}");
     let out = stdout(&o);
     assert_eq!(out.lines().count(), 300);
     assert!(out.lines().all(|l| l.starts_with('p')), "{out}");
