@@ -483,3 +483,45 @@ fn fill_progress_is_plain_lines_on_stderr() {
     assert_eq!(out.lines().count(), 300);
     assert!(out.lines().all(|l| l.starts_with('p')), "{out}");
 }
+
+/// `serve`'s examples would start a server (and a large pool): each is run
+/// with its listen address made ephemeral and its pool put where it cannot
+/// be created, so it gets past argument parsing (no usage error, exit 2)
+/// and fails only at opening the pool (exit 1, one line).
+#[test]
+fn serve_examples_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"").unwrap();
+    let page = help_page(&["serve".to_string()]);
+    let ex = examples(&page);
+    assert!(ex.len() >= 3, "{page}");
+    for e in ex {
+        let mut args = e.clone();
+        for i in 0..args.len() {
+            match args[i].as_str() {
+                "--listen" => args[i + 1] = "127.0.0.1:0".into(),
+                "--pool" => {
+                    args[i + 1] = file.join(&args[i + 1]).to_str().unwrap().to_string();
+                }
+                _ => {}
+            }
+        }
+        if !args.iter().any(|a| a == "--listen") {
+            args.extend(["--listen".to_string(), "127.0.0.1:0".to_string()]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .args(&args)
+            .env("FERRITE_DATA_DIR", &file)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "ferrite {}: {err}", e.join(" "));
+        assert_eq!(err.lines().count(), 1, "ferrite {}: {err}", e.join(" "));
+        assert!(
+            err.starts_with("ferrite: "),
+            "ferrite {}: {err}",
+            e.join(" ")
+        );
+    }
+}
