@@ -258,8 +258,12 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
                 println!("allocator:  {}", store.allocator_kind());
                 println!("keys:       {}", st.keys);
                 println!(
-                    "space:      {} of {} bytes in use ({} blocks)",
-                    a.in_use, a.capacity, a.blocks
+                    "space:      {} of {} bytes in use ({} of {}, {} blocks)",
+                    a.in_use,
+                    a.capacity,
+                    crate::size::human(a.in_use),
+                    crate::size::human(a.capacity),
+                    a.blocks
                 );
                 println!(
                     "recovery:   {:.3} ms, {} records replayed; {}",
