@@ -1,6 +1,8 @@
 //! What a run is asked to do: its scale, repetitions and outputs.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// How big a run is. Suites pick their sizes and operation counts from it
 /// with [`Scale::pick`].
@@ -52,9 +54,95 @@ pub struct BenchCtx {
     /// Where [`crate::report`] appends JSON lines, if anywhere. Suites never
     /// write it themselves.
     pub json: Option<PathBuf>,
-    /// Print progress lines on stderr.
+    /// Report progress (plain lines on stderr, or to `hook`).
     pub progress: bool,
+    /// Where progress goes instead of plain stderr lines, if set.
+    pub hook: Option<ProgressHook>,
 }
+
+/// What a run reports as it goes, when [`BenchCtx::progress`] is on.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'a> {
+    /// A free-form line from a suite (what it prepares, which case runs).
+    Note(&'a str),
+    /// A group of variants starts ([`crate::run_interleaved`]): a warm-up
+    /// batch each, then `reps` timed rounds.
+    GroupStart {
+        suite: &'a str,
+        variants: &'a [&'a str],
+        reps: usize,
+    },
+    /// Round `done` of `reps` is over, `elapsed` after the group started.
+    Round {
+        suite: &'a str,
+        done: usize,
+        reps: usize,
+        elapsed: Duration,
+    },
+    /// The group is measured.
+    GroupDone {
+        suite: &'a str,
+        variants: usize,
+        reps: usize,
+        elapsed: Duration,
+    },
+}
+
+impl Progress<'_> {
+    /// The event as one plain line (what is printed without a hook).
+    pub fn line(&self) -> String {
+        match self {
+            Progress::Note(m) => (*m).to_string(),
+            Progress::GroupStart {
+                suite,
+                variants,
+                reps,
+            } => format!(
+                "[{suite}] {} variants x {reps} reps: {}",
+                variants.len(),
+                variants.join(" | ")
+            ),
+            Progress::Round {
+                suite,
+                done,
+                reps,
+                elapsed,
+            } => format!(
+                "[{suite}]   rep {done}/{reps} done ({:.1} s)",
+                elapsed.as_secs_f64()
+            ),
+            Progress::GroupDone {
+                suite,
+                variants,
+                reps,
+                elapsed,
+            } => format!(
+                "[{suite}] measured {variants} variants x {reps} reps in {:.1} s",
+                elapsed.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// A receiver of [`Progress`] events (e.g. a terminal progress bar). It
+/// may be called from any thread a suite runs on.
+#[derive(Clone)]
+pub struct ProgressHook(pub Arc<dyn Fn(&Progress<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
+    }
+}
+
+/// Two contexts are equal when they share the same hook (or have none).
+impl PartialEq for ProgressHook {
+    fn eq(&self, other: &ProgressHook) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ProgressHook {}
 
 impl BenchCtx {
     /// A context at `scale` with its default repetitions, no JSON, no progress.
@@ -64,6 +152,7 @@ impl BenchCtx {
             reps: scale.default_reps(),
             json: None,
             progress: false,
+            hook: None,
         }
     }
 
@@ -90,10 +179,32 @@ impl BenchCtx {
         self
     }
 
-    /// A progress line on stderr (only when `progress` is on).
+    /// Sends progress to `hook` instead of printing plain lines (progress
+    /// must still be turned on with [`BenchCtx::with_progress`]).
+    pub fn with_progress_hook(
+        mut self,
+        hook: impl Fn(&Progress<'_>) + Send + Sync + 'static,
+    ) -> BenchCtx {
+        self.hook = Some(ProgressHook(Arc::new(hook)));
+        self
+    }
+
+    /// Reports `ev` (only when `progress` is on): to the hook if there is
+    /// one, else as a line on stderr.
+    pub fn report_progress(&self, ev: &Progress<'_>) {
+        if !self.progress {
+            return;
+        }
+        match &self.hook {
+            Some(h) => (h.0)(ev),
+            None => eprintln!("{}", ev.line()),
+        }
+    }
+
+    /// A progress line (only when `progress` is on).
     pub fn note(&self, msg: impl std::fmt::Display) {
         if self.progress {
-            eprintln!("{msg}");
+            self.report_progress(&Progress::Note(&msg.to_string()));
         }
     }
 }

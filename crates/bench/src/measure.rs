@@ -21,7 +21,7 @@
 //! is inside it, once per batch, so per-op overhead is only what the
 //! closure's own loop adds.
 
-use crate::ctx::BenchCtx;
+use crate::ctx::{BenchCtx, Progress};
 use crate::row::{Row, set_ratios};
 use ferrite_pmem::Counters;
 use std::sync::Barrier;
@@ -226,11 +226,11 @@ pub fn run_interleaved(ctx: &BenchCtx, suite: &str, variants: &mut [Variant<'_>]
         return Vec::new();
     }
     let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
-    ctx.note(format!(
-        "[{suite}] {} variants x {reps} reps: {}",
-        variants.len(),
-        names.join(" | ")
-    ));
+    ctx.report_progress(&Progress::GroupStart {
+        suite,
+        variants: &names,
+        reps,
+    });
     let started = Instant::now();
     for v in variants.iter_mut() {
         if v.warmup_ops > 0 {
@@ -248,12 +248,19 @@ pub fn run_interleaved(ctx: &BenchCtx, suite: &str, variants: &mut [Variant<'_>]
             ns[i].push(secs * 1e9 / total_ops as f64);
             counters[i] = counters[i].add(&delta);
         }
-        ctx.note(format!(
-            "[{suite}]   rep {}/{reps} done ({:.1} s)",
-            rep + 1,
-            started.elapsed().as_secs_f64()
-        ));
+        ctx.report_progress(&Progress::Round {
+            suite,
+            done: rep + 1,
+            reps,
+            elapsed: started.elapsed(),
+        });
     }
+    ctx.report_progress(&Progress::GroupDone {
+        suite,
+        variants: variants.len(),
+        reps,
+        elapsed: started.elapsed(),
+    });
     let mut rows: Vec<Row> = variants
         .iter()
         .zip(ns.iter().zip(&counters))
@@ -311,5 +318,37 @@ mod tests {
         });
         let (secs, _) = v.batch(1);
         assert!((0.03..1.0).contains(&secs), "{secs} s");
+    }
+
+    /// A progress hook sees each group start, each round and the end, in
+    /// order, with the group's names; without `progress` it sees nothing.
+    #[test]
+    fn a_progress_hook_sees_start_rounds_and_end() {
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = seen.clone();
+        let hook = move |ev: &Progress<'_>| sink.lock().unwrap().push(ev.line());
+        let mut vs = [
+            Variant::new("a", serde_json::json!({}), 1, |_| {}),
+            Variant::new("b", serde_json::json!({}), 1, |_| {}),
+        ];
+        let quiet = BenchCtx::quick().with_reps(2).with_progress_hook(hook);
+        run_interleaved(&quiet, "t", &mut vs);
+        assert!(seen.lock().unwrap().is_empty());
+        let ctx = quiet.with_progress(true);
+        let rows = run_interleaved(&ctx, "t", &mut vs);
+        assert_eq!(rows.len(), 2);
+        ctx.note("a note");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 5, "{seen:?}");
+        assert_eq!(seen[0], "[t] 2 variants x 2 reps: a | b");
+        assert!(seen[1].starts_with("[t]   rep 1/2 done ("), "{}", seen[1]);
+        assert!(seen[2].starts_with("[t]   rep 2/2 done ("), "{}", seen[2]);
+        assert!(
+            seen[3].starts_with("[t] measured 2 variants x 2 reps in "),
+            "{}",
+            seen[3]
+        );
+        assert_eq!(seen[4], "a note");
     }
 }

@@ -12,6 +12,11 @@ use std::process::ExitCode;
 #[derive(Subcommand)]
 pub enum KvCmd {
     /// Create a store in a new pool file.
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv lsm.pool create --engine lsm --size 32MiB
+  ferrite kv small.pool create --engine inp --allocator nstore-lock --size 16M")]
     Create {
         /// Engine: inp, cow or lsm.
         #[arg(long, default_value = "cow", value_parser = parse_engine)]
@@ -19,22 +24,52 @@ pub enum KvCmd {
         /// Allocator: ferrite or nstore-lock.
         #[arg(long, default_value = "ferrite", value_parser = parse_alloc)]
         allocator: AllocKind,
-        /// Pool size, with optional K/M/G suffix.
-        #[arg(long, default_value = "64M", value_parser = crate::parse_size)]
+        /// Pool size: bytes, or with a unit (64M = 64MB = 64MiB = 2^26
+        /// bytes; 1.5G); a whole number of 4 KiB pages.
+        #[arg(long, default_value = "64M", value_parser = crate::size::pool_arg)]
         size: u64,
     },
     /// Print the value of KEY (exit 1 when absent).
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool put greeting hello
+  ferrite kv demo.pool get greeting
+  ferrite kv demo.pool --hex get 6772656574696e67")]
     Get { key: String },
-    /// Set KEY to VALUE.
+    /// Set KEY to VALUE (durable when the command returns).
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool put greeting hello
+  ferrite kv demo.pool put config:path /var/lib/app
+  ferrite kv demo.pool --hex put 00ff beef")]
     Put { key: String, value: String },
     /// Delete KEY (exit 1 when absent).
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool put greeting hello
+  ferrite kv demo.pool del greeting")]
     Del { key: String },
     /// Set several keys atomically: KEY=VALUE to put, -KEY to delete.
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool put old x
+  ferrite kv demo.pool batch a=1 b=2 -old
+  ferrite kv demo.pool --hex batch 01=aa 02=bb")]
     Batch {
         #[arg(required = true, allow_hyphen_values = true)]
         ops: Vec<String>,
     },
-    /// Print up to LIMIT pairs with keys >= FROM, in order.
+    /// Print up to LIMIT pairs with keys >= FROM, in order (KEY<TAB>VALUE).
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool batch a=1 b=2 c=3
+  ferrite kv demo.pool scan
+  ferrite kv demo.pool scan b --limit 1")]
     Scan {
         #[arg(default_value = "")]
         from: String,
@@ -43,15 +78,27 @@ pub enum KvCmd {
     },
     /// Put COUNT generated pairs (`PREFIX<n>` → VALUE_BYTES bytes), one
     /// durable put each, printing each key once it is acknowledged.
+    ///
+    /// Keys go to stdout; progress (after a few seconds) to stderr.
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool fill --count 100
+  ferrite kv demo.pool fill --count 20 --prefix user: --value-bytes 1K > keys.txt")]
     Fill {
         #[arg(long, default_value_t = 1000)]
         count: u64,
         #[arg(long, default_value = "key-")]
         prefix: String,
-        #[arg(long, default_value_t = 100)]
-        value_bytes: usize,
+        /// Bytes per value: a size (100, 1K, 4KiB).
+        #[arg(long, default_value = "100", value_parser = crate::size::arg)]
+        value_bytes: u64,
     },
     /// Engine, allocator, key count, space, what recovery did.
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create
+  ferrite kv demo.pool info")]
     Info,
 }
 
@@ -94,17 +141,26 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
         size,
     } = cmd
     {
+        let step = crate::progress::Step::start(format!("creating {}", path.display()));
         let store = Store::create_file(path, size, &StoreOptions::new(engine).allocator(allocator))
             .map_err(e)?;
+        step.done("");
         println!(
-            "created {} ({engine} engine on the {allocator} allocator, {size} bytes, domain {})",
+            "created {}: {engine} engine on the {allocator} allocator, {}, domain {}",
             path.display(),
+            crate::size::Both(size),
             store.pool().map_or("?".into(), |p| p.domain().to_string())
         );
         store.close().map_err(e)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // Opening runs recovery, which takes a while on a large store.
+    let step = crate::progress::Step::start(format!("opening {}", path.display()));
     let store = Store::open_file(path, &StoreOptions::new(EngineKind::Cow)).map_err(e)?;
+    step.done(&format!(
+        "recovery {:.1} s",
+        store.recovery().elapsed.as_secs_f64()
+    ));
     let code = {
         let mut s = store.session().map_err(e)?;
         match cmd {
@@ -170,7 +226,16 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
                 value_bytes,
             } => {
                 use std::io::Write;
+                // Values are at most a store's MAX_VALUE: a larger size is
+                // refused by the first put, typed.
+                let value_bytes = usize::try_from(value_bytes)
+                    .map_err(|_| format!("--value-bytes {value_bytes} is too large"))?;
                 let mut out = std::io::stdout().lock();
+                let mut bar = crate::progress::Counter::new(
+                    format!("fill {}", path.display()),
+                    "keys",
+                    count,
+                );
                 for n in 0..count {
                     let key = format!("{prefix}{n}");
                     let value: Vec<u8> = key.bytes().cycle().take(value_bytes).collect();
@@ -179,7 +244,9 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
                     // process finds every printed key after reopening.
                     writeln!(out, "{key}").map_err(|e| e.to_string())?;
                     out.flush().map_err(|e| e.to_string())?;
+                    bar.tick(n + 1);
                 }
+                bar.finish(count);
                 ExitCode::SUCCESS
             }
             KvCmd::Info => {
@@ -191,8 +258,12 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
                 println!("allocator:  {}", store.allocator_kind());
                 println!("keys:       {}", st.keys);
                 println!(
-                    "space:      {} of {} bytes in use ({} blocks)",
-                    a.in_use, a.capacity, a.blocks
+                    "space:      {} of {} bytes in use ({} of {}, {} blocks)",
+                    a.in_use,
+                    a.capacity,
+                    crate::size::human(a.in_use),
+                    crate::size::human(a.capacity),
+                    a.blocks
                 );
                 println!(
                     "recovery:   {:.3} ms, {} records replayed; {}",

@@ -4,8 +4,11 @@
 //! Errors are printed as one line (`ferrite: …`) with a non-zero exit status.
 
 mod checks;
+mod date;
 mod kv;
+mod progress;
 mod serve;
+mod size;
 
 use clap::{Parser, Subcommand};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
@@ -16,7 +19,23 @@ use std::process::ExitCode;
 #[command(
     name = "ferrite",
     version,
-    about = "Crash-consistent persistent memory toolkit"
+    about = "Crash-consistent persistent memory toolkit",
+    after_help = "\
+Sizes: 4096, 64K, 64M, 64MiB, 64MB, 1.5G, 1T (K, M, G, T and P are powers of 1024, with
+or without B or iB; `ferrite help pool create` says more).
+
+Examples:
+  ferrite probe
+  ferrite bench list
+  ferrite bench log --json rows.jsonl
+  ferrite check list
+  ferrite check selftest --budget 300
+  ferrite pool create demo.pool --size 64M
+  ferrite pool info demo.pool
+  ferrite kv store.pool create --engine lsm --size 64MiB
+  ferrite kv store.pool put greeting hello
+  ferrite kv store.pool get greeting
+  ferrite serve --pool cache.pool --memory 1G"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,6 +45,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Measure persist-barrier costs, latency and bandwidth on this machine [P0 §2].
+    #[command(after_help = "\
+Examples:
+  ferrite probe
+  ferrite probe --full --json probe.jsonl")]
     Probe {
         /// Append the rows as JSON lines to FILE.
         #[arg(long)]
@@ -35,6 +58,16 @@ enum Cmd {
         full: bool,
     },
     /// Run a benchmark suite (`ferrite bench list` shows them).
+    ///
+    /// Tables go to stdout; progress (a line per group of variants as it
+    /// starts and ends, a line per repetition) to stderr.
+    #[command(after_help = "\
+Examples:
+  ferrite bench list
+  ferrite bench log --reps 3
+  ferrite bench alloc --json rows.jsonl
+  ferrite bench all --quick --json rows.jsonl
+  ferrite bench engine --full 2>progress.log")]
     Bench {
         /// Suite name, `all` (every suite) or `list`.
         #[arg(default_value = "all")]
@@ -53,6 +86,17 @@ enum Cmd {
         reps: Option<usize>,
     },
     /// Explore simulated power failures of a component (`ferrite check list`).
+    ///
+    /// Exit 0 when no crash state violates the component's invariants, 1
+    /// otherwise (each violation printed with the `--at` that replays it).
+    #[command(after_help = "\
+Examples:
+  ferrite check list
+  ferrite check selftest --budget 300
+  ferrite check log-classic --budget 5000 --seed 7
+  ferrite check engine-lsm --budget 500 --crash-on-flush
+  ferrite check selftest-broken --budget 400      # planted bugs: must exit 1
+  ferrite check selftest-broken --at fence:17/s5  # replay one state a run printed")]
     Check {
         /// Target name, or `list`.
         target: String,
@@ -82,6 +126,14 @@ enum Cmd {
         at: Option<ferrite_crash::Repro>,
     },
     /// Use an embedded key-value store in a pool file (`ferrite kv PATH create`, then get/put/del/batch/scan/info).
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create --engine cow --size 64M
+  ferrite kv demo.pool put greeting hello
+  ferrite kv demo.pool get greeting
+  ferrite kv demo.pool batch a=1 b=2 -greeting
+  ferrite kv demo.pool scan
+  ferrite kv demo.pool info")]
     Kv {
         /// The pool file holding the store.
         path: PathBuf,
@@ -94,6 +146,12 @@ enum Cmd {
     /// Serve the memcached protocols from a pool: every acknowledged write survives kill -9.
     Serve(serve::ServeArgs),
     /// Create, inspect and verify pool files.
+    #[command(after_help = "\
+Examples:
+  ferrite pool create demo.pool --size 64M
+  ferrite pool info demo.pool
+  ferrite pool info demo.pool --json
+  ferrite pool check demo.pool --layout ferrite")]
     Pool {
         #[command(subcommand)]
         cmd: PoolCmd,
@@ -103,10 +161,22 @@ enum Cmd {
 #[derive(Subcommand)]
 enum PoolCmd {
     /// Create a pool file.
+    #[command(after_help = "\
+Sizes: a number of bytes with an optional unit, any case, spaces allowed: K, M, G, T, P
+(alone or followed by B or iB) are 2^10, 2^20, 2^30, 2^40, 2^50 bytes, so 64M = 64MB =
+64MiB = 67108864. Fractions are fine when exact (1.5G). A pool size must be a whole
+number of 4096-byte pages, at least 8K: other sizes are refused (not rounded), with
+the page multiples on either side named.
+
+Examples:
+  ferrite pool create demo.pool
+  ferrite pool create app.pool --size 32MiB --layout myapp
+  ferrite pool create slow.pool --size 1.5M --domain msync")]
     Create {
         path: PathBuf,
-        /// Size, with optional K/M/G suffix.
-        #[arg(long, default_value = "64M", value_parser = parse_size)]
+        /// Size: bytes, or with a unit (64M = 64MB = 64MiB = 2^26 bytes; 1.5G);
+        /// a whole number of 4 KiB pages.
+        #[arg(long, default_value = "64M", value_parser = size::pool_arg)]
         size: u64,
         /// Layout name recorded in the header.
         #[arg(long, default_value = "ferrite")]
@@ -115,7 +185,12 @@ enum PoolCmd {
         #[arg(long)]
         domain: Option<Domain>,
     },
-    /// Print a pool's header.
+    /// Print a pool's header: layout, size, domain, creation time (UTC), root.
+    #[command(after_help = "\
+Examples:
+  ferrite pool create demo.pool
+  ferrite pool info demo.pool
+  ferrite pool info demo.pool --json")]
     Info {
         path: PathBuf,
         /// Print JSON instead of text.
@@ -123,31 +198,16 @@ enum PoolCmd {
         json: bool,
     },
     /// Verify a pool's header (and layout, if given); exit 1 when bad.
+    #[command(after_help = "\
+Examples:
+  ferrite pool create demo.pool
+  ferrite pool check demo.pool
+  ferrite pool check demo.pool --layout ferrite")]
     Check {
         path: PathBuf,
         #[arg(long)]
         layout: Option<String>,
     },
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("unknown size suffix '{c}' (use K, M, G or T)")),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size '{s}' overflows"))
 }
 
 fn main() -> ExitCode {
@@ -220,7 +280,16 @@ fn check(target: &str, cfg: &ferrite_crash::Config) -> Result<ExitCode, String> 
             names.join(", ")
         ));
     };
+    eprintln!(
+        "== check {name}: up to {} crash states, seed {}",
+        cfg.budget, cfg.seed
+    );
+    let t0 = std::time::Instant::now();
     let outcomes = runner(cfg)?;
+    eprintln!(
+        "== check {name}: explored in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     let (mut states, mut violations) = (0usize, 0usize);
     for o in &outcomes {
         println!("{name}/{}: {}", o.variant, o.report.to_string().trim_end());
@@ -245,16 +314,19 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
         } => {
             let mut opts = PoolOptions::new(&layout, size);
             opts.domain = domain;
+            // Allocating a large pool file can take a while.
+            let step = progress::Step::start(format!("creating {}", path.display()));
             let p = Pool::create(&path, &opts).map_err(|e| e.to_string())?;
+            step.done("");
             let pmem = if p.is_pmem() {
                 "persistent memory (MAP_SYNC)"
             } else {
                 "not persistent memory (no MAP_SYNC)"
             };
             println!(
-                "created {} ({} bytes, domain {}, {pmem})",
+                "created {}: {}, domain {}, {pmem}",
                 path.display(),
-                p.header().size,
+                size::Both(p.header().size),
                 p.domain()
             );
             p.close().map_err(|e| e.to_string())?;
@@ -266,17 +338,20 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
                 let mut v = serde_json::to_value(&h).map_err(|e| e.to_string())?;
                 v["uuid"] = h.uuid_string().into();
                 v["root"] = root.into();
+                // The raw fields stay as they are (`created_ns`, `size`);
+                // these are the same values for people.
+                v["created"] = created(h.created_ns, date::rfc3339).into();
+                v["size_human"] = size::human(h.size).into();
                 println!("{v}");
             } else {
-                let created = h.created_ns / 1_000_000_000;
                 println!("path:      {}", path.display());
                 println!("layout:    {}", h.layout);
                 println!("version:   {}", h.version);
                 println!("uuid:      {}", h.uuid_string());
-                println!("size:      {} bytes", h.size);
+                println!("size:      {}", size::Both(h.size));
                 println!("domain:    {}", h.domain);
                 println!("features:  {:#x}", h.features);
-                println!("created:   {created} (unix seconds)");
+                println!("created:   {}", created(h.created_ns, date::utc));
                 println!("root:      {root:#x}");
             }
             Ok(ExitCode::SUCCESS)
@@ -303,6 +378,16 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
     }
 }
 
+/// A pool's creation time (`created_ns`, nanoseconds since the Unix
+/// epoch) as a date; 0 is what a pool made without a clock records.
+fn created(ns: u64, form: fn(u64) -> String) -> String {
+    if ns == 0 {
+        "unknown".into()
+    } else {
+        form(ns / 1_000_000_000)
+    }
+}
+
 fn bench(
     suites: &[String],
     full: bool,
@@ -319,6 +404,11 @@ fn bench(
     #[cfg(feature = "pmdk")]
     force_pmdk_flush_path()?;
     let mut ctx = BenchCtx::new(if full { Scale::Full } else { Scale::Quick }).with_progress(true);
+    // Bars on a terminal; plain lines (the bench's own) in a pipe or log.
+    let bars = progress::BenchBars::default();
+    if progress::terminal() {
+        ctx = ctx.with_progress_hook(bars.hook());
+    }
     if let Some(r) = reps {
         ctx = ctx.with_reps(r.max(1));
     }
@@ -333,10 +423,32 @@ fn bench(
     } else {
         suites.to_vec()
     };
-    for name in &names {
-        eprintln!("== bench {name} ({})", ctx.scale.name());
-        let rows = ferrite_bench::run_suite(name, &ctx).map_err(|e| e.to_string())?;
+    let all = std::time::Instant::now();
+    for (i, name) in names.iter().enumerate() {
+        eprintln!(
+            "== bench {name} ({}, {} reps; suite {} of {})",
+            ctx.scale.name(),
+            ctx.reps,
+            i + 1,
+            names.len()
+        );
+        let t0 = std::time::Instant::now();
+        let rows = ferrite_bench::run_suite(name, &ctx);
+        bars.clear();
+        let rows = rows.map_err(|e| e.to_string())?;
+        eprintln!(
+            "== bench {name}: {} rows in {:.1} s",
+            rows.len(),
+            t0.elapsed().as_secs_f64()
+        );
         ferrite_bench::report(&rows, &ctx).map_err(|e| e.to_string())?;
+    }
+    if names.len() > 1 {
+        eprintln!(
+            "== bench: {} suites in {:.1} s",
+            names.len(),
+            all.elapsed().as_secs_f64()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

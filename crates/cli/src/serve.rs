@@ -12,6 +12,15 @@ use std::process::ExitCode;
 use ferrite_server::store::STORES;
 
 #[derive(clap::Args)]
+#[command(after_help = "\
+Start-up: the pool is opened and recovered (progress on stderr when that takes more
+than a few seconds), then the ready line `ferrite serve: listening on …` goes to stdout.
+
+Examples:
+  ferrite serve
+  ferrite serve --pool cache.pool --memory 1G --listen 0.0.0.0:11211
+  ferrite serve --pool cache.pool --memory 256MiB --store ptm-lazy --threads 8
+  ferrite serve --pool cache.pool --max-item-size 512K --group-commit 1")]
 pub struct ServeArgs {
     /// Pool file (created if missing). Default: serve.pool in
     /// $FERRITE_DATA_DIR, else $XDG_DATA_HOME/ferrite, else ~/.local/share/ferrite.
@@ -20,11 +29,12 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:11211")]
     listen: String,
-    /// Bytes of items to keep (memcached -m; K/M/G suffix): beyond it the
-    /// least recently used items are evicted. Also the size of a new pool
-    /// (default 1G); an existing pool keeps its size. Default: the pool's
+    /// Bytes of items to keep (memcached -m, but in bytes: 64M, 1G, 1.5GiB;
+    /// M = MB = MiB = 2^20): beyond it the least recently used items are
+    /// evicted. Also the size of a new pool (default 1G; a whole number of
+    /// 4 KiB pages); an existing pool keeps its size. Default: the pool's
     /// size (items are also evicted whenever the pool is full).
-    #[arg(long, value_parser = crate::parse_size)]
+    #[arg(long, value_parser = crate::size::arg)]
     memory: Option<u64>,
     /// Connection threads (and store shards).
     #[arg(long, default_value_t = 4)]
@@ -41,9 +51,9 @@ pub struct ServeArgs {
     /// (group commit; 1 = off).
     #[arg(long, default_value_t = 32)]
     group_commit: usize,
-    /// Largest item value in bytes (memcached -I); at most 1 MiB minus the
-    /// item header.
-    #[arg(long, value_parser = crate::parse_size)]
+    /// Largest item value (memcached -I; 4096, 64K, 512KiB); at most 1 MiB
+    /// minus the item header.
+    #[arg(long, value_parser = crate::size::arg)]
     max_item_size: Option<u64>,
 }
 
@@ -146,6 +156,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     let listener = std::net::TcpListener::bind(&a.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     let size = a.memory.unwrap_or(DEFAULT_POOL);
+    let step = crate::progress::Step::start(format!("opening {}", path.display()));
     let (pool, opened, variant, created) = open(&path, want, size, a.threads, a.domain)?;
     let name = variant.name();
     let elapsed = match &opened {
@@ -154,6 +165,15 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         Opened::Tx(t) => t.recovery().elapsed,
     };
     let domain = pool.domain();
+    step.done(&if created {
+        format!("created, {}", crate::size::Both(pool.header().size))
+    } else {
+        format!(
+            "{}, store recovery {:.1} s",
+            crate::size::Both(pool.header().size),
+            elapsed.as_secs_f64()
+        )
+    });
     let opts = Options {
         threads: a.threads,
         shards: a.threads,
@@ -255,6 +275,7 @@ fn open(
         Ok((pool, opened, found, false))
     } else {
         let v = want.unwrap_or(Variant::Engine(EngineKind::Inp));
+        crate::size::check_pool(&size.to_string(), size).map_err(|x| e(&x))?;
         let mut po = PoolOptions::new(&v.layout(), size);
         if let Some(d) = domain {
             po = po.domain(d);
