@@ -68,17 +68,33 @@ impl Step {
     pub fn start(what: impl Into<String>) -> Step {
         let what = what.into();
         let started = Instant::now();
-        let state = Arc::new((Mutex::new(StepState::default()), Condvar::new()));
+        let term = terminal();
+        let mut first = quiet();
+        let mut st0 = StepState::default();
+        if first.is_zero() {
+            // Shown from the start: the first line now, not whenever the
+            // thread gets to run (a quick step could end before that).
+            st0.shown = true;
+            if term {
+                st0.bar = Some(spinner(what.clone()));
+            } else {
+                eprintln!("ferrite: {what} …");
+            }
+            first = PLAIN_EVERY;
+        }
+        let state = Arc::new((Mutex::new(st0), Condvar::new()));
         let thread = {
             let state = state.clone();
             let what = what.clone();
-            let term = terminal();
             std::thread::Builder::new()
                 .name("ferrite-progress".into())
                 .spawn(move || {
                     let (lock, cv) = &*state;
                     let Ok(mut st) = lock.lock() else { return };
-                    let mut wait = quiet();
+                    if st.bar.is_some() {
+                        return;
+                    }
+                    let mut wait = first;
                     let mut since = started;
                     loop {
                         // Checked before waiting too: the step may be over
