@@ -20,6 +20,7 @@ pub mod bptree;
 pub mod hashmap;
 pub mod rbtree;
 pub mod skiplist;
+pub mod verify;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;
