@@ -137,6 +137,23 @@ pub fn compare(allocated: &BTreeMap<u64, u64>, referenced: &[(u64, u64)]) -> Vec
     out
 }
 
+/// `"rolled back 1 undo transaction, replayed 2 redo records"` from
+/// `(count, verb, noun)` triples, leaving out zero counts; `"nothing to
+/// do"` when every count is zero. For the recovery summaries of the
+/// components above the heap.
+pub fn counted(parts: &[(usize, &str, &str)]) -> String {
+    let v: Vec<String> = parts
+        .iter()
+        .filter(|p| p.0 > 0)
+        .map(|&(n, verb, noun)| format!("{verb} {n} {noun}{}", if n == 1 { "" } else { "s" }))
+        .collect();
+    if v.is_empty() {
+        "nothing to do".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +162,15 @@ mod tests {
 
     fn pool() -> Pool {
         Pool::create_in_memory(&PoolOptions::new("verify", 4 << 20)).unwrap()
+    }
+
+    #[test]
+    fn counted_says_what_was_done() {
+        assert_eq!(
+            counted(&[(1, "rolled back", "undo transaction"), (0, "x", "y"), (2, "replayed", "redo record")]),
+            "rolled back 1 undo transaction, replayed 2 redo records"
+        );
+        assert_eq!(counted(&[(0, "x", "y")]), "nothing to do");
     }
 
     #[test]

@@ -193,22 +193,12 @@ pub fn verify(copy: &Pool) -> PtmCheck {
 
 /// One line on what a recovery did (`nothing to do` when nothing).
 pub fn describe(r: &PtmRecovery) -> String {
-    let mut parts = Vec::new();
-    for (n, what) in [
-        (r.undone, "rolled back undo logs:"),
-        (r.replayed, "replayed redo logs:"),
-        (r.discarded, "discarded uncommitted redo logs:"),
-        (r.heap.replayed, "replayed heap lane records:"),
-    ] {
-        if n > 0 {
-            parts.push(format!("{what} {n}"));
-        }
-    }
-    if parts.is_empty() {
-        "nothing to do".into()
-    } else {
-        parts.join(", ")
-    }
+    ferrite_alloc::verify::counted(&[
+        (r.undone, "rolled back", "undo log"),
+        (r.replayed, "replayed", "redo log"),
+        (r.discarded, "discarded", "uncommitted redo log"),
+        (r.heap.replayed, "replayed", "heap lane record"),
+    ])
 }
 
 /// True when the pool's root points at a PTM superblock in `image`.

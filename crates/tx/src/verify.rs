@@ -153,6 +153,8 @@ fn kind_name(k: Option<Kind>) -> &'static str {
 #[derive(Debug, Default)]
 pub struct TxCheck {
     pub superblock: Option<Superblock>,
+    /// The pool's default strategy (from the superblock).
+    pub strategy: Option<crate::Strategy>,
     pub findings: Vec<TxFinding>,
     /// Every non-empty log area, parsed.
     pub logs: Vec<AreaLog>,
@@ -248,6 +250,7 @@ pub fn verify(copy: &Pool, registry: Registry) -> TxCheck {
         }
     };
     out.superblock = Some(sb);
+    out.strategy = crate::Strategy::from_code(sb.strategy);
     let layout = match crate::pool::heap_bounds(&whole, &sb) {
         Ok((meta_lo, data_lo, data_hi)) => Layout {
             sb,
@@ -325,22 +328,13 @@ pub fn verify(copy: &Pool, registry: Registry) -> TxCheck {
 /// One line on what a recovery did, e.g. `rolled back 1 undo transaction,
 /// replayed 2 redo records` (`nothing to do` when it did nothing).
 pub fn describe(r: &TxRecovery) -> String {
-    let mut parts = Vec::new();
-    let mut part = |n: usize, what: &str| {
-        if n > 0 {
-            parts.push(format!("{what} {n}"));
-        }
-    };
-    part(r.rolled_back, "rolled back undo transactions:");
-    part(r.replayed, "replayed redo records:");
-    part(r.discarded, "discarded uncommitted redo records:");
-    part(r.reexecuted, "re-executed clobber transactions:");
-    part(r.heap.replayed, "replayed heap lane records:");
-    if parts.is_empty() {
-        "nothing to do".into()
-    } else {
-        parts.join(", ")
-    }
+    ferrite_alloc::verify::counted(&[
+        (r.rolled_back, "rolled back", "undo transaction"),
+        (r.replayed, "replayed", "redo record"),
+        (r.discarded, "discarded", "uncommitted redo record"),
+        (r.reexecuted, "re-executed", "clobber transaction"),
+        (r.heap.replayed, "replayed", "heap lane record"),
+    ])
 }
 
 /// True when the pool header's root points at a transactional pool
