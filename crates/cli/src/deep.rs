@@ -277,8 +277,12 @@ fn tx(image: &[u8], header: &Header, r: &mut Report) {
             .map(|f| finding(f.component(), f.kind(), f)),
     );
     for l in &c.tx.logs {
+        // After a finished transaction's records the area holds what
+        // older, longer transactions left: expected. After an
+        // interrupted one's, invalid bytes are its torn last record.
         let stop = match l.stop {
             ferrite_tx::verify::PrefixEnd::Clean => "",
+            _ if !l.interrupted => " (older bytes follow)",
             ferrite_tx::verify::PrefixEnd::Stale => " (older records follow)",
             ferrite_tx::verify::PrefixEnd::Invalid => " (a torn or corrupt record follows)",
         };
