@@ -167,7 +167,11 @@ mod tests {
     #[test]
     fn counted_says_what_was_done() {
         assert_eq!(
-            counted(&[(1, "rolled back", "undo transaction"), (0, "x", "y"), (2, "replayed", "redo record")]),
+            counted(&[
+                (1, "rolled back", "undo transaction"),
+                (0, "x", "y"),
+                (2, "replayed", "redo record")
+            ]),
             "rolled back 1 undo transaction, replayed 2 redo records"
         );
         assert_eq!(counted(&[(0, "x", "y")]), "nothing to do");
@@ -243,7 +247,9 @@ mod tests {
         let mut b = [0u8; 1];
         region.read(60, &mut b);
         region.write(60, &[b[0] ^ 0xff]);
-        let e = Heap::open(region).err().expect("corrupt superblock opens");
+        let Err(e) = Heap::open(region) else {
+            panic!("a heap with a corrupt superblock opened");
+        };
         let f = refused(&e);
         assert!(f.to_string().contains("checksum"), "{f}");
     }

@@ -28,7 +28,11 @@ pub enum BlocksFinding {
     /// Its open (recovery) refuses it.
     Refused { kind: Kind, what: String },
     /// Recovery would change `lines` cache lines.
-    Recovery { kind: Kind, lines: usize, what: String },
+    Recovery {
+        kind: Kind,
+        lines: usize,
+        what: String,
+    },
     /// The page store's audit failed.
     Audit(String),
 }
@@ -90,7 +94,10 @@ pub fn recognise(bytes: &[u8]) -> Option<Kind> {
 }
 
 fn changed_lines(a: &[u8], b: &[u8]) -> usize {
-    a.chunks(64).zip(b.chunks(64)).filter(|(x, y)| x != y).count()
+    a.chunks(64)
+        .zip(b.chunks(64))
+        .filter(|(x, y)| x != y)
+        .count()
 }
 
 /// Verifies the log or page store at the start of `region` (a region over

@@ -233,7 +233,8 @@ fn engine(image: &[u8], header: &Header, r: &mut Report) {
         None => "a store whose superblock does not decode".into(),
     };
     if !c.recovery.is_empty() {
-        r.notes.push(format!("engine recovery on a copy: {}", c.recovery));
+        r.notes
+            .push(format!("engine recovery on a copy: {}", c.recovery));
     }
     r.findings.extend(
         c.findings

@@ -190,7 +190,10 @@ fn engines_clean_then_every_planted_corruption_is_found() {
                 b[node as usize + 9] ^= 0x55
             });
             let (code, out) = deep(&p2, &[]);
-            assert_eq!(code, 1, "{tag}: a flipped byte at {node:#x}+9 went unnoticed:\n{out}");
+            assert_eq!(
+                code, 1,
+                "{tag}: a flipped byte at {node:#x}+9 went unnoticed:\n{out}"
+            );
 
             // The check never wrote to the pool.
             assert_eq!(read(&path), before, "{tag}: the check modified the pool");
@@ -251,10 +254,7 @@ fn transactional_pools_clean_then_every_planted_corruption_is_found() {
     for s in ferrite_ds::Structure::ALL {
         let path = tx_pool(dir.path(), s);
         let out = clean(&path);
-        assert!(
-            out.contains(&format!("holding a {s}: 50 keys")),
-            "{out}"
-        );
+        assert!(out.contains(&format!("holding a {s}: 50 keys")), "{out}");
         let before = read(&path);
         let sb = u64_at(&before, 128) as usize;
         let slot0 = sb + ferrite_tx::format::SLOTS_REL as usize;
@@ -264,14 +264,22 @@ fn transactional_pools_clean_then_every_planted_corruption_is_found() {
         finds(&p, "tx: superblock: ", "checksum mismatch");
         // Garbage in a slot header's reserved bytes.
         let p = variant(&path, &format!("{s}-slot.pool"), |b| b[slot0 + 40] = 0x99);
-        finds(&p, "tx: slot 0: ", "reserved byte 40 of the header line is 0x99");
+        finds(
+            &p,
+            "tx: slot 0: ",
+            "reserved byte 40 of the header line is 0x99",
+        );
         // A slot header whose `done` word went back: committed undo
         // transactions now look interrupted, and recovery would roll
         // them back over later data.
         let p = variant(&path, &format!("{s}-done.pool"), |b| {
             b[slot0..slot0 + 8].fill(0)
         });
-        finds(&p, "tx: slot 0: interrupted undo transaction", "recovery would roll it back");
+        finds(
+            &p,
+            "tx: slot 0: interrupted undo transaction",
+            "recovery would roll it back",
+        );
         // Truncated.
         let p = variant(&path, &format!("{s}-trunc.pool"), |b| b.truncate(8192));
         finds(&p, "pool: ", "truncated");
@@ -369,13 +377,20 @@ fn transactional_pools_clean_then_every_planted_corruption_is_found() {
             let a = l.split("area ").nth(1).unwrap();
             let n: u8 = a[..1].parse().unwrap();
             let end = l.split("log ends at byte 0x").nth(1).unwrap();
-            let end = usize::from_str_radix(end.split(|c: char| !c.is_ascii_hexdigit()).next().unwrap(), 16).unwrap();
+            let end = usize::from_str_radix(
+                end.split(|c: char| !c.is_ascii_hexdigit()).next().unwrap(),
+                16,
+            )
+            .unwrap();
             (n, end)
         };
         let (a, end) = area(&out);
-        let area_bytes = u64::from_le_bytes(image[sb + 16..sb + 24].try_into().unwrap()) as u32 as usize;
+        let area_bytes =
+            u64::from_le_bytes(image[sb + 16..sb + 24].try_into().unwrap()) as u32 as usize;
         let area_off = slot0 + 64 + a as usize * area_bytes;
-        let torn = variant(&p, &format!("{s}-torn.pool"), |b| b[area_off + end - 8] ^= 0xff);
+        let torn = variant(&p, &format!("{s}-torn.pool"), |b| {
+            b[area_off + end - 8] ^= 0xff
+        });
         finds(
             &torn,
             "tx: slot 0: interrupted undo transaction",
@@ -417,7 +432,9 @@ fn ptm_pools_clean_then_every_planted_corruption_is_found() {
                 .slot_off(1) as usize
         };
         // Garbage in the superblock.
-        let p = variant(&path, &format!("{alg}-sb.pool"), |b| b[sb + 24..sb + 28].fill(0xab));
+        let p = variant(&path, &format!("{alg}-sb.pool"), |b| {
+            b[sb + 24..sb + 28].fill(0xab)
+        });
         finds(&p, "ptm: superblock: ", "");
         // A slot header in an unknown state, and one with reserved garbage.
         let p = variant(&path, &format!("{alg}-state.pool"), |b| b[slot1] |= 3);
@@ -426,7 +443,11 @@ fn ptm_pools_clean_then_every_planted_corruption_is_found() {
         finds(&p, "ptm: slot 1: ", "reserved byte 30");
         // A slot left mid-commit: reported, and --repair finishes it.
         let p = variant(&path, &format!("{alg}-busy.pool"), |b| {
-            let st = if alg == ferrite_ptm::Algorithm::Eager { 1 } else { 2 };
+            let st = if alg == ferrite_ptm::Algorithm::Eager {
+                1
+            } else {
+                2
+            };
             b[slot1..slot1 + 8].copy_from_slice(&ferrite_ptm::format::status(9, st).to_le_bytes())
         });
         finds(&p, "ptm: slot 1: ", "recovery would");
@@ -440,7 +461,9 @@ fn ptm_pools_clean_then_every_planted_corruption_is_found() {
         assert!(rep.contains(did), "{rep}");
         // The heap's superblock checksum.
         let heap_off = u64_at(&before, sb + 32) as usize;
-        let p = variant(&path, &format!("{alg}-heap.pool"), |b| b[heap_off + 60] ^= 0x80);
+        let p = variant(&path, &format!("{alg}-heap.pool"), |b| {
+            b[heap_off + 60] ^= 0x80
+        });
         finds(&p, "heap: does not open: ", "checksum");
         assert_eq!(read(&path), before);
     }
@@ -454,7 +477,11 @@ fn logs_clean_then_a_torn_record_and_a_bad_superblock_are_found() {
     let path = dir.path().join("log.pool");
     let pool = Pool::create(&path, &PoolOptions::new("deep-log", 1 << 20)).unwrap();
     let region = pool.data().sub(0, 64 << 10).unwrap();
-    let mut log = Log::create(region, Variant::new(Algorithm::PopLog, Layout::Packed).unwrap()).unwrap();
+    let mut log = Log::create(
+        region,
+        Variant::new(Algorithm::PopLog, Layout::Packed).unwrap(),
+    )
+    .unwrap();
     let mut ends = Vec::new();
     for i in 0..10u8 {
         log.append(&[i + 1; 100]).unwrap();
@@ -522,7 +549,15 @@ fn random_metadata_damage_never_panics() {
     ];
     let ptm = dir.path().join("ptm.pool");
     let pool = Pool::create(&ptm, &PoolOptions::new("ferrite-serve-ptm", 8 << 20)).unwrap();
-    drop(Ptm::create(&pool, &PtmOptions::new(ferrite_ptm::Algorithm::Lazy).slots(2).log_bytes(4096)).unwrap());
+    drop(
+        Ptm::create(
+            &pool,
+            &PtmOptions::new(ferrite_ptm::Algorithm::Lazy)
+                .slots(2)
+                .log_bytes(4096),
+        )
+        .unwrap(),
+    );
     pool.close().unwrap();
     pools.push(ptm);
     let runs: usize = std::env::var("FERRITE_DEEP_RUNS")
@@ -560,6 +595,8 @@ fn random_metadata_damage_never_panics() {
             passed += 1;
         }
     }
-    eprintln!("random damage: {runs} runs, {found} with findings, {passed} clean (flips in unused bytes)");
+    eprintln!(
+        "random damage: {runs} runs, {found} with findings, {passed} clean (flips in unused bytes)"
+    );
     assert!(found > runs / 4, "only {found} of {runs} corruptions found");
 }

@@ -101,13 +101,8 @@ pub struct EngineCheck {
 }
 
 fn copy(image: &[u8], layout: &str) -> Result<Pool, String> {
-    Pool::open_image(
-        image,
-        &PoolOptions::new(layout, 0),
-        Domain::Volatile,
-        None,
-    )
-    .map_err(|e| e.to_string())
+    Pool::open_image(image, &PoolOptions::new(layout, 0), Domain::Volatile, None)
+        .map_err(|e| e.to_string())
 }
 
 /// Opens the heap of the store described by `sb` alone, on its own copy:
@@ -136,9 +131,7 @@ fn heap_before(
 pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
     let mut out = EngineCheck::default();
     let data_len = (image.len() as u64).saturating_sub(HEADER_SIZE as u64);
-    let raw = image
-        .get(HEADER_SIZE..HEADER_SIZE + 64)
-        .unwrap_or(&[]);
+    let raw = image.get(HEADER_SIZE..HEADER_SIZE + 64).unwrap_or(&[]);
     let sb = match Superblock::decode(raw, data_len) {
         Ok(sb) => sb,
         Err(e) => {
@@ -310,7 +303,10 @@ mod tests {
                                 _ => None,
                             })
                             .unwrap_or(0)
-                    })) && c.findings.iter().any(|f| f.to_string().contains("unreachable")),
+                    })) && c
+                        .findings
+                        .iter()
+                        .any(|f| f.to_string().contains("unreachable")),
                     "{kind}/{alloc}: {:?}",
                     c.findings
                 );

@@ -22,9 +22,15 @@ pub enum PtmFinding {
     /// No root at the superblock, or the superblock does not decode.
     Superblock(String),
     /// A slot's header line has an unknown state or non-zero reserved bytes.
-    SlotHeader { slot: usize, what: String },
+    SlotHeader {
+        slot: usize,
+        what: String,
+    },
     /// A slot recovery would have to act on.
-    Interrupted { slot: usize, what: String },
+    Interrupted {
+        slot: usize,
+        what: String,
+    },
     /// Recovery refuses the pool.
     Refused(String),
     Heap(HeapFinding),
@@ -256,7 +262,9 @@ mod tests {
             bad[so] |= 3;
             let c = verify(&copy(&bad));
             assert!(
-                c.findings.iter().any(|f| f.to_string().contains("unknown status")),
+                c.findings
+                    .iter()
+                    .any(|f| f.to_string().contains("unknown status")),
                 "{alg}: {:?}",
                 c.findings
             );

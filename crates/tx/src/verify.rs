@@ -364,8 +364,8 @@ mod tests {
     }
 
     fn check(img: &[u8]) -> TxCheck {
-        let copy = Pool::open_image(img, &PoolOptions::new("tx", 0), Domain::Volatile, None)
-            .unwrap();
+        let copy =
+            Pool::open_image(img, &PoolOptions::new("tx", 0), Domain::Volatile, None).unwrap();
         verify(&copy, Registry::new())
     }
 
@@ -395,9 +395,8 @@ mod tests {
         bad[slot0 + 20] = 0x77;
         let c = check(&bad);
         assert!(
-            c.findings
-                .iter()
-                .any(|f| f.to_string() == "slot 0: reserved byte 20 of the header line is 0x77, not zero"),
+            c.findings.iter().any(|f| f.to_string()
+                == "slot 0: reserved byte 20 of the header line is 0x77, not zero"),
             "{:?}",
             c.findings
         );
