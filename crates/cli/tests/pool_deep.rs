@@ -600,3 +600,187 @@ fn random_metadata_damage_never_panics() {
     );
     assert!(found > runs / 4, "only {found} of {runs} corruptions found");
 }
+
+// ---- crash images -------------------------------------------------------------
+
+/// Runs a few atomic batches on the store image `img` on the crash
+/// simulator, crashing at fence `at` (none: run to the end). Returns the
+/// post-crash image (in-flight lines surviving by `seed`) and the fences
+/// the run issued.
+fn crash_engine(
+    kind: EngineKind,
+    img: &[u8],
+    at: Option<u64>,
+    seed: u64,
+) -> (Option<Vec<u8>>, u64) {
+    use ferrite_crash::{CrashAt, SimMedium};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let sim = std::sync::Arc::new(SimMedium::new(
+        ferrite_pmem::Domain::Adr,
+        false,
+        img.to_vec(),
+        at.map(CrashAt::Fence),
+    ));
+    let pool = Pool::open_image(
+        img,
+        &PoolOptions::new(ferrite_engine::LAYOUT, 0),
+        ferrite_pmem::Domain::Adr,
+        Some(sim.clone()),
+    )
+    .unwrap();
+    let opts = ferrite_engine::checks::check_options(
+        kind,
+        AllocKind::Ferrite,
+        ferrite_engine::Fault::None,
+    );
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let s = Store::open(&pool, &opts).unwrap();
+        let mut sess = s.session().unwrap();
+        for i in 0..6u32 {
+            let v = vec![i as u8; 300];
+            let (k1, k2) = (key(1000 + i), key(3 * i + 1));
+            sess.batch(&[
+                ferrite_engine::Op::Put {
+                    key: &k1,
+                    value: &v,
+                },
+                ferrite_engine::Op::Delete { key: &k2 },
+            ])
+            .unwrap();
+        }
+        drop(sess);
+        s.quiesce().unwrap();
+    }));
+    let fences = sim.counts().fences;
+    match r {
+        Ok(()) => (None, fences),
+        Err(p) if p.is::<ferrite_crash::sim::Crashed>() => (
+            Some(sim.take_captured().unwrap().build_seeded(seed)),
+            fences,
+        ),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+#[test]
+fn engine_crash_images_show_only_what_recovery_fixes_and_repair_cleans_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut with_findings = 0;
+    for kind in EngineKind::ALL {
+        let base = make_store(dir.path(), kind, AllocKind::Ferrite);
+        let img = read(&base);
+        let (_, fences) = crash_engine(kind, &img, None, 0);
+        assert!(fences > 4, "{kind}: {fences} fences");
+        for n in 1..=8u64 {
+            let at = 1 + (fences - 1) * n / 8;
+            let (Some(crashed), _) = crash_engine(kind, &img, Some(at), n) else {
+                continue;
+            };
+            let p = dir.path().join(format!("{kind}-crash{n}.pool"));
+            std::fs::write(&p, &crashed).unwrap();
+            let (code, out) = deep(&p, &["--json"]);
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            for f in v["findings"].as_array().unwrap() {
+                let k = f["kind"].as_str().unwrap();
+                assert!(
+                    k == "engine-recovery" || k == "heap-replay",
+                    "{kind} crashed at fence {at}: a crash state must need only recovery, found {f}"
+                );
+            }
+            if code == 1 {
+                with_findings += 1;
+                let (code, rep) = deep(&p, &["--repair"]);
+                assert_eq!(code, 0, "{kind} crashed at fence {at}: repair left:\n{rep}");
+                assert!(rep.contains("repaired: engine: recovery ran: "), "{rep}");
+            }
+        }
+    }
+    eprintln!("{with_findings} crash images needed recovery");
+    assert!(with_findings > 0, "no crash image needed recovery");
+}
+
+/// [`crash_engine`] for a transactional pool holding structure `s`,
+/// running inserts and removes under `strategy`.
+fn crash_tx(
+    s: ferrite_ds::Structure,
+    strategy: Strategy,
+    img: &[u8],
+    at: Option<u64>,
+    seed: u64,
+) -> (Option<Vec<u8>>, u64) {
+    use ferrite_crash::{CrashAt, SimMedium};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let sim = std::sync::Arc::new(SimMedium::new(
+        ferrite_pmem::Domain::Adr,
+        false,
+        img.to_vec(),
+        at.map(CrashAt::Fence),
+    ));
+    let pool = Pool::open_image(
+        img,
+        &PoolOptions::new("deep-tx", 0),
+        ferrite_pmem::Domain::Adr,
+        Some(sim.clone()),
+    )
+    .unwrap();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let txp = TxPool::open(&pool, ferrite_ds::registry(), Some(strategy)).unwrap();
+        let mut th = txp.thread().unwrap();
+        let map = ferrite_ds::open(s, &txp, txp.root()).unwrap();
+        for k in 0..4u64 {
+            map.insert(&mut th, 100 + k, &[k as u8; 256]).unwrap();
+            map.remove(&mut th, 5 * k + 1).unwrap();
+        }
+    }));
+    let fences = sim.counts().fences;
+    match r {
+        Ok(()) => (None, fences),
+        Err(p) if p.is::<ferrite_crash::sim::Crashed>() => (
+            Some(sim.take_captured().unwrap().build_seeded(seed)),
+            fences,
+        ),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+#[test]
+fn transaction_crash_images_show_only_what_recovery_fixes_and_repair_cleans_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut with_findings = 0;
+    for (s, strategy) in [
+        (ferrite_ds::Structure::HashMap, Strategy::Undo),
+        (ferrite_ds::Structure::BpTree, Strategy::Redo),
+        (ferrite_ds::Structure::SkipList, Strategy::Clobber),
+        (ferrite_ds::Structure::RbTree, Strategy::Clobber),
+    ] {
+        let base = tx_pool(dir.path(), s);
+        let img = read(&base);
+        let (_, fences) = crash_tx(s, strategy, &img, None, 0);
+        assert!(fences > 4, "{s}: {fences} fences");
+        for n in 1..=8u64 {
+            let at = 1 + (fences - 1) * n / 8;
+            let (Some(crashed), _) = crash_tx(s, strategy, &img, Some(at), n) else {
+                continue;
+            };
+            let p = dir.path().join(format!("{s}-crash{n}.pool"));
+            std::fs::write(&p, &crashed).unwrap();
+            let (code, out) = deep(&p, &["--json"]);
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            for f in v["findings"].as_array().unwrap() {
+                let k = f["kind"].as_str().unwrap();
+                assert!(
+                    k == "tx-interrupted" || k == "heap-replay",
+                    "{s}/{strategy:?} crashed at fence {at}: a crash state must need only recovery, found {f}"
+                );
+            }
+            if code == 1 {
+                with_findings += 1;
+                let (code, rep) = deep(&p, &["--repair"]);
+                assert_eq!(code, 0, "{s} crashed at fence {at}: repair left:\n{rep}");
+                assert!(rep.contains("repaired: tx: "), "{rep}");
+            }
+        }
+    }
+    eprintln!("{with_findings} crash images needed recovery");
+    assert!(with_findings > 0, "no crash image needed recovery");
+}
