@@ -19,7 +19,8 @@
 //! Nothing here writes to the region it is handed except through the
 //! heap's own recovery, which is why callers pass a copy.
 
-use crate::{AllocError, PAllocator, RecoveryReport};
+use crate::{AllocError, Heap, LockHeap, PAllocator, RecoveryReport};
+use ferrite_pmem::Region;
 use std::collections::BTreeMap;
 
 /// One thing wrong with a heap or with how its user references it.
@@ -154,6 +155,70 @@ pub fn counted(parts: &[(usize, &str, &str)]) -> String {
     }
 }
 
+/// Which allocator's superblock starts `bytes` (`FERRHEAP`: the Ferrite
+/// heap; `FERRLOCK`: the lock heap).
+pub fn recognise(bytes: &[u8]) -> Option<&'static str> {
+    match bytes.get(..8)? {
+        m if m == crate::heap::MAGIC => Some("ferrite"),
+        m if m == crate::lock::MAGIC => Some("nstore-lock"),
+        _ => None,
+    }
+}
+
+/// What [`verify_region`] found in a heap on its own.
+#[derive(Clone, Debug, Default)]
+pub struct RegionCheck {
+    /// `ferrite` or `nstore-lock`, when recognised.
+    pub allocator: Option<&'static str>,
+    pub findings: Vec<HeapFinding>,
+    /// Allocated blocks (when it opened) and bytes they hold.
+    pub blocks: usize,
+    pub bytes: u64,
+    /// The heap's root object (0 when none).
+    pub root: u64,
+}
+
+/// Verifies a heap that stands alone at the start of `region` (a region
+/// over a copy of the pool: the heap's recovery runs on it). Without the
+/// structure that owns its blocks nothing is known to reach them except
+/// the heap's root object, so no leak is reported; what is checked is
+/// everything the heap's own open validates, and whether its recovery
+/// would replay lane records.
+pub fn verify_region(region: &Region) -> RegionCheck {
+    let head = region.read_vec(0, region.len().min(8));
+    let mut out = RegionCheck {
+        allocator: recognise(&head),
+        ..RegionCheck::default()
+    };
+    let heap: Box<dyn PAllocator> = match out.allocator {
+        Some("ferrite") => match Heap::open(region.clone()) {
+            Ok(h) => Box::new(h),
+            Err(e) => {
+                out.findings.push(refused(&e));
+                return out;
+            }
+        },
+        Some(_) => match LockHeap::open(region.clone()) {
+            Ok(h) => Box::new(h),
+            Err(e) => {
+                out.findings.push(refused(&e));
+                return out;
+            }
+        },
+        None => {
+            out.findings
+                .push(HeapFinding::Refused("no heap superblock magic".into()));
+            return out;
+        }
+    };
+    out.findings.extend(recovery_findings(heap.recovery()));
+    let a = allocated(&*heap);
+    out.blocks = a.len();
+    out.bytes = a.values().sum();
+    out.root = heap.root().raw();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +300,32 @@ mod tests {
             assert!(
                 matches!(f[0], HeapFinding::Leak { off, .. } if off == lost.raw()),
                 "{f:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_heap_alone_is_recognised_and_verified() {
+        for lock in [false, true] {
+            let p = pool();
+            let region = p.data().sub(0, 2 << 20).unwrap();
+            let heap: Box<dyn PAllocator> = if lock {
+                Box::new(LockHeap::create(region.clone(), LockOptions::default()).unwrap())
+            } else {
+                Box::new(Heap::create(region.clone(), HeapOptions::default()).unwrap())
+            };
+            heap.thread().unwrap().alloc(100, None).unwrap();
+            drop(heap);
+            let c = verify_region(&region);
+            assert_eq!(c.allocator, Some(if lock { "nstore-lock" } else { "ferrite" }));
+            assert!(c.findings.is_empty(), "{:?}", c.findings);
+            assert_eq!(c.blocks, 1);
+            region.write(20, &[0xaa; 4]);
+            let c = verify_region(&region);
+            assert!(
+                matches!(&c.findings[..], [HeapFinding::Refused(_)]),
+                "{:?}",
+                c.findings
             );
         }
     }

@@ -12,6 +12,7 @@
 //! | a transactional pool (+ a structure)    | the header's root points at magic `FERRTXPL`    | `ferrite_tx::verify`, `ferrite_ds::verify` |
 //! | a PTM pool (`ferrite serve --store ptm-*`) | the root points at magic `FERPTM01`          | `ferrite_ptm::verify` |
 //! | a log / a page store                    | magic `FERRLOG\0` / `FERPAGE\0` at the data start | `ferrite_blocks::verify` |
+//! | a heap on its own                       | magic `FERRHEAP` / `FERRLOCK` at the data start | `ferrite_alloc::verify` |
 //!
 //! Output: one line per finding, `PATH: COMPONENT: message`, then a
 //! summary line, then indented notes (where each log's valid prefix ends).
@@ -50,6 +51,7 @@ enum Holds {
     Tx,
     Ptm,
     Blocks,
+    Heap,
     Unknown,
 }
 
@@ -188,6 +190,7 @@ fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
         Holds::Tx => tx(image, &header, &mut r),
         Holds::Ptm => ptm(image, &header, &mut r),
         Holds::Blocks => blocks(image, &header, &mut r),
+        Holds::Heap => heap(image, &header, &mut r),
         Holds::Unknown => {
             r.what = format!(
                 "layout '{}': contents not recognised, only the header was checked",
@@ -207,6 +210,8 @@ fn recognise(image: &[u8], layout: &str) -> Holds {
         Holds::Ptm
     } else if ferrite_blocks::verify::recognise(&image[HEADER_SIZE..]).is_some() {
         Holds::Blocks
+    } else if ferrite_alloc::verify::recognise(&image[HEADER_SIZE..]).is_some() {
+        Holds::Heap
     } else {
         Holds::Unknown
     }
@@ -353,6 +358,26 @@ fn blocks(image: &[u8], header: &Header, r: &mut Report) {
     );
 }
 
+fn heap(image: &[u8], header: &Header, r: &mut Report) {
+    let pool = match copy(image, header) {
+        Ok(p) => p,
+        Err(f) => {
+            r.findings.push(f);
+            return;
+        }
+    };
+    let c = ferrite_alloc::verify::verify_region(&pool.data());
+    r.what = format!(
+        "a {} heap on its own: {} blocks allocated ({} bytes), root object {:#x}; what references them is its user's, so leaks are not checked",
+        c.allocator.unwrap_or("?"),
+        c.blocks,
+        c.bytes,
+        c.root
+    );
+    r.findings
+        .extend(c.findings.iter().map(|f| finding("heap", f.kind(), f)));
+}
+
 /// Runs the component's recovery on the file where that is safe.
 /// Returns what was done and what was refused (with reasons).
 fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
@@ -446,6 +471,23 @@ fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>),
             let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
             let what = ferrite_blocks::verify::recover(&pool.data()).map_err(|x| e(&x))?;
             done.push(what);
+            pool.close().map_err(|x| e(&x))?;
+        }
+        Holds::Heap => {
+            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
+            let region = pool.data();
+            let rec = match ferrite_alloc::verify::recognise(&region.read_vec(0, 8)) {
+                Some("ferrite") => ferrite_alloc::Heap::open(region)
+                    .map(|h| h.recovery().clone())
+                    .map_err(|x| e(&x))?,
+                _ => ferrite_alloc::LockHeap::open(region)
+                    .map(|h| ferrite_alloc::PAllocator::recovery(&h).clone())
+                    .map_err(|x| e(&x))?,
+            };
+            done.push(format!(
+                "heap: {}",
+                ferrite_alloc::verify::counted(&[(rec.replayed, "replayed", "lane record")])
+            ));
             pool.close().map_err(|x| e(&x))?;
         }
         Holds::Unknown => {}

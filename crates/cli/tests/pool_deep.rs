@@ -784,3 +784,45 @@ fn transaction_crash_images_show_only_what_recovery_fixes_and_repair_cleans_them
     eprintln!("{with_findings} crash images needed recovery");
     assert!(with_findings > 0, "no crash image needed recovery");
 }
+
+#[test]
+fn heaps_and_page_stores_on_their_own_are_recognised_and_checked() {
+    use ferrite_alloc::{Heap, HeapOptions, LockHeap, LockOptions};
+    use ferrite_blocks::page::{DirtyLines, PageStore, PageStoreOptions};
+    let dir = tempfile::tempdir().unwrap();
+    for lock in [false, true] {
+        let path = dir.path().join(format!("heap-{lock}.pool"));
+        let pool = Pool::create(&path, &PoolOptions::new("deep-heap", 4 << 20)).unwrap();
+        let heap: Box<dyn PAllocator> = if lock {
+            Box::new(LockHeap::create(pool.data(), LockOptions::default()).unwrap())
+        } else {
+            Box::new(Heap::create(pool.data(), HeapOptions::default()).unwrap())
+        };
+        for n in [10, 100, 1000, 30000] {
+            heap.thread().unwrap().alloc(n, None).unwrap();
+        }
+        drop(heap);
+        pool.close().unwrap();
+        let out = clean(&path);
+        assert!(out.contains("heap on its own: 4 blocks allocated"), "{out}");
+        let p = variant(&path, &format!("heap-{lock}-sb.pool"), |b| {
+            b[DATA + 40] ^= 0x20
+        });
+        finds(&p, "heap: does not open: ", "");
+    }
+    let path = dir.path().join("pages.pool");
+    let pool = Pool::create(&path, &PoolOptions::new("deep-pages", 4 << 20)).unwrap();
+    let opts = PageStoreOptions::new(4096, 16);
+    let region = pool.data().sub(0, opts.region_len().unwrap()).unwrap();
+    let ps = PageStore::create(region, &opts).unwrap();
+    for pg in 0..16 {
+        ps.write_page(pg, &vec![pg as u8; 4096], &DirtyLines::all(64))
+            .unwrap();
+    }
+    drop(ps);
+    pool.close().unwrap();
+    let out = clean(&path);
+    assert!(out.contains("page store ("), "{out}");
+    let p = variant(&path, "pages-sb.pool", |b| b[DATA + 30] ^= 0x04);
+    finds(&p, "pages: does not open: ", "");
+}
