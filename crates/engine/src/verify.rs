@@ -185,7 +185,7 @@ pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
     // The InP engine replays its newest records on every open (they are
     // idempotent and a clean close does not retire them), so what counts
     // is whether recovery changed any byte of the pool.
-    let lines = changed_lines(image, &pool.image(), sb.engine);
+    let lines = changed_lines(image, &pool, sb.engine);
     if lines > 0 {
         out.findings.push(EngineFinding::Recovery {
             lines,
@@ -236,16 +236,28 @@ pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
     out
 }
 
-/// How many 64-byte lines differ between two images of one pool of
-/// engine `kind`, leaving out the InP log headers' retired word, which
-/// every InP open rewrites.
-fn changed_lines(a: &[u8], b: &[u8], kind: EngineKind) -> usize {
-    a.chunks(64)
-        .zip(b.chunks(64))
-        .filter(|(x, y)| {
-            x != y && !(kind == EngineKind::Inp && crate::inp::only_retired_changed(x, y))
-        })
-        .count()
+/// How many 64-byte lines of `pool` differ from `image`, leaving out the
+/// InP log headers' retired word, which every InP open rewrites. Reads
+/// the pool a chunk at a time, so a large pool is not copied again.
+fn changed_lines(image: &[u8], pool: &Pool, kind: EngineKind) -> usize {
+    const CHUNK: usize = 1 << 20;
+    let map = pool.medium().map();
+    let len = image.len().min(map.len());
+    let mut buf = vec![0u8; CHUNK];
+    let mut n = 0;
+    for start in (0..len).step_by(CHUNK) {
+        let end = (start + CHUNK).min(len);
+        let now = &mut buf[..end - start];
+        map.read(start, now);
+        n += image[start..end]
+            .chunks(64)
+            .zip(now.chunks(64))
+            .filter(|(x, y)| {
+                x != y && !(kind == EngineKind::Inp && crate::inp::only_retired_changed(x, y))
+            })
+            .count();
+    }
+    n
 }
 
 /// True when the pool holds a store: its layout is [`LAYOUT`] or its data
