@@ -24,7 +24,6 @@
 //! back, lane records replayed) is a finding too: a cleanly closed store
 //! needs none of it.
 
-use crate::store::SUPERBLOCK_BYTES;
 use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Store, StoreOptions, Superblock};
 use ferrite_alloc::verify::{self as av, HeapFinding};
 use ferrite_alloc::{Heap, LockHeap, PAllocator};
@@ -268,9 +267,6 @@ pub fn recognise(image: &[u8], layout: &str) -> bool {
             .get(HEADER_SIZE..HEADER_SIZE + 8)
             .is_some_and(|m| m == b"FRTENGN1")
 }
-
-/// Bytes of the superblock page (for callers planting corruption in tests).
-pub const SUPERBLOCK_PAGE: usize = SUPERBLOCK_BYTES;
 
 #[cfg(test)]
 mod tests {
