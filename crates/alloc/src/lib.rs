@@ -91,6 +91,7 @@ pub mod heap;
 pub mod lane;
 pub mod lock;
 pub mod ops;
+pub mod verify;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;

@@ -83,7 +83,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-const MAGIC: [u8; 8] = *b"FERRLOCK";
+pub(crate) const MAGIC: [u8; 8] = *b"FERRLOCK";
 const VERSION: u16 = 1;
 const ROOT_OFF: usize = CACHE_LINE;
 const LANE_OFF: usize = 2 * CACHE_LINE;

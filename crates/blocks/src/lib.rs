@@ -18,6 +18,7 @@ pub mod cell;
 pub mod group;
 pub mod log;
 pub mod page;
+pub mod verify;
 
 /// Crash checks of the building blocks, run through `ferrite-crash`.
 #[cfg(any(test, feature = "checks"))]

@@ -5,6 +5,7 @@
 
 mod checks;
 mod date;
+mod deep;
 mod kv;
 mod progress;
 mod serve;
@@ -197,16 +198,37 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Verify a pool's header (and layout, if given); exit 1 when bad.
+    /// Verify a pool's header (and layout, if given); with --deep, walk
+    /// what it holds (heap, transaction slots and logs, structures, PTM,
+    /// logs, page store, engines). Exit 0 clean, 1 with one line per
+    /// finding, 2 on usage errors.
     #[command(after_help = "\
 Examples:
   ferrite pool create demo.pool
   ferrite pool check demo.pool
-  ferrite pool check demo.pool --layout ferrite")]
+  ferrite pool check demo.pool --layout ferrite
+  ferrite kv demo.kv create --size 16M
+  ferrite pool check demo.kv --deep
+  ferrite pool check demo.kv --deep --json
+  ferrite pool check demo.kv --deep --repair")]
     Check {
         path: PathBuf,
         #[arg(long)]
         layout: Option<String>,
+        /// Recognise what the pool holds and walk it: checksums,
+        /// reachability from the roots, leaks, logs' valid prefixes,
+        /// transactions recovery would act on (read-only: recovery runs on
+        /// an in-memory copy).
+        #[arg(long)]
+        deep: bool,
+        /// Run the component's own recovery on the file where that is
+        /// safe, say what it did, and check again (refuses, with the
+        /// reason, for corruption and leaks).
+        #[arg(long, requires = "deep")]
+        repair: bool,
+        /// Print one JSON object instead of text.
+        #[arg(long, requires = "deep")]
+        json: bool,
     },
 }
 
@@ -356,7 +378,14 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        PoolCmd::Check { path, layout } => {
+        PoolCmd::Check {
+            path,
+            layout,
+            deep: true,
+            repair,
+            json,
+        } => deep::run(&path, layout.as_deref(), repair, json),
+        PoolCmd::Check { path, layout, .. } => {
             let (h, root) = Pool::inspect(&path).map_err(|e| e.to_string())?;
             if let Some(l) = layout.filter(|l| *l != h.layout) {
                 return Err(format!("pool has layout '{}', expected '{l}'", h.layout));

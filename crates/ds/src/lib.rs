@@ -23,6 +23,7 @@ pub mod bytemap;
 pub mod hashmap;
 pub mod rbtree;
 pub mod skiplist;
+pub mod verify;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;

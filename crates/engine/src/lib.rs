@@ -74,6 +74,7 @@ mod gate;
 pub mod inp;
 pub mod lsm;
 pub mod store;
+pub mod verify;
 
 #[cfg(any(test, feature = "checks"))]
 pub mod checks;

@@ -107,6 +107,7 @@ pub mod format;
 pub mod orec;
 mod ptm;
 pub mod tx;
+pub mod verify;
 pub mod word;
 pub mod workloads;
 

@@ -95,6 +95,7 @@ pub mod pool;
 pub mod recovery;
 pub mod registry;
 pub mod tx;
+pub mod verify;
 
 #[cfg(test)]
 mod tests;

@@ -220,7 +220,7 @@ impl std::fmt::Debug for TxPool {
 /// Reads the heap geometry the layout needs from the heap superblock
 /// (documented in [`ferrite_alloc::heap`]: pages at 16..24, desc_off at
 /// 24..32, data_off at 32..40).
-fn heap_bounds(region: &Region, sb: &Superblock) -> Result<(u64, u64, u64)> {
+pub(crate) fn heap_bounds(region: &Region, sb: &Superblock) -> Result<(u64, u64, u64)> {
     let h = sb.heap_off as usize;
     let pages = region.load_u64(h + 16);
     let desc_off = region.load_u64(h + 24);

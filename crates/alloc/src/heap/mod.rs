@@ -197,6 +197,7 @@
 //! an [`AllocError`]; it never repairs or reuses a heap it cannot trust.
 
 mod format;
+pub(crate) use format::MAGIC;
 mod thread;
 
 pub use thread::HeapThread;

@@ -166,6 +166,8 @@
 
 mod classic;
 mod format;
+/// `FERRLOG\0`: the magic a log superblock starts with (for recognising a log).
+pub const MAGIC: [u8; 8] = format::MAGIC;
 mod header;
 mod poplog;
 mod rawl;

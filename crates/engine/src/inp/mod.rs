@@ -274,6 +274,20 @@ const ROOT_AT: u64 = 8;
 const RETIRED_AT: u64 = 16;
 const INTENT_BYTES_AT: u64 = 24;
 
+/// True when `after` differs from `before` (one 64-byte line of the pool)
+/// only in the retired-sequence word of a session's log header: the one
+/// store every InP recovery makes even on a cleanly closed store, whose
+/// newest records it replays (idempotently) and then retires. For
+/// `pool check --deep`, which must not call that an unclean close.
+pub(crate) fn only_retired_changed(before: &[u8], after: &[u8]) -> bool {
+    let r = RETIRED_AT as usize;
+    before.len() == HDR_BYTES as usize
+        && after.len() == before.len()
+        && &before[..8] == HDR_MAGIC
+        && before[..r] == after[..r]
+        && before[r + 8..] == after[r + 8..]
+}
+
 /// Whether a store made with `opts` uses the intent protocol.
 fn wants_intent(opts: &StoreOptions) -> bool {
     opts.inp.intent_allocs || opts.allocator == AllocKind::Pmdk

@@ -1,0 +1,496 @@
+//! `ferrite pool check PATH --deep [--repair] [--json]`: recognise what a
+//! pool holds and walk it (pmempool-check's job, and more).
+//!
+//! The pool file is read once into memory and never written (unless
+//! `--repair`): every component's own recovery runs on in-memory copies
+//! ([`ferrite_pmem::Pool::open_image`]) to learn what it would do, and each
+//! component's read-only `verify` module does the walking:
+//!
+//! | what the pool holds                     | recognised by                                   | walked by |
+//! |-----------------------------------------|-------------------------------------------------|-----------|
+//! | a store (`ferrite kv`, `ferrite serve`) | layout `ferrite-kv` or magic `FRTENGN1` at the data start | `ferrite_engine::verify` (+ `ferrite_alloc::verify`) |
+//! | a transactional pool (+ a structure)    | the header's root points at magic `FERRTXPL`    | `ferrite_tx::verify`, `ferrite_ds::verify` |
+//! | a PTM pool (`ferrite serve --store ptm-*`) | the root points at magic `FERPTM01`          | `ferrite_ptm::verify` |
+//! | a log / a page store                    | magic `FERRLOG\0` / `FERPAGE\0` at the data start | `ferrite_blocks::verify` |
+//! | a heap on its own                       | magic `FERRHEAP` / `FERRLOCK` at the data start | `ferrite_alloc::verify` |
+//!
+//! Output: one line per finding, `PATH: COMPONENT: message`, then a
+//! summary line, then indented notes (where each log's valid prefix ends).
+//! Exit status 0 when there is no finding, 1 when there is one (or the file
+//! cannot be read); clap's usage errors exit with 2.
+//!
+//! `--repair` runs the component's own recovery on the file when that is
+//! safe — the same recovery succeeded on the copy, and the findings are
+//! ones it resolves (interrupted transactions, unapplied logs) — says what
+//! it did, and checks again. It refuses, with the reason, where it is not:
+//! a damaged header or superblock, corruption its recovery refuses, leaks
+//! (freeing a block is only safe if nothing outside the walked roots
+//! references it, which no check can prove).
+
+use ferrite_engine::{EngineKind, Store, StoreOptions};
+use ferrite_pmem::{Domain, HEADER_SIZE, Header, Pool, PoolOptions};
+use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
+use ferrite_tx::TxPool;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// One finding, as printed.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// `pool`, `engine`, `heap`, `tx`, `ds`, `ptm`, `log`, `pages`.
+    pub component: &'static str,
+    /// Stable short name of the kind of problem (JSON, tests).
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// What the pool holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holds {
+    Engine,
+    Tx,
+    Ptm,
+    Blocks,
+    Heap,
+    Unknown,
+}
+
+/// The result of one check.
+#[derive(Debug, Default)]
+struct Report {
+    /// `engine cow on the ferrite heap`, `transactional pool (undo) with a hashmap`, …
+    what: String,
+    findings: Vec<Finding>,
+    notes: Vec<String>,
+}
+
+fn finding(component: &'static str, kind: &'static str, message: impl ToString) -> Finding {
+    Finding {
+        component,
+        kind,
+        message: message.to_string(),
+    }
+}
+
+/// Kinds `--repair` resolves by running the component's recovery.
+const RECOVERABLE: &[&str] = &[
+    "engine-recovery",
+    "tx-interrupted",
+    "ptm-interrupted",
+    "heap-replay",
+    "log-recovery",
+];
+
+/// Checks the pool file at `path`; with `repair`, repairs what is safe and
+/// checks again. Returns exit status 0 (clean) or 1 (findings).
+pub fn run(
+    path: &Path,
+    layout: Option<&str>,
+    repair: bool,
+    json: bool,
+) -> Result<ExitCode, String> {
+    let mut report = check(path, layout)?;
+    let mut repaired = Vec::new();
+    let mut refused = Vec::new();
+    if repair && !report.findings.is_empty() {
+        (repaired, refused) = do_repair(path, &report)?;
+        if !repaired.is_empty() {
+            report = check(path, layout)?;
+        }
+    }
+    let shown = path.display().to_string();
+    if json {
+        let v = serde_json::json!({
+            "path": shown,
+            "holds": report.what,
+            "clean": report.findings.is_empty(),
+            "findings": report.findings.iter().map(|f| serde_json::json!({
+                "component": f.component,
+                "kind": f.kind,
+                "message": f.message,
+            })).collect::<Vec<_>>(),
+            "notes": report.notes,
+            "repaired": repaired,
+            "refused": refused,
+        });
+        println!("{v}");
+    } else {
+        for r in &repaired {
+            println!("{shown}: repaired: {r}");
+        }
+        for r in &refused {
+            println!("{shown}: not repaired: {r}");
+        }
+        for f in &report.findings {
+            println!("{shown}: {}: {}", f.component, f.message);
+        }
+        let n = report.findings.len();
+        if n == 0 {
+            println!("{shown}: clean ({})", report.what);
+        } else {
+            println!(
+                "{shown}: {n} finding{} ({})",
+                if n == 1 { "" } else { "s" },
+                report.what
+            );
+        }
+        for note in &report.notes {
+            println!("  {note}");
+        }
+    }
+    Ok(if report.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Reads and checks the pool file. `Err` only when the file cannot be read.
+fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
+    let image = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r = Report::default();
+    let header = match Header::decode(&image, image.len() as u64) {
+        Ok(h) => h,
+        Err(e) => {
+            r.what = "not a readable pool".into();
+            r.findings.push(finding("pool", "pool-header", e));
+            return Ok(r);
+        }
+    };
+    if let Some(l) = want_layout.filter(|l| *l != header.layout) {
+        r.findings.push(finding(
+            "pool",
+            "pool-layout",
+            format!("layout is '{}', expected '{l}'", header.layout),
+        ));
+    }
+    if image.len() as u64 > header.size {
+        r.notes.push(format!(
+            "the file is {} bytes, {} more than the pool's recorded size",
+            image.len(),
+            image.len() as u64 - header.size
+        ));
+    }
+    let image = &image[..header.size as usize];
+    let root = u64::from_le_bytes(
+        image[ferrite_pmem::header::ROOT_OFF..ferrite_pmem::header::ROOT_OFF + 8]
+            .try_into()
+            .expect("8 bytes"),
+    );
+    if root != 0 && (root < HEADER_SIZE as u64 || root >= header.size) {
+        r.findings.push(finding(
+            "pool",
+            "pool-root",
+            format!("root offset {root:#x} points outside the data area"),
+        ));
+    }
+    let holds = recognise(image, &header.layout);
+    match holds {
+        Holds::Engine => engine(image, &header, &mut r),
+        Holds::Tx => tx(image, &header, &mut r),
+        Holds::Ptm => ptm(image, &header, &mut r),
+        Holds::Blocks => blocks(image, &header, &mut r),
+        Holds::Heap => heap(image, &header, &mut r),
+        Holds::Unknown => {
+            r.what = format!(
+                "layout '{}': contents not recognised, only the header was checked",
+                header.layout
+            );
+        }
+    }
+    Ok(r)
+}
+
+fn recognise(image: &[u8], layout: &str) -> Holds {
+    if ferrite_engine::verify::recognise(image, layout) {
+        Holds::Engine
+    } else if ferrite_tx::verify::recognise(image) {
+        Holds::Tx
+    } else if ferrite_ptm::verify::recognise(image) {
+        Holds::Ptm
+    } else if ferrite_blocks::verify::recognise(&image[HEADER_SIZE..]).is_some() {
+        Holds::Blocks
+    } else if ferrite_alloc::verify::recognise(&image[HEADER_SIZE..]).is_some() {
+        Holds::Heap
+    } else {
+        Holds::Unknown
+    }
+}
+
+/// An in-memory copy of the pool, for a component's recovery to run on.
+fn copy(image: &[u8], header: &Header) -> Result<Pool, Finding> {
+    Pool::open_image(
+        image,
+        &PoolOptions::new(&header.layout, 0),
+        Domain::Volatile,
+        None,
+    )
+    .map_err(|e| finding("pool", "pool-header", e))
+}
+
+fn engine(image: &[u8], header: &Header, r: &mut Report) {
+    let c = ferrite_engine::verify::verify_image(image, &header.layout);
+    r.what = match &c.superblock {
+        Some(sb) => format!(
+            "{} engine on the {} allocator: {} keys, {} blocks reachable, {} allocated",
+            sb.engine, sb.allocator, c.keys, c.blocks, c.allocated
+        ),
+        None => "a store whose superblock does not decode".into(),
+    };
+    if !c.recovery.is_empty() {
+        r.notes
+            .push(format!("engine recovery on a copy: {}", c.recovery));
+    }
+    r.findings.extend(
+        c.findings
+            .iter()
+            .map(|f| finding(f.component(), f.kind(), f)),
+    );
+}
+
+fn tx(image: &[u8], header: &Header, r: &mut Report) {
+    let pool = match copy(image, header) {
+        Ok(p) => p,
+        Err(f) => {
+            r.findings.push(f);
+            return;
+        }
+    };
+    let c = ferrite_ds::verify::verify_pool(&pool);
+    let strategy = c.tx.strategy.map_or("?", |s| s.name());
+    r.what = match c.structure {
+        Some(s) => format!(
+            "transactional pool ({strategy}) holding a {s}: {} keys, {} blocks reachable, {} allocated",
+            c.keys, c.blocks, c.allocated
+        ),
+        None if c.root == 0 => format!(
+            "transactional pool ({strategy}), no root structure: {} blocks allocated",
+            c.allocated
+        ),
+        None => format!(
+            "transactional pool ({strategy}); root {:#x} holds no structure this build knows: reachability not checked",
+            c.root
+        ),
+    };
+    r.findings.extend(
+        c.tx.findings
+            .iter()
+            .map(|f| finding(f.component(), f.kind(), f)),
+    );
+    r.findings.extend(
+        c.findings
+            .iter()
+            .map(|f| finding(f.component(), f.kind(), f)),
+    );
+    for l in &c.tx.logs {
+        // After a finished transaction's records the area holds what
+        // older, longer transactions left: expected. After an
+        // interrupted one's, invalid bytes are its torn last record.
+        let stop = match l.stop {
+            ferrite_tx::verify::PrefixEnd::Clean => "",
+            _ if !l.interrupted => " (older bytes follow)",
+            ferrite_tx::verify::PrefixEnd::Stale => " (older records follow)",
+            ferrite_tx::verify::PrefixEnd::Invalid => " (a torn or corrupt record follows)",
+        };
+        r.notes.push(format!(
+            "tx slot {} area {}: {} record{} of epoch {}{}, valid prefix ends at byte {:#x}{stop}",
+            l.slot,
+            l.area,
+            l.records,
+            if l.records == 1 { "" } else { "s" },
+            l.epoch.unwrap_or(0),
+            if l.interrupted { " (interrupted)" } else { "" },
+            l.end
+        ));
+    }
+    if let Some(rec) = &c.tx.recovery {
+        r.notes.push(format!(
+            "tx recovery on a copy: {}",
+            ferrite_tx::verify::describe(rec)
+        ));
+    }
+}
+
+fn ptm(image: &[u8], header: &Header, r: &mut Report) {
+    let pool = match copy(image, header) {
+        Ok(p) => p,
+        Err(f) => {
+            r.findings.push(f);
+            return;
+        }
+    };
+    let c = ferrite_ptm::verify::verify(&pool);
+    r.what = match &c.superblock {
+        Some(sb) => format!(
+            "PTM pool ({} slots, {} blocks allocated; reachability from its root is the application's and not checked)",
+            sb.slots, c.allocated
+        ),
+        None => "a PTM pool whose superblock does not decode".into(),
+    };
+    r.findings.extend(
+        c.findings
+            .iter()
+            .map(|f| finding(f.component(), f.kind(), f)),
+    );
+    if let Some(rec) = &c.recovery {
+        r.notes.push(format!(
+            "ptm recovery on a copy: {}",
+            ferrite_ptm::verify::describe(rec)
+        ));
+    }
+}
+
+fn blocks(image: &[u8], header: &Header, r: &mut Report) {
+    let pool = match copy(image, header) {
+        Ok(p) => p,
+        Err(f) => {
+            r.findings.push(f);
+            return;
+        }
+    };
+    let c = ferrite_blocks::verify::verify(&pool.data());
+    r.what = c.what.clone();
+    r.notes.extend(c.notes.iter().cloned());
+    r.findings.extend(
+        c.findings
+            .iter()
+            .map(|f| finding(f.component(), f.kind(), f)),
+    );
+}
+
+fn heap(image: &[u8], header: &Header, r: &mut Report) {
+    let pool = match copy(image, header) {
+        Ok(p) => p,
+        Err(f) => {
+            r.findings.push(f);
+            return;
+        }
+    };
+    let c = ferrite_alloc::verify::verify_region(&pool.data());
+    r.what = format!(
+        "a {} heap on its own: {} blocks allocated ({} bytes), root object {:#x}; what references them is its user's, so leaks are not checked",
+        c.allocator.unwrap_or("?"),
+        c.blocks,
+        c.bytes,
+        c.root
+    );
+    r.findings
+        .extend(c.findings.iter().map(|f| finding("heap", f.kind(), f)));
+}
+
+/// Runs the component's recovery on the file where that is safe.
+/// Returns what was done and what was refused (with reasons).
+fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut refused = Vec::new();
+    let blocking: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| !RECOVERABLE.contains(&f.kind))
+        .collect();
+    let leaks = blocking.iter().filter(|f| f.kind == "leak").count();
+    if leaks > 0 {
+        refused.push(format!(
+            "heap: {leaks} leaked block{} left allocated: freeing one is safe only if nothing outside the walked roots references it, which no check can prove",
+            if leaks == 1 { "" } else { "s" }
+        ));
+    }
+    let corrupt: Vec<&&Finding> = blocking.iter().filter(|f| f.kind != "leak").collect();
+    if let Some(f) = corrupt.first() {
+        refused.push(format!(
+            "{}: {} (recovery cannot fix this: restore the pool from a backup)",
+            f.component, f.message
+        ));
+    }
+    let recoverable = report
+        .findings
+        .iter()
+        .any(|f| RECOVERABLE.contains(&f.kind));
+    if !recoverable {
+        return Ok((Vec::new(), refused));
+    }
+    if !corrupt.is_empty() {
+        refused.push(
+            "recovery not run: the pool also holds corruption, and recovery would write over evidence of it"
+                .into(),
+        );
+        return Ok((Vec::new(), refused));
+    }
+    let image = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let header = Header::decode(&image, image.len() as u64).map_err(|e| e.to_string())?;
+    let holds = recognise(&image[..header.size as usize], &header.layout);
+    drop(image);
+    let e = |x: &dyn std::fmt::Display| format!("{}: repair: {x}", path.display());
+    let mut done = Vec::new();
+    match holds {
+        Holds::Engine => {
+            let store =
+                Store::open_file(path, &StoreOptions::new(EngineKind::Cow)).map_err(|x| e(&x))?;
+            let rec = store.recovery().clone();
+            store.close().map_err(|x| e(&x))?;
+            done.push(format!("engine: recovery ran: {}", rec.detail));
+            if rec.alloc.replayed > 0 {
+                done.push(format!(
+                    "heap: replayed {} lane record{}",
+                    rec.alloc.replayed,
+                    if rec.alloc.replayed == 1 { "" } else { "s" }
+                ));
+            }
+        }
+        Holds::Tx => {
+            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
+            let txp = TxPool::open(&pool, ferrite_ds::registry(), None).map_err(|x| e(&x))?;
+            done.push(format!(
+                "tx: {}",
+                ferrite_tx::verify::describe(txp.recovery())
+            ));
+            drop(txp);
+            pool.close().map_err(|x| e(&x))?;
+        }
+        Holds::Ptm => {
+            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
+            let mut raw = [0u8; ferrite_ptm::format::SB_BYTES];
+            ferrite_pmem::Region::whole(pool.medium().clone())
+                .read(ferrite_ptm::format::SB_OFF as usize, &mut raw);
+            let sb = ferrite_ptm::format::Superblock::decode(&raw, pool.header().size)
+                .map_err(|x| e(&x))?;
+            let alg = if sb.algorithm == 1 {
+                Algorithm::Eager
+            } else {
+                Algorithm::Lazy
+            };
+            let opts = PtmOptions::new(alg).slots(sb.slots).log_bytes(sb.log_bytes);
+            let p = Ptm::open(&pool, &opts).map_err(|x| e(&x))?;
+            done.push(format!(
+                "ptm: {}",
+                ferrite_ptm::verify::describe(p.recovery())
+            ));
+            drop(p);
+            pool.close().map_err(|x| e(&x))?;
+        }
+        Holds::Blocks => {
+            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
+            let what = ferrite_blocks::verify::recover(&pool.data()).map_err(|x| e(&x))?;
+            done.push(what);
+            pool.close().map_err(|x| e(&x))?;
+        }
+        Holds::Heap => {
+            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
+            let region = pool.data();
+            let rec = match ferrite_alloc::verify::recognise(&region.read_vec(0, 8)) {
+                Some("ferrite") => ferrite_alloc::Heap::open(region)
+                    .map(|h| h.recovery().clone())
+                    .map_err(|x| e(&x))?,
+                _ => ferrite_alloc::LockHeap::open(region)
+                    .map(|h| ferrite_alloc::PAllocator::recovery(&h).clone())
+                    .map_err(|x| e(&x))?,
+            };
+            done.push(format!(
+                "heap: {}",
+                ferrite_alloc::verify::counted(&[(rec.replayed, "replayed", "lane record")])
+            ));
+            pool.close().map_err(|x| e(&x))?;
+        }
+        Holds::Unknown => {}
+    }
+    Ok((done, refused))
+}

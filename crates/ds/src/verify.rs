@@ -1,0 +1,204 @@
+//! Read-only verification of a transactional pool holding one of this
+//! crate's structures, for `ferrite pool check --deep`.
+//!
+//! [`verify_pool`] runs [`ferrite_tx::verify::verify`] (superblock, slots,
+//! logs, recovery on the copy) with every structure's functions
+//! registered, so that a clobber re-execution can run; then, when the
+//! pool's root word names a structure (recognised by its header magic),
+//! walks it ([`crate::KvMap::shape`] checks every invariant of the
+//! structure) and compares the blocks it reaches with the heap's
+//! allocated blocks ([`ferrite_alloc::verify::compare`]): a reference to a
+//! free block, a block referenced twice or too small, a leak.
+//!
+//! A root that names no known structure is not a finding (an application
+//! may keep its own data there); its reachability is then not checked,
+//! and [`DsCheck::structure`] says so.
+
+use crate::{Structure, bptree, hashmap, rbtree, skiplist};
+use ferrite_alloc::verify::{self as av, HeapFinding};
+use ferrite_pmem::Pool;
+use ferrite_tx::TxPool;
+use ferrite_tx::verify::TxCheck;
+
+/// One thing wrong with a structure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DsFinding {
+    /// The pool's root word points outside the heap's data.
+    Root(String),
+    /// The structure does not open, or its walk breaks an invariant.
+    Walk { structure: Structure, what: String },
+    /// Its blocks against the heap's.
+    Heap(HeapFinding),
+}
+
+impl DsFinding {
+    /// `ds` or `heap`.
+    pub fn component(&self) -> &'static str {
+        match self {
+            DsFinding::Heap(_) => "heap",
+            DsFinding::Walk { .. } | DsFinding::Root(_) => "ds",
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DsFinding::Walk { .. } => "ds-walk",
+            DsFinding::Root(_) => "ds-root",
+            DsFinding::Heap(h) => h.kind(),
+        }
+    }
+}
+
+impl std::fmt::Display for DsFinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DsFinding::Walk { structure, what } => write!(f, "{structure}: {what}"),
+            DsFinding::Root(e) => e.fmt(f),
+            DsFinding::Heap(h) => h.fmt(f),
+        }
+    }
+}
+
+/// What [`verify_pool`] found.
+#[derive(Debug, Default)]
+pub struct DsCheck {
+    /// The transactional layer's findings (superblock, slots, recovery).
+    pub tx: TxCheck,
+    /// The structure at the root, when one was recognised.
+    pub structure: Option<Structure>,
+    /// The root word (0 when none).
+    pub root: u64,
+    pub findings: Vec<DsFinding>,
+    /// Keys and blocks the walk found.
+    pub keys: usize,
+    pub blocks: usize,
+    /// Blocks the heap has allocated.
+    pub allocated: usize,
+}
+
+/// The structure whose header magic starts `magic`.
+pub fn structure_of(magic: &[u8]) -> Option<Structure> {
+    [
+        (hashmap::MAGIC, Structure::HashMap),
+        (bptree::MAGIC, Structure::BpTree),
+        (skiplist::MAGIC, Structure::SkipList),
+        (rbtree::MAGIC, Structure::RbTree),
+    ]
+    .into_iter()
+    .find(|(m, _)| magic.get(..8) == Some(&m[..]))
+    .map(|(_, s)| s)
+}
+
+/// Verifies the transactional pool in `copy` (recovery runs on it; pass
+/// an in-memory copy of the pool). Never panics on any input.
+pub fn verify_pool(copy: &Pool) -> DsCheck {
+    let mut tx = ferrite_tx::verify::verify(copy, crate::registry());
+    let txp = tx.pool.take();
+    let mut out = DsCheck::default();
+    if let Some(txp) = &txp {
+        walk_root(txp, &mut out);
+    }
+    tx.pool = txp;
+    out.tx = tx;
+    out
+}
+
+fn walk_root(txp: &TxPool, out: &mut DsCheck) {
+    let allocated = av::allocated(txp.heap());
+    out.allocated = allocated.len();
+    out.root = txp.root();
+    if out.root == 0 {
+        // No structure: every allocated block is unreachable.
+        out.findings.extend(
+            av::compare(&allocated, &[])
+                .into_iter()
+                .map(DsFinding::Heap),
+        );
+        return;
+    }
+    let mut magic = [0u8; 8];
+    if txp.read(out.root, &mut magic).is_err() {
+        out.findings.push(DsFinding::Root(format!(
+            "root word {:#x} points outside the heap's data",
+            out.root
+        )));
+        return;
+    }
+    let Some(s) = structure_of(&magic) else {
+        return;
+    };
+    out.structure = Some(s);
+    let walk = |what: String| DsFinding::Walk { structure: s, what };
+    let map = match crate::open(s, txp, out.root) {
+        Ok(m) => m,
+        Err(e) => {
+            out.findings.push(walk(format!("does not open: {e}")));
+            return;
+        }
+    };
+    let shape = match map.shape() {
+        Ok(sh) => sh,
+        Err(e) => {
+            out.findings.push(walk(e));
+            return;
+        }
+    };
+    out.keys = shape.entries.len();
+    out.blocks = shape.blocks.len();
+    out.findings.extend(
+        av::compare(&allocated, &shape.blocks)
+            .into_iter()
+            .map(DsFinding::Heap),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DsOptions;
+    use ferrite_pmem::{Domain, PoolOptions};
+    use ferrite_tx::{Strategy, TxOptions};
+
+    fn copy(img: &[u8]) -> Pool {
+        Pool::open_image(img, &PoolOptions::new("ds", 0), Domain::Volatile, None).unwrap()
+    }
+
+    #[test]
+    fn every_structure_is_clean_then_a_leak_is_found() {
+        for s in Structure::ALL {
+            let pool = Pool::create_in_memory(&PoolOptions::new("ds", 16 << 20)).unwrap();
+            let opts = TxOptions::new(Strategy::Redo).slots(2);
+            let txp = TxPool::create(&pool, &opts, crate::registry()).unwrap();
+            {
+                let mut th = txp.thread().unwrap();
+                let map = crate::create(s, &mut th, DsOptions::default()).unwrap();
+                for k in 0..50 {
+                    map.insert(&mut th, k, &[k as u8; 256]).unwrap();
+                }
+            }
+            drop(txp);
+            let c = verify_pool(&copy(&pool.image()));
+            assert!(c.tx.findings.is_empty(), "{s}: {:?}", c.tx.findings);
+            assert!(c.findings.is_empty(), "{s}: {:?}", c.findings);
+            assert_eq!((c.structure, c.keys), (Some(s), 50), "{s}");
+
+            // Leak: a block allocated through the heap, never linked.
+            let txp = TxPool::open(&pool, crate::registry(), None).unwrap();
+            let leaked = {
+                use ferrite_alloc::PAllocator;
+                let mut t = txp.heap().thread().unwrap();
+                t.alloc(64, None).unwrap().raw()
+            };
+            drop(txp);
+            let c = verify_pool(&copy(&pool.image()));
+            assert!(
+                c.findings.iter().any(|f| matches!(
+                    f,
+                    DsFinding::Heap(HeapFinding::Leak { off, .. }) if *off == leaked
+                )),
+                "{s}: {:?}",
+                c.findings
+            );
+        }
+    }
+}
