@@ -317,7 +317,10 @@ mod tests {
             heap.thread().unwrap().alloc(100, None).unwrap();
             drop(heap);
             let c = verify_region(&region);
-            assert_eq!(c.allocator, Some(if lock { "nstore-lock" } else { "ferrite" }));
+            assert_eq!(
+                c.allocator,
+                Some(if lock { "nstore-lock" } else { "ferrite" })
+            );
             assert!(c.findings.is_empty(), "{:?}", c.findings);
             assert_eq!(c.blocks, 1);
             region.write(20, &[0xaa; 4]);

@@ -4,7 +4,8 @@
 //! [`verify_pool`] runs [`ferrite_tx::verify::verify`] (superblock, slots,
 //! logs, recovery on the copy) with every structure's functions
 //! registered, so that a clobber re-execution can run; then, when the
-//! pool's root word names a structure (recognised by its header magic),
+//! pool's root word names a structure (recognised by its header magic:
+//! the four [`Structure`]s and the server's [`crate::bytemap`]),
 //! walks it ([`crate::KvMap::shape`] checks every invariant of the
 //! structure) and compares the blocks it reaches with the heap's
 //! allocated blocks ([`ferrite_alloc::verify::compare`]): a reference to a
@@ -26,7 +27,10 @@ pub enum DsFinding {
     /// The pool's root word points outside the heap's data.
     Root(String),
     /// The structure does not open, or its walk breaks an invariant.
-    Walk { structure: Structure, what: String },
+    Walk {
+        structure: &'static str,
+        what: String,
+    },
     /// Its blocks against the heap's.
     Heap(HeapFinding),
 }
@@ -64,8 +68,9 @@ impl std::fmt::Display for DsFinding {
 pub struct DsCheck {
     /// The transactional layer's findings (superblock, slots, recovery).
     pub tx: TxCheck,
-    /// The structure at the root, when one was recognised.
-    pub structure: Option<Structure>,
+    /// The structure at the root (its name: a [`Structure`]'s, or
+    /// `bytemap`), when one was recognised.
+    pub structure: Option<&'static str>,
     /// The root word (0 when none).
     pub root: u64,
     pub findings: Vec<DsFinding>,
@@ -124,29 +129,38 @@ fn walk_root(txp: &TxPool, out: &mut DsCheck) {
         )));
         return;
     }
-    let Some(s) = structure_of(&magic) else {
+    // (keys, blocks) of the walk, or what broke it.
+    type Walked = Result<(usize, Vec<(u64, u64)>), String>;
+    let (name, walked): (&'static str, Walked) = if magic == crate::bytemap::MAGIC {
+        let w = match crate::bytemap::ByteMap::open(txp, out.root) {
+            Ok(m) => m.shape().map(|sh| (sh.entries.len(), sh.blocks)),
+            Err(e) => Err(format!("does not open: {e}")),
+        };
+        ("bytemap", w)
+    } else if let Some(s) = structure_of(&magic) {
+        let w = match crate::open(s, txp, out.root) {
+            Ok(m) => m.shape().map(|sh| (sh.entries.len(), sh.blocks)),
+            Err(e) => Err(format!("does not open: {e}")),
+        };
+        (s.name(), w)
+    } else {
         return;
     };
-    out.structure = Some(s);
-    let walk = |what: String| DsFinding::Walk { structure: s, what };
-    let map = match crate::open(s, txp, out.root) {
-        Ok(m) => m,
-        Err(e) => {
-            out.findings.push(walk(format!("does not open: {e}")));
+    out.structure = Some(name);
+    let shape = match walked {
+        Ok(w) => w,
+        Err(what) => {
+            out.findings.push(DsFinding::Walk {
+                structure: name,
+                what,
+            });
             return;
         }
     };
-    let shape = match map.shape() {
-        Ok(sh) => sh,
-        Err(e) => {
-            out.findings.push(walk(e));
-            return;
-        }
-    };
-    out.keys = shape.entries.len();
-    out.blocks = shape.blocks.len();
+    out.keys = shape.0;
+    out.blocks = shape.1.len();
     out.findings.extend(
-        av::compare(&allocated, &shape.blocks)
+        av::compare(&allocated, &shape.1)
             .into_iter()
             .map(DsFinding::Heap),
     );
@@ -161,6 +175,52 @@ mod tests {
 
     fn copy(img: &[u8]) -> Pool {
         Pool::open_image(img, &PoolOptions::new("ds", 0), Domain::Volatile, None).unwrap()
+    }
+
+    /// The server's byte map is recognised and walked too: clean, then a
+    /// block unlinked behind its back is reported as a leak.
+    #[test]
+    fn the_byte_map_is_walked_and_a_leak_found() {
+        let pool = Pool::create_in_memory(&PoolOptions::new("ds", 16 << 20)).unwrap();
+        let opts = TxOptions::new(Strategy::Clobber).slots(2);
+        let txp = TxPool::create(&pool, &opts, crate::registry()).unwrap();
+        let header = {
+            let mut th = txp.thread().unwrap();
+            let map = crate::bytemap::ByteMap::create(&mut th, 4, 4).unwrap();
+            for k in 0..40u32 {
+                map.put(&mut th, &k.to_le_bytes(), &[k as u8; 100]).unwrap();
+            }
+            map.header()
+        };
+        drop(txp);
+        let c = verify_pool(&copy(&pool.image()));
+        assert!(c.findings.is_empty(), "{:?}", c.findings);
+        assert_eq!((c.structure, c.keys), (Some("bytemap"), 40));
+        // Unlink sub-map 0's first chain by zeroing its bucket word: its
+        // entries become unreachable.
+        let txp = TxPool::open(&pool, crate::registry(), None).unwrap();
+        let sub = txp.read_u64(header + 64).unwrap();
+        let table = txp.read_u64(sub + 16).unwrap();
+        let nb = txp.read_u64(sub + 8).unwrap();
+        let b = (0..nb)
+            .find(|b| txp.read_u64(table + 8 * b).unwrap() != 0)
+            .unwrap();
+        drop(txp);
+        let mut img = pool.image();
+        let at = (table + 8 * b) as usize;
+        img[at..at + 8].fill(0);
+        let c = verify_pool(&copy(&img));
+        assert!(
+            c.findings.iter().any(|f| matches!(
+                f,
+                DsFinding::Walk {
+                    structure: "bytemap",
+                    ..
+                }
+            ) || matches!(f, DsFinding::Heap(HeapFinding::Leak { .. }))),
+            "{:?}",
+            c.findings
+        );
     }
 
     #[test]
@@ -180,7 +240,7 @@ mod tests {
             let c = verify_pool(&copy(&pool.image()));
             assert!(c.tx.findings.is_empty(), "{s}: {:?}", c.tx.findings);
             assert!(c.findings.is_empty(), "{s}: {:?}", c.findings);
-            assert_eq!((c.structure, c.keys), (Some(s), 50), "{s}");
+            assert_eq!((c.structure, c.keys), (Some(s.name()), 50), "{s}");
 
             // Leak: a block allocated through the heap, never linked.
             let txp = TxPool::open(&pool, crate::registry(), None).unwrap();
