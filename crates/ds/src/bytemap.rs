@@ -48,9 +48,8 @@
 //! `count` is the number of reachable entries; chains end; every
 //! referenced block is allocated and large enough for its lengths.
 
-use crate::hashmap::{HDR, SUB, create_tables, rehash, slot_of};
+use crate::hashmap::{HDR, create_tables, need, rehash, slot_of, walk_tables};
 use crate::le;
-use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
@@ -516,68 +515,41 @@ impl<'p> ByteMap<'p> {
     /// every invariant; returns its contents and blocks, or what is wrong.
     pub fn shape(&self) -> std::result::Result<ByteShape, String> {
         let t = self.txp;
-        let heap = t.heap();
         let rd = |off: u64| t.read_u64(off).map_err(|e| e.to_string());
         let mut shape = ByteShape::default();
-        let need = |shape: &mut ByteShape, off: u64, n: u64| -> std::result::Result<(), String> {
-            let have = heap
-                .usable_size(POff::new(off))
-                .map_err(|e| format!("block {off:#x}: {e}"))?;
-            if (have as u64) < n {
-                return Err(format!("block {off:#x} holds {have} bytes, needs {n}"));
-            }
-            shape.blocks.push((off, n));
-            Ok(())
-        };
-        need(&mut shape, self.header, HDR + 8 * self.subs)?;
-        for s in 0..self.subs {
-            let sub = rd(self.header + HDR + 8 * s)?;
-            need(&mut shape, sub, SUB as u64)?;
-            let (count, nb, table) = (rd(sub)?, rd(sub + 8)?, rd(sub + 16)?);
-            if !nb.is_power_of_two() {
-                return Err(format!("sub-map {s}: {nb} buckets"));
-            }
-            need(&mut shape, table, 8 * nb)?;
-            let mut n = 0u64;
-            for b in 0..nb {
-                let mut e = rd(table + 8 * b)?;
-                while e != 0 {
-                    n += 1;
-                    if n > count {
-                        return Err(format!(
-                            "sub-map {s} holds more than its count {count} (or a cycle)"
-                        ));
-                    }
-                    let lens = rd(e + E_LENS)?;
-                    let (klen, vlen) = (u64::from(lens as u32), lens >> 32);
-                    if klen == 0 || klen > MAX_KEY as u64 {
-                        return Err(format!("entry {e:#x}: key of {klen} bytes"));
-                    }
-                    need(&mut shape, e, ENTRY_HDR + klen + vlen)?;
-                    let mut k = vec![0u8; klen as usize];
-                    t.read(e + ENTRY_HDR, &mut k).map_err(|e| e.to_string())?;
-                    let h = rd(e)?;
-                    if h != hash_bytes(&k) {
-                        return Err(format!("entry {e:#x}: hash does not match its key"));
-                    }
-                    if slot_of(h, self.subs, nb) != (s, b) {
-                        return Err(format!(
-                            "entry {e:#x} in sub-map {s} bucket {b}: wrong bucket"
-                        ));
-                    }
-                    let mut v = vec![0u8; vlen as usize];
-                    t.read(e + ENTRY_HDR + klen, &mut v)
-                        .map_err(|e| e.to_string())?;
-                    if let Some(_old) = shape.entries.insert(k, v) {
-                        return Err(format!("entry {e:#x}: key twice"));
-                    }
-                    e = rd(e + E_NEXT)?;
+        let entries = &mut shape.entries;
+        walk_tables(
+            t,
+            self.header,
+            self.subs,
+            &mut shape.blocks,
+            |e, s, b, nb, blocks| {
+                let lens = rd(e + E_LENS)?;
+                let (klen, vlen) = (u64::from(lens as u32), lens >> 32);
+                if klen == 0 || klen > MAX_KEY as u64 {
+                    return Err(format!("entry {e:#x}: key of {klen} bytes"));
                 }
-            }
-            if n != count {
-                return Err(format!("sub-map {s}: count {count}, {n} entries"));
-            }
-        }
+                need(t, blocks, e, ENTRY_HDR + klen + vlen)?;
+                let mut k = vec![0u8; klen as usize];
+                t.read(e + ENTRY_HDR, &mut k).map_err(|e| e.to_string())?;
+                let h = rd(e)?;
+                if h != hash_bytes(&k) {
+                    return Err(format!("entry {e:#x}: hash does not match its key"));
+                }
+                if slot_of(h, self.subs, nb) != (s, b) {
+                    return Err(format!(
+                        "entry {e:#x} in sub-map {s} bucket {b}: wrong bucket"
+                    ));
+                }
+                let mut v = vec![0u8; vlen as usize];
+                t.read(e + ENTRY_HDR + klen, &mut v)
+                    .map_err(|e| e.to_string())?;
+                if entries.insert(k, v).is_some() {
+                    return Err(format!("entry {e:#x}: key twice"));
+                }
+                Ok(())
+            },
+        )?;
         Ok(shape)
     }
 }
@@ -585,6 +557,7 @@ impl<'p> ByteMap<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrite_alloc::PAllocator;
     use ferrite_pmem::{Domain, Pool, PoolOptions};
     use ferrite_tx::{Registry, Strategy, TxOptions};
 

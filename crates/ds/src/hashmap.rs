@@ -183,6 +183,69 @@ pub(crate) fn rehash(tx: &mut Tx<'_, '_>, sub: u64, nb: u64, table: u64) -> Resu
     Ok(())
 }
 
+/// Records block `off` in `blocks` after checking it is an allocated
+/// block of at least `n` bytes.
+pub(crate) fn need(
+    txp: &TxPool,
+    blocks: &mut Vec<(u64, u64)>,
+    off: u64,
+    n: u64,
+) -> std::result::Result<(), String> {
+    let have = txp
+        .heap()
+        .usable_size(POff::new(off))
+        .map_err(|e| format!("block {off:#x}: {e}"))?;
+    if (have as u64) < n {
+        return Err(format!("block {off:#x} holds {have} bytes, needs {n}"));
+    }
+    blocks.push((off, n));
+    Ok(())
+}
+
+/// Walks the tables under `header` (this format, also [`crate::bytemap`]'s):
+/// checks and records in `blocks` the header, each sub-map header and
+/// table; follows every chain (`next` at entry offset 8), checking it ends
+/// and that each sub-map holds `count` entries; and calls
+/// `entry(e, sub, bucket, nbuckets, blocks)` on each entry, which checks
+/// and records the entry itself.
+pub(crate) fn walk_tables(
+    txp: &TxPool,
+    header: u64,
+    subs: u64,
+    blocks: &mut Vec<(u64, u64)>,
+    mut entry: impl FnMut(u64, u64, u64, u64, &mut Vec<(u64, u64)>) -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    let rd = |off: u64| txp.read_u64(off).map_err(|e| e.to_string());
+    need(txp, blocks, header, HDR + 8 * subs)?;
+    for s in 0..subs {
+        let sub = rd(header + HDR + 8 * s)?;
+        need(txp, blocks, sub, SUB as u64)?;
+        let (count, nb, table) = (rd(sub)?, rd(sub + 8)?, rd(sub + 16)?);
+        if !nb.is_power_of_two() {
+            return Err(format!("sub-map {s}: {nb} buckets"));
+        }
+        need(txp, blocks, table, 8 * nb)?;
+        let mut n = 0u64;
+        for b in 0..nb {
+            let mut e = rd(table + 8 * b)?;
+            while e != 0 {
+                n += 1;
+                if n > count {
+                    return Err(format!(
+                        "sub-map {s} holds more than its count {count} (or a cycle)"
+                    ));
+                }
+                entry(e, s, b, nb, blocks)?;
+                e = rd(e + 8)?;
+            }
+        }
+        if n != count {
+            return Err(format!("sub-map {s}: count {count}, {n} entries"));
+        }
+    }
+    Ok(())
+}
+
 fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (header, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let (sub, count, nb, table) = sub_of(tx, header, key)?;
@@ -298,55 +361,28 @@ impl KvMap for HashMap<'_> {
 
     fn shape(&self) -> std::result::Result<Shape, String> {
         let t = self.txp;
-        let heap = t.heap();
-        let rd = |off: u64| t.read_u64(off).map_err(|e| e.to_string());
         let mut shape = Shape::default();
-        let need = |shape: &mut Shape, off: u64, n: u64| -> std::result::Result<(), String> {
-            let have = heap
-                .usable_size(POff::new(off))
-                .map_err(|e| format!("block {off:#x}: {e}"))?;
-            if (have as u64) < n {
-                return Err(format!("block {off:#x} holds {have} bytes, needs {n}"));
-            }
-            shape.blocks.push((off, n));
-            Ok(())
-        };
-        need(&mut shape, self.header, HDR + 8 * self.subs)?;
-        for s in 0..self.subs {
-            let sub = rd(self.header + HDR + 8 * s)?;
-            need(&mut shape, sub, SUB as u64)?;
-            let (count, nb, table) = (rd(sub)?, rd(sub + 8)?, rd(sub + 16)?);
-            if !nb.is_power_of_two() {
-                return Err(format!("sub-map {s}: {nb} buckets"));
-            }
-            need(&mut shape, table, 8 * nb)?;
-            let mut n = 0u64;
-            for b in 0..nb {
-                let mut e = rd(table + 8 * b)?;
-                while e != 0 {
-                    n += 1;
-                    if n > count {
-                        return Err(format!(
-                            "sub-map {s} holds more than its count {count} (or a cycle)"
-                        ));
-                    }
-                    need(&mut shape, e, ENTRY_HDR + self.value_len as u64)?;
-                    let k = rd(e)?;
-                    if slot_of(k, self.subs, nb) != (s, b) {
-                        return Err(format!("key {k} in sub-map {s} bucket {b}: wrong bucket"));
-                    }
-                    let mut v = vec![0u8; self.value_len];
-                    t.read(e + ENTRY_HDR, &mut v).map_err(|e| e.to_string())?;
-                    if shape.entries.insert(k, v).is_some() {
-                        return Err(format!("key {k} twice"));
-                    }
-                    e = rd(e + 8)?;
+        let mut entries = std::mem::take(&mut shape.entries);
+        walk_tables(
+            t,
+            self.header,
+            self.subs,
+            &mut shape.blocks,
+            |e, s, b, nb, blocks| {
+                need(t, blocks, e, ENTRY_HDR + self.value_len as u64)?;
+                let k = t.read_u64(e).map_err(|e| e.to_string())?;
+                if slot_of(k, self.subs, nb) != (s, b) {
+                    return Err(format!("key {k} in sub-map {s} bucket {b}: wrong bucket"));
                 }
-            }
-            if n != count {
-                return Err(format!("sub-map {s}: count {count}, {n} entries"));
-            }
-        }
+                let mut v = vec![0u8; self.value_len];
+                t.read(e + ENTRY_HDR, &mut v).map_err(|e| e.to_string())?;
+                if entries.insert(k, v).is_some() {
+                    return Err(format!("key {k} twice"));
+                }
+                Ok(())
+            },
+        )?;
+        shape.entries = entries;
         Ok(shape)
     }
 
