@@ -4,10 +4,11 @@
 //! transactions): typed values, multi-get, CAS, arithmetic, expiry,
 //! flush, and the values a client stored still there after `kill -9`.
 
+mod common;
+
 use memcache::Client;
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 struct Server {
@@ -17,32 +18,25 @@ struct Server {
 
 impl Server {
     fn start(pool: &Path, store: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-            .args(["serve", "--pool", pool.to_str().unwrap()])
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--memory",
-                "64M",
-                "--threads",
-                "2",
-            ])
-            .args(["--store", store])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run ferrite serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let Some(rest) = line.split("listening on ").nth(1) else {
-            let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).ok();
-            panic!("no ready line: {line:?} {err}");
-        };
-        let addr = rest.split(' ').next().unwrap().to_string();
-        Server { child, addr }
+        let args = [
+            "--pool",
+            pool.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            "64M",
+            "--threads",
+            "2",
+            "--store",
+            store,
+        ];
+        match common::spawn_serve(&args, Stdio::inherit()) {
+            Ok(s) => Server {
+                child: s.child,
+                addr: s.addr,
+            },
+            Err((_, line)) => panic!("no ready line: {line:?}"),
+        }
     }
 
     fn client(&self, protocol: &str) -> Client {

@@ -22,13 +22,14 @@
 //! timeouts, deadlines on every wait) and every child is killed on the way
 //! out, also when an assertion fails (the [`Proc`] guards).
 
+mod common;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Keys written through nutcracker.
@@ -97,35 +98,31 @@ fn free_port() -> u16 {
 /// Start `ferrite serve` on `pool` at `port` (0 = any); its port. Fails
 /// (None) when the server exits before its ready line; panics after 60 s.
 fn start_server(pool: &Path, port: u16, log: &Path) -> Option<(Proc, u16)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(["serve", "--pool", pool.to_str().unwrap()])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--memory", "64M", "--threads", "2"])
-        .stdout(Stdio::piped())
-        .stderr(File::create(log).unwrap())
-        .spawn()
-        .expect("run ferrite serve");
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let p = Proc { child };
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("ferrite serve printed no ready line in 60 s");
-    let Some(rest) = line.split("listening on ").nth(1) else {
-        eprintln!(
-            "ferrite serve did not start: {line:?} {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        return None;
-    };
-    let addr = rest.split(' ').next().unwrap();
-    let port = addr.rsplit(':').next().unwrap().parse().unwrap();
-    Some((p, port))
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "--pool",
+        pool.to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--memory",
+        "64M",
+        "--threads",
+        "2",
+    ];
+    match common::spawn_serve(&args, Stdio::from(File::create(log).unwrap())) {
+        Ok(s) => {
+            let port = s.addr.rsplit(':').next().unwrap().parse().unwrap();
+            Some((Proc { child: s.child }, port))
+        }
+        Err((child, line)) => {
+            drop(Proc { child });
+            eprintln!(
+                "ferrite serve did not start: {line:?} {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            None
+        }
+    }
 }
 
 /// Start the server again on its pool and port, retrying for 30 s while

@@ -7,6 +7,8 @@
 //! issue's full run is `FERRITE_SERVE_KILLS=100 cargo test -p ferrite --test
 //! serve kill_9`; `FERRITE_SERVE_STORES=a,b` runs only those stores).
 
+mod common;
+
 use ferrite_server::protocol::binary::{Header, REQ_MAGIC, opcode};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -36,27 +38,23 @@ impl Server {
                 vec![flag, v]
             }
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-            .args(["serve", "--pool", pool.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(default("--memory", "64M"))
-            .args(default("--threads", "2"))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run ferrite serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let Some(rest) = line.split("listening on ").nth(1) else {
-            let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).ok();
-            panic!("no ready line: {line:?} {err}");
-        };
-        let addr = rest.split(' ').next().unwrap().to_string();
-        Server { child, addr, line }
+        let mut args = vec!["--pool", pool.to_str().unwrap(), "--listen", "127.0.0.1:0"];
+        args.extend(default("--memory", "64M"));
+        args.extend(default("--threads", "2"));
+        args.extend(extra);
+        match common::spawn_serve(&args, Stdio::piped()) {
+            Ok(s) => Server {
+                child: s.child,
+                addr: s.addr,
+                line: s.line,
+            },
+            Err((mut child, line)) => {
+                let mut err = String::new();
+                child.stderr.take().unwrap().read_to_string(&mut err).ok();
+                let _ = child.wait();
+                panic!("no ready line: {line:?} {err}");
+            }
+        }
     }
 
     fn connect(&self) -> Conn {
