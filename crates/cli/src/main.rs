@@ -93,6 +93,8 @@ enum Cmd {
     },
     /// Serve the memcached protocols from a pool: every acknowledged write survives kill -9.
     Serve(serve::ServeArgs),
+    /// Write a self-contained HTML report (DIR/index.html): every reproduced figure beside the paper's value, the headline table, the claims, the machine.
+    Report(ferrite_report::ReportArgs),
     /// Create, inspect and verify pool files.
     Pool {
         #[command(subcommand)]
@@ -200,6 +202,27 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         Cmd::Pool { cmd } => pool(cmd),
         Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Report(a) => {
+            // The check targets live in this binary: the report runs them
+            // through this closure (states and violations summed per target).
+            let run = |target: &str, budget: usize| -> Result<(usize, usize), String> {
+                let (_, _, _, runner) = checks::TARGETS
+                    .iter()
+                    .find(|t| t.0 == target)
+                    .ok_or_else(|| format!("unknown check target '{target}'"))?;
+                let outcomes = runner(&ferrite_crash::Config::new("report").budget(budget))?;
+                Ok(outcomes.iter().fold((0, 0), |(s, v), o| {
+                    (s + o.report.states, v + o.report.violation_count)
+                }))
+            };
+            let targets = checks::TARGETS
+                .iter()
+                .map(|t| (t.0.to_string(), !t.2))
+                .collect();
+            let checks = ferrite_report::Checks { targets, run: &run };
+            ferrite_report::run(&a, &checks).map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -333,10 +356,16 @@ fn bench(
     } else {
         suites.to_vec()
     };
+    let mut all = Vec::new();
     for name in &names {
         eprintln!("== bench {name} ({})", ctx.scale.name());
         let rows = ferrite_bench::run_suite(name, &ctx).map_err(|e| e.to_string())?;
         ferrite_bench::report(&rows, &ctx).map_err(|e| e.to_string())?;
+        all.extend(rows);
+    }
+    // The probe has no claims: `ferrite probe` ends with its table.
+    if names.iter().any(|n| n != "probe") {
+        ferrite_bench::claims::print_summary(&all);
     }
     Ok(ExitCode::SUCCESS)
 }
