@@ -845,6 +845,7 @@ pub fn summarize(rows: &[Row]) -> Vec<crate::claims::Outcome> {
         goal,
         verdict: Outcome::judge(measured, goal),
         detail,
+        unit: "×",
     };
     let mut out = Vec::new();
     for s in &stores {

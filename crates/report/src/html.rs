@@ -3,11 +3,11 @@
 
 use crate::ReportError;
 use crate::figures::{Figure, collect, figures};
-use crate::input::check_result;
+use crate::input::{check_error, check_result};
 use crate::machine::Machine;
 use crate::plot::{Bar, claims_chart, series_chart};
 use ferrite_bench::Row;
-use ferrite_bench::claims::{Goal, Outcome, Pick, Verdict, evaluate, show};
+use ferrite_bench::claims::{Goal, Outcome, Pick, Verdict, evaluate};
 use std::fmt::Write as _;
 
 /// Escapes text for HTML content and attribute values.
@@ -148,12 +148,24 @@ pub const HEADLINES: &[Headline] = &[
     },
 ];
 
-/// The crash-check columns of a component: states and violations of the
-/// targets expected to pass, and `(caught, planted)` of those that must
-/// fail; `None` when no check row matches.
-pub fn check_totals(rows: &[Row], prefixes: &[&str]) -> Option<(u64, u64, usize, usize)> {
+/// The crash-check columns of a component.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckTotals {
+    /// States explored by the targets expected to pass.
+    pub states: u64,
+    pub violations: u64,
+    /// Targets that plant bugs, and how many of them caught theirs.
+    pub planted: usize,
+    pub caught: usize,
+    /// Targets that did not finish, with their errors.
+    pub errors: Vec<String>,
+}
+
+/// The [`CheckTotals`] of the check rows whose target starts with one of
+/// `prefixes`; `None` when none does.
+pub fn check_totals(rows: &[Row], prefixes: &[&str]) -> Option<CheckTotals> {
     let mut any = false;
-    let (mut states, mut violations, mut caught, mut planted) = (0, 0, 0, 0);
+    let mut t = CheckTotals::default();
     for r in rows {
         let Some((s, v, must_fail)) = check_result(r) else {
             continue;
@@ -162,20 +174,23 @@ pub fn check_totals(rows: &[Row], prefixes: &[&str]) -> Option<(u64, u64, usize,
             continue;
         }
         any = true;
+        if let Some(e) = check_error(r) {
+            t.errors.push(format!("{}: {e}", r.variant));
+        }
         if must_fail {
-            planted += 1;
-            caught += usize::from(v > 0);
+            t.planted += 1;
+            t.caught += usize::from(v > 0);
         } else {
-            states += s;
-            violations += v;
+            t.states += s;
+            t.violations += v;
         }
     }
-    any.then_some((states, violations, caught, planted))
+    any.then_some(t)
 }
 
 fn measured_of(outcomes: &[Outcome], name: Option<&str>) -> String {
     name.and_then(|n| outcomes.iter().find(|o| o.name == n))
-        .map_or("-".into(), |o| show(o.measured))
+        .map_or("-".into(), |o| o.show(o.measured))
 }
 
 fn headline_table(rows: &[Row], outcomes: &[Outcome]) -> String {
@@ -189,15 +204,25 @@ fn headline_table(rows: &[Row], outcomes: &[Outcome]) -> String {
                 .map_or("-".into(), |r| format!("{:.2}", v(r)))
         };
         let (states, violations, planted) = match check_totals(rows, c.checks) {
-            Some((s, v, caught, planted)) => (
-                s.to_string(),
-                v.to_string(),
-                if planted > 0 {
-                    format!("{caught} of {planted}")
+            Some(t) => {
+                let errors = if t.errors.is_empty() {
+                    String::new()
                 } else {
-                    "-".into()
-                },
-            ),
+                    format!(
+                        "<br><span class=\"error\">{}</span>",
+                        esc(&t.errors.join("; "))
+                    )
+                };
+                (
+                    t.states.to_string(),
+                    t.violations.to_string(),
+                    if t.planted > 0 {
+                        format!("{} of {}{errors}", t.caught, t.planted)
+                    } else {
+                        format!("-{errors}")
+                    },
+                )
+            }
             None => ("not run".into(), "-".into(), "-".into()),
         };
         let _ = writeln!(
@@ -220,8 +245,8 @@ fn headline_table(rows: &[Row], outcomes: &[Outcome]) -> String {
 
 fn paper_text(o: &Outcome) -> String {
     match (o.paper, o.paper_note.is_empty()) {
-        (Some(p), true) => format!("paper: {}", show(Some(p))),
-        (Some(p), false) => format!("paper: {} — {}", show(Some(p)), o.paper_note),
+        (Some(p), true) => format!("paper: {}", o.show(Some(p))),
+        (Some(p), false) => format!("paper: {} — {}", o.show(Some(p)), o.paper_note),
         (None, false) => format!("paper: {}", o.paper_note),
         (None, true) => "paper: -".into(),
     }
@@ -251,7 +276,7 @@ fn claims_table(id: &str, outcomes: &[&Outcome], numbered: bool) -> String {
             o.verdict.name(),
             esc(&o.figure),
             esc(&o.name),
-            show(o.measured),
+            o.show(o.measured),
             esc(&o.goal.describe()),
             esc(&paper_text(o)),
             esc(&o.detail),
@@ -319,7 +344,7 @@ fn figure_section(f: &Figure, rows: &[Row], outcomes: &[Outcome]) -> Result<Stri
             .enumerate()
             .filter_map(|(i, o)| {
                 o.paper
-                    .map(|p| format!("{}: paper {}", i + 1, show(Some(p))))
+                    .map(|p| format!("{}: paper {}", i + 1, o.show(Some(p))))
             })
             .collect();
         let _ = write!(
@@ -393,7 +418,8 @@ tr.not-run td{color:#999}
 figure{margin:0;border:1px solid #ddd;padding:4px}
 figcaption{font-size:12px;color:#444;max-width:760px}
 section.figure{margin-bottom:2em}
-p.not-run{color:#999}";
+p.not-run{color:#999}
+.error{color:#b00;font-size:11px}";
 
 /// The whole page for `rows` on `machine`.
 pub fn page(rows: &[Row], machine: &Machine) -> Result<String, ReportError> {

@@ -69,6 +69,11 @@ pub fn check_row(
     r
 }
 
+/// The error a check row records (the target did not finish), if any.
+pub fn check_error(r: &Row) -> Option<&str> {
+    r.extra.as_ref()?.get("error")?.as_str()
+}
+
 /// A check row's `(states, violations, must_fail)`.
 pub fn check_result(r: &Row) -> Option<(u64, u64, bool)> {
     if r.suite != CHECK_SUITE {

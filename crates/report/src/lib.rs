@@ -58,8 +58,6 @@ pub enum ReportError {
     },
     #[error("bench: {0}")]
     Bench(#[from] ferrite_bench::BenchError),
-    #[error("check {target}: {message}")]
-    Check { target: String, message: String },
     #[error("{0}")]
     Plot(String),
 }
@@ -114,14 +112,21 @@ pub fn run_suites(full: bool, checks: &Checks<'_>) -> Result<Vec<Row>, ReportErr
     let budget = check_budget(full);
     for (target, must_fail) in &checks.targets {
         eprintln!("== report: check {target} (budget {budget})");
-        let (states, violations) =
-            (checks.run)(target, budget).map_err(|message| ReportError::Check {
-                target: target.clone(),
-                message,
-            })?;
-        rows.push(input::check_row(
-            target, budget, *must_fail, states, violations,
-        ));
+        // A target that cannot finish (a planted bug not caught within
+        // the budget, say) is a result to show, not a reason to lose the
+        // whole report.
+        let row = match (checks.run)(target, budget) {
+            Ok((states, violations)) => {
+                input::check_row(target, budget, *must_fail, states, violations)
+            }
+            Err(message) => {
+                eprintln!("ferrite report: check {target}: {message}");
+                let mut r = input::check_row(target, budget, *must_fail, 0, 0);
+                r.set_extra("error", message);
+                r
+            }
+        };
+        rows.push(row);
     }
     Ok(rows)
 }

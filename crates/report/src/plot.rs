@@ -17,7 +17,7 @@ use plotters::prelude::*;
 pub const BAR_FILL: &str = "#1F77B4";
 const BAR: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const PAPER: RGBColor = RGBColor(0xd6, 0x27, 0x28);
-const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 14] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
@@ -28,6 +28,10 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(0xbc, 0xbd, 0x22),
     RGBColor(0x17, 0xbe, 0xcf),
     RGBColor(0x00, 0x00, 0x00),
+    RGBColor(0xff, 0xbb, 0x78),
+    RGBColor(0x98, 0xdf, 0x8a),
+    RGBColor(0xae, 0xc7, 0xe8),
+    RGBColor(0x80, 0x00, 0x40),
 ];
 
 /// One line of a series chart: its name and `(x, y)` points, one per row.
@@ -92,7 +96,7 @@ fn fmt_num(v: f64) -> String {
         format!("{:.3}M", v / 1e6)
     } else if a >= 1e3 {
         format!("{:.3}k", v / 1e3)
-    } else if a >= 10.0 || a == 0.0 {
+    } else if a >= 10.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")
@@ -119,9 +123,16 @@ pub fn series_chart(
     }
     let (x0, x1) = bounds(all_x.iter().copied(), spec.log_x);
     let (y0, y1) = bounds(all_y.iter().copied(), spec.log_y);
+    // Room above the data for the legend (one line per series).
+    let rows = (series.len() + 1) as f64;
+    let y1 = if spec.log_y {
+        y1 * (y1 / y0).powf(rows * 0.045 + 0.1)
+    } else {
+        y1 + (y1 - y0) * (rows * 0.06 + 0.1)
+    };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (760, 440)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (820, 480)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut cb = ChartBuilder::on(&root);
         cb.caption(spec.title, ("sans-serif", 18))
@@ -136,6 +147,7 @@ pub fn series_chart(
                     .configure_mesh()
                     .x_desc(spec.x_label)
                     .y_desc(spec.y_label)
+                    .light_line_style(TRANSPARENT)
                     .x_label_formatter(&|v| fmt_num(*v))
                     .y_label_formatter(&|v| fmt_num(*v))
                     .draw()
@@ -232,6 +244,7 @@ pub fn claims_chart(title: &str, bars: &[Bar]) -> Result<String, String> {
         chart
             .configure_mesh()
             .disable_x_mesh()
+            .light_line_style(TRANSPARENT)
             .x_labels(bars.len().max(2) * 2 + 1)
             .x_label_formatter(&|v| {
                 let i = v.round();
@@ -242,7 +255,7 @@ pub fn claims_chart(title: &str, bars: &[Bar]) -> Result<String, String> {
                 }
             })
             .y_desc("measured (bar), paper (red ×), target (black)")
-            .y_label_formatter(&|v| format!("{}×", fmt_num(*v)))
+            .y_label_formatter(&|v| fmt_num(*v))
             .draw()
             .map_err(err)?;
         chart
