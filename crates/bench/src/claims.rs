@@ -199,10 +199,10 @@ const fn pick(
 /// Every claim of the static list, in figure order. Paper values: see the
 /// comment above each group.
 pub const CLAIMS: &[Claim] = &[
-    // P0 Fig. 7 (§3.2.4; text copy lines 275-294): "Using the µLog yields
-    // performance gains for up to 28 dirty cache lines" (1 thread); CoW
-    // reaches 4.9 GB/s against PMem's raw 7.7 GB/s, i.e. 7.7/4.9 = 1.57×
-    // the floor. The PMDK and floor targets are issue 4's.
+    // P0 Fig. 7 (§3.2.4; caption line 275 of the text copy, values lines
+    // 295-297): "Using the µLog yields performance gains for up to 28 dirty
+    // cache lines" (1 thread); CoW reaches 4.9 GB/s against PMem's raw 7.7 GB/s,
+    // i.e. 7.7/4.9 = 1.57× the floor. The PMDK and floor targets are issue 4's.
     Claim {
         suite: "page",
         figure: "P0 Fig. 7",
@@ -255,9 +255,9 @@ pub const CLAIMS: &[Claim] = &[
         goal: Goal::Stated,
         source: "paper",
     },
-    // P0 Fig. 8 (§3.3.2; lines 346-391): RAWL and PopLog ≈2× faster than
-    // Classic and Header; libpmemlog = the naive Header; padding ≈8×. The
-    // PMDK and floor targets are issue 3's.
+    // P0 Fig. 8 (§3.3.2; caption line 346, values lines 385-391): RAWL and
+    // PopLog ≈2× faster than Classic and Header; libpmemlog = the naive Header;
+    // padding ≈8×. The PMDK and floor targets are issue 3's.
     Claim {
         suite: "log",
         figure: "P0 Fig. 8",
@@ -336,8 +336,9 @@ pub const CLAIMS: &[Claim] = &[
         goal: Goal::Stated,
         source: "paper",
     },
-    // P0 Fig. 10 (§3.4.4; lines 505-515): FAM "2× for sequential and 1.6×
-    // for random" 16-byte updates over CoW. Targets: issue 4.
+    // P0 Fig. 10 (§3.4.4; caption line 505, values line 517): FAM "2× for
+    // sequential and 1.6× for random" 16-byte updates over CoW. Targets: issue
+    // 4.
     Claim {
         suite: "cell",
         figure: "P0 Fig. 10",
@@ -390,9 +391,9 @@ pub const CLAIMS: &[Claim] = &[
         goal: Goal::Within(1.0, 1.0),
         source: "issue 4",
     },
-    // P0 Fig. 12 (§3.5.4; lines 562-570): interleaving gives "6.2× for
-    // inserts on PMem and 5× speed up for lookups, compared to 2.6× for
-    // lookups on DRAM". Insert target: issue 4.
+    // P0 Fig. 12 (§3.5.4; caption line 562, values line 572): interleaving gives
+    // "6.2× for inserts on PMem and 5× speed up for lookups, compared to 2.6×
+    // for lookups on DRAM". Insert target: issue 4.
     Claim {
         suite: "group",
         figure: "P0 Fig. 12",
@@ -419,11 +420,12 @@ pub const CLAIMS: &[Claim] = &[
         goal: Goal::AtLeast(1.0),
         source: "paper",
     },
-    // P1 Fig. 3.6 (p. 28; text of §3.4.2): clobber "1.82× of [PMDK's]
-    // performance on average, and can perform up to 2× ... on hashmap and
-    // skiplist" (one thread). Fig. 3.7 (p. 30; §3.4.3): clobber "uses 21.5%
-    // to 42.3% as many log entries as PMDK", entries counted as PMDK counts
-    // them: one per ordered log append (`records_vs_undo`). Targets: issue 6.
+    // P1 Fig. 3.6 (p. 28; text of §3.4.2, line 722 of the text copy): clobber
+    // "1.82× of [PMDK's] performance on average, and can perform up to 2× ... on
+    // hashmap and skiplist" (one thread). Fig. 3.7 (p. 30; §3.4.3, line 738):
+    // clobber "uses 21.5% to 42.3% as many log entries as PMDK", entries counted
+    // as PMDK counts them: one per ordered log append (`records_vs_undo`).
+    // Targets: issue 6.
     Claim {
         suite: "tx",
         figure: "P1 Fig. 3.6",
@@ -544,8 +546,8 @@ pub const CLAIMS: &[Claim] = &[
         goal: Goal::AtLeast(2.0),
         source: "issue 5",
     },
-    // P2 Fig. 2 (engines): no LMDB in P2; issue 11's targets, best engine
-    // of the Ferrite heap, adr, one thread.
+    // P2 Fig. 2 (engines): no LMDB in P2; issue 11's targets, best engine of the
+    // Ferrite heap, adr, one thread.
     Claim {
         suite: "engine",
         figure: "P2 Fig. 2",

@@ -16,6 +16,9 @@ pub struct Figure {
     pub series: Option<SeriesFigure>,
 }
 
+/// A plotted point: series name, x, y.
+pub type Point = (String, f64, f64);
+
 /// A chart of throughput over a parameter.
 pub struct SeriesFigure {
     pub spec: SeriesSpec<'static>,
@@ -25,7 +28,7 @@ pub struct SeriesFigure {
     /// The y of a row.
     pub y: fn(&Row) -> f64,
     /// The paper's value drawn into the chart, from the rows plotted.
-    pub reference: fn(&[(String, f64, f64)]) -> Option<Reference>,
+    pub reference: fn(&[Point]) -> Option<Reference>,
 }
 
 fn num(r: &Row, key: &str) -> Option<f64> {
@@ -40,7 +43,7 @@ fn ok(r: &Row) -> bool {
 }
 
 /// `factor` × the series `name` (the paper's ratio against it).
-fn times(points: &[(String, f64, f64)], name: &str, factor: f64, label: &str) -> Option<Reference> {
+fn times(points: &[Point], name: &str, factor: f64, label: &str) -> Option<Reference> {
     let mut pts: Vec<(f64, f64)> = points
         .iter()
         .filter(|p| p.0 == name)
@@ -219,7 +222,7 @@ pub fn figures() -> Vec<Figure> {
 
 /// The series of a figure from `rows`: one [`Series`] per name, in order
 /// of first appearance, and the flat list `(name, x, y)`.
-pub fn collect(f: &SeriesFigure, rows: &[Row]) -> (Vec<Series>, Vec<(String, f64, f64)>) {
+pub fn collect(f: &SeriesFigure, rows: &[Row]) -> (Vec<Series>, Vec<Point>) {
     let mut flat = Vec::new();
     let mut series: Vec<Series> = Vec::new();
     for r in rows {

@@ -80,6 +80,9 @@ pub struct ReportArgs {
     pub full: bool,
 }
 
+/// Explores a check target with a budget; `(states, violations)`.
+pub type CheckFn<'a> = &'a dyn Fn(&str, usize) -> Result<(usize, usize), String>;
+
 /// The `ferrite check` targets, handed in by the command (they live in
 /// the `ferrite` binary, which depends on this crate).
 pub struct Checks<'a> {
@@ -88,7 +91,7 @@ pub struct Checks<'a> {
     pub targets: Vec<(String, bool)>,
     /// Explores `target` with `budget` crash states at most; returns
     /// `(states, violations)` summed over its variants.
-    pub run: &'a dyn Fn(&str, usize) -> Result<(usize, usize), String>,
+    pub run: CheckFn<'a>,
 }
 
 /// The budget per check target at each scale.
