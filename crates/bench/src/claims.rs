@@ -837,7 +837,11 @@ impl From<crate::ptm_suite::Target> for Outcome {
             measured: t.ratio,
             paper: None,
             paper_note: t.paper.to_string(),
-            goal: t.goal.map_or(Goal::Stated, Goal::AtLeast),
+            goal: match (t.goal, t.band) {
+                (Some(g), _) => Goal::AtLeast(g),
+                (None, Some((lo, hi))) => Goal::Within(lo, hi),
+                (None, None) => Goal::Stated,
+            },
             verdict: match t.verdict {
                 V::Met => Verdict::Met,
                 V::Missed => Verdict::Missed,

@@ -352,7 +352,8 @@ fn figure_section(f: &Figure, rows: &[Row], outcomes: &[Outcome]) -> Result<Stri
             "<figure class=\"claims-chart\" data-bars=\"{}\">{svg}<figcaption>{}</figcaption></figure>",
             bars.len(),
             esc(&if papers.is_empty() {
-                "the paper states no ratio here: targets from the issues".to_string()
+                "no single ratio in the paper here: its findings and the targets are in the table"
+                    .to_string()
             } else {
                 papers.join("; ")
             })
