@@ -875,7 +875,7 @@ pub fn format_outcomes(outcomes: &[Outcome], detail: bool) -> String {
         };
         let _ = writeln!(
             out,
-            "  [{:<7}] {:<11} {:<48} {:>8}  target {:<9} {paper}",
+            "  [{:<7}] {:<14} {:<48} {:>8}  target {:<9} {paper}",
             o.verdict.name(),
             o.figure,
             o.name,
