@@ -89,19 +89,24 @@ fn bounds(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
 }
 
 fn fmt_num(v: f64) -> String {
+    // Three decimals at most, trailing zeros dropped: 3.5M, 12k, 0.25.
+    let trim = |x: f64, suffix: &str| {
+        let t = format!("{x:.3}");
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        format!("{t}{suffix}")
+    };
     let a = v.abs();
     if a >= 1e9 {
-        format!("{:.3}G", v / 1e9)
+        trim(v / 1e9, "G")
     } else if a >= 1e6 {
-        format!("{:.3}M", v / 1e6)
+        trim(v / 1e6, "M")
     } else if a >= 1e3 {
-        format!("{:.3}k", v / 1e3)
-    } else if a >= 10.0 || v.fract() == 0.0 {
+        trim(v / 1e3, "k")
+    } else if a >= 10.0 {
         format!("{v:.0}")
     } else {
-        format!("{v:.2}")
+        trim(v, "")
     }
-    .replace(".000", "")
 }
 
 /// Draws `series` with the paper's `reference` into an SVG string.
@@ -316,6 +321,16 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
         assert!(svg.contains("paper: 28"));
         assert!(svg.starts_with("<svg"));
+    }
+
+    #[test]
+    fn axis_numbers_are_short() {
+        assert_eq!(fmt_num(3_500_000.0), "3.5M");
+        assert_eq!(fmt_num(12_000.0), "12k");
+        assert_eq!(fmt_num(1.0), "1");
+        assert_eq!(fmt_num(0.25), "0.25");
+        assert_eq!(fmt_num(0.0), "0");
+        assert_eq!(fmt_num(256.0), "256");
     }
 
     #[test]
