@@ -5,7 +5,7 @@
 //! image: every chart is SVG inline, drawn by `plotters`' SVG backend)
 //! holds:
 //!
-//! 1. the **headline table** ([`headline`]): per component, Ferrite ÷
+//! 1. the **headline table** ([`html::HEADLINES`]): per component, Ferrite ÷
 //!    PMDK, Ferrite's time ÷ the floor's, fences and lines per operation,
 //!    and the crash states its `ferrite check` targets explored (with the
 //!    violations found, and whether the planted bugs were caught);
