@@ -12,12 +12,15 @@
 //! - [`row`] / [`table`]: JSON lines and the aligned stdout table.
 //! - [`registry`]: the suites by name ([`suites`], [`run_suite`]).
 //! - [`mod@probe`]: what this machine's persistence primitives cost [P0 §2].
+//! - [`claims`]: the headline claims, each a ratio of rows beside the
+//!   paper's value, with its verdict.
 //!
 //! Every flush and fence in every suite goes through a ferrite-pmem
 //! `Region`, so the counters in the rows are exact (rule 1, rule 6).
 
 pub mod alloc_suite;
 pub mod cell_suite;
+pub mod claims;
 pub mod ctx;
 pub mod engine_suite;
 pub mod error;
@@ -48,14 +51,12 @@ pub use registry::{REGISTRY, SuiteDef, SuiteFn, run_suite, suites};
 pub use row::{Row, read_json, set_ratios, write_json};
 pub use table::{format_table, print_table};
 
-/// Prints `rows` as a table on stdout (followed by the `ptm` suite's
-/// summary of targets when they hold `ptm` rows, the `server` suite's
-/// when they hold `server` rows) and, when `ctx.json` is
-/// set, appends them to that file as JSON lines.
+/// Prints `rows` as a table on stdout and, when `ctx.json` is set,
+/// appends them to that file as JSON lines. The headline claims of
+/// everything that ran ([`claims::print_summary`]) come once, after the
+/// last suite.
 pub fn report(rows: &[Row], ctx: &BenchCtx) -> Result<(), BenchError> {
     print_table(rows);
-    ptm_suite::print_summary(rows);
-    server_suite::print_summary(rows);
     if let Some(path) = &ctx.json {
         write_json(path, rows)?;
     }

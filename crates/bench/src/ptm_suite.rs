@@ -64,8 +64,9 @@
 //!
 //! # Summary
 //!
-//! After the tables, [`print_summary`] states the targets as ratios
-//! of rows of this run ([`summary`]), each marked `met` or `missed`.
+//! [`summarize`] states the targets as ratios of rows of this run
+//! ([`summary`]), each marked `met` or `missed`; they are part of the
+//! headline claims `ferrite bench` ends with ([`crate::claims`]).
 //!
 //! # Scale
 //!

@@ -140,6 +140,11 @@ fn p1_rows_compare_the_logging_strategies() {
         assert_eq!(r.baseline.as_deref(), Some("store-tx-undo"));
     }
     let refs: Vec<&ferrite_bench::Row> = rows.iter().collect();
-    let line = server_suite::p1_summary(&refs).expect("a summary");
-    assert!(line.contains("clobber ÷ undo"), "{line}");
+    let claims = server_suite::p1_outcomes(&refs);
+    assert_eq!(claims.len(), 2, "memcaslap and in process");
+    for c in &claims {
+        assert!(c.name.contains("clobber ÷ undo"), "{}", c.name);
+        assert!(c.measured.is_some_and(|v| v > 0.0), "{}", c.name);
+        assert_eq!(c.paper, Some(1.8));
+    }
 }

@@ -146,6 +146,15 @@ Examples:
     },
     /// Serve the memcached protocols from a pool: every acknowledged write survives kill -9.
     Serve(serve::ServeArgs),
+    /// Write a self-contained HTML report (DIR/index.html): every reproduced figure beside the paper's value, the headline table, the claims, the machine.
+    #[command(after_help = "\
+Examples:
+  ferrite report --quick
+  ferrite report --quick --out ferrite-report
+  ferrite bench all --quick --json rows.jsonl
+  ferrite report --from rows.jsonl --out ferrite-report
+  ferrite report --full --out ferrite-report-full")]
+    Report(ferrite_report::ReportArgs),
     /// Create, inspect and verify pool files.
     #[command(after_help = "\
 Examples:
@@ -282,6 +291,27 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         Cmd::Pool { cmd } => pool(cmd),
         Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Report(a) => {
+            // The check targets live in this binary: the report runs them
+            // through this closure (states and violations summed per target).
+            let run = |target: &str, budget: usize| -> Result<(usize, usize), String> {
+                let (_, _, _, runner) = checks::TARGETS
+                    .iter()
+                    .find(|t| t.0 == target)
+                    .ok_or_else(|| format!("unknown check target '{target}'"))?;
+                let outcomes = runner(&ferrite_crash::Config::new("report").budget(budget))?;
+                Ok(outcomes.iter().fold((0, 0), |(s, v), o| {
+                    (s + o.report.states, v + o.report.violation_count)
+                }))
+            };
+            let targets = checks::TARGETS
+                .iter()
+                .map(|t| (t.0.to_string(), !t.2))
+                .collect();
+            let checks = ferrite_report::Checks { targets, run: &run };
+            ferrite_report::run(&a, &checks).map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -452,7 +482,8 @@ fn bench(
     } else {
         suites.to_vec()
     };
-    let all = std::time::Instant::now();
+    let started = std::time::Instant::now();
+    let mut all = Vec::new();
     for (i, name) in names.iter().enumerate() {
         eprintln!(
             "== bench {name} ({}, {} reps; suite {} of {})",
@@ -471,12 +502,17 @@ fn bench(
             t0.elapsed().as_secs_f64()
         );
         ferrite_bench::report(&rows, &ctx).map_err(|e| e.to_string())?;
+        all.extend(rows);
+    }
+    // The probe has no claims: `ferrite probe` ends with its table.
+    if names.iter().any(|n| n != "probe") {
+        ferrite_bench::claims::print_summary(&all);
     }
     if names.len() > 1 {
         eprintln!(
             "== bench: {} suites in {:.1} s",
             names.len(),
-            all.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64()
         );
     }
     Ok(ExitCode::SUCCESS)
