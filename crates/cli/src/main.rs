@@ -4,7 +4,6 @@
 //! Errors are printed as one line (`ferrite: …`) with a non-zero exit status.
 
 mod checks;
-mod date;
 mod deep;
 mod kv;
 mod progress;
@@ -392,7 +391,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
                 v["root"] = root.into();
                 // The raw fields stay as they are (`created_ns`, `size`);
                 // these are the same values for people.
-                v["created"] = created(h.created_ns, date::rfc3339).into();
+                v["created"] = created(h.created_ns, ferrite_report::date::rfc3339).into();
                 v["size_human"] = size::human(h.size).into();
                 println!("{v}");
             } else {
@@ -403,7 +402,10 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
                 println!("size:      {}", size::Both(h.size));
                 println!("domain:    {}", h.domain);
                 println!("features:  {:#x}", h.features);
-                println!("created:   {}", created(h.created_ns, date::utc));
+                println!(
+                    "created:   {}",
+                    created(h.created_ns, ferrite_report::date::utc)
+                );
                 println!("root:      {root:#x}");
             }
             Ok(ExitCode::SUCCESS)

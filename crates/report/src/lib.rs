@@ -28,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod date;
 pub mod figures;
 pub mod html;
 pub mod input;

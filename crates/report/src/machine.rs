@@ -33,7 +33,7 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .ok()
                 .map(|s| s.trim().to_string()),
-            date: utc_date(
+            date: crate::date::utc(
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
@@ -58,27 +58,6 @@ pub fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
-}
-
-/// `secs` since the epoch as `YYYY-MM-DD HH:MM UTC` (the proleptic
-/// Gregorian calendar, days to civil date by the era method).
-pub fn utc_date(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
 }
 
 /// `git rev-parse --short=12 HEAD` (with `-dirty` when the tree has
@@ -130,12 +109,5 @@ mod tests {
             Some(24_576_000 * 1024)
         );
         assert_eq!(mem_total("MemTotal: lots"), None);
-    }
-
-    #[test]
-    fn dates_are_civil_utc() {
-        assert_eq!(utc_date(0), "1970-01-01 00:00 UTC");
-        assert_eq!(utc_date(951_782_400), "2000-02-29 00:00 UTC");
-        assert_eq!(utc_date(1_795_605_240), "2026-11-25 11:14 UTC");
     }
 }

@@ -1,5 +1,6 @@
-//! Unix time as a UTC calendar date, for `pool info` (the pool header
-//! records its creation as nanoseconds since 1970-01-01 00:00:00 UTC).
+//! Unix time as a UTC calendar date: the report's run date, and `ferrite
+//! pool info` (the pool header records its creation as nanoseconds since
+//! 1970-01-01 00:00:00 UTC).
 //!
 //! The conversion counts 400-year eras of the proleptic Gregorian calendar
 //! (146097 days each) starting on 0000-03-01, so that the leap day is the
