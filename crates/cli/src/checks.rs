@@ -320,16 +320,26 @@ fn run_ptm_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
         .collect();
     let mut out = Vec::new();
     for (alg, (name, fault, fence_removal)) in &all {
-        let runs = ferrite_ptm::checks::check_ptm_fault(
-            *alg,
-            split(cfg, all.len()),
-            *fault,
-            *fence_removal,
-        )
-        .map_err(|e| e.to_string())?;
-        let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
-            (s + r.states, v + r.violation_count)
-        });
+        // Each bug gets its share of the budget; one not caught in it is
+        // explored again with twice the budget, up to 16 times the share
+        // (at least 4000 states): some need a crash at one of a few
+        // fences, and a small --budget (a quick report's) must not report
+        // a bug as uncaught that a few thousand states catch.
+        let mut c = split(cfg, all.len());
+        let cap = (c.budget * 16).max(4000);
+        let (runs, states, caught) = loop {
+            let runs =
+                ferrite_ptm::checks::check_ptm_fault(*alg, c.clone(), *fault, *fence_removal)
+                    .map_err(|e| e.to_string())?;
+            let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
+                (s + r.states, v + r.violation_count)
+            });
+            if caught > 0 || c.budget >= cap || c.only.is_some() {
+                break (runs, states, caught);
+            }
+            let b = c.budget * 2;
+            c = c.budget(b);
+        };
         if caught == 0 {
             return Err(format!(
                 "planted bug {alg}/{name} was not caught in {states} crash states (raise --budget)"
