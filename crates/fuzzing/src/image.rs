@@ -84,8 +84,11 @@ pub fn build(recipe: &Recipe<'_>, config: usize) -> Vec<Image> {
         (recipe.setup)(&p);
         p.image()
     };
-    let explorer =
-        Explorer::new(Config::new(recipe.layout).pool_size(recipe.size).domain(Domain::Adr));
+    let explorer = Explorer::new(
+        Config::new(recipe.layout)
+            .pool_size(recipe.size)
+            .domain(Domain::Adr),
+    );
     let (end, counts) = explorer
         .simulate::<()>(&initial, None, |p, _| (recipe.work)(p))
         .expect("run the base workload");

@@ -13,7 +13,11 @@ fn inputs(target: &str) -> Vec<PathBuf> {
     let mut v = Vec::new();
     for sub in ["corpus", "regressions"] {
         if let Ok(rd) = std::fs::read_dir(fuzz_dir().join(sub).join(target)) {
-            v.extend(rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()));
+            v.extend(
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| p.is_file()),
+            );
         }
     }
     v.sort();
@@ -23,7 +27,11 @@ fn inputs(target: &str) -> Vec<PathBuf> {
 fn replay(name: &str) {
     let t = ferrite_fuzzing::target(name).expect("a known target");
     let files = inputs(name);
-    assert!(!files.is_empty(), "no corpus for {name} under {}", fuzz_dir().display());
+    assert!(
+        !files.is_empty(),
+        "no corpus for {name} under {}",
+        fuzz_dir().display()
+    );
     for f in &files {
         let data = std::fs::read(f).expect("read input");
         let r = std::panic::catch_unwind(|| (t.run)(&data));
@@ -41,22 +49,49 @@ macro_rules! replay_tests {
 }
 
 replay_tests!(
-    pool_header, protocol, log, page_store, cells, fp_leaves, heap, tx_ds, ptm, engine_inp,
-    engine_cow, engine_lsm
+    pool_header,
+    protocol,
+    log,
+    page_store,
+    cells,
+    fp_leaves,
+    heap,
+    tx_ds,
+    ptm,
+    engine_inp,
+    engine_cow,
+    engine_lsm
 );
 
 /// Every target has a replay test above, and its seeds are in the repo.
 #[test]
 fn every_target_is_replayed() {
     let listed = [
-        "pool_header", "protocol", "log", "page_store", "cells", "fp_leaves", "heap", "tx_ds",
-        "ptm", "engine_inp", "engine_cow", "engine_lsm",
+        "pool_header",
+        "protocol",
+        "log",
+        "page_store",
+        "cells",
+        "fp_leaves",
+        "heap",
+        "tx_ds",
+        "ptm",
+        "engine_inp",
+        "engine_cow",
+        "engine_lsm",
     ];
     for t in ferrite_fuzzing::TARGETS {
         assert!(listed.contains(&t.name), "{} has no replay test", t.name);
         for s in ferrite_fuzzing::seeds::seeds(t) {
-            let f = fuzz_dir().join("corpus").join(t.name).join(ferrite_fuzzing::seeds::file_name(&s));
-            assert!(f.is_file(), "seed {} missing: run `cargo run -p ferrite-fuzzing --bin fuzz-seeds -- fuzz/corpus`", f.display());
+            let f = fuzz_dir()
+                .join("corpus")
+                .join(t.name)
+                .join(ferrite_fuzzing::seeds::file_name(&s));
+            assert!(
+                f.is_file(),
+                "seed {} missing: run `cargo run -p ferrite-fuzzing --bin fuzz-seeds -- fuzz/corpus`",
+                f.display()
+            );
         }
     }
 }

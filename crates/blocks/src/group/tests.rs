@@ -404,7 +404,10 @@ fn recovery_refuses_damaged_visible_slots() {
         let saved: Vec<u8> = r.read_vec(lo + KV + other * KV_LEN, KV_LEN);
         let fp = r.read_vec(lo + FPS + s, 1);
         let fp_other = r.read_vec(lo + FPS + other, 1);
-        r.write(lo + KV + other * KV_LEN, &r.read_vec(lo + KV + s * KV_LEN, KV_LEN));
+        r.write(
+            lo + KV + other * KV_LEN,
+            &r.read_vec(lo + KV + s * KV_LEN, KV_LEN),
+        );
         r.write(lo + FPS + other, &fp);
         assert!(matches!(
             FpLeaves::recover(r.clone()),

@@ -70,11 +70,7 @@ pub fn log(data: &[u8]) {
             return;
         };
         let recs = log_records(&log);
-        assert_eq!(
-            recs.len() as u64,
-            log.len(),
-            "iterator and len disagree"
-        );
+        assert_eq!(recs.len() as u64, log.len(), "iterator and len disagree");
         let mut buf = Vec::new();
         for (lsn, r) in &recs {
             log.read(ferrite_blocks::log::Lsn(*lsn), &mut buf)
@@ -144,7 +140,8 @@ fn pages_of(s: &PageStore) -> Vec<Vec<u8>> {
     (0..s.pages())
         .map(|p| {
             let mut out = vec![0u8; s.page_size()];
-            s.read_page(p, &mut out).expect("a page of an open store reads");
+            s.read_page(p, &mut out)
+                .expect("a page of an open store reads");
             out
         })
         .collect()
@@ -231,7 +228,11 @@ pub fn cells(data: &[u8]) {
         let values = cells_of(a.as_ref());
         let (again, _) =
             cell::recover_any(reopen(pool, b.layout).data()).expect("recovery is idempotent");
-        assert_eq!(values, cells_of(again.as_ref()), "a second recovery differs");
+        assert_eq!(
+            values,
+            cells_of(again.as_ref()),
+            "a second recovery differs"
+        );
         if options & 1 == 1 && !a.is_empty() {
             let v = vec![0xee; a.value_size().bytes()];
             let _ = a.update(a.len() - 1, &v);
@@ -253,7 +254,8 @@ pub(crate) fn leaves_bases() -> &'static Bases {
         let work = |p: &Pool| {
             let mut t = FpLeaves::recover(p.data()).expect("recover");
             for k in 0..40u64 {
-                t.insert(k.wrapping_mul(0x9e37_79b9), k + 1).expect("insert");
+                t.insert(k.wrapping_mul(0x9e37_79b9), k + 1)
+                    .expect("insert");
             }
         };
         let images = build(

@@ -57,7 +57,10 @@ pub fn protocol(data: &[u8]) {
                 match protocol::parse(&wire, &Limits::default()) {
                     Ok(Some((back, m))) => {
                         assert_eq!(m, wire.len(), "re-encoded request not consumed whole");
-                        assert_eq!(back, req, "request does not round-trip through the client encoder");
+                        assert_eq!(
+                            back, req,
+                            "request does not round-trip through the client encoder"
+                        );
                     }
                     other => panic!("re-encoded request {req:?} parses as {other:?}"),
                 }

@@ -89,10 +89,6 @@ pub fn ptm(data: &[u8]) {
             return;
         };
         let again = reopen(pool, b.layout);
-        assert_eq!(
-            recover(&again, alg),
-            Some(n),
-            "a second recovery differs"
-        );
+        assert_eq!(recover(&again, alg), Some(n), "a second recovery differs");
     });
 }

@@ -46,7 +46,10 @@ pub(crate) fn bases() -> &'static Bases {
         let mut images = Vec::new();
         for (i, (s, strategy)) in configs().into_iter().enumerate() {
             let setup = move |p: &Pool| {
-                let opts = TxOptions::new(strategy).slots(2).area_bytes(8192).nonce(NONCE);
+                let opts = TxOptions::new(strategy)
+                    .slots(2)
+                    .area_bytes(8192)
+                    .nonce(NONCE);
                 let txp = TxPool::create(p, &opts, ferrite_ds::registry()).expect("create");
                 let mut th = txp.thread().expect("attach");
                 ferrite_ds::create(s, &mut th, ds_opts()).expect("create structure");
