@@ -112,14 +112,14 @@ pub fn heap(data: &[u8]) {
         let again = open_heap(config, reopen(pool, b.layout).data()).expect("open is idempotent");
         assert_eq!(blocks, allocated(again.as_ref()), "a second open differs");
         drop(again);
-        if options & 1 == 1 {
-            if let Ok(mut th) = h.thread() {
-                if let Ok(off) = th.alloc(200, None) {
-                    let _ = th.free(off, None);
-                }
-                if let Some(&(off, _)) = blocks.first() {
-                    let _ = th.free(POff::new(off), None);
-                }
+        if options & 1 == 1
+            && let Ok(mut th) = h.thread()
+        {
+            if let Ok(off) = th.alloc(200, None) {
+                let _ = th.free(off, None);
+            }
+            if let Some(&(off, _)) = blocks.first() {
+                let _ = th.free(POff::new(off), None);
             }
         }
     });
