@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (or those named) for SECONDS each, one at a time,
-# one job: fuzz/run.sh [SECONDS] [TARGET...]. Needs cargo-fuzz; builds the
+# in one process (no -jobs): fuzz/run.sh [SECONDS] [TARGET...]. Needs cargo-fuzz; builds the
 # targets first (RUSTC_BOOTSTRAP=1 lets the stable toolchain do it). New
 # inputs go to fuzz/corpus-run/<target>/ (not committed); the committed seeds
 # in fuzz/corpus/<target>/ are read, not written. Crashes land in
@@ -22,7 +22,7 @@ for t in "${targets[@]}"; do
     mkdir -p "corpus-run/$t" "artifacts/$t"
     log=$(mktemp)
     cargo fuzz run -O "$t" "corpus-run/$t" "corpus/$t" -- \
-        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -jobs=1 -workers=1 \
+        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -max_len=4096 -print_final_stats=1 >"$log" 2>&1
     rc=$?
     execs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
