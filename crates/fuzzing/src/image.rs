@@ -14,6 +14,82 @@ use ferrite_pmem::{Domain, HEADER_SIZE, Pool, PoolOptions};
 /// Cache line: the unit of hot-line selection.
 pub const LINE: usize = 64;
 
+/// The nonces the targets give their components (blocks, alloc, tx, ptm,
+/// engine): fixed, so images are reproducible and keyed checksums can be
+/// re-sealed ([`Seal`]).
+pub const NONCES: [u64; 5] = [
+    0xf022_f022_0000_0001,
+    0xf022_f022_0000_0002,
+    0xf022_f022_0000_0003,
+    0xf022_f022_0000_0004,
+    0xf022_f022_0000_0005,
+];
+
+/// A checksummed record found in a base image: `crc32c([key ‖] bytes
+/// [at, at + len))` stored little-endian at `at + len`. Most Ferrite
+/// superblocks are one such 64-byte line (`len` 60), some keyed with the
+/// component's nonce; cell headers and log head slots have `len` 24.
+/// After patching, [`Seal::apply`] recomputes the checksum, so the fuzzer
+/// reaches the field checks behind it — as a crafted file would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seal {
+    pub at: usize,
+    pub len: usize,
+    pub key: Option<u64>,
+}
+
+impl Seal {
+    fn crc(&self, img: &[u8]) -> Option<u32> {
+        let body = img.get(self.at..self.at + self.len)?;
+        Some(match self.key {
+            None => crc32c::crc32c(body),
+            Some(k) => crc32c::crc32c_append(crc32c::crc32c(&k.to_le_bytes()), body),
+        })
+    }
+
+    fn holds(&self, img: &[u8]) -> bool {
+        let at = self.at + self.len;
+        match (self.crc(img), img.get(at..at + 4)) {
+            (Some(c), Some(s)) => s == c.to_le_bytes(),
+            _ => false,
+        }
+    }
+
+    /// Recomputes the checksum in `img` (if the record is inside it).
+    pub fn apply(&self, img: &mut [u8]) {
+        let at = self.at + self.len;
+        if let Some(c) = self.crc(img)
+            && let Some(s) = img.get_mut(at..at + 4)
+        {
+            s.copy_from_slice(&c.to_le_bytes());
+        }
+    }
+
+    /// The records of `img` among the hot lines: each line tried as a
+    /// 60- and a 24-byte record, unkeyed and keyed with every nonce. An
+    /// all-zero body is skipped (its checksum is a constant, not a record).
+    fn find(img: &[u8], hot: &[usize]) -> Vec<Seal> {
+        let keys = std::iter::once(None).chain(NONCES.iter().map(|&n| Some(n)));
+        let mut out = Vec::new();
+        for &at in hot {
+            for len in [60, 24] {
+                for key in keys.clone() {
+                    let s = Seal { at, len, key };
+                    if img
+                        .get(at..at + len)
+                        .is_some_and(|b| b.iter().any(|&x| x != 0))
+                        && s.holds(img)
+                    {
+                        out.push(s);
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// One configuration's images and their hot lines.
 pub struct Bases {
     /// Pool layout name (the images open with it).
@@ -22,6 +98,8 @@ pub struct Bases {
     pub images: Vec<Image>,
     /// Offsets of lines non-zero in some image (sorted, deduplicated).
     pub hot: Vec<usize>,
+    /// Per image, its checksummed records ([`Seal`]).
+    pub seals: Vec<Vec<Seal>>,
 }
 
 /// A base image and what built it (the target decides how to open it).
@@ -132,10 +210,12 @@ impl Bases {
                 }
             }
         }
+        let seals = images.iter().map(|i| Seal::find(&i.bytes, &hot)).collect();
         Bases {
             layout,
             images,
             hot,
+            seals,
         }
     }
 }

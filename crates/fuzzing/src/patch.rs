@@ -5,7 +5,7 @@
 //! | bytes | meaning                                                        |
 //! |------:|----------------------------------------------------------------|
 //! | 0     | base image: index modulo the number of images                  |
-//! | 1     | flags: bit 0 truncates the image (length from the next 4 bytes, little-endian, modulo the image length); bits 1..8 are the target's own options |
+//! | 1     | flags: bit 0 truncates the image (length from the next 4 bytes, little-endian, modulo the image length); bit 2 re-seals the image's checksummed records after patching ([`crate::image::Seal`]); bits 1..8 (bit 2 included) are the target's options |
 //! | 2..   | operations until the input ends, each a tag byte then operands |
 //!
 //! Operations (`tag & 3`; `n = (tag >> 2) % 32 + 1`):
@@ -88,6 +88,11 @@ impl<'a> Input<'a> {
         let which = self.image % bases.images.len();
         let mut img = bases.images[which].bytes.clone();
         self.patch(&mut img, &bases.hot);
+        if self.options & 2 == 2 {
+            for s in &bases.seals[which] {
+                s.apply(&mut img);
+            }
+        }
         fixup(&mut img);
         if let Some(t) = self.truncate {
             let len = img.len().max(1);

@@ -42,13 +42,17 @@ pub fn seeds(t: &Target) -> Vec<Vec<u8>> {
     }
     // A few structured patches on the first image: zero and all-ones words
     // in the first hot lines, and a stale copy of one line over the next.
+    // The same with the checksummed records re-sealed (option bit 1), so
+    // the fields behind the checksums are reached.
     for line in 0..4u16.min(b.hot.len() as u16) {
-        let mut x = encode::plain(0, 1);
-        encode::word(&mut x, line, 0, 0);
-        out.push(x);
-        let mut x = encode::plain(0, 1);
-        encode::word(&mut x, line, 1, u64::MAX);
-        out.push(x);
+        for opt in [1, 3] {
+            let mut x = encode::plain(0, opt);
+            encode::word(&mut x, line, 0, 0);
+            out.push(x);
+            let mut x = encode::plain(0, opt);
+            encode::word(&mut x, line, 1, u64::MAX);
+            out.push(x);
+        }
     }
     if b.hot.len() > 2 {
         let mut x = encode::plain(0, 0);
@@ -72,6 +76,16 @@ pub fn file_name(data: &[u8]) -> String {
 pub fn write_all(dir: &std::path::Path) -> std::io::Result<usize> {
     let mut n = 0;
     for t in TARGETS {
+        if let Some(b) = t.bases {
+            let b = b();
+            println!(
+                "{}: {} base images, {} hot lines, {} checksummed records",
+                t.name,
+                b.images.len(),
+                b.hot.len(),
+                b.seals.iter().map(Vec::len).sum::<usize>()
+            );
+        }
         let d = dir.join(t.name);
         std::fs::create_dir_all(&d)?;
         for s in seeds(t) {

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 const LAYOUT: &str = "fuzz-heap";
 const SIZE: u64 = 512 << 10;
-const NONCE: u64 = 0xf022_f022_0000_0002;
+const NONCE: u64 = crate::image::NONCES[1];
 const CRASHES: &[u64] = &[250, 500, 800];
 
 fn open_heap(config: usize, r: Region) -> Result<Box<dyn PAllocator>, AllocError> {

@@ -10,7 +10,7 @@ use ferrite_blocks::page::{DirtyLines, PageAlgorithm, PageStore, PageStoreOption
 use ferrite_pmem::Pool;
 use std::sync::OnceLock;
 
-const NONCE: u64 = 0xf022_f022_0000_0001;
+const NONCE: u64 = crate::image::NONCES[0];
 const SIZE: u64 = 64 << 10;
 /// Crash points of the base workloads, per mille of their fences.
 const CRASHES: &[u64] = &[300, 700];

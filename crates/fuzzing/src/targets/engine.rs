@@ -9,7 +9,7 @@ use ferrite_pmem::Pool;
 use std::sync::OnceLock;
 
 const SIZE: u64 = 1536 << 10;
-const NONCE: u64 = 0xf022_f022_0000_0005;
+const NONCE: u64 = crate::image::NONCES[4];
 const CRASHES: &[u64] = &[200, 500, 850];
 const ALLOCS: [AllocKind; 2] = [AllocKind::Ferrite, AllocKind::Lock];
 

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 const LAYOUT: &str = "fuzz-ptm";
 const SIZE: u64 = 512 << 10;
-const NONCE: u64 = 0xf022_f022_0000_0004;
+const NONCE: u64 = crate::image::NONCES[3];
 const CRASHES: &[u64] = &[300, 600, 900];
 const ALGS: [Algorithm; 2] = [Algorithm::Eager, Algorithm::Lazy];
 

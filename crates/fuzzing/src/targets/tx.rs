@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 const LAYOUT: &str = "fuzz-tx";
 const SIZE: u64 = 512 << 10;
-const NONCE: u64 = 0xf022_f022_0000_0003;
+const NONCE: u64 = crate::image::NONCES[2];
 const CRASHES: &[u64] = &[400, 800];
 /// Accesses one transaction (and recovery's re-execution) may make: a
 /// corrupt structure with a cycle fails with an error instead of hanging.
