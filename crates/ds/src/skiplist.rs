@@ -91,6 +91,12 @@ fn search(
     key: u64,
     update: &mut [u64],
 ) -> Result<u64> {
+    // The header's level count and every node's height come from the
+    // medium: a damaged one must be an error, not an index out of bounds
+    // (found by fuzzing, fuzz/regressions/tx_ds/).
+    if levels == 0 || levels as usize > update.len() {
+        return Err(TxError::Corrupt(format!("skiplist with {levels} levels")));
+    }
     let mut x = head;
     for lvl in (0..levels).rev() {
         loop {
@@ -105,6 +111,21 @@ fn search(
     tx.read_u64(p64(x + 16))
 }
 
+/// The height of the node at `n`, which must be 1..=`levels`.
+fn node_height(tx: &mut Tx<'_, '_>, n: u64, levels: u64) -> Result<u64> {
+    let h = tx.read_u64(p64(n + 8))?;
+    if h == 0 || h > levels {
+        return Err(TxError::Corrupt(format!(
+            "skiplist node at {n:#x} has height {h} of {levels}"
+        )));
+    }
+    Ok(h)
+}
+
+fn bad_count(count: u64) -> TxError {
+    TxError::Corrupt(format!("skiplist entry count {count} cannot change by one"))
+}
+
 fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (header, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let value = inp.buf(0);
@@ -114,7 +135,7 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut update = [0u64; MAX_LEVELS as usize];
     let cand = search(tx, head, levels, key, &mut update)?;
     if cand != 0 && tx.read_u64(p64(cand))? == key {
-        let h = tx.read_u64(p64(cand + 8))?;
+        let h = node_height(tx, cand, levels)?;
         tx.write(p64(cand + 16 + 8 * h), value)?;
         return Ok(0);
     }
@@ -132,7 +153,8 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     for (lvl, &u) in update.iter().enumerate().take(h as usize) {
         tx.write_u64(p64(u + 16 + 8 * lvl as u64), n.raw())?;
     }
-    tx.write_u64(p64(header + H_COUNT), count + 1)?;
+    let count = count.checked_add(1).ok_or_else(|| bad_count(count))?;
+    tx.write_u64(p64(header + H_COUNT), count)?;
     Ok(1)
 }
 
@@ -146,7 +168,7 @@ fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     if t == 0 || tx.read_u64(p64(t))? != key {
         return Ok(0);
     }
-    let h = tx.read_u64(p64(t + 8))?;
+    let h = node_height(tx, t, levels)?;
     for (lvl, &u) in update.iter().enumerate().take(h as usize) {
         let at = p64(u + 16 + 8 * lvl as u64);
         if tx.read_u64(at)? == t {
@@ -154,7 +176,8 @@ fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
             tx.write_u64(at, next)?;
         }
     }
-    tx.write_u64(p64(header + H_COUNT), count - 1)?;
+    let count = count.checked_sub(1).ok_or_else(|| bad_count(count))?;
+    tx.write_u64(p64(header + H_COUNT), count)?;
     tx.free(POff::new(t))?;
     Ok(1)
 }

@@ -282,3 +282,32 @@ fn concurrent_threads_on_every_structure_and_strategy() {
         }
     }
 }
+
+/// Fuzzing found (fuzz/regressions/tx_ds/): the skiplist's transaction
+/// functions trusted the level count and node heights they read from the
+/// medium, and a damaged one indexed past their 32-entry arrays (a panic,
+/// also during recovery's re-execution). They now fail with `Corrupt`.
+#[test]
+fn a_damaged_skiplist_is_an_error_not_a_panic() {
+    for strategy in Strategy::LOGGED {
+        let p = pool(8);
+        let txp = TxPool::create(&p, &TxOptions::new(strategy).slots(2), ds::registry()).unwrap();
+        let mut th = txp.thread().unwrap();
+        let list = ds::create(Structure::SkipList, &mut th, small()).unwrap();
+        for k in 1..20 {
+            list.insert(&mut th, k, &value(k, 0, 32)).unwrap();
+        }
+        // Header: magic, levels u64 at 8.
+        let levels_at = list.header() as usize + 8;
+        let whole = ferrite_pmem::Region::whole(p.medium().clone());
+        let levels = whole.load_u64(levels_at);
+        whole.store_u64(levels_at, 40);
+        assert!(matches!(
+            list.insert(&mut th, 5, &value(5, 1, 32)),
+            Err(TxError::Corrupt(_))
+        ));
+        whole.store_u64(levels_at, levels);
+        list.insert(&mut th, 5, &value(5, 2, 32)).unwrap();
+        assert_eq!(list.get(5).unwrap(), Some(value(5, 2, 32)));
+    }
+}

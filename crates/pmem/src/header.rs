@@ -22,7 +22,8 @@
 //! covers them. The root offset is the only mutable field: it sits alone in
 //! the header's third cache line and is updated with one 8-byte atomic store
 //! and persisted, which x86 makes failure atomic, so it needs no checksum.
-//! Validation order on open: length, magic, version, checksum, fields, layout.
+//! Validation order on open: length, magic, version, checksum, fields
+//! (reserved bytes 120..124 included), layout.
 
 use crate::domain::Domain;
 use crate::error::{PoolError, Result};
@@ -137,6 +138,14 @@ impl Header {
                 actual: actual_len,
             });
         }
+        // Reserved means zero: a header with bits set here was not written
+        // by this format version (and would not encode back to its bytes).
+        if u32_at(120) != 0 {
+            return corrupt(format!(
+                "reserved bytes 120..124 are {:#010x}, not zero",
+                u32_at(120)
+            ));
+        }
         let name = &bytes[56..120];
         let n = name.iter().position(|&b| b == 0).unwrap_or(name.len());
         if n == 0 || n > MAX_LAYOUT || name[n..].iter().any(|&b| b != 0) {
@@ -226,6 +235,21 @@ mod tests {
                 "byte {i} corruption undetected"
             );
         }
+    }
+
+    /// Fuzzing found (fuzz/regressions/pool_header/): non-zero reserved
+    /// bytes 120..124 under a valid checksum were accepted.
+    #[test]
+    fn nonzero_reserved_bytes_are_refused_even_with_a_valid_checksum() {
+        let mut b = vec![0u8; HEADER_SIZE];
+        sample().encode(&mut b);
+        b[122] = 4;
+        let crc = crc32c::crc32c(&b[..CRC_OFF]);
+        b[CRC_OFF..CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Header::decode(&b, 1 << 20),
+            Err(PoolError::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -226,6 +226,9 @@ pub struct PtmOptions {
     pub orecs: usize,
     /// P3's incorrect fence-removal variant (see the crate documentation).
     pub fence_removal: bool,
+    /// Fixed nonce of the superblock and the heap, for reproducible images
+    /// (used at create only); random when `None`.
+    pub nonce: Option<u64>,
     #[doc(hidden)]
     pub fault: Option<Fault>,
 }
@@ -238,6 +241,7 @@ impl PtmOptions {
             log_bytes: 256 << 10,
             orecs: 1 << 16,
             fence_removal: false,
+            nonce: None,
             fault: None,
         }
     }
@@ -259,6 +263,11 @@ impl PtmOptions {
 
     pub fn fence_removal(mut self, on: bool) -> PtmOptions {
         self.fence_removal = on;
+        self
+    }
+
+    pub fn nonce(mut self, n: u64) -> PtmOptions {
+        self.nonce = Some(n);
         self
     }
 

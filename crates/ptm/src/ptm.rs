@@ -116,11 +116,13 @@ impl Ptm {
             slots_off: format::SLOTS_OFF,
             heap_off,
             heap_len: len - heap_off,
-            nonce: u64::from_le_bytes(
-                ferrite_pmem::header::new_uuid()[..8]
-                    .try_into()
-                    .expect("8 bytes"),
-            ),
+            nonce: opts.nonce.unwrap_or_else(|| {
+                u64::from_le_bytes(
+                    ferrite_pmem::header::new_uuid()[..8]
+                        .try_into()
+                        .expect("8 bytes"),
+                )
+            }),
         };
         // Superblock, root line and every slot header zeroed (IDLE, epoch 0).
         let sb_off = format::SB_OFF as usize;
@@ -132,10 +134,9 @@ impl Ptm {
         let heap_region = region
             .sub(heap_off as usize, (len - heap_off) as usize)
             .map_err(|e| PtmError::BadOption(e.to_string()))?;
-        drop(Heap::create(
-            heap_region,
-            HeapOptions::default().lanes(opts.slots).lane_bytes(1024),
-        )?);
+        let mut ho = HeapOptions::default().lanes(opts.slots).lane_bytes(1024);
+        ho.nonce = opts.nonce;
+        drop(Heap::create(heap_region, ho)?);
         region.write(sb_off, &sb.encode());
         region.persist(sb_off, format::SB_BYTES);
         pool.set_root::<u8>(POff::new(format::SB_OFF))?;

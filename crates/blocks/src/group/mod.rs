@@ -208,6 +208,11 @@ pub enum GroupError {
     /// A bitmap has bits beyond the slot count: not written by this code.
     #[error("leaf {leaf}: bitmap {bitmap:#018x} has bits for slots {SLOTS} and up")]
     CorruptBitmap { leaf: usize, bitmap: u64 },
+    /// A visible slot holds what no insert writes (its key belongs to
+    /// another leaf or fingerprint, or is visible twice), or the leaf
+    /// header's reserved bytes are not zero: the media was damaged.
+    #[error("leaf {leaf}: {what}")]
+    CorruptLeaf { leaf: usize, what: String },
     /// The key's leaf has no free slot (counting inserts in flight).
     #[error("leaf {leaf} is full")]
     LeafFull { leaf: usize },
@@ -466,6 +471,7 @@ impl FpLeaves {
             }
             let used = bitmap as u32;
             len += used.count_ones() as usize;
+            t.check_leaf(leaf, &leaf_buf, used)?;
             if fault == Fault::NoScrub {
                 continue;
             }
@@ -488,6 +494,37 @@ impl FpLeaves {
         }
         t.len.set(len);
         Ok(t)
+    }
+
+    /// Recovery's check of one leaf's visible slots (what [`FpLeaves::audit`]
+    /// demands of them): an insert makes a slot visible only after its
+    /// key, value and fingerprint are durable, so a visible slot whose key
+    /// does not hash to this leaf and fingerprint, or a key visible twice,
+    /// is damage, not a crash state — refused rather than served.
+    fn check_leaf(&self, leaf: usize, buf: &[u8; LEAF_BYTES], used: u32) -> Result<(), GroupError> {
+        let corrupt = |what: String| Err(GroupError::CorruptLeaf { leaf, what });
+        if buf[40..64].iter().any(|&x| x != 0) {
+            return corrupt("reserved header bytes are not zero".into());
+        }
+        let key_of = |s: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&buf[KV + s * KV_LEN..KV + s * KV_LEN + 8]);
+            u64::from_le_bytes(w)
+        };
+        for s in bits(used) {
+            let key = key_of(s);
+            let fp = buf[FPS + s];
+            if self.place(key) != (leaf, fp) {
+                return corrupt(format!(
+                    "slot {s}: key {key:#x} with fingerprint {fp:#04x} belongs to {:?}",
+                    self.place(key)
+                ));
+            }
+            if bits(used & ((1u32 << s) - 1)).any(|o| key_of(o) == key) {
+                return corrupt(format!("slot {s}: key {key:#x} is visible twice"));
+            }
+        }
+        Ok(())
     }
 
     fn check_region(region: &Region, leaves: usize) -> Result<(), GroupError> {

@@ -370,3 +370,58 @@ fn zero_bytes_flags_exactly_the_zero_bytes() {
     assert_eq!(zero_bytes(u64::MAX), 0);
     assert_eq!(zero_bytes(0x8000_0000_0000_0080), 0b0111_1110);
 }
+
+/// Fuzzing found (fuzz/regressions/fp_leaves/): recovery accepted a leaf
+/// whose visible slot held a damaged key, and the table then failed its
+/// own audit. Recovery now refuses such a leaf with a typed error.
+#[test]
+fn recovery_refuses_damaged_visible_slots() {
+    let p = pool(4);
+    let mut t = FpLeaves::create(p.data(), 4, 7).unwrap();
+    for i in 0..20 {
+        t.insert(key(i), val(key(i))).unwrap();
+    }
+    drop(t);
+    let r = p.data();
+    let t = FpLeaves::recover(r.clone()).unwrap();
+    let (leaf, _) = t.place(key(0));
+    drop(t);
+    let lo = SUPERBLOCK + leaf * LEAF_BYTES;
+    let bitmap = r.load_u64(lo);
+    let s = bitmap.trailing_zeros() as usize;
+    let good = r.load_u64(lo + KV + s * KV_LEN);
+    // A flipped bit in the key: it no longer hashes to this slot's leaf and
+    // fingerprint.
+    r.store_u64(lo + KV + s * KV_LEN, good ^ 1 << 40);
+    assert!(matches!(
+        FpLeaves::recover(r.clone()),
+        Err(GroupError::CorruptLeaf { .. })
+    ));
+    // The same key visible twice.
+    r.store_u64(lo + KV + s * KV_LEN, good);
+    let other = (bitmap & !(1u64 << s)).trailing_zeros() as usize;
+    if other < SLOTS {
+        let saved: Vec<u8> = r.read_vec(lo + KV + other * KV_LEN, KV_LEN);
+        let fp = r.read_vec(lo + FPS + s, 1);
+        let fp_other = r.read_vec(lo + FPS + other, 1);
+        r.write(
+            lo + KV + other * KV_LEN,
+            &r.read_vec(lo + KV + s * KV_LEN, KV_LEN),
+        );
+        r.write(lo + FPS + other, &fp);
+        assert!(matches!(
+            FpLeaves::recover(r.clone()),
+            Err(GroupError::CorruptLeaf { .. })
+        ));
+        r.write(lo + KV + other * KV_LEN, &saved);
+        r.write(lo + FPS + other, &fp_other);
+    }
+    // Reserved header bytes.
+    r.write(lo + 48, &[1]);
+    assert!(matches!(
+        FpLeaves::recover(r.clone()),
+        Err(GroupError::CorruptLeaf { .. })
+    ));
+    r.write(lo + 48, &[0]);
+    FpLeaves::recover(r).unwrap().audit().unwrap();
+}

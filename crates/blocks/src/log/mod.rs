@@ -704,6 +704,16 @@ impl Log {
             (Some(s), None) | (None, Some(s)) => s,
             (None, None) => return Err(LogError::Corrupt("no valid head slot".into())),
         };
+        // Every extent is a multiple of 8 bytes and positions only grow from
+        // 0, so a head position that is unaligned or absurdly far is damage
+        // (or a crafted slot), not a crash state: refuse it rather than
+        // read words across entries or overflow `pos + cap`.
+        if !h.pos.is_multiple_of(8) || h.pos >= 1 << 62 || h.lsn >= 1 << 62 {
+            return Err(LogError::Corrupt(format!(
+                "head slot position {} / LSN {} impossible",
+                h.pos, h.lsn
+            )));
+        }
         let head = Head {
             seq: h.seq,
             pos: h.pos,

@@ -426,3 +426,31 @@ fn appends_and_truncations_return_with_no_flush_in_flight() {
         }
     }
 }
+
+/// Fuzzing found (fuzz/regressions/log/): a head slot with a valid checksum
+/// but an unaligned position made RAWL's recovery load a word at an
+/// unaligned offset (a panic); a position near `u64::MAX` overflowed
+/// `pos + cap`. Recovery refuses both with a typed error.
+#[test]
+fn recovery_refuses_impossible_head_positions() {
+    for v in Variant::ALL {
+        for (pos, lsn) in [
+            (17u64, 1u64),
+            (1 << 62, 1),
+            (u64::MAX - 7, 1),
+            (0, u64::MAX),
+        ] {
+            let p = pool(Domain::Adr, 1 << 20);
+            let r = region(&p, v, 16 << 10);
+            let mut log = Log::create_with(r.clone(), LogOptions::new(v).nonce(5)).unwrap();
+            log.append(&rec(1, 40)).unwrap();
+            drop(log);
+            let slot = format::HeadSlot { seq: 9, pos, lsn }.encode(5);
+            r.write(format::SLOT_A_OFF, &slot);
+            assert!(
+                matches!(Log::recover(r), Err(LogError::Corrupt(_))),
+                "{v:?} pos {pos} lsn {lsn}"
+            );
+        }
+    }
+}

@@ -2064,3 +2064,31 @@ mod props {
         }
     }
 }
+
+/// Fuzzing found (fuzz/regressions/protocol/): a retrieval line longer than
+/// `max_line` (allowed: retrievals have their own limit) was refused as too
+/// long when a prefix ending inside its command name arrived first — the
+/// verdict depended on how the bytes were split.
+#[test]
+fn a_long_retrieval_line_is_not_refused_while_its_name_arrives() {
+    let limits = Limits {
+        max_key: 16,
+        max_item_size: 64,
+        max_line: 96,
+        max_keys_per_get: 4,
+    };
+    let mut line = vec![b' '; 94];
+    line.extend_from_slice(b"gat 1 nor\r  a\n");
+    let whole = parse(&line, &limits);
+    assert!(
+        matches!(whole, Ok(Some((_, n))) if n == line.len()),
+        "{whole:?}"
+    );
+    for k in 0..line.len() {
+        assert_eq!(parse(&line[..k], &limits), Ok(None), "prefix of {k} bytes");
+    }
+    // A line that cannot become a retrieval is still refused at the limit.
+    let mut set = vec![b' '; 94];
+    set.extend_from_slice(b"set k 0 0 1\r\n");
+    assert!(matches!(parse(&set[..97], &limits), Err(e) if e.recovery == Recovery::Close));
+}

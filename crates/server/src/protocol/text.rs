@@ -32,10 +32,15 @@ use super::{
 fn is_multiget(buf: &[u8]) -> bool {
     let start = buf.iter().take_while(|&&b| b == b' ').count();
     let b = &buf[start..];
-    b.starts_with(b"get ")
-        || b.starts_with(b"gets ")
-        || b.starts_with(b"gat ")
-        || b.starts_with(b"gats ")
+    // While the command name is still arriving ("ga", or only spaces so
+    // far), the line may yet be a retrieval: answering "no" would refuse as
+    // too long a `get` line whose first bytes happened to arrive alone —
+    // a verdict that must not depend on how the bytes were split (found by
+    // fuzzing, fuzz/regressions/protocol/). The undecided buffer is still
+    // bounded, by the retrieval limit.
+    [&b"get "[..], b"gets ", b"gat ", b"gats "]
+        .iter()
+        .any(|name| b.starts_with(name) || name.starts_with(b))
 }
 
 /// Parse one text or meta request at the front of `buf` (not binary).
