@@ -185,7 +185,9 @@ impl Outcome {
     }
 }
 
-const fn pick(
+/// Rows of `variants` whose params hold every `(key, value)` of `params`,
+/// at one thread.
+pub const fn pick(
     variants: &'static [&'static str],
     params: &'static [(&'static str, &'static str)],
 ) -> Pick {

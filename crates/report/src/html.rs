@@ -7,7 +7,7 @@ use crate::input::{check_error, check_result};
 use crate::machine::Machine;
 use crate::plot::{Bar, claims_chart, series_chart};
 use ferrite_bench::Row;
-use ferrite_bench::claims::{Goal, Outcome, Pick, Verdict, evaluate};
+use ferrite_bench::claims::{Goal, Outcome, Pick, Verdict, evaluate, pick};
 use std::fmt::Write as _;
 
 /// Escapes text for HTML content and attribute values.
@@ -42,23 +42,12 @@ pub struct Headline {
     pub checks: &'static [&'static str],
 }
 
-const fn one(
-    variants: &'static [&'static str],
-    params: &'static [(&'static str, &'static str)],
-) -> Pick {
-    Pick {
-        variants,
-        params,
-        threads: 1,
-    }
-}
-
 /// The components of the headline table.
 pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "logs [P0 §3.3]",
         suite: "log",
-        row: one(&["poplog-padded"], &[("bytes", "64")]),
+        row: pick(&["poplog-padded"], &[("bytes", "64")]),
         what: "PopLog, padded, 64 B append",
         vs_pmdk: Some("poplog-padded ÷ pmdk-pmemlog, 64 B"),
         vs_floor: Some("poplog-padded time ÷ floor, 64 B"),
@@ -67,7 +56,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "page store [P0 §3.2]",
         suite: "page",
-        row: one(&["cow"], &[("page_size", "16384")]),
+        row: pick(&["cow"], &[("page_size", "16384")]),
         what: "CoW write of a 16 KiB page",
         vs_pmdk: Some("cow ÷ pmdk-pmemblk, 16 KiB, 1 thread"),
         vs_floor: Some("cow time ÷ floor, 16 KiB, 1 thread"),
@@ -76,7 +65,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "cells [P0 §3.4]",
         suite: "cell",
-        row: one(&["fam-update-rand"], &[("bytes", "16")]),
+        row: pick(&["fam-update-rand"], &[("bytes", "16")]),
         what: "FAM 16 B random update",
         vs_pmdk: None,
         vs_floor: None,
@@ -85,7 +74,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "FP-Tree groups [P0 §3.5]",
         suite: "group",
-        row: one(&["insert-g16"], &[]),
+        row: pick(&["insert-g16"], &[]),
         what: "leaf insert, group of 16",
         vs_pmdk: None,
         vs_floor: None,
@@ -94,7 +83,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "transactions [P1 ch. 3]",
         suite: "tx",
-        row: one(&["clobber"], &[("structure", "hashmap")]),
+        row: pick(&["clobber"], &[("structure", "hashmap")]),
         what: "clobber hash-map insert",
         vs_pmdk: Some("clobber ÷ pmdk-tx, hash map insert"),
         vs_floor: None,
@@ -103,7 +92,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "allocator [P2 §2.2]",
         suite: "alloc",
-        row: one(&["ferrite"], &[("size", "256")]),
+        row: pick(&["ferrite"], &[("size", "256")]),
         what: "256 B alloc + free, published",
         vs_pmdk: Some("ferrite ÷ pmdk, 256 B alloc+free, 1 thread"),
         vs_floor: None,
@@ -112,7 +101,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "engines [P2]",
         suite: "engine",
-        row: one(
+        row: pick(
             &["cow"],
             &[
                 ("workload", "p2-f"),
@@ -128,7 +117,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "PTM [P3]",
         suite: "ptm",
-        row: one(
+        row: pick(
             &["orec-lazy"],
             &[("experiment", "peers"), ("workload", "bptree")],
         ),
@@ -140,7 +129,7 @@ pub const HEADLINES: &[Headline] = &[
     Headline {
         component: "crash explorer self-test",
         suite: "check",
-        row: one(&[], &[]),
+        row: pick(&[], &[]),
         what: "append-then-publish protocol",
         vs_pmdk: None,
         vs_floor: None,
