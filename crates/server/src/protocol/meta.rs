@@ -313,11 +313,15 @@ pub(crate) fn parse(
     } else {
         wire_key.to_vec()
     };
-    let order = if matches!(op, Op::MetaGet | Op::MetaArith) {
-        f.order
-    } else {
-        Vec::new()
+    // Only the modifiers the command acts on (ma accepts `R` and ignores
+    // it, so it has no place in its order; found by fuzzing: the client
+    // encoder could not write such an order back).
+    let acts: &[u8] = match op {
+        Op::MetaGet => b"TNRt",
+        Op::MetaArith => b"NTt",
+        _ => b"",
     };
+    let order: Vec<u8> = f.order.into_iter().filter(|c| acts.contains(c)).collect();
     let meta = MetaCtx {
         ret: f.ret,
         wire_key: wire_key.to_vec(),
