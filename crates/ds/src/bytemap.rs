@@ -273,8 +273,11 @@ fn tx_apply(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
                 }
             }
             (None, Some(f)) => {
+                let count = count.checked_sub(1).ok_or_else(|| {
+                    TxError::Corrupt(format!("byte map sub-map {sub:#x}: count 0"))
+                })?;
                 tx.write_u64(p64(f.link), f.next)?;
-                tx.write_u64(p64(sub), count - 1)?;
+                tx.write_u64(p64(sub), count)?;
                 tx.free(POff::new(f.entry))?;
             }
             (None, None) => {}
@@ -354,6 +357,20 @@ impl<'p> ByteMap<'p> {
         slot_of(hash_bytes(key), self.subs, 1).0 as usize
     }
 
+    /// Key and value lengths of entry `e`, refused as corrupt when they
+    /// could not fit the pool (before anything is allocated for them).
+    fn lens(&self, e: u64) -> Result<(usize, usize)> {
+        let lens = self.txp.read_u64(e + E_LENS)?;
+        let (klen, vlen) = (u64::from(lens as u32), lens >> 32);
+        let (lo, hi) = self.txp.data_bounds();
+        if klen == 0 || klen > MAX_KEY as u64 || klen + vlen > hi - lo {
+            return Err(TxError::Corrupt(format!(
+                "byte map entry {e:#x}: lengths {klen} and {vlen}"
+            )));
+        }
+        Ok((klen as usize, vlen as usize))
+    }
+
     /// Reads `key`'s value into `out` (cleared first); false when absent.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
@@ -364,8 +381,7 @@ impl<'p> ByteMap<'p> {
         let (nb, table) = (t.read_u64(sub + 8)?, t.read_u64(sub + 16)?);
         let mut e = t.read_u64(table + 8 * slot_of(h, self.subs, nb).1)?;
         while e != 0 {
-            let lens = t.read_u64(e + E_LENS)?;
-            let (klen, vlen) = ((lens as u32) as usize, (lens >> 32) as usize);
+            let (klen, vlen) = self.lens(e)?;
             if t.read_u64(e)? == h && klen == key.len() {
                 out.resize(klen, 0);
                 t.read(e + ENTRY_HDR, out)?;
@@ -489,8 +505,7 @@ impl<'p> ByteMap<'p> {
                 for b in 0..nb {
                     let mut e = t.read_u64(table + 8 * b)?;
                     while e != 0 {
-                        let lens = t.read_u64(e + E_LENS)?;
-                        let (klen, vlen) = ((lens as u32) as usize, (lens >> 32) as usize);
+                        let (klen, vlen) = self.lens(e)?;
                         if klen >= prefix.len() {
                             let mut k = vec![0u8; klen];
                             t.read(e + ENTRY_HDR, &mut k)?;
@@ -654,7 +669,9 @@ mod tests {
 
     #[test]
     fn bad_keys_and_corrupt_batches_are_refused_with_nothing_written() {
-        let pool = Pool::create_in_memory(&PoolOptions::new("bytemap", 8 << 20)).unwrap();
+        let pool =
+            Pool::create_in_memory(&PoolOptions::new("bytemap", 8 << 20).domain(Domain::Adr))
+                .unwrap();
         let txp = TxPool::create(
             &pool,
             &TxOptions::new(Strategy::Clobber).slots(2),
@@ -689,5 +706,42 @@ mod tests {
         assert_eq!(out, b"1");
         assert!(!map.get_into(b"b", &mut out).unwrap());
         assert_eq!(map.shape().unwrap().entries.len(), 1);
+
+        // An entry whose value length could not fit the pool is refused as
+        // corrupt by lookups and scans, before anything is allocated.
+        let h = hash_bytes(b"a");
+        let sub = txp
+            .read_u64(map.header() + HDR + 8 * slot_of(h, 4, 1).0)
+            .unwrap();
+        let (nb, table) = (
+            txp.read_u64(sub + 8).unwrap(),
+            txp.read_u64(sub + 16).unwrap(),
+        );
+        let e = txp.read_u64(table + 8 * slot_of(h, 4, nb).1).unwrap();
+        let header = map.header();
+        drop(th);
+        drop(map);
+        drop(txp);
+        let mut img = pool.image();
+        let at = (e + E_LENS) as usize;
+        img[at..at + 8].copy_from_slice(&(1u64 | (u64::from(u32::MAX) << 32)).to_le_bytes());
+        let bad = Pool::open_image(
+            &img,
+            &PoolOptions::new("bytemap", 0),
+            Domain::Volatile,
+            None,
+        )
+        .unwrap();
+        let txp = TxPool::open(&bad, registry(), None).unwrap();
+        let map = ByteMap::open(&txp, header).unwrap();
+        assert!(matches!(
+            map.get_into(b"a", &mut out),
+            Err(TxError::Corrupt(_))
+        ));
+        assert!(matches!(
+            map.scan_prefix(b"", &mut |_, _| {}),
+            Err(TxError::Corrupt(_))
+        ));
+        assert!(map.shape().is_err());
     }
 }
