@@ -168,6 +168,19 @@ fn meta_head(out: &mut Vec<u8>, name: &[u8], key: &[u8], m: &MetaCtx) {
 }
 
 fn meta_flags(out: &mut Vec<u8>, m: &MetaCtx, quiet: bool) {
+    meta_flags_around_t(out, m, quiet, &mut |_| {});
+}
+
+/// [`meta_flags`], calling `before_t` just before the `t` return flag: the
+/// modifiers a request named before its `t` are written there, so `t`
+/// keeps its place among them ([`MetaCtx::order`]) as well as among the
+/// return flags.
+fn meta_flags_around_t(
+    out: &mut Vec<u8>,
+    m: &MetaCtx,
+    quiet: bool,
+    before_t: &mut dyn FnMut(&mut Vec<u8>),
+) {
     if m.base64 {
         flag(out, b'b');
     }
@@ -179,7 +192,10 @@ fn meta_flags(out: &mut Vec<u8>, m: &MetaCtx, quiet: bool) {
             MetaRet::Key => flag(out, b'k'),
             MetaRet::LastAccess => flag(out, b'l'),
             MetaRet::Size => flag(out, b's'),
-            MetaRet::Ttl => flag(out, b't'),
+            MetaRet::Ttl => {
+                before_t(out);
+                flag(out, b't');
+            }
             MetaRet::Opaque(tok) => {
                 flag(out, b'O');
                 out.extend_from_slice(tok);
@@ -192,6 +208,15 @@ fn meta_flags(out: &mut Vec<u8>, m: &MetaCtx, quiet: bool) {
     if quiet {
         flag(out, b'q');
     }
+}
+
+/// The characters of `all` in `order`'s order, then those it does not
+/// name, split into those `order` names before `t` and the rest.
+fn split_at_t(order: &[u8], all: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let v = ordered(order, all);
+    let t = order.iter().position(|&c| c == b't');
+    let before = |c: u8| t.is_some_and(|t| order[..t].contains(&c));
+    v.into_iter().partition(|&c| before(c))
 }
 
 /// The characters of `all` in the order `order` names them, then those it
@@ -216,10 +241,10 @@ fn meta(req: &Request, out: &mut Vec<u8>) {
             keys, touch, opts, ..
         } => {
             meta_head(out, b"mg", keys.first().map_or(&[][..], |k| k), m);
-            meta_flags(out, m, q);
             // The modifiers in the request's order (the server applies
-            // them in order), then any it does not name.
-            for c in ordered(&m.order, b"TNR") {
+            // them in order, `t` reporting the TTL at its own place), then
+            // any it does not name.
+            let emit = |out: &mut Vec<u8>, c: u8| {
                 let tok = match c {
                     b'T' => *touch,
                     b'N' => opts.vivify,
@@ -228,7 +253,10 @@ fn meta(req: &Request, out: &mut Vec<u8>) {
                 if let Some(t) = tok {
                     flag_num(out, c, t);
                 }
-            }
+            };
+            let (pre, post) = split_at_t(&m.order, b"TNR");
+            meta_flags_around_t(out, m, q, &mut |out| pre.iter().for_each(|&c| emit(out, c)));
+            post.iter().for_each(|&c| emit(out, c));
             if opts.no_bump {
                 flag(out, b'u');
             }
@@ -309,17 +337,17 @@ fn meta(req: &Request, out: &mut Vec<u8>) {
             new_cas,
         } => {
             meta_head(out, b"ma", key, m);
-            meta_flags(out, m, q);
-            for c in ordered(&m.order, b"NT") {
-                match (c, create, ttl) {
-                    (b'N', Some((initial, t)), _) => {
-                        flag_num(out, b'N', *t);
-                        flag_u(out, b'J', *initial);
-                    }
-                    (b'T', _, Some(t)) => flag_num(out, b'T', *t),
-                    _ => {}
+            let emit = |out: &mut Vec<u8>, c: u8| match (c, create, ttl) {
+                (b'N', Some((initial, t)), _) => {
+                    flag_num(out, b'N', *t);
+                    flag_u(out, b'J', *initial);
                 }
-            }
+                (b'T', _, Some(t)) => flag_num(out, b'T', *t),
+                _ => {}
+            };
+            let (pre, post) = split_at_t(&m.order, b"NT");
+            meta_flags_around_t(out, m, q, &mut |out| pre.iter().for_each(|&c| emit(out, c)));
+            post.iter().for_each(|&c| emit(out, c));
             flag_u(out, b'D', *delta);
             if !incr {
                 out.extend_from_slice(b" MD");
