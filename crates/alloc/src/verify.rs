@@ -273,16 +273,21 @@ mod tests {
         assert!(compare(&alloc, &[(0x1000, 1), (0x2000, 64), (0x3000, 16)]).is_empty());
     }
 
+    /// A new lock heap (`lock`) or Ferrite heap in `region`.
+    fn create(lock: bool, region: &Region) -> Box<dyn PAllocator> {
+        if lock {
+            Box::new(LockHeap::create(region.clone(), LockOptions::default()).unwrap())
+        } else {
+            Box::new(Heap::create(region.clone(), HeapOptions::default()).unwrap())
+        }
+    }
+
     #[test]
     fn a_block_allocated_without_a_link_is_a_leak_on_both_heaps() {
         for lock in [false, true] {
             let p = pool();
             let region = p.data().sub(0, 2 << 20).unwrap();
-            let heap: Box<dyn PAllocator> = if lock {
-                Box::new(LockHeap::create(region.clone(), LockOptions::default()).unwrap())
-            } else {
-                Box::new(Heap::create(region.clone(), HeapOptions::default()).unwrap())
-            };
+            let heap = create(lock, &region);
             let (kept, lost) = {
                 let mut t = heap.thread().unwrap();
                 (t.alloc(100, None).unwrap(), t.alloc(3000, None).unwrap())
@@ -309,11 +314,7 @@ mod tests {
         for lock in [false, true] {
             let p = pool();
             let region = p.data().sub(0, 2 << 20).unwrap();
-            let heap: Box<dyn PAllocator> = if lock {
-                Box::new(LockHeap::create(region.clone(), LockOptions::default()).unwrap())
-            } else {
-                Box::new(Heap::create(region.clone(), HeapOptions::default()).unwrap())
-            };
+            let heap = create(lock, &region);
             heap.thread().unwrap().alloc(100, None).unwrap();
             drop(heap);
             let c = verify_region(&region);

@@ -5,6 +5,7 @@ use super::{reopen, run_image};
 use crate::image::{Bases, Recipe, build};
 use ferrite_alloc::heap::{Heap, HeapOptions};
 use ferrite_alloc::lock::{LockHeap, LockOptions};
+use ferrite_alloc::verify::allocated;
 use ferrite_alloc::{AllocError, PAllocator};
 use ferrite_pmem::{POff, Pool, Region};
 use std::sync::OnceLock;
@@ -73,13 +74,6 @@ pub(crate) fn bases() -> &'static Bases {
     })
 }
 
-fn allocated(h: &dyn PAllocator) -> Vec<(u64, usize)> {
-    let mut v = Vec::new();
-    h.for_each_allocated(&mut |off, size| v.push((off.raw(), size)));
-    v.sort_unstable();
-    v
-}
-
 /// `Heap::open` / `LockHeap::open` on a patched heap (the base image picks
 /// which). Checks: published blocks lie inside the heap's region and do not
 /// overlap, the accounting does not claim more than the capacity, a second
@@ -95,12 +89,12 @@ pub fn heap(data: &[u8]) {
         };
         let blocks = allocated(h.as_ref());
         let mut end = lo;
-        for &(off, size) in &blocks {
+        for (&off, &size) in &blocks {
             assert!(
-                off >= end && off.checked_add(size as u64).is_some_and(|e| e <= hi),
+                off >= end && off.checked_add(size).is_some_and(|e| e <= hi),
                 "block {off:#x}+{size} overlaps the previous one (ending {end:#x}) or leaves the heap {lo:#x}..{hi:#x}"
             );
-            end = off + size as u64;
+            end = off + size;
         }
         let st = h.stats();
         assert!(
@@ -118,7 +112,7 @@ pub fn heap(data: &[u8]) {
             if let Ok(off) = th.alloc(200, None) {
                 let _ = th.free(off, None);
             }
-            if let Some(&(off, _)) = blocks.first() {
+            if let Some((&off, _)) = blocks.first_key_value() {
                 let _ = th.free(POff::new(off), None);
             }
         }
