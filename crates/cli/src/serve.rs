@@ -283,8 +283,10 @@ fn open(
         let pool = Pool::create(path, &po).map_err(|x| e(&x))?;
         let made = match v {
             Variant::Engine(k) => {
-                // One session per shard plus the start-up scan's.
-                let sessions = u16::try_from((threads + 1).max(4)).unwrap_or(u16::MAX);
+                // One session per shard, one per connection thread's read
+                // fast path, and the start-up scan's (at most the engine's
+                // 1000).
+                let sessions = u16::try_from((2 * threads + 1).clamp(4, 1000)).unwrap_or(1000);
                 Store::create(&pool, &StoreOptions::new(k).sessions(sessions))
                     .map(|s| Opened::Engine(Box::new(s)))
                     .map_err(|x| e(&x))

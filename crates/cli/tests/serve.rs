@@ -984,6 +984,59 @@ fn memory_limit_evicts_the_oldest_and_survives_kill_9() {
     }
 }
 
+/// Plain gets are answered on the connection's thread
+/// (`ferrite_fast_gets`, one store of each kind), and yet count for
+/// eviction and meta `h` exactly as a get on the shard does: the first
+/// items written, fetched, survive the eviction that takes the unfetched
+/// items after them (CLOCK's second chance).
+#[test]
+fn plain_gets_take_the_read_fast_path_and_still_count_for_eviction() {
+    for store in ["tx-redo", "ptm-lazy", "engine-inp"] {
+        let dir = pool_dir();
+        let pool = dir.path().join("r.pool");
+        // A 64 MiB pool, served with a 1 MiB item limit.
+        Server::start(&pool, &["--store", store]).stop();
+        let srv = Server::start(&pool, &["--memory", "1M"]);
+        let mut c = srv.connect();
+        // About 1000 items of 1000 bytes fit the limit.
+        let first = 600;
+        for i in 0..first {
+            set_ok(&mut c, &evict_key(i), &evict_value(i));
+        }
+        assert_eq!(stat(&mut c, "evictions"), 0, "{store}");
+        let fetched = 100;
+        for i in 0..fetched {
+            assert_eq!(
+                get_value(&mut c, &evict_key(i)),
+                Some(evict_value(i)),
+                "{store} {i}"
+            );
+        }
+        assert_eq!(get_value(&mut c, "never-set"), None, "{store}");
+        let fast_gets = stat(&mut c, "ferrite_fast_gets");
+        assert_eq!(fast_gets, fetched as u64 + 1, "{store}");
+        assert_eq!(stat(&mut c, "get_hits"), fetched as u64, "{store}");
+        assert_eq!(stat(&mut c, "get_misses"), 1, "{store}");
+        // The shard knows item 0 was fetched, and that item 100 was not.
+        c.check(&format!("mg {} h\r\n", evict_key(0)), "HD h1\r\n");
+        c.check(&format!("mg {} h\r\n", evict_key(fetched)), "HD h0\r\n");
+        for i in first..2 * first {
+            set_ok(&mut c, &evict_key(i), &evict_value(i));
+        }
+        let evictions = stat(&mut c, "evictions");
+        assert!(evictions >= 100, "{store}: {evictions} evictions");
+        // Items 1..100 were fetched once; item 100 (and 0, by mg) since.
+        for i in 1..fetched {
+            assert!(
+                get_value(&mut c, &evict_key(i)).is_some(),
+                "{store}: fetched item {i} evicted before unfetched ones"
+            );
+        }
+        assert_eq!(get_value(&mut c, &evict_key(fetched + 1)), None, "{store}");
+        srv.stop();
+    }
+}
+
 /// With no `--memory` on an existing pool the limit is the pool: a full
 /// pool evicts instead of answering `SERVER_ERROR out of memory`.
 #[test]

@@ -1,21 +1,40 @@
-//! The network server: tokio connections in front of shard threads that own
-//! the store.
+//! The network server: connection threads in front of shard threads that
+//! own the store.
 //!
 //! # Threads
 //!
-//! * A multi-threaded tokio runtime (`threads` workers) runs one task per
-//!   connection: it reads into a buffer, [`parse`](crate::protocol::parse)s every complete request
-//!   in it (pipelining), sends each to its shard and appends the encoded
-//!   reply to a write buffer, which is written out when the input holds no
-//!   complete request any more.
-//! * `shards` plain threads each own one [`Cache`] (one engine session:
-//!   sessions are per-thread handles). A key's requests always go to shard
+//! * An acceptor thread takes connections (and SIGINT/SIGTERM) and hands
+//!   them round-robin to `threads` connection threads, as memcached's
+//!   listener hands them to its workers.
+//! * Each connection thread runs a single-threaded tokio runtime that
+//!   drives its connections: a connection reads into a buffer,
+//!   [`parse`](crate::protocol::parse)s every complete request in it
+//!   (pipelining), answers each and appends the encoded reply to a write
+//!   buffer, which is written out when the input holds no complete request
+//!   any more.
+//! * `shards` plain threads each own one [`Cache`] (one store session:
+//!   sessions are per-thread handles). A key's writes always go to shard
 //!   `fnv1a(key) % shards`, so every read-modify-write of a key runs alone
 //!   (see [`crate::store`]'s "Atomicity").
 //!
 //! Under load a shard commits the writes of all the requests queued at once
 //! in one durable batch (group commit, [`Group`]), up to
 //! [`Options::group_commit`] requests.
+//!
+//! # The read fast path
+//!
+//! A plain `get`/`gets` (text or binary; not meta, not get-and-touch) does
+//! not cross to the shard: the connection thread looks the key up through
+//! its own [`Reader`] (one per connection thread, where the store has one)
+//! and answers a hit or a miss at once, as memcached answers a get on the
+//! thread that read it. Only an expired or flushed item (whose removal is a
+//! write) and a read error go to the shard. The shard still keeps its
+//! eviction view exact: the hit is queued for it as a hint (the key's
+//! referenced bit and fetched mark), applied before its next request. When
+//! a shard's hint queue is full ([`HINTS_MAX`], a shard that has had no
+//! request for that long) the get goes to the shard instead, so no fetch is
+//! ever lost from the view. Readers see only durable writes ([`Reader`]), so
+//! the rule below holds for fast replies too.
 //!
 //! # Start-up
 //!
@@ -35,12 +54,15 @@ use crate::protocol::{
     self, Command, Failure, ItemView, Limits, Op, Proto, Recovery, ReqCtx, Request, Response,
 };
 use crate::store::{
-    Arith, ArithOutcome, Cache, DeleteOutcome, Group, Kv, MetaGet, Shared, Store, StoreError,
-    StoreOutcome,
+    Arith, ArithOutcome, Cache, DeleteOutcome, Group, Item, Kv, MetaGet, ReadPath, Reader, Shared,
+    Store, StoreError, StoreOutcome,
 };
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use parking_lot::Mutex;
+use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -53,7 +75,7 @@ pub const VERSION: &str = concat!("1.6.21-ferrite-", env!("CARGO_PKG_VERSION"));
 /// Serving options.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Tokio worker threads (connections).
+    /// Connection threads (each a single-threaded tokio runtime).
     pub threads: usize,
     /// Store shard threads (each holds one store session).
     pub shards: usize,
@@ -105,15 +127,44 @@ enum Msg {
 /// Keys per [`Msg::Seed`].
 const SEED_BATCH: usize = 4096;
 
-/// State every connection task shares.
-struct Ctx {
+/// Most read fast path hits queued for one shard; beyond it gets go to the
+/// shard (module docs).
+pub const HINTS_MAX: usize = 4096;
+
+/// Fetches on the read fast path that a shard has not applied to its
+/// eviction view yet: (map key, charge).
+type Hints = Mutex<Vec<(Vec<u8>, u64)>>;
+
+/// State every connection shares.
+struct Ctx<'s> {
     shards: Vec<mpsc::Sender<Msg>>,
-    shared: Arc<Shared>,
+    /// One per shard.
+    hints: &'s [Hints],
+    shared: &'s Shared,
     opts: Options,
     started: Instant,
     curr_conns: AtomicU32,
     total_conns: AtomicU64,
+    /// The start-up scan is over and its store handle closed.
+    scan_over: AtomicBool,
 }
+
+/// Opens a read fast path handle (`None`: none to be had).
+type MakeReader<'r> = dyn Fn() -> Option<Box<dyn Reader + 'r>> + Sync + 'r;
+
+/// A connection thread's read fast path: its reader and scratch space.
+/// Borrowed by one connection at a time, never across an await.
+struct Fast<'r> {
+    reader: Option<Box<dyn Reader + 'r>>,
+    make: &'r MakeReader<'r>,
+    /// A thread that found no reader at start tries once more when the
+    /// start-up scan is over: the scan's store handle is free then.
+    retried: bool,
+    map_key: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+type FastCell<'r> = RefCell<Fast<'r>>;
 
 /// A shard thread: take the next request and, if more are queued, up to
 /// `group` of them; run them against one [`Group`] so their writes commit
@@ -122,9 +173,11 @@ struct Ctx {
 fn shard_loop<K: Kv>(
     cache: &mut Cache<'_, Group<K>>,
     shared: &Shared,
+    hints: &Hints,
     rx: &mpsc::Receiver<Msg>,
     group: usize,
 ) {
+    let mut taken: Vec<(Vec<u8>, u64)> = Vec::new();
     let mut jobs: Vec<Job> = Vec::with_capacity(group);
     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(group);
     // Seeds are applied between requests, never inside a group.
@@ -144,6 +197,16 @@ fn shard_loop<K: Kv>(
         Msg::Job(j) => Some(j),
     };
     while let Ok(first) = rx.recv() {
+        // Fetches answered on the read fast path since the last request
+        // count for eviction and meta `h` before anything this shard runs
+        // next (module docs).
+        std::mem::swap(&mut *hints.lock(), &mut taken);
+        if !taken.is_empty() {
+            for (k, ch) in taken.drain(..) {
+                cache.remote_hit(&k, ch);
+            }
+            cache.settle(true);
+        }
         let Some(first) = seed(cache, first) else {
             continue;
         };
@@ -216,13 +279,18 @@ fn fnv1a(key: &[u8]) -> u64 {
 ///
 /// `make_kv` opens one store handle; it is called once on the calling
 /// thread and once on each shard thread, and all these handles are open at
-/// once (the store needs `shards + 1` sessions). The calling thread loads
-/// the shared state (two reads), starts the shards and the connections,
-/// calls `ready`, and only then scans the store with its handle, in the
-/// background of serving: the scan seeds each shard's eviction view and
-/// item counts (`stats` waits for it; gets and sets do not).
-pub fn run<K, F>(
+/// once (the store needs `shards + 1` sessions). `make_reader` opens a
+/// connection thread's read fast path handle ([`Reader`]); it is called
+/// on each connection thread, and `Ok(None)` or an error leaves that
+/// thread sending every get to the shards. The calling thread loads the
+/// shared state (two reads), starts the shards, the connection threads and
+/// the acceptor, calls `ready`, and only then scans the store with its
+/// handle, in the background of serving: the scan seeds each shard's
+/// eviction view and item counts (`stats` waits for it; gets and sets do
+/// not).
+pub fn run<K, F, R, G>(
     make_kv: F,
+    make_reader: G,
     opts: Options,
     listener: std::net::TcpListener,
     stop: Option<oneshot::Receiver<()>>,
@@ -231,17 +299,20 @@ pub fn run<K, F>(
 where
     K: Kv,
     F: Fn() -> Result<K, StoreError> + Sync,
+    R: Reader,
+    G: Fn() -> Result<Option<R>, StoreError> + Sync,
 {
     let mut scan_kv = make_kv()?;
-    let shared = Arc::new(Shared::open(&mut scan_kv, opts.limits.max_item_size)?);
+    let shared = Shared::open(&mut scan_kv, opts.limits.max_item_size)?;
     let nshards = opts.shards.max(1);
     let group = opts.group_commit.max(1);
     let budget = (opts.memory / nshards as u64).max(1);
+    let hints: Vec<Hints> = (0..nshards).map(|_| Mutex::new(Vec::new())).collect();
     shared.start_seeding(nshards);
     std::thread::scope(|scope| -> Result<(), ServeError> {
         let mut senders = Vec::with_capacity(nshards);
         let (up_tx, up_rx) = mpsc::channel::<Result<(), StoreError>>();
-        for i in 0..nshards {
+        for (i, hints) in hints.iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Msg>();
             senders.push(tx);
             let up = up_tx.clone();
@@ -261,7 +332,7 @@ where
                         }
                     };
                     drop(up);
-                    shard_loop(&mut cache, shared, &rx, group);
+                    shard_loop(&mut cache, shared, hints, &rx, group);
                 })?;
         }
         drop(up_tx);
@@ -272,41 +343,85 @@ where
                 Err(_) => return Err(StoreError::Backend("a shard thread died".into()).into()),
             }
         }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(opts.threads.max(1))
-            .thread_name("ferrite-conn")
-            .enable_all()
-            .build()?;
         let seeders = senders.clone();
-        let ctx = Arc::new(Ctx {
+        let make = || {
+            make_reader()
+                .ok()
+                .flatten()
+                .map(|r| Box::new(r) as Box<dyn Reader + '_>)
+        };
+        let make: &MakeReader<'_> = &make;
+        let ctx = Ctx {
             shards: senders,
-            shared: shared.clone(),
+            hints: &hints,
+            shared: &shared,
             opts,
             started: Instant::now(),
             curr_conns: AtomicU32::new(0),
             total_conns: AtomicU64::new(0),
-        });
-        let accept = {
-            let _rt = rt.enter();
-            listener.set_nonblocking(true)?;
-            let listener = TcpListener::from_std(listener)?;
-            let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            let int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-            ready(&Ready {
-                addr: listener.local_addr()?,
-                shards: ctx.shards.len(),
-            });
-            rt.spawn(serve(ctx, listener, term, int, stop))
+            scan_over: AtomicBool::new(false),
         };
-        seed_shards(&mut scan_kv, &seeders, &shared);
-        drop(seeders);
-        drop(scan_kv);
-        let result = rt
-            .block_on(accept)
-            .unwrap_or_else(|e| Err(std::io::Error::other(e).into()));
-        // Cancel the connection tasks; the shards finish the job at hand
-        // (durably) and exit when their last sender is gone.
-        rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        // The connection threads and the acceptor borrow `ctx`: they end
+        // within this inner scope, and only then is `ctx` (with the shards'
+        // senders) dropped, which ends the shards.
+        let result = std::thread::scope(|conns| -> Result<(), ServeError> {
+            let nthreads = ctx.opts.threads.max(1);
+            let mut workers = Vec::with_capacity(nthreads);
+            for i in 0..nthreads {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
+                workers.push(tx);
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let (ctx, make) = (&ctx, &make);
+                std::thread::Builder::new()
+                    .name(format!("ferrite-conn-{i}"))
+                    .spawn_scoped(conns, move || {
+                        let fast = RefCell::new(Fast {
+                            reader: make(),
+                            make,
+                            retried: false,
+                            map_key: Vec::with_capacity(256),
+                            buf: Vec::new(),
+                        });
+                        rt.block_on(worker(rx, ctx, &fast));
+                    })?;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let accept = {
+                let _rt = rt.enter();
+                listener.set_nonblocking(true)?;
+                let listener = TcpListener::from_std(listener)?;
+                let term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                let int =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+                ready(&Ready {
+                    addr: listener.local_addr()?,
+                    shards: ctx.shards.len(),
+                });
+                std::thread::Builder::new()
+                    .name("ferrite-accept".into())
+                    .spawn_scoped(conns, move || {
+                        // Returning drops `workers`: every connection
+                        // thread then ends, cancelling its connections
+                        // (a write already on a shard still completes
+                        // durably).
+                        rt.block_on(acceptor(listener, workers, term, int, stop))
+                    })?
+            };
+            seed_shards(&mut scan_kv, &seeders, &shared);
+            drop(seeders);
+            drop(scan_kv);
+            ctx.scan_over
+                .store(true, std::sync::atomic::Ordering::Release);
+            accept
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the acceptor panicked").into()))
+        });
+        drop(ctx);
         result
     })
 }
@@ -336,9 +451,11 @@ fn seed_shards<K: Kv>(kv: &mut K, shards: &[mpsc::Sender<Msg>], shared: &Shared)
     }
 }
 
-async fn serve(
-    ctx: Arc<Ctx>,
+/// Accept connections and deal them round-robin to the connection
+/// threads until a signal or `stop`.
+async fn acceptor(
     listener: TcpListener,
+    workers: Vec<tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>>,
     mut term: tokio::signal::unix::Signal,
     mut int: tokio::signal::unix::Signal,
     stop: Option<oneshot::Receiver<()>>,
@@ -352,18 +469,14 @@ async fn serve(
         }
     };
     tokio::pin!(stop);
+    let mut next = 0usize;
     loop {
         tokio::select! {
-            r = listener.accept() => match r {
-                Ok((sock, _)) => {
+            r = listener.accept() => match r.and_then(|(sock, _)| sock.into_std()) {
+                Ok(sock) => {
                     let _ = sock.set_nodelay(true);
-                    let c = ctx.clone();
-                    tokio::spawn(async move {
-                        c.curr_conns.fetch_add(1, Relaxed);
-                        c.total_conns.fetch_add(1, Relaxed);
-                        connection(sock, &c).await;
-                        c.curr_conns.fetch_sub(1, Relaxed);
-                    });
+                    let _ = workers[next % workers.len()].send(sock);
+                    next = next.wrapping_add(1);
                 }
                 // Out of descriptors and the like: keep serving the others.
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
@@ -371,6 +484,33 @@ async fn serve(
             _ = int.recv() => return Ok(()),
             _ = term.recv() => return Ok(()),
             _ = &mut stop => return Ok(()),
+        }
+    }
+}
+
+/// A connection thread: drive every connection dealt to it until the
+/// acceptor is gone.
+async fn worker(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
+    ctx: &Ctx<'_>,
+    fast: &FastCell<'_>,
+) {
+    let mut live = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            sock = rx.recv() => {
+                let Some(sock) = sock else { return };
+                // Registered with this thread's runtime.
+                if let Ok(sock) = sock.set_nonblocking(true).and_then(|()| TcpStream::from_std(sock)) {
+                    live.push(async move {
+                        ctx.curr_conns.fetch_add(1, Relaxed);
+                        ctx.total_conns.fetch_add(1, Relaxed);
+                        connection(sock, ctx, fast).await;
+                        ctx.curr_conns.fetch_sub(1, Relaxed);
+                    });
+                }
+            }
+            Some(()) = live.next(), if !live.is_empty() => {}
         }
     }
 }
@@ -385,7 +525,7 @@ enum Flow {
 const FLUSH_AT: usize = 1 << 20;
 
 /// One connection: read, parse every complete request, answer, write.
-async fn connection(mut sock: TcpStream, ctx: &Ctx) {
+async fn connection(mut sock: TcpStream, ctx: &Ctx<'_>, fast: &FastCell<'_>) {
     let mut input: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
     // Bytes still to discard (the unread rest of a skipped request).
@@ -406,7 +546,7 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx) {
                 Ok(None) => break,
                 Ok(Some((req, n))) => {
                     pos += n;
-                    if let Flow::Close = handle(ctx, req, &mut out).await {
+                    if let Flow::Close = handle(ctx, fast, req, &mut out).await {
                         close = true;
                         break;
                     }
@@ -422,7 +562,7 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx) {
                             ctx: ReqCtx::text(Op::Delete, true),
                         };
                         let mut sink = Vec::new();
-                        handle(ctx, del, &mut sink).await;
+                        handle(ctx, fast, del, &mut sink).await;
                     }
                     protocol::response::encode_error(&e, &mut out);
                     match e.recovery {
@@ -464,7 +604,7 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx) {
 }
 
 /// Run `req` on the shard that owns `key`; the encoded reply.
-async fn on_shard(ctx: &Ctx, key: &[u8], req: Request) -> Vec<u8> {
+async fn on_shard(ctx: &Ctx<'_>, key: &[u8], req: Request) -> Vec<u8> {
     let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
     let (tx, rx) = oneshot::channel();
     if ctx.shards[shard]
@@ -476,7 +616,66 @@ async fn on_shard(ctx: &Ctx, key: &[u8], req: Request) -> Vec<u8> {
     rx.await.unwrap_or_default()
 }
 
-async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
+/// The read fast path (module docs) for one key of a plain get: answer a
+/// hit or a miss into `out` and return true, or return false and leave
+/// `out` alone when the key's shard must answer (an expired or flushed
+/// item, a read error, the shard's hint queue full).
+fn fast_get(ctx: &Ctx<'_>, f: &mut Fast<'_>, key: &[u8], rctx: &ReqCtx, out: &mut Vec<u8>) -> bool {
+    if f.reader.is_none() {
+        if f.retried || !ctx.scan_over.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        f.retried = true;
+        f.reader = (f.make)();
+    }
+    let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
+    let now = now_unix();
+    let Fast {
+        reader: Some(reader),
+        map_key,
+        buf,
+        ..
+    } = f
+    else {
+        return false;
+    };
+    match crate::store::read_live(&mut **reader, ctx.shared, key, map_key, buf, now) {
+        Ok(ReadPath::Hit(it, charge)) => {
+            {
+                let mut hints = ctx.hints[shard].lock();
+                if hints.len() >= HINTS_MAX {
+                    return false;
+                }
+                hints.push((map_key.clone(), charge));
+            }
+            let st = &ctx.shared.stats;
+            st.cmd_get.fetch_add(1, Relaxed);
+            st.get_hits.fetch_add(1, Relaxed);
+            st.fast_gets.fetch_add(1, Relaxed);
+            encode_hit(key, &it, now, rctx, out);
+            true
+        }
+        Ok(ReadPath::Miss) => {
+            let st = &ctx.shared.stats;
+            st.cmd_get.fetch_add(1, Relaxed);
+            st.get_misses.fetch_add(1, Relaxed);
+            st.fast_gets.fetch_add(1, Relaxed);
+            protocol::encode(&Response::Miss { key }, rctx, out);
+            true
+        }
+        Ok(ReadPath::Shard) | Err(_) => false,
+    }
+}
+
+/// A get's hit for `key` (text, binary or a non-meta get of any kind).
+fn encode_hit(key: &[u8], it: &Item, now: u64, rctx: &ReqCtx, out: &mut Vec<u8>) {
+    let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
+    v.ttl = it.ttl(now);
+    v.last_access = now.saturating_sub(it.time);
+    protocol::encode(&Response::Hit(v), rctx, out);
+}
+
+async fn handle(ctx: &Ctx<'_>, fast: &FastCell<'_>, req: Request, out: &mut Vec<u8>) -> Flow {
     match &req.cmd {
         Command::Get {
             keys,
@@ -484,16 +683,32 @@ async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
             with_cas,
             opts,
         } => {
+            let plain = touch.is_none() && req.ctx.proto != Proto::Meta;
+            let fast = Some(fast).filter(|_| plain);
             if keys.len() == 1 {
                 let key = keys[0].clone();
                 let ctx2 = req.ctx.clone();
-                out.extend(on_shard(ctx, &key, req).await);
+                if let Some(f) = fast
+                    && fast_get(ctx, &mut f.borrow_mut(), &key, &ctx2, out)
+                {
+                } else {
+                    out.extend(on_shard(ctx, &key, req).await);
+                }
                 protocol::encode(&Response::End, &ctx2, out);
             } else {
-                // Send every key to its shard first, then collect in order:
+                // Answer what the read fast path can at once; send every
+                // other key to its shard first, then collect in order:
                 // shards work in parallel.
-                let mut pending = Vec::with_capacity(keys.len());
+                let mut parts: Vec<Result<Vec<u8>, oneshot::Receiver<Vec<u8>>>> =
+                    Vec::with_capacity(keys.len());
                 for key in keys {
+                    if let Some(f) = fast {
+                        let mut here = Vec::new();
+                        if fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, &mut here) {
+                            parts.push(Ok(here));
+                            continue;
+                        }
+                    }
                     let sub = Request {
                         cmd: Command::Get {
                             keys: vec![key.clone()],
@@ -512,11 +727,14 @@ async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
                         }))
                         .is_ok()
                     {
-                        pending.push(rx);
+                        parts.push(Err(rx));
                     }
                 }
-                for rx in pending {
-                    out.extend(rx.await.unwrap_or_default());
+                for part in parts {
+                    match part {
+                        Ok(here) => out.extend(here),
+                        Err(rx) => out.extend(rx.await.unwrap_or_default()),
+                    }
                 }
                 protocol::encode(&Response::End, &req.ctx, out);
             }
@@ -563,7 +781,7 @@ async fn handle(ctx: &Ctx, req: Request, out: &mut Vec<u8>) -> Flow {
     Flow::Continue
 }
 
-fn general_stats(ctx: &Ctx) -> Vec<(String, String)> {
+fn general_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     let s = &ctx.shared.stats;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -609,6 +827,7 @@ fn general_stats(ctx: &Ctx) -> Vec<(String, String)> {
     put("ferrite_shards", ctx.shards.len().to_string());
     put("ferrite_group_commits", g(&s.group_commits));
     put("ferrite_grouped_requests", g(&s.grouped_requests));
+    put("ferrite_fast_gets", g(&s.fast_gets));
     put("ferrite_store", ctx.opts.store_name.clone());
     put("limit_maxbytes", ctx.opts.memory.to_string());
     put("bytes", s.bytes.load(Relaxed).max(0).to_string());
@@ -621,7 +840,7 @@ fn general_stats(ctx: &Ctx) -> Vec<(String, String)> {
     v
 }
 
-fn settings_stats(ctx: &Ctx) -> Vec<(String, String)> {
+fn settings_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     vec![
         ("maxbytes".into(), ctx.opts.memory.to_string()),
         ("num_threads".into(), ctx.opts.threads.to_string()),
@@ -714,10 +933,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                         if touch.is_some() {
                             st.touch_hits.fetch_add(1, Relaxed);
                         }
-                        let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
-                        v.ttl = it.ttl(now);
-                        v.last_access = now.saturating_sub(it.time);
-                        protocol::encode(&Response::Hit(v), &req.ctx, out);
+                        encode_hit(key, &it, now, &req.ctx, out);
                     }
                     Ok(None) => {
                         st.get_misses.fetch_add(1, Relaxed);

@@ -146,6 +146,31 @@ impl Clock {
         }
     }
 
+    /// `key` was fetched, charging `charge`, by a read that ran on another
+    /// thread (the server's read fast path) and is told to this shard only
+    /// now. If the shard still tracks the key it is marked referenced and
+    /// fetched. If not, the shard has deleted it since (its view is newer:
+    /// the hint is dropped) — unless the start-up scan has not reached the
+    /// key and the shard has not touched it, in which case it exists (the
+    /// read found it) and is tracked as [`Clock::hit`] would. Not
+    /// journaled: the shard applies hints between requests and settles.
+    ///
+    /// The read and its hint are not one step: a write of the same key
+    /// that the shard runs in between gets the read's mark (a `h` flag one
+    /// fetch early, a referenced bit). Both are hints memcached keeps as
+    /// loosely; the item itself is never affected.
+    pub fn remote_hit(&mut self, key: &[u8], charge: u64) {
+        if let Some(e) = self.map.get_mut(key) {
+            e.referenced = true;
+            e.fetched = true;
+        } else if self.seeding && !self.touched.contains(key) {
+            self.insert(key, charge);
+            if let Some(e) = self.map.get_mut(key) {
+                e.fetched = true;
+            }
+        }
+    }
+
     /// Has `key` been fetched since it was written?
     pub fn fetched(&self, key: &[u8]) -> bool {
         self.map.get(key).is_some_and(|e| e.fetched)

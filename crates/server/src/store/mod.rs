@@ -147,6 +147,57 @@ pub trait Kv {
     }
 }
 
+/// A handle for the read fast path: a plain `get`/`gets` answered on the
+/// connection's own thread instead of the key's shard ([`crate::server`]).
+///
+/// Its reads run beside the shards' writes, so a reader must see every
+/// write whole and only once it is durable: the byte map's batch holds
+/// its sub-map write locks until its transaction is durable, and the PTM
+/// reads under ownership records, so both qualify ([`tx`], [`ptm`]).
+/// A group commit's writes are applied to the map only by its durable
+/// batch, so no reader sees them before. The engines qualify too, with a
+/// session per reader ([`engine::EngineReader`]).
+pub trait Reader {
+    /// [`Kv::get_into`] from any thread.
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+}
+
+/// What [`read_live`] found.
+#[derive(Debug)]
+pub enum ReadPath {
+    /// A live item and its charge ([`charge`]).
+    Hit(Item, u64),
+    /// No item under the key.
+    Miss,
+    /// The item is expired or flushed: only the key's shard may remove it
+    /// (a write), so the request goes there.
+    Shard,
+}
+
+/// The read fast path's lookup of client key `key` through `r`: the same
+/// visibility rules as the shard's own load (expiry, `flush_all`), but
+/// read-only. `map_key` and `buf` are scratch space.
+pub fn read_live(
+    r: &mut dyn Reader,
+    shared: &Shared,
+    key: &[u8],
+    map_key: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+    now: u64,
+) -> Result<ReadPath> {
+    map_key.clear();
+    map_key.push(b'k');
+    map_key.extend_from_slice(key);
+    if !r.get_into(map_key, buf)? {
+        return Ok(ReadPath::Miss);
+    }
+    let it = Item::decode(buf)?;
+    if (it.exptime != 0 && now >= it.exptime) || shared.flushed(&it, now) {
+        return Ok(ReadPath::Shard);
+    }
+    Ok(ReadPath::Hit(it, charge(map_key.len(), buf.len())))
+}
+
 /// Group commit: a [`Kv`] that, between [`Group::begin`] and
 /// [`Group::commit`], keeps writes in DRAM (reads see them) and then
 /// applies them all with one [`Kv::batch`]. Outside a group it passes
@@ -375,6 +426,9 @@ pub struct Stats {
     pub grouped_requests: AtomicU64,
     /// Items deleted to make room (memcached's `evictions`).
     pub evictions: AtomicU64,
+    /// Gets answered on the read fast path (hits and misses), not by a
+    /// shard ([`crate::server`]).
+    pub fast_gets: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -717,6 +771,13 @@ impl<'s, K: Kv> Cache<'s, K> {
         }
         self.seeded();
         Ok(())
+    }
+
+    /// A fetch on the read fast path found `map_key` live, charging
+    /// `charge` bytes: mark it recently used and fetched, as the shard's own
+    /// get would have ([`evict::Clock::remote_hit`]).
+    pub fn remote_hit(&mut self, map_key: &[u8], charge: u64) {
+        self.clock.remote_hit(map_key, charge);
     }
 
     /// Items and bytes this handle tracks.

@@ -14,7 +14,7 @@
 //! the server answers by running the group's requests one at a time; one
 //! item of the largest size always fits.
 
-use super::{Kv, Result, StoreError};
+use super::{Kv, Reader, Result, StoreError};
 use ferrite_ds::bytemap::ByteMap;
 use ferrite_pmem::Pool;
 use ferrite_tx::{Registry, Strategy, TxError, TxOptions, TxPool, TxThread};
@@ -134,6 +134,18 @@ impl Kv for TxKv<'_, '_> {
     }
 }
 
+/// The read fast path's handle: the shared map itself. A lookup
+/// read-locks its sub-map, and a batch holds its write locks until its
+/// transaction is durable (undo: completed; redo and clobber: logged), so
+/// a reader never sees a write that a crash could take back.
+pub struct MapReader<'m, 'p>(pub &'m ByteMap<'p>);
+
+impl Reader for MapReader<'_, '_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.0.get_into(key, out).map_err(err)
+    }
+}
+
 /// Serve the transactional pool `txp` (see [`crate::server::run`]); the
 /// shard count is capped below its log slots (one is the start-up scan's).
 pub fn serve(
@@ -146,7 +158,14 @@ pub fn serve(
     let map = map(txp)?;
     let slots = txp.slots().max(1);
     opts.shards = opts.shards.clamp(1, (slots - 1).max(1));
-    crate::server::run(|| TxKv::new(&map), opts, listener, stop, ready)
+    crate::server::run(
+        || TxKv::new(&map),
+        || Ok(Some(MapReader(&map))),
+        opts,
+        listener,
+        stop,
+        ready,
+    )
 }
 
 #[cfg(test)]
