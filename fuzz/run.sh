@@ -12,7 +12,7 @@ secs=${1:-20}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(pool_header protocol log page_store cells fp_leaves heap tx_ds ptm engine_inp engine_cow engine_lsm)
+    targets=(pool_header protocol log page_store cells fp_leaves heap tx_ds bytemap ptm engine_inp engine_cow engine_lsm)
 fi
 # FUZZ_SEED=N fixes libFuzzer's seed (CI: the same inputs every run, so a
 # bounded run does not fail by chance on a bug found first by a long one);

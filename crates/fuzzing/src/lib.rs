@@ -88,6 +88,11 @@ pub const TARGETS: &[Target] = &[
         bases: Some(targets::tx::bases),
     },
     Target {
+        name: "bytemap",
+        run: targets::bytemap::bytemap,
+        bases: Some(targets::bytemap::bases),
+    },
+    Target {
         name: "ptm",
         run: targets::ptm::ptm,
         bases: Some(targets::ptm::bases),

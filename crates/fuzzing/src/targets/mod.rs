@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod blocks;
+pub mod bytemap;
 pub mod engine;
 pub mod pool;
 pub mod protocol;
