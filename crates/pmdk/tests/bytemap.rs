@@ -52,10 +52,7 @@ fn key(i: u64) -> Vec<u8> {
 
 #[test]
 fn the_shims_limits_are_the_rust_constants() {
-    assert_eq!(
-        PmemByteMap::shim_limits(),
-        (MAX_KEY, MAX_VALUE, MAX_SUBS)
-    );
+    assert_eq!(PmemByteMap::shim_limits(), (MAX_KEY, MAX_VALUE, MAX_SUBS));
 }
 
 #[test]
@@ -96,8 +93,7 @@ fn puts_deletes_batches_and_doubling_agree_with_a_model() {
                 let k2 = key((r >> 8) % 500);
                 let v1 = vec![1u8; 5];
                 let v2 = vec![2u8; (r >> 30) as usize % 64];
-                let ops: Vec<(&[u8], Option<&[u8]>)> =
-                    vec![
+                let ops: Vec<(&[u8], Option<&[u8]>)> = vec![
                     (k.as_slice(), Some(v1.as_slice())),
                     (k2.as_slice(), None),
                     (k.as_slice(), Some(v2.as_slice())),
@@ -248,7 +244,8 @@ fn bad_input_is_a_typed_error() {
     let huge = vec![0u8; MAX_VALUE + 1];
     assert!(matches!(m.put(b"k", &huge), Err(Error::Param { .. })));
     // A bad op anywhere refuses the whole batch before it starts.
-    let ops: Vec<(&[u8], Option<&[u8]>)> = vec![(&b"a"[..], Some(&b"1"[..])), (long.as_slice(), None)];
+    let ops: Vec<(&[u8], Option<&[u8]>)> =
+        vec![(&b"a"[..], Some(&b"1"[..])), (long.as_slice(), None)];
     assert!(matches!(m.batch(&ops), Err(Error::Param { .. })));
     assert_eq!(m.get(b"a").unwrap(), None);
     assert_eq!(m.batch(&[]).unwrap(), 0);
@@ -308,7 +305,11 @@ fn a_damaged_pool_gives_errors_not_panics_or_hangs() {
     assert_ne!(sub, 0);
     let table = read_u64(&path, sub + 16);
     let entry = read_u64(&path, table);
-    assert_eq!(read_u64(&path, entry + 8), 0, "the only entry ends its chain");
+    assert_eq!(
+        read_u64(&path, entry + 8),
+        0,
+        "the only entry ends its chain"
+    );
     let pristine = std::fs::read(&path).unwrap();
     let damage = |off: u64, bytes: &[u8]| {
         std::fs::write(&path, &pristine).unwrap();
@@ -317,10 +318,16 @@ fn a_damaged_pool_gives_errors_not_panics_or_hangs() {
 
     // A table outside the pool: refused at open.
     damage(sub + 16, &u64::MAX.to_le_bytes());
-    assert!(matches!(PmemByteMap::open(&path), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        PmemByteMap::open(&path),
+        Err(Error::Corrupt { .. })
+    ));
     // nbuckets not a power of two: refused at open.
     damage(sub + 8, &3u64.to_le_bytes());
-    assert!(matches!(PmemByteMap::open(&path), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        PmemByteMap::open(&path),
+        Err(Error::Corrupt { .. })
+    ));
 
     // A next link outside the pool: lookups past the entry, scans and
     // writes of the bucket report it.
@@ -346,7 +353,10 @@ fn a_damaged_pool_gives_errors_not_panics_or_hangs() {
     drop(m);
 
     // Lengths that run past the pool, or a zero key length.
-    for lens in [[0u8, 0, 0, 0, 5, 0, 0, 0], [2, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]] {
+    for lens in [
+        [0u8, 0, 0, 0, 5, 0, 0, 0],
+        [2, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f],
+    ] {
         damage(entry + 16, &lens);
         let m = PmemByteMap::open(&path).unwrap();
         assert!(matches!(m.get(b"kx"), Err(Error::Corrupt { .. })));
