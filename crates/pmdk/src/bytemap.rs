@@ -74,6 +74,14 @@ struct FfiOp {
     put: u64,
 }
 
+/// A batch ready for the shim: its sub-maps (ascending), their write
+/// locks (held while the guards live), and the shim's view of the ops.
+struct Prepared<'a> {
+    subs: Vec<usize>,
+    _guards: Vec<RwLockWriteGuard<'a, ()>>,
+    ops: Vec<FfiOp>,
+}
+
 type Visit = unsafe extern "C" fn(*mut c_void, *const u8, u64, *const u8, u64);
 
 // csrc/txbytemap.c
@@ -334,10 +342,7 @@ impl PmemByteMap {
 
     /// Validates `ops`, write-locks their sub-maps in ascending order and
     /// builds the shim's view of them.
-    fn prepare<'a>(
-        &'a self,
-        ops: &[(&[u8], Option<&[u8]>)],
-    ) -> Result<(Vec<usize>, Vec<RwLockWriteGuard<'a, ()>>, Vec<FfiOp>)> {
+    fn prepare<'a>(&'a self, ops: &[(&[u8], Option<&[u8]>)]) -> Result<Prepared<'a>> {
         for (k, v) in ops {
             Self::check_key(k)?;
             if let Some(v) = v
@@ -368,7 +373,11 @@ impl PmemByteMap {
                 put: u64::from(v.is_some()),
             })
             .collect();
-        Ok((subs, guards, ffi_ops))
+        Ok(Prepared {
+            subs,
+            _guards: guards,
+            ops: ffi_ops,
+        })
     }
 
     fn tx_error(&self, err: c_int) -> Error {
@@ -388,7 +397,11 @@ impl PmemByteMap {
         if ops.is_empty() {
             return Ok(0);
         }
-        let (subs, _guards, ffi_ops) = self.prepare(ops)?;
+        let Prepared {
+            subs,
+            _guards,
+            ops: ffi_ops,
+        } = self.prepare(ops)?;
         let mut present = 0u64;
         // SAFETY: `pop` is open; `ffi_ops` points at `ops.len()` live
         // records whose key and value pointers are valid for their lengths
@@ -422,7 +435,11 @@ impl PmemByteMap {
     /// undo log must restore every byte). Returns the abort's error.
     #[doc(hidden)]
     pub fn batch_then_abort(&self, ops: &[(&[u8], Option<&[u8]>)]) -> Error {
-        let (_subs, _guards, ffi_ops) = match self.prepare(ops) {
+        let Prepared {
+            _guards,
+            ops: ffi_ops,
+            ..
+        } = match self.prepare(ops) {
             Ok(p) => p,
             Err(e) => return e,
         };

@@ -173,7 +173,7 @@ fn a_planted_abort_leaves_the_map_unchanged() {
     let path = dir.path().join("map");
     let m = PmemByteMap::create(&path, POOL, 4, 2).unwrap();
     for i in 0..200u64 {
-        m.put(&key(i), &vec![i as u8; 40]).unwrap();
+        m.put(&key(i), &[i as u8; 40]).unwrap();
     }
     let before = contents(&m);
     let len = m.len();
@@ -207,7 +207,7 @@ fn a_batch_that_runs_out_of_pool_midway_changes_nothing() {
     let path = dir.path().join("map");
     let m = PmemByteMap::create(&path, 24 << 20, 8, 4).unwrap();
     for i in 0..20u64 {
-        m.put(&key(i), &vec![i as u8; 100]).unwrap();
+        m.put(&key(i), &[i as u8; 100]).unwrap();
     }
     let before = contents(&m);
     // A delete, a replace, then more 1 MiB values than the pool holds.
