@@ -1,15 +1,16 @@
 //! Build script for `ferrite-pmdk`.
 //!
 //! Does nothing unless the `link` feature is on, so the crate builds on
-//! machines without PMDK. With `link`, it compiles `csrc/shim.c` and
-//! `csrc/txbtree.c` (the code that has to be C because PMDK's transaction
-//! macros use `setjmp`) and links the four PMDK 1.12 libraries.
+//! machines without PMDK. With `link`, it compiles `csrc/shim.c`,
+//! `csrc/txbtree.c` and `csrc/txbytemap.c` (the code that has to be C
+//! because PMDK's transaction macros use `setjmp`) and links the four PMDK 1.12 libraries.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     for f in [
         "csrc/shim.c",
         "csrc/txbtree.c",
+        "csrc/txbytemap.c",
         "csrc/count.c",
         "csrc/ferrite_pmdk.h",
     ] {
@@ -21,7 +22,10 @@ fn main() {
     }
 
     let mut build = cc::Build::new();
-    build.file("csrc/shim.c").file("csrc/txbtree.c");
+    build
+        .file("csrc/shim.c")
+        .file("csrc/txbtree.c")
+        .file("csrc/txbytemap.c");
     // Feature `count`: interpose libpmem's persistence calls to count
     // PMDK's own flushes and fences (csrc/count.c explains how).
     if std::env::var_os("CARGO_FEATURE_COUNT").is_some() {

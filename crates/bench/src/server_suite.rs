@@ -20,8 +20,18 @@
 //! server thread, four client threads, the 95/5 mix, no group commit (each
 //! set its own transaction, as in P1's memcached), memcached with one
 //! thread against the stores `tx-undo`, `tx-redo` and `tx-clobber` — the
-//! same byte map on each logging strategy; the summary states clobber ÷
-//! undo against P1's 1.8× (P1's baseline was PMDK's undo transactions).
+//! same byte map on each logging strategy — and, with the feature `pmdk`,
+//! `pmdk-undo`: the same map on libpmemobj's undo transactions, P1's
+//! baseline (its pool in /dev/shm, the server started with
+//! `PMEM_IS_PMEM_FORCE=1` so libpmem flushes and fences as Ferrite's `adr`
+//! does). The same stores also run in process ([`STORE_LAYER`] rows
+//! `store-<store>`, interleaved). The summary states clobber ÷ PMDK's undo
+//! store against P1's 1.8× when the PMDK rows exist, and otherwise the
+//! fallback: clobber ÷ Ferrite's own undo store ([`p1_outcomes`]). PMDK
+//! rows print their counters as `n/a` (PMDK flushes outside Ferrite's
+//! door), unless the feature `pmdk-count` counts PMDK's own flushes and
+//! fences at the libpmem calls (lines then count every line of every
+//! flushing call, not distinct lines per fence).
 //!
 //! # Rows
 //!
@@ -53,7 +63,8 @@
 //! # Scale
 //!
 //! `--quick`: 2 s runs, 2 reps, mixes `95/5` and `5/95` (or those named by
-//! `FERRITE_SERVER_MIXES=95/5,75/25,25/75,5/95,p3-50/50`, `all` for all),
+//! `FERRITE_SERVER_MIXES=95/5,75/25,25/75,5/95,p3-50/50`, `all` for all;
+//! `p1` runs only P1's comparison: no other mix, no kill test),
 //! 1000 keys for the kill test: about a minute. `--full`: all mixes, 5 reps,
 //! 10 s runs, 10000 keys. An explicit `--reps` wins.
 //!
@@ -64,6 +75,7 @@ use crate::ctx::BenchCtx;
 use crate::error::BenchError;
 use crate::measure::{median, spread};
 use crate::row::{Row, set_ratios};
+use ferrite_server::store::Cache;
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -87,7 +99,19 @@ pub const P1_MIX: &str = "p1-95/5";
 pub const STORE_LAYER: &str = "store";
 /// The stores of P1's comparison: the byte map on each logging strategy.
 pub const P1_STORES: [&str; 3] = ["tx-undo", "tx-redo", "tx-clobber"];
-pub use ferrite_server::store::STORES;
+/// `FERRITE_SERVER_MIXES` value that runs only P1's comparison.
+pub const P1_ONLY: &str = "p1";
+pub use ferrite_server::store::{PMDK_STORE, STORES};
+
+/// The stores of P1's comparison in this build: [`P1_STORES`], and with
+/// the feature `pmdk` P1's baseline, [`PMDK_STORE`].
+pub fn p1_stores() -> Vec<String> {
+    let mut v: Vec<String> = P1_STORES.iter().map(|s| s.to_string()).collect();
+    if cfg!(feature = "pmdk") {
+        v.push(PMDK_STORE.to_string());
+    }
+    v
+}
 
 /// One memcaslap workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,7 +198,10 @@ impl Plan {
     /// The plan of `ctx`'s scale (module documentation, "Scale").
     pub fn for_ctx(ctx: &BenchCtx) -> Plan {
         let quick = ctx.scale == crate::Scale::Quick;
-        let mixes = match std::env::var(MIXES_ENV).ok().filter(|s| !s.is_empty()) {
+        let env = std::env::var(MIXES_ENV).ok().filter(|s| !s.is_empty());
+        let p1_only = env.as_deref() == Some(P1_ONLY);
+        let mixes = match env {
+            Some(_) if p1_only => Vec::new(),
             Some(s) if s == "all" => Mix::all(),
             Some(s) => s
                 .split(',')
@@ -183,7 +210,7 @@ impl Plan {
                     if m.is_none() {
                         // Said once, not fatal: the other named mixes run.
                         eprintln!(
-                            "{MIXES_ENV}: no mix '{}' (known: 95/5, 75/25, 25/75, 5/95, p3-50/50, all)",
+                            "{MIXES_ENV}: no mix '{}' (known: 95/5, 75/25, 25/75, 5/95, p3-50/50, all, p1)",
                             n.trim()
                         );
                     }
@@ -209,7 +236,11 @@ impl Plan {
             client_threads: 2,
             concurrency: 32,
             server_threads: 2,
-            kill_keys: ctx.scale.pick(1000, 10_000),
+            kill_keys: if p1_only {
+                0
+            } else {
+                ctx.scale.pick(1000, 10_000)
+            },
             kill_store: "engine-inp".into(),
             group_commit: None,
             p1: true,
@@ -219,10 +250,10 @@ impl Plan {
     /// P1's memcached comparison [P1 §3.4.6]: one server thread, four
     /// client threads, the `95/5` mix, and no group commit (every set is
     /// its own transaction, as in P1's memcached), over the stores of
-    /// [`P1_STORES`] and memcached with one thread.
+    /// [`p1_stores`] and memcached with one thread.
     pub fn p1(&self) -> Plan {
         Plan {
-            stores: P1_STORES.iter().map(|s| s.to_string()).collect(),
+            stores: p1_stores(),
             mixes: vec![Mix::p1()],
             server_threads: 1,
             client_threads: 4,
@@ -303,6 +334,11 @@ impl System {
                 group_commit,
             } => {
                 cmd = Command::new(bin);
+                if store == PMDK_STORE {
+                    // The pool is in /dev/shm: without forcing, libpmem
+                    // would persist it with msync, not flush+fence.
+                    cmd.env("PMEM_IS_PMEM_FORCE", "1");
+                }
                 cmd.arg("serve")
                     .arg("--pool")
                     .arg(pool)
@@ -707,29 +743,37 @@ fn run_mix(ctx: &BenchCtx, plan: &Plan, mix: &Mix, bin: &Path) -> Result<Vec<Row
 }
 
 /// P1's comparison below the network ([`STORE_LAYER`] rows): the item
-/// store of each [`P1_STORES`] variant driven in process by one thread —
+/// store of each [`p1_stores`] variant driven in process by one thread —
 /// P1's `95/5` mix of 16 B keys and 64 B values over a preloaded key
 /// space, each set one durable transaction — measured interleaved, with
 /// the fences and lines each operation cost. Baseline: `store-tx-undo`.
+///
+/// The Ferrite stores' pools are anonymous memory in the `adr` domain
+/// (`eadr` on a CPU without a flush instruction); `store-pmdk-undo`'s is a
+/// libpmemobj pool of the same size in /dev/shm, on the flush+fence path
+/// when `PMEM_IS_PMEM_FORCE=1` is in effect (the CLI sets it;
+/// `params.pmem_is_pmem_forced` records it). Its counters are PMDK's and
+/// not observed (`n/a`), unless the feature `pmdk-count` counts them.
 fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
-    use ferrite_server::protocol::{StoreMode, StoreOpts};
+    use ferrite_server::store::Shared;
     use ferrite_server::store::tx::{TxKv, create, map};
-    use ferrite_server::store::{Cache, Shared, Store};
     use ferrite_tx::Strategy;
+    const POOL_BYTES: u64 = 128 << 20;
     let keys: u64 = ctx.scale.pick(10_000, 100_000);
     let ops: u64 = ctx.scale.pick(20_000, 200_000);
-    let mix = Mix::p1();
     let domain = if FlushKind::best().is_some() {
         Domain::Adr
     } else {
         Domain::Eadr
     };
-    let e = |e: ferrite_server::store::StoreError| BenchError::Unsupported(format!("store: {e}"));
+    let e = store_err;
     let strategies = [Strategy::Undo, Strategy::Redo, Strategy::Clobber];
     let pools = strategies
         .iter()
-        .map(|_| Pool::create_in_memory(&PoolOptions::new("bench-store", 128 << 20).domain(domain)))
+        .map(|_| {
+            Pool::create_in_memory(&PoolOptions::new("bench-store", POOL_BYTES).domain(domain))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let txps = pools
         .iter()
@@ -747,31 +791,139 @@ fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             Shared::open(&mut kv, 1 << 20).map_err(e)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let key = |i: u64| format!("key:{i:012}").into_bytes();
-    let value = vec![b'v'; mix.value_bytes];
-    let opts = StoreOpts::default();
+    // PMDK's peer: its pool file is removed after the map is closed (the
+    // Scratch is declared first, so it is dropped last).
+    #[cfg(feature = "pmdk")]
+    let pmdk_file = Scratch(unique_path("pmdk"));
+    #[cfg(feature = "pmdk")]
+    let pmdk_map = ferrite_server::store::pmdk::create(&pmdk_file.0, POOL_BYTES).map_err(e)?;
+    #[cfg(feature = "pmdk")]
+    let pmdk_shared = {
+        let mut kv = ferrite_server::store::pmdk::PmdkKv::new(&pmdk_map);
+        Shared::open(&mut kv, 1 << 20).map_err(e)?
+    };
+    #[cfg(feature = "pmdk-count")]
+    let pmdk_counts = std::cell::RefCell::new(PmdkTally::default());
     let now = now_unix();
     let mut variants = Vec::new();
     for ((m, sh), strategy) in maps.iter().zip(&shareds).zip(strategies) {
-        let mut cache = Cache::new(TxKv::new(m).map_err(e)?, sh);
-        for i in 0..keys {
-            cache
-                .store(StoreMode::Set, &key(i), 0, 0, &value, None, &opts, now)
-                .map_err(e)?;
-        }
-        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ keys;
-        let value = value.clone();
-        let opts = opts.clone();
-        let name = format!("store-tx-{strategy}");
-        let params = json!({
-            "mix": P1_MIX,
-            "layer": STORE_LAYER,
-            "key_bytes": mix.key_bytes,
-            "value_bytes": mix.value_bytes,
-            "keys": keys,
-            "server_threads": 1,
+        let cache = Cache::new(TxKv::new(m).map_err(e)?, sh);
+        let v = store_variant(cache, &format!("tx-{strategy}"), keys, ops, now, || ())?;
+        variants.push(if strategy == Strategy::Undo {
+            v
+        } else {
+            v.baseline("store-tx-undo")
         });
-        let mut v = crate::measure::Variant::new(name, params, ops, move |n| {
+    }
+    #[cfg(feature = "pmdk")]
+    {
+        let cache = Cache::new(
+            ferrite_server::store::pmdk::PmdkKv::new(&pmdk_map),
+            &pmdk_shared,
+        );
+        #[cfg(not(feature = "pmdk-count"))]
+        let tally = || ();
+        #[cfg(feature = "pmdk-count")]
+        let tally = {
+            let counts = &pmdk_counts;
+            let mut last = ferrite_pmdk::PmdkCounts::snapshot();
+            move || {
+                let now = ferrite_pmdk::PmdkCounts::snapshot();
+                counts.borrow_mut().add(now - last);
+                last = now;
+            }
+        };
+        let v = store_variant(cache, PMDK_STORE, keys, ops, now, tally)?
+            .baseline("store-tx-undo")
+            .param("pmem_is_pmem_forced", ferrite_pmdk::pmem_forced());
+        variants.push(v);
+    }
+    let mut rows = crate::measure::run_interleaved(ctx, SUITE, &mut variants);
+    drop(variants);
+    for r in rows.iter_mut() {
+        if r.variant == format!("store-{PMDK_STORE}") {
+            r.counters_observed = false;
+            #[cfg(feature = "pmdk-count")]
+            {
+                let t = pmdk_counts.borrow();
+                // The warm-up batch is the first; the rest were timed.
+                let n = (r.ops * r.reps as u64).max(1) as f64;
+                r.counters_observed = true;
+                r.fences_per_op = t.timed.fences as f64 / n;
+                r.lines_per_op = t.timed.lines as f64 / n;
+                r.flushes_per_op = t.timed.flush_calls as f64 / n;
+                r.msyncs_per_op = t.timed.msyncs as f64 / n;
+                r.set_extra("counters", "PMDK's, at the libpmem calls");
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn store_err(e: ferrite_server::store::StoreError) -> BenchError {
+    BenchError::Unsupported(format!("store: {e}"))
+}
+
+/// PMDK's flushes and fences over the timed batches of the
+/// `store-pmdk-undo` variant (feature `pmdk-count`): the first batch, the
+/// warm-up, is left out.
+#[cfg(feature = "pmdk-count")]
+#[derive(Default)]
+struct PmdkTally {
+    batches: u64,
+    timed: ferrite_pmdk::PmdkCounts,
+}
+
+#[cfg(feature = "pmdk-count")]
+impl PmdkTally {
+    fn add(&mut self, d: ferrite_pmdk::PmdkCounts) {
+        if self.batches > 0 {
+            self.timed.fences += d.fences;
+            self.timed.flush_calls += d.flush_calls;
+            self.timed.lines += d.lines;
+            self.timed.msyncs += d.msyncs;
+        }
+        self.batches += 1;
+    }
+}
+
+/// The in-process variant `store-<name>` of [`store_rows`]: preloads
+/// `keys` items through `cache`, then each batch runs P1's 95/5 mix over
+/// them (xorshift keys, each set one durable write) and calls `after`
+/// once at its end (outside the operations; PMDK's counts).
+fn store_variant<'a, K: ferrite_server::store::Kv + 'a>(
+    mut cache: Cache<'a, K>,
+    name: &str,
+    keys: u64,
+    ops: u64,
+    now: u64,
+    mut after: impl FnMut() + 'a,
+) -> Result<crate::measure::Variant<'a>, BenchError> {
+    use ferrite_server::protocol::{StoreMode, StoreOpts};
+    use ferrite_server::store::Store;
+    let mix = Mix::p1();
+    let key = |i: u64| format!("key:{i:012}").into_bytes();
+    let value = vec![b'v'; mix.value_bytes];
+    let opts = StoreOpts::default();
+    for i in 0..keys {
+        cache
+            .store(StoreMode::Set, &key(i), 0, 0, &value, None, &opts, now)
+            .map_err(store_err)?;
+    }
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ keys;
+    let params = json!({
+        "mix": P1_MIX,
+        "layer": STORE_LAYER,
+        "key_bytes": mix.key_bytes,
+        "value_bytes": mix.value_bytes,
+        "keys": keys,
+        "server_threads": 1,
+    });
+    Ok(crate::measure::Variant::new(
+        format!("store-{name}"),
+        params,
+        ops,
+        move |n| {
             for _ in 0..n {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -786,13 +938,9 @@ fn store_rows(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 };
                 r.expect("an in-process store operation");
             }
-        });
-        if strategy != Strategy::Undo {
-            v = v.baseline("store-tx-undo");
-        }
-        variants.push(v);
-    }
-    Ok(crate::measure::run_interleaved(ctx, SUITE, &mut variants))
+            after();
+        },
+    ))
 }
 
 fn now_unix() -> u64 {
@@ -966,11 +1114,12 @@ fn extra_f64(r: &Row, k: &str) -> Option<f64> {
 }
 
 /// P1's claim [P1 §3.4.6, Fig. 3.10]: clobber logging ≥ 1.8× PMDK's undo
-/// transactions in memcached on the 95/5 mix with one server thread. No
-/// PMDK store is built, so the ratio is to Ferrite's own undo store (the
-/// issue's fallback): clobber ÷ undo through memcaslap ([`Plan::p1`]) and
-/// in process ([`STORE_LAYER`] rows), with redo ÷ undo and the fences per
-/// operation beside it.
+/// transactions in memcached on the 95/5 mix with one server thread. When
+/// the PMDK store's rows exist (feature `pmdk`), the ratio is clobber ÷
+/// `pmdk-undo`, P1's own comparison; otherwise it is the fallback,
+/// clobber ÷ Ferrite's own undo store. Both through memcaslap
+/// ([`Plan::p1`]) and in process ([`STORE_LAYER`] rows), with the other
+/// ratios and the fences per operation beside it.
 pub fn p1_outcomes(rows: &[&Row]) -> Vec<crate::claims::Outcome> {
     use crate::claims::{Goal, Outcome};
     let row = |store: &str| {
@@ -985,15 +1134,45 @@ pub fn p1_outcomes(rows: &[&Row]) -> Vec<crate::claims::Outcome> {
         ("store-", "the item store in process, 1 thread"),
     ] {
         let undo = tps(&format!("{prefix}tx-undo"));
-        if undo.is_none() && prefix == "store-" && row("ferrite-tx-undo").is_none() {
+        let pmdk = tps(&format!("{prefix}{PMDK_STORE}"));
+        if undo.is_none()
+            && pmdk.is_none()
+            && prefix == "store-"
+            && row("ferrite-tx-undo").is_none()
+        {
             continue;
         }
-        let ratio = |s: &str| tps(&format!("{prefix}{s}")).zip(undo).map(|(a, u)| a / u);
-        let clobber = ratio("tx-clobber");
-        let mut detail = ratio("tx-redo").map_or(String::new(), |r| format!("redo ÷ undo {r:.2}×"));
+        let over =
+            |s: &str, den: Option<f64>| tps(&format!("{prefix}{s}")).zip(den).map(|(a, u)| a / u);
+        let pmdk_run = row(&format!("{prefix}{PMDK_STORE}")).is_some();
+        let (den, den_name) = if pmdk_run {
+            (pmdk, "PMDK undo")
+        } else {
+            (undo, "undo")
+        };
+        let clobber = over("tx-clobber", den);
+        let mut parts = Vec::new();
+        if pmdk_run {
+            if let Some(r) = over("tx-undo", pmdk) {
+                parts.push(format!("Ferrite undo ÷ PMDK undo {r:.2}×"));
+            }
+            if let Some(r) = over("tx-clobber", undo) {
+                parts.push(format!("clobber ÷ Ferrite undo {r:.2}×"));
+            }
+        }
+        if let Some(r) = over("tx-redo", undo) {
+            parts.push(format!("redo ÷ undo {r:.2}×"));
+        }
+        let mut detail = parts.join(", ");
         if prefix == "store-" {
             let f = |s: &str| {
-                row(&format!("store-{s}")).map_or("-".into(), |r| format!("{:.1}", r.fences_per_op))
+                row(&format!("store-{s}")).map_or("-".into(), |r| {
+                    if r.counters_observed {
+                        format!("{:.1}", r.fences_per_op)
+                    } else {
+                        "n/a".into()
+                    }
+                })
             };
             detail.push_str(&format!(
                 "; fences/op undo {}, redo {}, clobber {}",
@@ -1001,12 +1180,15 @@ pub fn p1_outcomes(rows: &[&Row]) -> Vec<crate::claims::Outcome> {
                 f("tx-redo"),
                 f("tx-clobber")
             ));
+            if pmdk_run {
+                detail.push_str(&format!(", PMDK undo {}", f(PMDK_STORE)));
+            }
         }
         let goal = Goal::AtLeast(1.8);
         out.push(Outcome {
             suite: SUITE.to_string(),
             figure: "P1 §3.4.6".to_string(),
-            name: format!("clobber ÷ undo store, {P1_MIX} ({what})"),
+            name: format!("clobber ÷ {den_name} store, {P1_MIX} ({what})"),
             measured: clobber,
             paper: Some(1.8),
             paper_note: "clobber ÷ PMDK's undo transactions, memcached 95/5, 1 thread".to_string(),
@@ -1037,7 +1219,12 @@ pub fn summarize(rows: &[Row]) -> Vec<crate::claims::Outcome> {
     };
     let mut stores: Vec<String> = STORES.iter().map(|s| format!("ferrite-{s}")).collect();
     for r in &rows {
-        if r.variant.starts_with("ferrite-") && mix(r) != KILL_MIX && !stores.contains(&r.variant) {
+        // P1's one-thread rows have their own outcomes (`p1_outcomes`).
+        if r.variant.starts_with("ferrite-")
+            && mix(r) != KILL_MIX
+            && mix(r) != P1_MIX
+            && !stores.contains(&r.variant)
+        {
             stores.push(r.variant.clone());
         }
     }

@@ -9,7 +9,7 @@ use ferrite_tx::{Strategy, TxPool};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use ferrite_server::store::STORES;
+use ferrite_server::store::{PMDK_STORE, STORES};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -40,8 +40,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4)]
     threads: usize,
     /// Store variant for a new pool: engine-inp, engine-lsm, engine-cow,
-    /// ptm-lazy, ptm-eager, tx-undo, tx-redo or tx-clobber (an existing
-    /// pool keeps its own; naming another is an error). Default engine-inp.
+    /// ptm-lazy, ptm-eager, tx-undo, tx-redo or tx-clobber, and in a build
+    /// with the feature `pmdk` pmdk-undo (a libpmemobj pool on PMDK's undo
+    /// transactions; libpmem persists it with flushes and fences only on
+    /// pmem or with PMEM_IS_PMEM_FORCE=1, else with msync). An existing
+    /// pool keeps its own; naming another is an error. Default engine-inp.
     #[arg(long)]
     store: Option<String>,
     /// Durability domain of a new pool (default: auto-detected, or FERRITE_DOMAIN).
@@ -85,11 +88,41 @@ enum Variant {
     Engine(EngineKind),
     Ptm(Algorithm),
     Tx(Strategy),
+    /// `pmdk-undo`: a libpmemobj pool, not a Ferrite pool (feature `pmdk`).
+    Pmdk,
+}
+
+/// Why `pmdk-undo` is refused by a build without the feature (one line).
+const NO_PMDK: &str = "this ferrite was built without PMDK: store pmdk-undo needs `cargo build --features pmdk` (Debian: libpmemobj-dev)";
+
+/// Whether the file at `path` is a libpmemobj pool (its header's
+/// signature, "PMEMOBJ\0", opens the file).
+fn is_pmdk_pool(path: &Path) -> bool {
+    use std::io::Read;
+    let mut sig = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut sig))
+        .is_ok()
+        && sig == *b"PMEMOBJ\0"
 }
 
 impl Variant {
     fn parse(s: &str) -> Result<Variant, String> {
-        let bad = || format!("unknown --store '{s}' (one of {})", STORES.join(", "));
+        let bad = || {
+            let pmdk = if cfg!(feature = "pmdk") {
+                format!(", {PMDK_STORE}")
+            } else {
+                String::new()
+            };
+            format!("unknown --store '{s}' (one of {}{pmdk})", STORES.join(", "))
+        };
+        if s == PMDK_STORE {
+            return if cfg!(feature = "pmdk") {
+                Ok(Variant::Pmdk)
+            } else {
+                Err(format!("--store {PMDK_STORE}: {NO_PMDK}"))
+            };
+        }
         if let Some(e) = s.strip_prefix("engine-") {
             return EngineKind::parse(e).map(Variant::Engine).ok_or_else(bad);
         }
@@ -109,6 +142,7 @@ impl Variant {
             Variant::Ptm(Algorithm::Lazy) => "ptm-lazy".into(),
             Variant::Ptm(Algorithm::Eager) => "ptm-eager".into(),
             Variant::Tx(s) => format!("tx-{s}"),
+            Variant::Pmdk => PMDK_STORE.into(),
         }
     }
 
@@ -120,6 +154,8 @@ impl Variant {
             Variant::Engine(_) => LAYOUT.to_string(),
             Variant::Ptm(_) => format!("ferrite-serve-{}", self.name()),
             Variant::Tx(_) => TX_LAYOUT.to_string(),
+            // Not a Ferrite pool: libpmemobj checks its own layout name.
+            Variant::Pmdk => "ferrite-bytemap".to_string(),
         }
     }
 }
@@ -131,6 +167,14 @@ enum Opened {
     Engine(Box<Store>),
     Ptm(Box<Ptm>),
     Tx(Box<TxPool>),
+    /// The map, the pool file's size, and how long opening it took
+    /// (libpmemobj's recovery included).
+    #[cfg(feature = "pmdk")]
+    Pmdk(
+        Box<ferrite_pmdk::bytemap::PmemByteMap>,
+        u64,
+        std::time::Duration,
+    ),
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
@@ -163,14 +207,21 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         Opened::Engine(s) => s.recovery().elapsed,
         Opened::Ptm(p) => p.recovery().elapsed,
         Opened::Tx(t) => t.recovery().elapsed,
+        #[cfg(feature = "pmdk")]
+        Opened::Pmdk(_, _, took) => *took,
     };
-    let domain = pool.domain();
+    let (domain, pool_size) = match (&pool, &opened) {
+        (Some(p), _) => (p.domain().to_string(), p.header().size),
+        #[cfg(feature = "pmdk")]
+        (None, Opened::Pmdk(_, size, _)) => (pmdk_domain(&path), *size),
+        (None, _) => return Err(format!("{}: no pool", path.display())),
+    };
     step.done(&if created {
-        format!("created, {}", crate::size::Both(pool.header().size))
+        format!("created, {}", crate::size::Both(pool_size))
     } else {
         format!(
             "{}, store recovery {:.1} s",
-            crate::size::Both(pool.header().size),
+            crate::size::Both(pool_size),
             elapsed.as_secs_f64()
         )
     });
@@ -182,7 +233,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             ..Limits::default()
         },
         group_commit: a.group_commit,
-        memory: a.memory.unwrap_or(pool.header().size),
+        memory: a.memory.unwrap_or(pool_size),
         store_name: name.clone(),
     };
     let shown = path.display().to_string();
@@ -217,8 +268,18 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             drop(txp);
             (res, Ok(()))
         }
+        #[cfg(feature = "pmdk")]
+        Opened::Pmdk(map, _, _) => {
+            let res = ferrite_server::store::pmdk::serve(&map, opts, listener, None, ready);
+            // Dropping the map closes the libpmemobj pool.
+            drop(map);
+            (res, Ok(()))
+        }
     };
-    let closed = closed.and_then(|()| pool.close().map_err(|e| pe(&e)));
+    let closed = match pool {
+        Some(pool) => closed.and_then(|()| pool.close().map_err(|e| pe(&e))),
+        None => closed,
+    };
     res.map_err(|e| e.to_string())?;
     closed?;
     Ok(ExitCode::SUCCESS)
@@ -231,8 +292,19 @@ fn open(
     size: u64,
     threads: usize,
     domain: Option<Domain>,
-) -> Result<(Pool, Opened, Variant, bool), String> {
+) -> Result<(Option<Pool>, Opened, Variant, bool), String> {
     let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    if path.exists() && is_pmdk_pool(path) {
+        if let Some(w) = want
+            && w != Variant::Pmdk
+        {
+            return Err(e(&format!(
+                "the pool holds store {PMDK_STORE}, not {}",
+                w.name()
+            )));
+        }
+        return open_pmdk(path, None).map(|o| (None, o, Variant::Pmdk, false));
+    }
     if path.exists() {
         let (hdr, _) = Pool::inspect(path).map_err(|x| e(&x))?;
         let ptm = [Algorithm::Lazy, Algorithm::Eager]
@@ -272,10 +344,18 @@ fn open(
                 w.name()
             )));
         }
-        Ok((pool, opened, found, false))
+        Ok((Some(pool), opened, found, false))
     } else {
         let v = want.unwrap_or(Variant::Engine(EngineKind::Inp));
         crate::size::check_pool(&size.to_string(), size).map_err(|x| e(&x))?;
+        if v == Variant::Pmdk {
+            if domain.is_some() {
+                return Err(e(&format!(
+                    "--domain does not apply to {PMDK_STORE}: libpmem chooses how to persist (PMEM_IS_PMEM_FORCE=1 forces flush+fence)"
+                )));
+            }
+            return open_pmdk(path, Some(size)).map(|o| (None, o, v, true));
+        }
         let mut po = PoolOptions::new(&v.layout(), size);
         if let Some(d) = domain {
             po = po.domain(d);
@@ -301,15 +381,54 @@ fn open(
                     .map(|t| Opened::Tx(Box::new(t)))
                     .map_err(|x| e(&x))
             }
+            Variant::Pmdk => Err(e(&"a PMDK store is not a Ferrite pool")),
         };
         match made {
-            Ok(o) => Ok((pool, o, v, true)),
+            Ok(o) => Ok((Some(pool), o, v, true)),
             Err(x) => {
                 drop(pool);
                 let _ = std::fs::remove_file(path);
                 Err(x)
             }
         }
+    }
+}
+
+/// Opens the `pmdk-undo` map at `path`, or with `create` (a size) makes
+/// a new pool of that size.
+#[cfg(feature = "pmdk")]
+fn open_pmdk(path: &Path, create: Option<u64>) -> Result<Opened, String> {
+    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let t0 = std::time::Instant::now();
+    let map = match create {
+        Some(size) => ferrite_server::store::pmdk::create(path, size),
+        None => ferrite_server::store::pmdk::open(path),
+    }
+    .map_err(|x| e(&x))?;
+    let size = std::fs::metadata(path).map_err(|x| e(&x))?.len();
+    Ok(Opened::Pmdk(Box::new(map), size, t0.elapsed()))
+}
+
+#[cfg(not(feature = "pmdk"))]
+fn open_pmdk(path: &Path, _create: Option<u64>) -> Result<Opened, String> {
+    Err(format!(
+        "{}: a libpmemobj pool (store {PMDK_STORE}): {NO_PMDK}",
+        path.display()
+    ))
+}
+
+/// How libpmem persists the pool at `path`: `libpmem-flush` (cache
+/// flushes and fences: pmem, or PMEM_IS_PMEM_FORCE=1) or `libpmem-msync`.
+#[cfg(feature = "pmdk")]
+fn pmdk_domain(path: &Path) -> String {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match ferrite_pmdk::flush_path_in(dir) {
+        Ok(true) => "libpmem-flush".into(),
+        Ok(false) => "libpmem-msync".into(),
+        Err(_) => "libpmem".into(),
     }
 }
 

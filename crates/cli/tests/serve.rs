@@ -472,6 +472,63 @@ fn bad_options_and_busy_port_are_one_line_errors() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("engine-cow"));
 }
 
+/// `--store pmdk-undo` in a build without PMDK: one line saying so.
+#[cfg(not(feature = "pmdk"))]
+#[test]
+fn pmdk_undo_without_the_feature_is_a_one_line_error() {
+    let dir = pool_dir();
+    let o = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .arg("serve")
+        .args(["--pool", dir.path().join("p").to_str().unwrap()])
+        .args(["--store", "pmdk-undo", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("without PMDK"), "{err}");
+    assert!(!dir.path().join("p").exists(), "no pool is created");
+}
+
+/// The PMDK store (feature `pmdk`): memccapable passes (when installed),
+/// a pool made by it refuses another store, and the kill -9 loop loses
+/// nothing acknowledged.
+#[cfg(feature = "pmdk")]
+#[test]
+fn pmdk_undo_serves_and_loses_nothing_through_kill_9() {
+    let dir = pool_dir();
+    let p = dir.path().join("p");
+    let srv = Server::start(&p, &["--store", "pmdk-undo"]);
+    assert!(srv.line.contains("pmdk-undo"), "{}", srv.line);
+    if Command::new("memccapable").arg("--help").output().is_ok() {
+        let (host, port) = srv.addr.rsplit_once(':').unwrap();
+        let o = Command::new("memccapable")
+            .args(["-h", host, "-p", port])
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(text.contains("All tests passed"), "pmdk-undo: {text}");
+        assert!(!text.contains("[FAIL]"), "pmdk-undo: {text}");
+    }
+    srv.stop();
+    let o = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .arg("serve")
+        .args(["--pool", p.to_str().unwrap(), "--store", "tx-undo"])
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("holds store pmdk-undo"), "{err}");
+    let kills: usize = std::env::var("FERRITE_SERVE_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    kill_loop("pmdk-undo", kills);
+}
+
 #[test]
 fn bare_serve_uses_the_data_directory() {
     let dir = pool_dir();

@@ -73,6 +73,13 @@ pub enum Error {
         /// Largest value allowed.
         max: u64,
     },
+    /// The pool has no room for what a transaction allocates (it aborted
+    /// with `ENOMEM`, so nothing changed).
+    #[error("{what}: the pool is full")]
+    Full {
+        /// The operation, e.g. `"bytemap batch"`.
+        what: &'static str,
+    },
     /// A pool does not hold the structure asked for, or the structure
     /// fails its consistency check.
     #[error("{what}")]

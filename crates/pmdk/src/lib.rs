@@ -2,9 +2,10 @@
 //!
 //! Safe wrappers over libpmem, libpmemlog, libpmemblk and libpmemobj, so the
 //! harness can time PMDK side by side with Ferrite in the same process.
-//! Transactional operations are written in C (`csrc/shim.c`, and the
-//! B+tree of `txbtree` in `csrc/txbtree.c`) because PMDK's
-//! `TX_BEGIN`/`TX_END` are built on `setjmp`.
+//! Transactional operations are written in C (`csrc/shim.c`, the
+//! B+tree of `txbtree` in `csrc/txbtree.c`, and the byte-keyed map of
+//! `bytemap` — the server store `pmdk-undo` — in `csrc/txbytemap.c`)
+//! because PMDK's `TX_BEGIN`/`TX_END` are built on `setjmp`.
 //!
 //! Besides the baselines, [`PmemObj`] exposes libpmemobj's reserve/publish
 //! action API, the root object and object iteration (`action.rs`), on which
@@ -50,6 +51,7 @@
 mod action;
 #[cfg(feature = "link")]
 mod blk;
+pub mod bytemap;
 #[cfg(feature = "count")]
 mod count;
 #[cfg(feature = "link")]

@@ -9,7 +9,8 @@
 //!   restarts, arithmetic, expiry, `flush_all`, eviction under a memory
 //!   limit) over a durable map: the engines (`engine-inp|lsm|cow`), the
 //!   PTM (`ptm-lazy|eager`) or the byte map on undo, redo or clobber
-//!   transactions (`tx-undo|redo|clobber`).
+//!   transactions (`tx-undo|redo|clobber`); with the feature `pmdk`, a
+//!   byte map on libpmemobj's undo transactions (`pmdk-undo`), P1's peer.
 //! - [`server`]: the tokio server behind `ferrite serve`: connections hand
 //!   requests to per-key shard threads that own the store sessions; a
 //!   reply leaves only after its write is durable, and a shard commits the

@@ -4,7 +4,8 @@
 //! incr/decr, touch, get-and-touch, flush_all, expiry, CAS) over any
 //! [`Kv`]: a per-thread handle on a map whose `put` and `delete` are
 //! durable when they return ([`engine::EngineKv`] over `ferrite-engine`,
-//! [`ptm::PtmKv`] over `ferrite-ptm`, [`tx::TxKv`] over `ferrite-tx`).
+//! [`ptm::PtmKv`] over `ferrite-ptm`, [`tx::TxKv`] over `ferrite-tx`, and
+//! with the feature `pmdk` `pmdk::PmdkKv` over libpmemobj transactions).
 //!
 //! # Atomicity
 //!
@@ -76,6 +77,8 @@
 
 pub mod engine;
 pub mod evict;
+#[cfg(feature = "pmdk")]
+pub mod pmdk;
 pub mod ptm;
 pub mod tx;
 
@@ -97,6 +100,10 @@ pub const STORES: [&str; 8] = [
     "tx-redo",
     "tx-clobber",
 ];
+
+/// The store on PMDK's undo transactions ([`pmdk`], feature `pmdk`): not
+/// in [`STORES`], which every build serves.
+pub const PMDK_STORE: &str = "pmdk-undo";
 
 /// Bytes before the data in a stored item.
 pub const HEADER: usize = 28;
