@@ -420,7 +420,9 @@ impl Cache {
     fn read_loc(&self, loc: Loc, off: usize, buf: &mut [u8]) {
         match loc {
             Loc::Pmem(s) => self.region.read(self.geo.slot_off(s) + off, buf),
-            Loc::Dram(f) => buf.copy_from_slice(&self.frames[f as usize].lock()[off..off + buf.len()]),
+            Loc::Dram(f) => {
+                buf.copy_from_slice(&self.frames[f as usize].lock()[off..off + buf.len()])
+            }
         }
     }
 
@@ -517,7 +519,9 @@ impl Cache {
         for _ in 0..2 * n + 1 {
             let f = m.frame_hand;
             m.frame_hand = (m.frame_hand + 1) % n;
-            let Some(page) = m.frame_page[f] else { continue };
+            let Some(page) = m.frame_page[f] else {
+                continue;
+            };
             if m.locked(page) {
                 continue;
             }
@@ -644,7 +648,10 @@ impl Cache {
                         let mut d = vec![0u8; PAGE];
                         self.disk.read(e.page, &mut d).map_err(|e| e.to_string())?;
                         if d != self.region.read_vec(self.geo.slot_off(s), PAGE) {
-                            return Err(format!("clean slot {s} differs from disk page {}", e.page));
+                            return Err(format!(
+                                "clean slot {s} differs from disk page {}",
+                                e.page
+                            ));
                         }
                     }
                 }
@@ -671,7 +678,10 @@ impl Cache {
                 }
             }
         }
-        if m.locks.values().any(|l| l.readers > 0 || l.writer.is_some()) {
+        if m.locks
+            .values()
+            .any(|l| l.readers > 0 || l.writer.is_some())
+        {
             return Err("a page lock is still held".into());
         }
         Ok(())
@@ -827,7 +837,11 @@ impl<'c> Session<'c> {
                     Held {
                         reads: (mode == Mode::Read) as u32,
                         writes: (mode == Mode::Write) as u32,
-                        phys: if mode == Mode::Read { Phys::Read } else { Phys::Write },
+                        phys: if mode == Mode::Read {
+                            Phys::Read
+                        } else {
+                            Phys::Write
+                        },
                         loc,
                         lines: 0,
                     },
@@ -861,7 +875,14 @@ impl<'c> Session<'c> {
             let s = match loc {
                 Loc::Pmem(s) => {
                     if m.entries[s as usize].map(|e| e.state) == Some(SlotState::Clean) {
-                        c.set_entry_persist(m, s, Some(Entry { page, state: SlotState::Dirty }));
+                        c.set_entry_persist(
+                            m,
+                            s,
+                            Some(Entry {
+                                page,
+                                state: SlotState::Dirty,
+                            }),
+                        );
                     }
                     s
                 }
@@ -871,7 +892,14 @@ impl<'c> Session<'c> {
                     let data = c.frames[f as usize].lock().to_vec();
                     c.region.write(off, &data);
                     c.region.persist(off, PAGE);
-                    c.set_entry_persist(m, s, Some(Entry { page, state: SlotState::Dirty }));
+                    c.set_entry_persist(
+                        m,
+                        s,
+                        Some(Entry {
+                            page,
+                            state: SlotState::Dirty,
+                        }),
+                    );
                     m.frame_page[f as usize] = None;
                     m.free_frames.push(f);
                     m.accessed[s as usize] = true;
@@ -890,7 +918,14 @@ impl<'c> Session<'c> {
         let mut data = vec![0u8; PAGE];
         c.read_loc(loc, 0, &mut data);
         c.region.write(c.geo.slot_off(new), &data);
-        c.set_entry(m, new, Some(Entry { page, state: SlotState::Uncommitted(self.id) }));
+        c.set_entry(
+            m,
+            new,
+            Some(Entry {
+                page,
+                state: SlotState::Uncommitted(self.id),
+            }),
+        );
         m.accessed[new as usize] = true;
         let old = match loc {
             Loc::Pmem(s) => Some(s),
@@ -981,7 +1016,14 @@ impl<'c> Session<'c> {
                 r.fence();
             }
             for p in &st.tx {
-                c.set_entry(&mut m, p.new, Some(Entry { page: p.page, state: SlotState::Dirty }));
+                c.set_entry(
+                    &mut m,
+                    p.new,
+                    Some(Entry {
+                        page: p.page,
+                        state: SlotState::Dirty,
+                    }),
+                );
                 r.flush(g.entry_off(p.new), 8);
             }
             r.fence();
@@ -1049,7 +1091,8 @@ impl<'c> Session<'c> {
             let hi = (lo + BITS_PER_PAGE).min(g.disk_pages);
             let guard = self.get_page(b, Mode::Read)?;
             let bits = guard.read_vec();
-            let free = (lo..hi).find(|n| bits[((n - lo) / 8) as usize] & (1 << ((n - lo) % 8)) == 0);
+            let free =
+                (lo..hi).find(|n| bits[((n - lo) / 8) as usize] & (1 << ((n - lo) % 8)) == 0);
             let Some(n) = free else { continue };
             let mut w = guard.upgrade()?;
             let i = (n - lo) as usize;
@@ -1252,7 +1295,13 @@ impl<'s, 'c> PageGuard<'s, 'c> {
         if self.mode == Mode::Read {
             return self;
         }
-        self.s.st.borrow_mut().held.get_mut(&self.page).expect("held").reads += 1;
+        self.s
+            .st
+            .borrow_mut()
+            .held
+            .get_mut(&self.page)
+            .expect("held")
+            .reads += 1;
         self.released = true;
         self.s.release(self.page, Mode::Write);
         PageGuard {

@@ -295,7 +295,10 @@ fn check(c: &Cache, acked: &Acked, threads: usize, txs: u32) -> Result<(), Strin
             ));
         }
         if (f.owned != 0) != owned_parity[k] {
-            return Err(format!("page {p}: owned page {} against the committed toggles", f.owned));
+            return Err(format!(
+                "page {p}: owned page {} against the committed toggles",
+                f.owned
+            ));
         }
         if f.owned != 0 {
             owned.push(f.owned);
@@ -363,17 +366,13 @@ pub fn check_cache(cfg: &Config) -> Result<Vec<(String, Report)>, ExploreError> 
 }
 
 /// The same with a planted fault (each must be caught).
-pub fn check_fault(cfg: &Config, fault: Option<Fault>) -> Result<Vec<(String, Report)>, ExploreError> {
+pub fn check_fault(
+    cfg: &Config,
+    fault: Option<Fault>,
+) -> Result<Vec<(String, Report)>, ExploreError> {
     let plan = scenarios(fault);
     let first = plan[0].0;
-    spend_budget(
-        cfg,
-        plan,
-        8,
-        |_| first,
-        |s| s.name(),
-        |s, c| explore(s, c),
-    )
+    spend_budget(cfg, plan, 8, |_| first, |s| s.name(), |s, c| explore(s, c))
 }
 
 /// The planted bugs of `ferrite check cache-planted`.
@@ -406,5 +405,40 @@ mod tests {
             eprintln!("{f:?}: {caught} violations in {states} states");
             assert!(caught > 0, "planted {f:?} not caught in {states} states");
         }
+    }
+}
+
+#[cfg(test)]
+mod coverage_tests {
+    use super::*;
+
+    /// The workload reaches every path the check claims to crash: page-in,
+    /// eviction with write-back, DRAM promotion and demotion, commits.
+    #[test]
+    fn workload_exercises_every_migration_path() {
+        let pool = Pool::create_in_memory(
+            &ferrite_pmem::PoolOptions::new("ferrite-cache-check", pool_size()).domain(Domain::Adr),
+        )
+        .unwrap();
+        setup(&pool);
+        let a = Acked::default();
+        let (r, disk) = regions(&pool);
+        let (c, _) = Cache::open(r, disk, opts(None)).unwrap();
+        let (cr, ar) = (&c, &a);
+        let bodies: Vec<Box<dyn FnOnce() + Send + '_>> = (0..2)
+            .map(|i| Box::new(move || body(cr, ar, i, 10)) as Box<dyn FnOnce() + Send + '_>)
+            .collect();
+        ferrite_crash::lockstep::run(1, 3, bodies);
+        let st = &c.stats;
+        let n = |x: &AtomicU64| x.load(Ordering::Relaxed);
+        eprintln!("{st:?}");
+        assert_eq!(
+            n(&st.commits),
+            20,
+            "one commit per transfer (the allocation joins it)"
+        );
+        assert!(n(&st.page_ins) > 0 && n(&st.evictions) > 0 && n(&st.write_backs) > 0);
+        assert!(n(&st.promotions) > 0 && n(&st.demotions) > 0);
+        check(&c, &a, 2, 10).unwrap();
     }
 }

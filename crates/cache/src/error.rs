@@ -17,7 +17,9 @@ pub enum CacheError {
     Config(String),
     #[error("disk page {0} is outside the disk ({1} pages)")]
     OutOfRange(u32, u32),
-    #[error("every persistent slot is locked or part of a transaction in flight; no slot can be evicted")]
+    #[error(
+        "every persistent slot is locked or part of a transaction in flight; no slot can be evicted"
+    )]
     CacheFull,
     #[error("every session slot ({0}) is in use")]
     NoSession(usize),

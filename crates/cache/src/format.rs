@@ -235,7 +235,9 @@ impl Geometry {
 
     pub fn decode_superblock(b: &[u8], region_len: usize) -> Result<Geometry> {
         if b.len() < SUPERBLOCK {
-            return Err(CacheError::NotACache("region shorter than a superblock".into()));
+            return Err(CacheError::NotACache(
+                "region shorter than a superblock".into(),
+            ));
         }
         if &b[0..8] != MAGIC {
             return Err(CacheError::NotACache("no FERCACHE magic".into()));
@@ -271,9 +273,18 @@ mod tests {
     #[test]
     fn entries_round_trip_and_damage_is_typed() {
         for e in [
-            Entry { page: 7, state: SlotState::Clean },
-            Entry { page: u32::MAX, state: SlotState::Dirty },
-            Entry { page: 0, state: SlotState::Uncommitted(254) },
+            Entry {
+                page: 7,
+                state: SlotState::Clean,
+            },
+            Entry {
+                page: u32::MAX,
+                state: SlotState::Dirty,
+            },
+            Entry {
+                page: 0,
+                state: SlotState::Uncommitted(254),
+            },
         ] {
             let w = Entry::encode(Some(e));
             assert_eq!(Entry::decode(w, 0).unwrap(), Some(e));
@@ -295,7 +306,10 @@ mod tests {
         for i in 0..36 {
             let mut d = b;
             d[i] ^= 1;
-            assert!(Geometry::decode_superblock(&d, g.bytes()).is_err(), "byte {i}");
+            assert!(
+                Geometry::decode_superblock(&d, g.bytes()).is_err(),
+                "byte {i}"
+            );
         }
     }
 }
