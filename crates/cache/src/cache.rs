@@ -71,6 +71,13 @@ pub struct CacheOptions {
     /// Honour non-transaction scopes (off: they run as transactions — the
     /// "non-transactions off" ablation).
     pub honour_non_tx: bool,
+    /// Copy-on-write transactions (off: every write is in place, as in a
+    /// non-transaction — not crash-safe; the volatile DRAM-cache baseline
+    /// and P1's "PMEM only" ablation).
+    pub transactions: bool,
+    /// Sync the disk before a dirty page leaves the cache (off only for the
+    /// volatile baseline, whose durability is its write-ahead log).
+    pub sync_on_evict: bool,
     pub fault: Option<Fault>,
 }
 
@@ -79,6 +86,8 @@ impl Default for CacheOptions {
         CacheOptions {
             dram_pages: 0,
             honour_non_tx: true,
+            transactions: true,
+            sync_on_evict: true,
             fault: None,
         }
     }
@@ -430,9 +439,11 @@ impl Cache {
     fn write_back_slot(&self, slot: u32, page: u32) -> Result<()> {
         let data = self.region.read_vec(self.geo.slot_off(slot), PAGE);
         self.disk.write(page, &data)?;
-        self.disk.sync()?;
+        if self.opts.sync_on_evict {
+            self.disk.sync()?;
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
         self.stats.write_backs.fetch_add(1, Ordering::Relaxed);
-        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -870,7 +881,7 @@ impl<'c> Session<'c> {
     fn prepare_write(&self, m: &mut Meta, st: &mut SessState, page: u32) -> Result<()> {
         let c = self.cache;
         let loc = st.held[&page].loc;
-        let non_tx = st.non_tx > 0 && c.opts.honour_non_tx;
+        let non_tx = (st.non_tx > 0 && c.opts.honour_non_tx) || !c.opts.transactions;
         if non_tx {
             let s = match loc {
                 Loc::Pmem(s) => {

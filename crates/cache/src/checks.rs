@@ -95,6 +95,7 @@ fn opts(fault: Option<Fault>) -> CacheOptions {
         dram_pages: DRAM,
         honour_non_tx: true,
         fault,
+        ..CacheOptions::default()
     }
 }
 

@@ -40,6 +40,7 @@ pub mod checks;
 pub mod disk;
 pub mod error;
 pub mod format;
+pub mod store;
 
 pub use cache::{Cache, CacheOptions, Fault, Mode, PageGuard, RecoveryReport, Session, Stats};
 pub use disk::{Disk, FileDisk, PoolDisk};
