@@ -122,6 +122,10 @@ pub struct RecoveryReport {
     pub mapped: usize,
 }
 
+/// Dirty pages written back together, under one disk sync, when an
+/// eviction meets a dirty victim.
+pub const WRITE_BACK_BATCH: usize = 64;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loc {
     Pmem(u32),
@@ -435,15 +439,49 @@ impl Cache {
         }
     }
 
-    /// Writes a dirty slot's page to the disk and syncs it (no entry change).
-    fn write_back_slot(&self, slot: u32, page: u32) -> Result<()> {
-        let data = self.region.read_vec(self.geo.slot_off(slot), PAGE);
-        self.disk.write(page, &data)?;
+    /// Writes the dirty slot `victim` and up to [`WRITE_BACK_BATCH`] - 1
+    /// other dirty, unlocked, committed slots to the disk, syncs once, then
+    /// marks them all CLEAN (one fence). A slot is never marked CLEAN
+    /// before the sync that made its page durable on the disk.
+    fn clean_batch(&self, m: &mut Meta, victim: u32) -> Result<()> {
+        let mut batch = vec![victim];
+        let n = self.geo.slots;
+        let mut k = (victim + 1) % n;
+        while batch.len() < WRITE_BACK_BATCH && k != victim {
+            if let Some(e) = m.entries[k as usize]
+                && e.state == SlotState::Dirty
+                && !m.locked(e.page)
+                && m.lookup.get(&e.page) == Some(&Loc::Pmem(k))
+            {
+                batch.push(k);
+            }
+            k = (k + 1) % n;
+        }
+        for &s in &batch {
+            let page = m.entries[s as usize].expect("dirty slot").page;
+            let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
+            self.disk.write(page, &data)?;
+        }
         if self.opts.sync_on_evict {
             self.disk.sync()?;
             self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         }
-        self.stats.write_backs.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_backs
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        for &s in &batch {
+            let page = m.entries[s as usize].expect("dirty slot").page;
+            self.set_entry(
+                m,
+                s,
+                Some(Entry {
+                    page,
+                    state: SlotState::Clean,
+                }),
+            );
+            self.region.flush(self.geo.entry_off(s), 8);
+        }
+        self.region.fence();
         Ok(())
     }
 
@@ -477,7 +515,9 @@ impl Cache {
                     self.disk.write(e.page, &data)?;
                     self.stats.write_backs.fetch_add(1, Ordering::Relaxed);
                 } else {
-                    self.write_back_slot(s, e.page)?;
+                    // One sync for a batch of dirty pages, not one each:
+                    // the victim and up to WRITE_BACK_BATCH - 1 others.
+                    self.clean_batch(m, s)?;
                     self.set_entry_persist(m, s, None);
                 }
             } else {

@@ -45,6 +45,8 @@ use crate::format::PAGE;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const MAX_KEY: usize = 24;
 pub const MAX_VALUE: usize = 100;
@@ -63,7 +65,7 @@ const COMPACT_AT: usize = 6;
 /// A write-ahead log of operations for the volatile baseline.
 pub struct Wal {
     inner: parking_lot::Mutex<(File, Vec<u8>, u64)>,
-    sync_every: u64,
+    sync_every: AtomicU64,
 }
 
 impl Wal {
@@ -73,8 +75,14 @@ impl Wal {
         let f = File::create(path)?;
         Ok(Wal {
             inner: parking_lot::Mutex::new((f, Vec::new(), 0)),
-            sync_every: sync_every.max(1),
+            sync_every: AtomicU64::new(sync_every.max(1)),
         })
+    }
+
+    /// Changes the sync period (a bulk load may sync rarely, the measured
+    /// run per operation).
+    pub fn set_sync_every(&self, n: u64) {
+        self.sync_every.store(n.max(1), Ordering::Relaxed);
     }
 
     fn append(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
@@ -89,7 +97,7 @@ impl Wal {
         let crc = crc32c::crc32c(&buf[start..]);
         buf.extend_from_slice(&crc.to_le_bytes());
         *n += 1;
-        if (*n).is_multiple_of(self.sync_every) {
+        if (*n).is_multiple_of(self.sync_every.load(Ordering::Relaxed)) {
             f.write_all(buf)?;
             buf.clear();
             f.sync_data()?;
@@ -99,8 +107,8 @@ impl Wal {
 }
 
 /// The store. See the module documentation.
-pub struct Store<'c> {
-    cache: &'c Cache,
+pub struct Store {
+    cache: Arc<Cache>,
     root: u32,
     wal: Option<Wal>,
     flush: parking_lot::Mutex<()>,
@@ -212,10 +220,10 @@ fn parse_root(p: &[u8], root: u32) -> Result<RootView> {
     })
 }
 
-impl<'c> Store<'c> {
+impl Store {
     /// Makes a new store on a freshly created cache: allocates the root and
     /// `2 × memtable_pages` memtable pages in one transaction.
-    pub fn create(cache: &'c Cache, memtable_pages: usize, wal: Option<Wal>) -> Result<Store<'c>> {
+    pub fn create(cache: Arc<Cache>, memtable_pages: usize, wal: Option<Wal>) -> Result<Store> {
         if memtable_pages == 0 || 32 + 8 * memtable_pages > BRANCH_BASE {
             return Err(CacheError::Config(format!(
                 "{memtable_pages} memtable pages (1 ..= {})",
@@ -243,6 +251,7 @@ impl<'c> Store<'c> {
         g.write(0, &p);
         drop(pages);
         drop(g);
+        drop(s);
         Ok(Store {
             cache,
             root,
@@ -254,7 +263,7 @@ impl<'c> Store<'c> {
     /// Opens the store of `cache` (already recovered by [`Cache::open`]) and
     /// rebuilds the allocation bitmap from what the root reaches. Returns
     /// the store and the number of leaked pages freed.
-    pub fn open(cache: &'c Cache, wal: Option<Wal>) -> Result<(Store<'c>, usize)> {
+    pub fn open(cache: Arc<Cache>, wal: Option<Wal>) -> Result<(Store, usize)> {
         let root = cache.geometry().bitmap_pages;
         let st = Store {
             cache,
@@ -262,7 +271,7 @@ impl<'c> Store<'c> {
             wal,
             flush: parking_lot::Mutex::new(()),
         };
-        let s = cache.session()?;
+        let s = st.cache.session()?;
         let live = st.reachable(&s)?;
         let freed = s.rebuild_allocation(&live)?;
         drop(s);
@@ -299,7 +308,15 @@ impl<'c> Store<'c> {
     }
 
     /// A handle for one thread.
-    pub fn session(&self) -> Result<StoreSession<'_, 'c>> {
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    pub fn wal(&self) -> Option<&Wal> {
+        self.wal.as_ref()
+    }
+
+    pub fn session(&self) -> Result<StoreSession<'_>> {
         Ok(StoreSession {
             store: self,
             s: self.cache.session()?,
@@ -308,12 +325,12 @@ impl<'c> Store<'c> {
 }
 
 /// One thread's handle on a [`Store`].
-pub struct StoreSession<'a, 'c> {
-    store: &'a Store<'c>,
-    s: Session<'c>,
+pub struct StoreSession<'a> {
+    store: &'a Store,
+    s: Session<'a>,
 }
 
-impl StoreSession<'_, '_> {
+impl StoreSession<'_> {
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         if value.len() > MAX_VALUE {
             return Err(CacheError::Config(format!(

@@ -35,9 +35,9 @@ fn run(opts: CacheOptions, wal: bool, reopen: bool, n: u64) {
         Domain::Volatile
     };
     let p = pool(200, 4096, domain);
-    let c = Cache::create(p.data(), disk.clone(), 200, 4, opts.clone()).unwrap();
+    let c = Arc::new(Cache::create(p.data(), disk.clone(), 200, 4, opts.clone()).unwrap());
     let w = wal.then(|| Wal::create(dir.path().join("wal"), 1).unwrap());
-    let st = Store::create(&c, 8, w).unwrap();
+    let st = Store::create(c.clone(), 8, w).unwrap();
     let mut model = BTreeMap::new();
     {
         let s = st.session().unwrap();
@@ -70,7 +70,7 @@ fn run(opts: CacheOptions, wal: bool, reopen: bool, n: u64) {
     let (c, rep) = Cache::open(p.data(), disk.clone(), opts).unwrap();
     eprintln!("{rep:?}");
     c.verify().unwrap();
-    let (st, freed) = Store::open(&c, None).unwrap();
+    let (st, freed) = Store::open(Arc::new(c), None).unwrap();
     assert_eq!(freed, 0, "a clean shutdown leaks nothing");
     let s = st.session().unwrap();
     for i in 0..n + 100 {
@@ -125,7 +125,7 @@ fn two_threads_put_and_get() {
         },
     )
     .unwrap();
-    let st = Store::create(&c, 8, None).unwrap();
+    let st = Store::create(Arc::new(c), 8, None).unwrap();
     std::thread::scope(|sc| {
         for t in 0..2u64 {
             let st = &st;
