@@ -121,25 +121,35 @@ const CONFIGS: &[Config] = &[
     },
 ];
 
+/// Pages in `mib` MiB.
+fn pages(mib: f64) -> u64 {
+    (mib * ((1u64 << 20) / PAGE as u64) as f64).round() as u64
+}
+
 fn build(
     cfg: &Config,
     dir: &std::path::Path,
-    dram_mib: u64,
+    dram_mib: f64,
     disk_pages: u32,
 ) -> Result<System, BenchError> {
-    let mib_pages = (1u64 << 20) / PAGE as u64;
-    let disk: Arc<dyn Disk> =
-        Arc::new(FileDisk::create(dir.join(format!("{}.disk", cfg.name)), disk_pages).map_err(err)?);
+    let disk: Arc<dyn Disk> = Arc::new(
+        FileDisk::create(dir.join(format!("{}.disk", cfg.name)), disk_pages).map_err(err)?,
+    );
     let (slots, frames, domain) = if cfg.persistron {
-        let d = dram_mib / 2;
-        let pmem = 4 * (dram_mib - d);
-        (pmem * mib_pages, if cfg.dram_tier { d * mib_pages } else { 0 }, Domain::Adr)
+        let d = dram_mib / 2.0;
+        let pmem = 4.0 * (dram_mib - d);
+        (
+            pages(pmem),
+            if cfg.dram_tier { pages(d) } else { 0 },
+            Domain::Adr,
+        )
     } else {
-        (dram_mib * mib_pages, 0, Domain::Volatile)
+        (pages(dram_mib), 0, Domain::Volatile)
     };
     let bytes = Cache::required_bytes(slots as u32, 4, disk_pages).map_err(err)?;
     let size = (ferrite_pmem::HEADER_SIZE + bytes).next_multiple_of(PAGE) as u64;
-    let pool = Pool::create_in_memory(&PoolOptions::new("ferrite-cache-bench", size).domain(domain))?;
+    let pool =
+        Pool::create_in_memory(&PoolOptions::new("ferrite-cache-bench", size).domain(domain))?;
     let opts = CacheOptions {
         dram_pages: frames as usize,
         honour_non_tx: cfg.non_tx,
@@ -181,49 +191,93 @@ fn apply(s: &ferrite_cache::store::StoreSession, op: Op) {
 
 pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let quick = ctx.scale == Scale::Quick;
-    let dram_mib: u64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
+    let dram_mib: f64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(ctx.scale.pick(2, 8));
-    let records: u64 = ctx.scale.pick(40_000, 250_000) * dram_mib / ctx.scale.pick(2, 8);
-    let ops: u64 = ctx.scale.pick(4_000, 40_000);
-    let slow_ops: u64 = ctx.scale.pick(60, 400);
-    let d = dram_mib / 2;
-    let pmem_mib = 4 * (dram_mib - d);
+        .filter(|m: &f64| *m >= 0.125)
+        .unwrap_or(ctx.scale.pick(1.0, 8.0));
+    // About 2.7 × the DRAM budget of records (128 B each in the branches,
+    // plus index pages and the memtables).
+    let records = (dram_mib * 20_000.0) as u64;
+    let ops: u64 = ctx.scale.pick(2_500, 40_000);
+    let slow_ops: u64 = ctx.scale.pick(40, 400);
+    let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
     let disk_pages = ((records * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
     let dir = tempfile::Builder::new()
         .prefix("ferrite-cache-bench")
         .tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
         .map_err(|e| err(format!("temporary directory: {e}")))?;
-    let mut systems = Vec::new();
-    for cfg in CONFIGS {
-        ctx.note(format!("cache: loading {records} records into {}", cfg.name));
-        let sys = build(cfg, dir.path(), dram_mib, disk_pages)?;
-        let w = Workload::parse(&format!("ycsb-a:records={records}:fields=1x100")).map_err(err)?;
-        let mut l = Loader::new(&w);
-        {
-            let s = sys.store.session().map_err(err)?;
-            while let Some((k, v)) = l.next_record() {
-                s.put(k, v).map_err(err)?;
-            }
-        }
-        sys.next_insert.store(records * 4, Ordering::Relaxed);
-        if let Some(wal) = sys.store.wal() {
-            wal.set_sync_every(cfg.wal_sync_every);
-        }
-        systems.push(sys);
+    // Load every configuration at once: the loads mostly wait for the disk.
+    let built: Vec<Result<System, BenchError>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = CONFIGS
+            .iter()
+            .map(|cfg| {
+                let dir = dir.path();
+                sc.spawn(move || -> Result<System, BenchError> {
+                    let t0 = std::time::Instant::now();
+                    let sys = build(cfg, dir, dram_mib, disk_pages)?;
+                    let w = Workload::parse(&format!("ycsb-a:records={records}:fields=1x100"))
+                        .map_err(err)?;
+                    let mut l = Loader::new(&w);
+                    {
+                        let s = sys.store.session().map_err(err)?;
+                        while let Some((k, v)) = l.next_record() {
+                            s.put(k, v).map_err(err)?;
+                        }
+                    }
+                    sys.next_insert.store(records * 4, Ordering::Relaxed);
+                    if let Some(wal) = sys.store.wal() {
+                        wal.set_sync_every(cfg.wal_sync_every);
+                    }
+                    ctx.note(format!(
+                        "cache: loaded {records} records into {} in {:.1} s",
+                        cfg.name,
+                        t0.elapsed().as_secs_f64()
+                    ));
+                    Ok(sys)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(err("a load thread panicked")))
+            })
+            .collect()
+    });
+    let systems = built.into_iter().collect::<Result<Vec<_>, _>>()?;
+    // Quick: at most 3 repetitions, and the ablations at 1 thread only —
+    // every batch here reaches the disk, and the suite must stay well
+    // under a minute.
+    let mut rctx = ctx.clone();
+    if quick {
+        rctx.reps = ctx.reps.min(3);
     }
     let mut rows = Vec::new();
-    let workloads = ["ycsb-c", "ycsb-b", "ycsb-a", "ycsb-f", "ycsb-d", "ycsb-load"];
+    let workloads = [
+        "ycsb-c",
+        "ycsb-b",
+        "ycsb-a",
+        "ycsb-f",
+        "ycsb-d",
+        "ycsb-load",
+    ];
     for wname in workloads {
         for threads in [1usize, 2] {
-            let spec = if wname == "ycsb-load" { "ycsb-a" } else { wname };
+            let spec = if wname == "ycsb-load" {
+                "ycsb-a"
+            } else {
+                wname
+            };
             let w = Workload::parse(&format!("{spec}:records={records}:fields=1x100:ops=1g"))
                 .map_err(err)?;
             let writes = wname != "ycsb-c";
             let mut variants = Vec::new();
             for sys in &systems {
+                if quick && threads > 1 && sys.name.starts_with("persistron-") {
+                    continue;
+                }
                 let gens: Vec<Mutex<Generator>> = (0..threads)
                     .map(|t| {
                         Generator::new(&w, SEED + threads as u64, t as u32, threads as u32)
@@ -231,39 +285,44 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                     })
                     .collect::<Result<_, _>>()
                     .map_err(err)?;
-                let per_thread = if sys.slow_writes && writes { slow_ops } else { ops } / threads as u64;
+                let per_thread = if sys.slow_writes && writes {
+                    slow_ops
+                } else {
+                    ops
+                } / threads as u64;
                 let w2 = w.clone();
                 let params = serde_json::json!({
                     "workload": wname,
                     "dram_mib": dram_mib,
-                    "pmem_mib": if sys.name.starts_with("persistron") { pmem_mib } else { 0 },
+                    "pmem_mib": if sys.name.starts_with("persistron") { pmem_mib } else { 0.0 },
                     "records": records,
                 });
                 let load = wname == "ycsb-load";
-                let v = Variant::threaded(sys.name, params, threads, per_thread.max(1), move |t, n| {
-                    let s = sys.store.session().expect("session");
-                    if load {
-                        let (mut key, mut value) = (Vec::new(), Vec::new());
-                        for _ in 0..n {
-                            let k = sys.next_insert.fetch_add(1, Ordering::Relaxed);
-                            w2.keys.write_key(k, &mut key);
-                            w2.value.write_value(&key, 0, &mut value);
-                            s.put(&key, &value).expect("insert");
+                let v =
+                    Variant::threaded(sys.name, params, threads, per_thread.max(1), move |t, n| {
+                        let s = sys.store.session().expect("session");
+                        if load {
+                            let (mut key, mut value) = (Vec::new(), Vec::new());
+                            for _ in 0..n {
+                                let k = sys.next_insert.fetch_add(1, Ordering::Relaxed);
+                                w2.keys.write_key(k, &mut key);
+                                w2.value.write_value(&key, 0, &mut value);
+                                s.put(&key, &value).expect("insert");
+                            }
+                        } else {
+                            let mut g = gens[t].lock();
+                            for _ in 0..n {
+                                let op = g.next_op().expect("endless run");
+                                apply(&s, op);
+                            }
                         }
-                    } else {
-                        let mut g = gens[t].lock();
-                        for _ in 0..n {
-                            let op = g.next_op().expect("endless run");
-                            apply(&s, op);
-                        }
-                    }
-                })
-                .baseline("dram-wal-sync")
-                .warmup(per_thread.max(1) / 4);
+                    })
+                    .baseline("dram-wal-sync")
+                    .warmup(per_thread.max(1) / 4);
                 variants.push(v);
             }
             ctx.note(format!("cache: {wname}, {threads} thread(s)"));
-            rows.extend(run_interleaved(ctx, "cache", &mut variants));
+            rows.extend(run_interleaved(&rctx, "cache", &mut variants));
         }
     }
     if quick {

@@ -316,11 +316,24 @@ fn run_cache_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let faults = ferrite_cache::checks::PLANTED;
     let mut out = Vec::new();
     for f in faults {
-        let runs = ferrite_cache::checks::check_fault(&split(cfg, faults.len()), Some(f))
-            .map_err(|e| e.to_string())?;
-        let caught: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
+        // As for ptm-planted: a bug not caught in its share is explored
+        // again with twice the budget, up to 16 times the share (at least
+        // 4000 states), so a small --budget does not report it uncaught.
+        let mut c = split(cfg, faults.len());
+        let cap = (c.budget * 16).max(4000);
+        let (runs, states, caught) = loop {
+            let runs =
+                ferrite_cache::checks::check_fault(&c, Some(f)).map_err(|e| e.to_string())?;
+            let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
+                (s + r.states, v + r.violation_count)
+            });
+            if caught > 0 || c.budget >= cap || c.only.is_some() {
+                break (runs, states, caught);
+            }
+            let b = c.budget * 2;
+            c = c.budget(b);
+        };
         if caught == 0 && cfg.only.is_none() {
-            let states: usize = runs.iter().map(|(_, r)| r.states).sum();
             return Err(format!(
                 "planted bug {f:?} was not caught in {states} crash states (raise --budget)"
             ));
