@@ -373,7 +373,7 @@ pub fn check_fault(
 ) -> Result<Vec<(String, Report)>, ExploreError> {
     let plan = scenarios(fault);
     let first = plan[0].0;
-    spend_budget(cfg, plan, 8, |_| first, |s| s.name(), |s, c| explore(s, c))
+    spend_budget(cfg, plan, 8, |_| first, |s| s.name(), explore)
 }
 
 /// The planted bugs of `ferrite check cache-planted`.
