@@ -343,6 +343,106 @@ pub fn explore(sc: Scenario, cfg: &Config) -> Result<Report, ExploreError> {
     )
 }
 
+// ---- the store over the cache -------------------------------------------
+
+const STORE_SLOTS: u32 = 24;
+const STORE_DISK: u32 = 96;
+const STORE_PUTS: u64 = 200;
+
+fn store_cache_bytes() -> usize {
+    Cache::required_bytes(STORE_SLOTS, SESSIONS, STORE_DISK)
+        .expect("valid geometry")
+        .next_multiple_of(PAGE)
+}
+
+fn store_regions(pool: &Pool) -> (Region, Arc<PoolDisk>) {
+    let d = pool.data();
+    let c = d.sub(0, store_cache_bytes()).expect("cache region");
+    let disk = d
+        .sub(store_cache_bytes(), STORE_DISK as usize * PAGE)
+        .expect("disk region");
+    (c, Arc::new(PoolDisk::new(disk)))
+}
+
+/// Put `i` of the store workload: 170 distinct keys, so the one-page
+/// memtable fills and flushes about every 31 puts and the sixth branch
+/// triggers a compaction.
+fn store_put(i: u64) -> (Vec<u8>, Vec<u8>) {
+    let k = format!("key{:05}", mix(i % 170) % 100_000).into_bytes();
+    let v = format!("v{i:06}-{}", mix(i) % 1000).into_bytes();
+    (k, v)
+}
+
+fn store_open(pool: &Pool) -> Result<crate::store::Store, String> {
+    let (r, disk) = store_regions(pool);
+    let (c, _) = Cache::open(r, disk, opts(None)).map_err(|e| e.to_string())?;
+    crate::store::Store::open(Arc::new(c), None)
+        .map(|(s, _)| s)
+        .map_err(|e| e.to_string())
+}
+
+/// The store (one memtable page per set) under puts that flush branches
+/// built in non-transactions and compact them, crashed anywhere; after
+/// recovery (the cache's, then the store's allocation rebuild) every
+/// acknowledged put is readable with its latest value, the put in flight
+/// is all or nothing, the bitmap holds exactly the reachable pages and
+/// the cache verifies.
+pub fn explore_store(cfg: &Config) -> Result<Report, ExploreError> {
+    let size = (HEADER_SIZE + store_cache_bytes() + STORE_DISK as usize * PAGE) as u64;
+    let cfg = Config {
+        layout: "ferrite-cache-store-check".into(),
+        ..cfg.clone().domain(Domain::Adr).pool_size(size)
+    };
+    Explorer::new(cfg)
+        .setup(|pool| {
+            let (r, disk) = store_regions(pool);
+            let c = Cache::create(r, disk, STORE_SLOTS, SESSIONS, opts(None)).expect("create");
+            let st = crate::store::Store::create(Arc::new(c), 1, None).expect("store");
+            st.cache().sync_all().expect("sync");
+        })
+        .explore(
+            |pool, acked: &mut Acked| {
+                let st = store_open(pool).expect("open");
+                let s = st.session().expect("session");
+                for i in 1..=STORE_PUTS {
+                    let (k, v) = store_put(i);
+                    s.put(&k, &v).expect("put");
+                    acked.0[0].store(i, Ordering::SeqCst);
+                }
+            },
+            store_open,
+            |_, st, acked| {
+                let a = acked.0[0].load(Ordering::SeqCst);
+                st.cache().verify()?;
+                st.verify_allocation()?;
+                let s = st.session().map_err(|e| e.to_string())?;
+                let mut latest = std::collections::HashMap::new();
+                for i in 1..=a {
+                    let (k, v) = store_put(i);
+                    latest.insert(k, v);
+                }
+                let (kn, vn) = store_put(a + 1);
+                for i in 1..=STORE_PUTS {
+                    let k = store_put(i).0;
+                    let got = s.get(&k).map_err(|e| e.to_string())?;
+                    let want = latest.get(&k).cloned();
+                    let ok = got == want
+                        || (a < STORE_PUTS && k == kn && got.as_deref() == Some(&vn[..]));
+                    if !ok {
+                        return Err(format!(
+                            "key {} after {a} acknowledged puts: {:?}, expected {:?}",
+                            String::from_utf8_lossy(&k),
+                            got.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                            want.map(|v| String::from_utf8_lossy(&v).into_owned())
+                        ));
+                    }
+                }
+                drop(s);
+                st.cache().verify()
+            },
+        )
+}
+
 /// The scenarios of `ferrite check cache` with their budget weights.
 pub fn scenarios(fault: Option<Fault>) -> Vec<(Scenario, usize)> {
     let s = |threads, txs, domain, tearing| Scenario {
@@ -363,7 +463,13 @@ pub fn scenarios(fault: Option<Fault>) -> Vec<(Scenario, usize)> {
 /// `ferrite check cache`: every scenario under one budget; extra runs
 /// with new seeds (new lockstep schedules) spend what is left.
 pub fn check_cache(cfg: &Config) -> Result<Vec<(String, Report)>, ExploreError> {
-    check_fault(cfg, None)
+    // A fifth of the budget crashes the store; the rest the transfers.
+    let share = (cfg.budget / 5).max(1);
+    let store = explore_store(&cfg.clone().budget(share))?;
+    let left = cfg.budget.saturating_sub(store.states).max(1);
+    let mut runs = check_fault(&cfg.clone().budget(left), None)?;
+    runs.push(("store-adr-1t".into(), store));
+    Ok(runs)
 }
 
 /// The same with a planted fault (each must be caught).

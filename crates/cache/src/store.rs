@@ -308,6 +308,28 @@ impl Store {
     }
 
     /// A handle for one thread.
+    /// Checks that the allocation bitmap holds exactly the pages the root
+    /// reaches (no leak, nothing reachable unallocated). For tests and
+    /// crash checks.
+    pub fn verify_allocation(&self) -> std::result::Result<(), String> {
+        let s = self.cache.session().map_err(|e| e.to_string())?;
+        let mut live = self.reachable(&s).map_err(|e| e.to_string())?;
+        live.sort_unstable();
+        let n = live.len();
+        live.dedup();
+        if live.len() != n {
+            return Err("a page is reachable twice".into());
+        }
+        let g = self.cache.geometry();
+        for p in g.bitmap_pages..g.disk_pages {
+            let a = s.is_allocated(p).map_err(|e| e.to_string())?;
+            if a != live.binary_search(&p).is_ok() {
+                return Err(format!("page {p}: allocated {a}, reachable {}", !a));
+            }
+        }
+        Ok(())
+    }
+
     pub fn cache(&self) -> &Arc<Cache> {
         &self.cache
     }
