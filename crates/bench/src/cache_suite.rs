@@ -247,6 +247,13 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             .collect()
     });
     let systems = built.into_iter().collect::<Result<Vec<_>, _>>()?;
+    if let Some(sys) = systems.first() {
+        ctx.note(format!(
+            "cache: disk {}; C = {dram_mib} MiB, persistron d = {} MiB + {pmem_mib} MiB persistent",
+            sys.store.cache().disk().describe(),
+            dram_mib / 2.0
+        ));
+    }
     // Quick: at most 3 repetitions, and the ablations at 1 thread only —
     // every batch here reaches the disk, and the suite must stay well
     // under a minute.

@@ -373,10 +373,10 @@ fn store_put(i: u64) -> (Vec<u8>, Vec<u8>) {
     (k, v)
 }
 
-fn store_open(pool: &Pool) -> Result<crate::store::Store, String> {
+fn store_open(pool: &Pool, rebuild: bool) -> Result<crate::store::Store, String> {
     let (r, disk) = store_regions(pool);
     let (c, _) = Cache::open(r, disk, opts(None)).map_err(|e| e.to_string())?;
-    crate::store::Store::open(Arc::new(c), None)
+    crate::store::Store::open_with(Arc::new(c), None, rebuild)
         .map(|(s, _)| s)
         .map_err(|e| e.to_string())
 }
@@ -388,6 +388,12 @@ fn store_open(pool: &Pool) -> Result<crate::store::Store, String> {
 /// is all or nothing, the bitmap holds exactly the reachable pages and
 /// the cache verifies.
 pub fn explore_store(cfg: &Config) -> Result<Report, ExploreError> {
+    explore_store_with(cfg, true)
+}
+
+/// [`explore_store`]; `rebuild = false` plants the missing allocation
+/// recovery (P1 §5.5), which must be caught as leaked pages.
+pub fn explore_store_with(cfg: &Config, rebuild: bool) -> Result<Report, ExploreError> {
     let size = (HEADER_SIZE + store_cache_bytes() + STORE_DISK as usize * PAGE) as u64;
     let cfg = Config {
         layout: "ferrite-cache-store-check".into(),
@@ -402,7 +408,7 @@ pub fn explore_store(cfg: &Config) -> Result<Report, ExploreError> {
         })
         .explore(
             |pool, acked: &mut Acked| {
-                let st = store_open(pool).expect("open");
+                let st = store_open(pool, rebuild).expect("open");
                 let s = st.session().expect("session");
                 for i in 1..=STORE_PUTS {
                     let (k, v) = store_put(i);
@@ -410,7 +416,7 @@ pub fn explore_store(cfg: &Config) -> Result<Report, ExploreError> {
                     acked.0[0].store(i, Ordering::SeqCst);
                 }
             },
-            store_open,
+            |pool| store_open(pool, rebuild),
             |_, st, acked| {
                 let a = acked.0[0].load(Ordering::SeqCst);
                 st.cache().verify()?;
@@ -501,6 +507,21 @@ mod tests {
             assert!(r.ok(), "{n}: {r}");
         }
         assert!(states >= 500, "{states} states");
+    }
+
+    #[test]
+    fn store_check_passes_and_catches_a_missing_allocation_rebuild() {
+        let ok = explore_store(&Config::new("x").budget(120)).unwrap();
+        assert!(ok.ok(), "{ok}");
+        let bad = explore_store_with(&Config::new("x").budget(300), false).unwrap();
+        eprintln!(
+            "no rebuild: {} violations in {} states",
+            bad.violation_count, bad.states
+        );
+        assert!(
+            !bad.ok(),
+            "a missing allocation rebuild was not caught: {bad}"
+        );
     }
 
     #[test]
