@@ -257,9 +257,10 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     // Quick: at most 3 repetitions, and the ablations at 1 thread only —
     // every batch here reaches the disk, and the suite must stay well
     // under a minute.
+    // (An explicit `--reps` other than the default is honoured.)
     let mut rctx = ctx.clone();
-    if quick {
-        rctx.reps = ctx.reps.min(3);
+    if quick && ctx.reps == Scale::Quick.default_reps() {
+        rctx.reps = 3;
     }
     // Warm every cache with the read distribution before the first
     // (read-only) group, untimed: after the load each holds the pages the

@@ -7,6 +7,10 @@
 //! evicts dirty and clean pages (write-back + sync), promotes hot pages to
 //! DRAM and demotes them back, besides committing transactions.
 //!
+//! Under `eadr` (one scenario) the disk region is eADR-like too: every
+//! store survives, so that scenario crashes the cache's own protocol only;
+//! the `adr` scenarios are the ones that lose and tear unsynced pages.
+//!
 //! Workload: each of two sessions (lockstep threads, so both have
 //! transactions in flight at once; or one thread) runs bank transfers:
 //! transaction `(i, seq)` write-locks two data pages `x < y` (its plan is
