@@ -19,6 +19,7 @@
 //! `Region`, so the counters in the rows are exact (rule 1, rule 6).
 
 pub mod alloc_suite;
+pub mod cache_suite;
 pub mod cell_suite;
 pub mod claims;
 pub mod ctx;

@@ -67,6 +67,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         run: crate::ptm_suite::run,
     },
     SuiteDef {
+        name: "cache",
+        description: "Persistron page cache under an LSM-shaped store vs the same store on a DRAM cache + write-ahead log at equal cost: YCSB load/a/b/c/d/f, 1-2 threads; DRAM tier, non-transactions, strict-2PL ablations [P1 ch5]",
+        run: crate::cache_suite::run,
+    },
+    SuiteDef {
         name: "server",
         description: "ferrite serve (every store) vs Debian's memcached under memcaslap over loopback: P1 set/get mixes 95/5..5/95 (16 B keys, 64 B values), P3 50/50 (128 B / 1 KiB), p99; kill -9 survival vs memcached -e [issue 13]",
         run: crate::server_suite::run,

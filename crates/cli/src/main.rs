@@ -100,9 +100,10 @@ Examples:
     Check {
         /// Target name, or `list`.
         target: String,
-        /// Maximum crash states to explore.
-        #[arg(long, default_value_t = 2000)]
-        budget: usize,
+        /// Maximum crash states to explore (default 2000; `cache` and
+        /// `cache-planted`: 6000).
+        #[arg(long)]
+        budget: Option<usize>,
         /// Seed for sampling crash points and images.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -272,6 +273,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
             no_nested,
             at,
         } => {
+            let budget = budget.unwrap_or_else(|| checks::default_budget(&target));
             let mut cfg = ferrite_crash::Config::new("check")
                 .budget(budget)
                 .seed(seed)

@@ -57,6 +57,27 @@ fn check_selftest_passes_and_broken_is_caught() {
 }
 
 #[test]
+fn cache_check_passes_and_its_planted_bugs_are_caught() {
+    let o = ferrite(&["check", "cache", "--budget", "400"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let (states, violations) = closing_counts(&stdout(&o), "cache");
+    assert!(states >= 350, "{states}");
+    assert_eq!(violations, 0);
+    let o = ferrite(&["check", "cache-planted", "--budget", "300"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    for bug in ["CommitBeforeCopy", "EarlyRelease", "EvictBeforeSync"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("cache-planted/{bug}/")) && l.contains(" states")),
+            "{bug} not explored: {out}"
+        );
+    }
+    let (_, violations) = closing_counts(&out, "cache-planted");
+    assert!(violations > 0);
+}
+
+#[test]
 fn every_log_target_passes_a_small_budget() {
     for t in ["log-classic", "log-header", "log-rawl", "log-poplog"] {
         let o = ferrite(&["check", t, "--budget", "300"]);

@@ -190,7 +190,13 @@ pub fn figures() -> Vec<Figure> {
         Figure {
             id: "fig-p1-3",
             title: "P1 Figs. 3.6–3.8 — undo / redo / clobber transactions",
-            owns: |o| o.figure.starts_with("P1"),
+            owns: |o| o.figure.starts_with("P1") && o.suite != "cache",
+            series: None,
+        },
+        Figure {
+            id: "fig-p1-5",
+            title: "P1 Figs. 5.6 and 5.9 — Persistron page cache vs DRAM cache + log",
+            owns: |o| o.suite == "cache",
             series: None,
         },
         Figure {

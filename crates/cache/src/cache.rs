@@ -1,0 +1,1373 @@
+//! The cache: persistent tier (slots in a pool region), DRAM tier (clean
+//! hot pages in frames), page locks, inferred copy-on-write transactions,
+//! non-transaction scopes, write-back, eviction, migration and recovery.
+//!
+//! # Concurrency
+//!
+//! One volatile mutex (`Meta`) guards the lookup table, the mirror of the
+//! entry table, the free lists, the page-lock table and the clocks; every
+//! change of a persistent entry happens under it. Page *contents* are read
+//! and written under page locks only, outside the mutex. A thread never
+//! waits for a page lock while holding the mutex: it drops it and waits
+//! through the medium's `wait_hint`, which is what lets the crash
+//! simulator's lockstep runs hand over to the lock holder. The mutex is
+//! held across medium events (page-in, commit, eviction) inside a
+//! [`LockHeld`] section, so lockstep runs never switch inside it.
+//!
+//! # Transactions (strict two-phase locking, inferred)
+//!
+//! A session's first write lock (outside a non-transaction scope) opens a
+//! transaction. Each page write-locked in it gets a copy in a fresh slot
+//! (UNCOMMITTED, tagged with the session) and the lookup points at the
+//! copy; the committed slot stays mapped. Releases inside the transaction
+//! are only logical: the physical locks are kept until the session's last
+//! write lock is released (or downgraded), which commits:
+//!
+//! 1. flush every copy and its entry, fence (copies durable);
+//! 2. the session's transaction word := COMMITTED, persist — the commit point;
+//! 3. the old slots' entries := FREE, fence;
+//! 4. the copies' entries := DIRTY, fence;
+//! 5. the transaction word := 0, persist;
+//!
+//! and only then releases the physical locks, so nothing another session
+//! can see is ever rolled back. A page held in DRAM is moved to a fresh
+//! slot as the copy when it is write-locked (its committed version is the
+//! disk's: DRAM pages are always clean).
+//!
+//! Recovery ([`Cache::open`]) rolls forward every session whose word says
+//! COMMITTED and rolls back every other UNCOMMITTED slot; see
+//! [`crate::format`] for the invariants it relies on.
+
+use crate::disk::Disk;
+use crate::error::{CacheError, Result};
+use crate::format::{BITS_PER_PAGE, Entry, Geometry, PAGE, SUPERBLOCK, SlotState, TxWord};
+use ferrite_pmem::{LockHeld, Region};
+use parking_lot::{Mutex, MutexGuard};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bugs that can be planted to show the crash check catches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Commit step 1 skipped: the commit point is persisted before the
+    /// copies are durable.
+    CommitBeforeCopy,
+    /// Physical page locks released when the page's last logical lock is
+    /// released, before the transaction commits (2PL, not strict 2PL).
+    /// Also the bench's measurement-only "early release" ablation.
+    EarlyRelease,
+    /// Eviction frees a dirty slot's entry before its page is written to
+    /// the disk and synced (and does not sync at all).
+    EvictBeforeSync,
+}
+
+/// How a cache runs (not persistent: may differ between opens).
+#[derive(Clone, Debug)]
+pub struct CacheOptions {
+    /// Frames of the DRAM tier (0: no DRAM tier).
+    pub dram_pages: usize,
+    /// Honour non-transaction scopes (off: they run as transactions — the
+    /// "non-transactions off" ablation).
+    pub honour_non_tx: bool,
+    /// Copy-on-write transactions (off: every write is in place, as in a
+    /// non-transaction — not crash-safe; the volatile DRAM-cache baseline
+    /// and P1's "PMEM only" ablation).
+    pub transactions: bool,
+    /// Sync the disk before a dirty page leaves the cache (off only for the
+    /// volatile baseline, whose durability is its write-ahead log).
+    pub sync_on_evict: bool,
+    pub fault: Option<Fault>,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            dram_pages: 0,
+            honour_non_tx: true,
+            transactions: true,
+            sync_on_evict: true,
+            fault: None,
+        }
+    }
+}
+
+/// Lock mode of [`Session::get_page`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+}
+
+/// Event counts since open.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub page_ins: AtomicU64,
+    pub evictions: AtomicU64,
+    pub write_backs: AtomicU64,
+    pub syncs: AtomicU64,
+    pub promotions: AtomicU64,
+    pub demotions: AtomicU64,
+    pub commits: AtomicU64,
+    pub cow_copies: AtomicU64,
+    pub dram_hits: AtomicU64,
+}
+
+/// What recovery did at open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub rolled_forward: usize,
+    pub rolled_back_slots: usize,
+    pub mapped: usize,
+}
+
+/// Dirty pages written back together, under one disk sync, when an
+/// eviction meets a dirty victim.
+pub const WRITE_BACK_BATCH: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loc {
+    Pmem(u32),
+    Dram(u32),
+}
+
+#[derive(Default)]
+struct PLock {
+    readers: u32,
+    writer: Option<u8>,
+}
+
+struct Meta {
+    entries: Vec<Option<Entry>>,
+    accessed: Vec<bool>,
+    lookup: HashMap<u32, Loc>,
+    locks: HashMap<u32, PLock>,
+    free_slots: Vec<u32>,
+    hand: usize,
+    frame_page: Vec<Option<u32>>,
+    frame_accessed: Vec<bool>,
+    free_frames: Vec<u32>,
+    frame_hand: usize,
+    free_sessions: Vec<u8>,
+    alloc_hint: u32,
+}
+
+impl Meta {
+    fn locked(&self, page: u32) -> bool {
+        self.locks
+            .get(&page)
+            .is_some_and(|l| l.readers > 0 || l.writer.is_some())
+    }
+}
+
+struct MetaGuard<'a> {
+    g: MutexGuard<'a, Meta>,
+    _held: LockHeld,
+}
+
+impl std::ops::Deref for MetaGuard<'_> {
+    type Target = Meta;
+    fn deref(&self) -> &Meta {
+        &self.g
+    }
+}
+impl std::ops::DerefMut for MetaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Meta {
+        &mut self.g
+    }
+}
+
+/// The page cache. See the module documentation.
+pub struct Cache {
+    region: Region,
+    geo: Geometry,
+    disk: Arc<dyn Disk>,
+    opts: CacheOptions,
+    meta: Mutex<Meta>,
+    frames: Vec<Mutex<Box<[u8]>>>,
+    pub stats: Stats,
+    commit_seq: AtomicU64,
+}
+
+impl Cache {
+    /// Bytes of persistent memory a cache of `slots` slots and `sessions`
+    /// sessions needs over a disk of `disk_pages` pages.
+    pub fn required_bytes(slots: u32, sessions: u32, disk_pages: u32) -> Result<usize> {
+        Ok(Geometry::new(slots, sessions, disk_pages)?.bytes())
+    }
+
+    /// Formats a new cache in `region` over `disk` (whose size fixes the
+    /// disk pages): empty tables, and an allocation bitmap on the disk in
+    /// which only the bitmap pages themselves are allocated. Then opens it.
+    pub fn create(
+        region: Region,
+        disk: Arc<dyn Disk>,
+        slots: u32,
+        sessions: u32,
+        opts: CacheOptions,
+    ) -> Result<Cache> {
+        let geo = Geometry::new(slots, sessions, disk.pages())?;
+        if geo.bytes() > region.len() {
+            return Err(CacheError::Config(format!(
+                "the cache needs {} bytes of persistent memory, the region has {}",
+                geo.bytes(),
+                region.len()
+            )));
+        }
+        // Bitmap first, synced: a cache is only recognised once it is whole.
+        for b in 0..geo.bitmap_pages {
+            let mut page = vec![0u8; PAGE];
+            let lo = b * BITS_PER_PAGE;
+            for n in lo..(lo + BITS_PER_PAGE).min(geo.bitmap_pages) {
+                let i = (n - lo) as usize;
+                page[i / 8] |= 1 << (i % 8);
+            }
+            disk.write(b, &page)?;
+        }
+        disk.sync()?;
+        region.fill(SUPERBLOCK, geo.slot_base() - SUPERBLOCK, 0);
+        region.flush(SUPERBLOCK, geo.slot_base() - SUPERBLOCK);
+        region.fence();
+        region.write(0, &geo.encode_superblock());
+        region.persist(0, SUPERBLOCK);
+        Cache::open(region, disk, opts).map(|(c, _)| c)
+    }
+
+    /// Opens the cache in `region` over `disk`, running recovery.
+    pub fn open(
+        region: Region,
+        disk: Arc<dyn Disk>,
+        opts: CacheOptions,
+    ) -> Result<(Cache, RecoveryReport)> {
+        let sb = region.read_vec(0, SUPERBLOCK.min(region.len()));
+        let geo = Geometry::decode_superblock(&sb, region.len())?;
+        if disk.pages() < geo.disk_pages {
+            return Err(CacheError::Config(format!(
+                "the disk has {} pages, the cache was made for {}",
+                disk.pages(),
+                geo.disk_pages
+            )));
+        }
+        let mut rep = RecoveryReport::default();
+        let sessions = geo.sessions as usize;
+        let mut committed = vec![false; sessions];
+        for (t, c) in committed.iter_mut().enumerate() {
+            *c = TxWord::decode(region.load_u64(geo.tx_off(t)), t)?;
+        }
+        let mut entries = Vec::with_capacity(geo.slots as usize);
+        for s in 0..geo.slots {
+            let e = Entry::decode(region.load_u64(geo.entry_off(s)), s as usize)?;
+            if let Some(e) = e {
+                if e.page >= geo.disk_pages {
+                    return Err(CacheError::Corrupt(format!(
+                        "slot {s} holds page {} of a {}-page disk",
+                        e.page, geo.disk_pages
+                    )));
+                }
+                if let SlotState::Uncommitted(t) = e.state
+                    && t as usize >= sessions
+                {
+                    return Err(CacheError::Corrupt(format!(
+                        "slot {s} belongs to session {t} of {sessions}"
+                    )));
+                }
+            }
+            entries.push(e);
+        }
+        // Phase A: free the committed slots replaced by committed copies.
+        let rolled: Vec<u32> = entries
+            .iter()
+            .filter_map(|e| match e {
+                Some(Entry {
+                    page,
+                    state: SlotState::Uncommitted(t),
+                }) if committed[*t as usize] => Some(*page),
+                _ => None,
+            })
+            .collect();
+        rep.rolled_forward = committed.iter().filter(|c| **c).count();
+        let mut changed = false;
+        for s in 0..geo.slots {
+            if let Some(e) = entries[s as usize]
+                && matches!(e.state, SlotState::Clean | SlotState::Dirty)
+                && rolled.contains(&e.page)
+            {
+                entries[s as usize] = None;
+                region.store_u64(geo.entry_off(s), 0);
+                region.flush(geo.entry_off(s), 8);
+                changed = true;
+            }
+        }
+        if changed {
+            region.fence();
+        }
+        // Phase B: committed copies become DIRTY, the others are freed.
+        changed = false;
+        for s in 0..geo.slots {
+            if let Some(e) = entries[s as usize]
+                && let SlotState::Uncommitted(t) = e.state
+            {
+                let new = if committed[t as usize] {
+                    Some(Entry {
+                        page: e.page,
+                        state: SlotState::Dirty,
+                    })
+                } else {
+                    rep.rolled_back_slots += 1;
+                    None
+                };
+                entries[s as usize] = new;
+                region.store_u64(geo.entry_off(s), Entry::encode(new));
+                region.flush(geo.entry_off(s), 8);
+                changed = true;
+            }
+        }
+        if changed {
+            region.fence();
+        }
+        changed = false;
+        for (t, c) in committed.iter().enumerate() {
+            if *c {
+                region.store_u64(geo.tx_off(t), 0);
+                region.flush(geo.tx_off(t), 8);
+                changed = true;
+            }
+        }
+        if changed {
+            region.fence();
+        }
+        let mut lookup = HashMap::new();
+        let mut free_slots = Vec::new();
+        for s in (0..geo.slots).rev() {
+            match entries[s as usize] {
+                None => free_slots.push(s),
+                Some(e) => {
+                    if lookup.insert(e.page, Loc::Pmem(s)).is_some() {
+                        return Err(CacheError::Corrupt(format!(
+                            "page {} is mapped by two slots",
+                            e.page
+                        )));
+                    }
+                }
+            }
+        }
+        rep.mapped = lookup.len();
+        let frames = (0..opts.dram_pages)
+            .map(|_| Mutex::new(vec![0u8; PAGE].into_boxed_slice()))
+            .collect();
+        let meta = Meta {
+            accessed: vec![false; geo.slots as usize],
+            entries,
+            lookup,
+            locks: HashMap::new(),
+            free_slots,
+            hand: 0,
+            frame_page: vec![None; opts.dram_pages],
+            frame_accessed: vec![false; opts.dram_pages],
+            free_frames: (0..opts.dram_pages as u32).rev().collect(),
+            frame_hand: 0,
+            free_sessions: (0..geo.sessions as u8).rev().collect(),
+            alloc_hint: 0,
+        };
+        Ok((
+            Cache {
+                region,
+                geo,
+                disk,
+                opts,
+                meta: Mutex::new(meta),
+                frames,
+                stats: Stats::default(),
+                commit_seq: AtomicU64::new(1),
+            },
+            rep,
+        ))
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    pub fn options(&self) -> &CacheOptions {
+        &self.opts
+    }
+
+    pub fn disk(&self) -> &Arc<dyn Disk> {
+        &self.disk
+    }
+
+    fn meta(&self) -> MetaGuard<'_> {
+        let held = LockHeld::enter();
+        MetaGuard {
+            g: self.meta.lock(),
+            _held: held,
+        }
+    }
+
+    /// A session: one per thread; it owns a transaction slot.
+    pub fn session(&self) -> Result<Session<'_>> {
+        let id = self
+            .meta()
+            .free_sessions
+            .pop()
+            .ok_or(CacheError::NoSession(self.geo.sessions as usize))?;
+        Ok(Session {
+            cache: self,
+            id,
+            st: RefCell::new(SessState::default()),
+        })
+    }
+
+    fn set_entry(&self, m: &mut Meta, slot: u32, e: Option<Entry>) {
+        m.entries[slot as usize] = e;
+        self.region
+            .store_u64(self.geo.entry_off(slot), Entry::encode(e));
+    }
+
+    fn set_entry_persist(&self, m: &mut Meta, slot: u32, e: Option<Entry>) {
+        self.set_entry(m, slot, e);
+        self.region.persist(self.geo.entry_off(slot), 8);
+    }
+
+    fn read_loc(&self, loc: Loc, off: usize, buf: &mut [u8]) {
+        match loc {
+            Loc::Pmem(s) => self.region.read(self.geo.slot_off(s) + off, buf),
+            Loc::Dram(f) => {
+                buf.copy_from_slice(&self.frames[f as usize].lock()[off..off + buf.len()])
+            }
+        }
+    }
+
+    /// Writes the dirty slot `victim` and up to [`WRITE_BACK_BATCH`] - 1
+    /// other dirty, unlocked, committed slots to the disk, syncs once, then
+    /// marks them all CLEAN (one fence). A slot is never marked CLEAN
+    /// before the sync that made its page durable on the disk.
+    fn clean_batch(&self, m: &mut Meta, victim: u32) -> Result<()> {
+        let mut batch = vec![victim];
+        let n = self.geo.slots;
+        let mut k = (victim + 1) % n;
+        while batch.len() < WRITE_BACK_BATCH && k != victim {
+            if let Some(e) = m.entries[k as usize]
+                && e.state == SlotState::Dirty
+                && !m.locked(e.page)
+                && m.lookup.get(&e.page) == Some(&Loc::Pmem(k))
+            {
+                batch.push(k);
+            }
+            k = (k + 1) % n;
+        }
+        for &s in &batch {
+            let page = m.entries[s as usize].expect("dirty slot").page;
+            let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
+            self.disk.write(page, &data)?;
+        }
+        if self.opts.sync_on_evict {
+            self.disk.sync()?;
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats
+            .write_backs
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        for &s in &batch {
+            let page = m.entries[s as usize].expect("dirty slot").page;
+            self.set_entry(
+                m,
+                s,
+                Some(Entry {
+                    page,
+                    state: SlotState::Clean,
+                }),
+            );
+            self.region.flush(self.geo.entry_off(s), 8);
+        }
+        self.region.fence();
+        Ok(())
+    }
+
+    /// A free slot, evicting an unlocked committed page (clock with
+    /// second chance) when there is none. A dirty victim is written back
+    /// and synced before its entry goes FREE.
+    fn alloc_slot(&self, m: &mut Meta) -> Result<u32> {
+        if let Some(s) = m.free_slots.pop() {
+            return Ok(s);
+        }
+        let n = self.geo.slots as usize;
+        for _ in 0..2 * n + 1 {
+            let s = m.hand;
+            m.hand = (m.hand + 1) % n;
+            let Some(e) = m.entries[s] else { continue };
+            if matches!(e.state, SlotState::Uncommitted(_))
+                || m.lookup.get(&e.page) != Some(&Loc::Pmem(s as u32))
+                || m.locked(e.page)
+            {
+                continue;
+            }
+            if m.accessed[s] {
+                m.accessed[s] = false;
+                continue;
+            }
+            let s = s as u32;
+            if e.state == SlotState::Dirty {
+                if self.opts.fault == Some(Fault::EvictBeforeSync) {
+                    self.set_entry_persist(m, s, None);
+                    let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
+                    self.disk.write(e.page, &data)?;
+                    self.stats.write_backs.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // One sync for a batch of dirty pages, not one each:
+                    // the victim and up to WRITE_BACK_BATCH - 1 others.
+                    self.clean_batch(m, s)?;
+                    self.set_entry_persist(m, s, None);
+                }
+            } else {
+                self.set_entry_persist(m, s, None);
+            }
+            m.lookup.remove(&e.page);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            return Ok(s);
+        }
+        Err(CacheError::CacheFull)
+    }
+
+    /// Where `page` is, paging it in from the disk into a slot (CLEAN,
+    /// content durable before the entry) when it is in neither tier.
+    fn resident(&self, m: &mut Meta, page: u32) -> Result<Loc> {
+        if let Some(l) = m.lookup.get(&page) {
+            return Ok(*l);
+        }
+        let s = self.alloc_slot(m)?;
+        let mut buf = vec![0u8; PAGE];
+        if let Err(e) = self.disk.read(page, &mut buf) {
+            m.free_slots.push(s);
+            return Err(e);
+        }
+        let off = self.geo.slot_off(s);
+        self.region.write(off, &buf);
+        self.region.persist(off, PAGE);
+        self.set_entry_persist(
+            m,
+            s,
+            Some(Entry {
+                page,
+                state: SlotState::Clean,
+            }),
+        );
+        m.accessed[s as usize] = false;
+        m.lookup.insert(page, Loc::Pmem(s));
+        self.stats.page_ins.fetch_add(1, Ordering::Relaxed);
+        Ok(Loc::Pmem(s))
+    }
+
+    /// A free DRAM frame; a victim (unlocked, second chance) goes back to
+    /// a free persistent slot when there is one ("never straight to
+    /// disk"), else it is dropped — it is clean, the disk has it.
+    fn alloc_frame(&self, m: &mut Meta) -> Result<Option<u32>> {
+        if let Some(f) = m.free_frames.pop() {
+            return Ok(Some(f));
+        }
+        let n = m.frame_page.len();
+        for _ in 0..2 * n + 1 {
+            let f = m.frame_hand;
+            m.frame_hand = (m.frame_hand + 1) % n;
+            let Some(page) = m.frame_page[f] else {
+                continue;
+            };
+            if m.locked(page) {
+                continue;
+            }
+            if m.frame_accessed[f] {
+                m.frame_accessed[f] = false;
+                continue;
+            }
+            if let Some(s) = m.free_slots.pop() {
+                let off = self.geo.slot_off(s);
+                let data = self.frames[f].lock().to_vec();
+                self.region.write(off, &data);
+                self.region.persist(off, PAGE);
+                self.set_entry_persist(
+                    m,
+                    s,
+                    Some(Entry {
+                        page,
+                        state: SlotState::Clean,
+                    }),
+                );
+                m.accessed[s as usize] = false;
+                m.lookup.insert(page, Loc::Pmem(s));
+                self.stats.demotions.fetch_add(1, Ordering::Relaxed);
+            } else {
+                m.lookup.remove(&page);
+            }
+            m.frame_page[f] = None;
+            return Ok(Some(f as u32));
+        }
+        Ok(None)
+    }
+
+    /// Moves a clean, hot persistent page (read-locked by the caller
+    /// alone) to DRAM: copy, then free the slot.
+    fn promote(&self, m: &mut Meta, page: u32, s: u32) -> Result<Loc> {
+        let Some(f) = self.alloc_frame(m)? else {
+            return Ok(Loc::Pmem(s));
+        };
+        {
+            let mut fr = self.frames[f as usize].lock();
+            self.region.read(self.geo.slot_off(s), &mut fr);
+        }
+        self.set_entry_persist(m, s, None);
+        m.free_slots.push(s);
+        m.frame_page[f as usize] = Some(page);
+        m.frame_accessed[f as usize] = false;
+        m.lookup.insert(page, Loc::Dram(f));
+        self.stats.promotions.fetch_add(1, Ordering::Relaxed);
+        Ok(Loc::Dram(f))
+    }
+
+    /// Writes every dirty, unlocked page to the disk, syncs once, then marks
+    /// them CLEAN. Returns how many pages were written.
+    pub fn sync_all(&self) -> Result<usize> {
+        let mut m = self.meta();
+        let mut done = Vec::new();
+        for s in 0..self.geo.slots {
+            if let Some(e) = m.entries[s as usize]
+                && e.state == SlotState::Dirty
+                && !m.locked(e.page)
+                && m.lookup.get(&e.page) == Some(&Loc::Pmem(s))
+            {
+                let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
+                self.disk.write(e.page, &data)?;
+                done.push((s, e.page));
+            }
+        }
+        if done.is_empty() {
+            return Ok(0);
+        }
+        self.disk.sync()?;
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_backs
+            .fetch_add(done.len() as u64, Ordering::Relaxed);
+        for &(s, page) in &done {
+            self.set_entry(
+                &mut m,
+                s,
+                Some(Entry {
+                    page,
+                    state: SlotState::Clean,
+                }),
+            );
+            self.region.flush(self.geo.entry_off(s), 8);
+        }
+        self.region.fence();
+        Ok(done.len())
+    }
+
+    /// Checks the persistent tier against its invariants — for tests and
+    /// `ferrite check`: no UNCOMMITTED slot and no transaction word left,
+    /// at most one slot per page, the free list and the DRAM tier consistent
+    /// with the entries (no leaked slot), and every CLEAN slot equal to its
+    /// page on the disk. Only meaningful while no session is active.
+    pub fn verify(&self) -> std::result::Result<(), String> {
+        let m = self.meta();
+        for t in 0..self.geo.sessions as usize {
+            if self.region.load_u64(self.geo.tx_off(t)) != 0 {
+                return Err(format!("session {t}'s transaction word is set"));
+            }
+        }
+        let mut seen = HashMap::new();
+        let mut free = 0usize;
+        for s in 0..self.geo.slots {
+            let w = self.region.load_u64(self.geo.entry_off(s));
+            let e = Entry::decode(w, s as usize).map_err(|e| e.to_string())?;
+            if e != m.entries[s as usize] {
+                return Err(format!("slot {s}: entry {e:?} differs from its mirror"));
+            }
+            match e {
+                None => free += 1,
+                Some(e) => {
+                    if let SlotState::Uncommitted(t) = e.state {
+                        return Err(format!("slot {s} is an uncommitted copy of session {t}"));
+                    }
+                    if let Some(o) = seen.insert(e.page, s) {
+                        return Err(format!("page {} in slots {o} and {s}", e.page));
+                    }
+                    if m.lookup.get(&e.page) != Some(&Loc::Pmem(s)) {
+                        return Err(format!("slot {s} (page {}) is not in the lookup", e.page));
+                    }
+                    if e.state == SlotState::Clean {
+                        let mut d = vec![0u8; PAGE];
+                        self.disk.read(e.page, &mut d).map_err(|e| e.to_string())?;
+                        if d != self.region.read_vec(self.geo.slot_off(s), PAGE) {
+                            return Err(format!(
+                                "clean slot {s} differs from disk page {}",
+                                e.page
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let mut fl = m.free_slots.clone();
+        fl.sort_unstable();
+        fl.dedup();
+        if fl.len() != m.free_slots.len() || fl.len() != free {
+            return Err(format!(
+                "{} slots on the free list, {free} free entries (leak or double free)",
+                m.free_slots.len()
+            ));
+        }
+        for (f, p) in m.frame_page.iter().enumerate() {
+            if let Some(p) = p {
+                if m.lookup.get(p) != Some(&Loc::Dram(f as u32)) {
+                    return Err(format!("frame {f} (page {p}) is not in the lookup"));
+                }
+                let mut d = vec![0u8; PAGE];
+                self.disk.read(*p, &mut d).map_err(|e| e.to_string())?;
+                if self.frames[f].lock()[..] != d[..] {
+                    return Err(format!("DRAM frame {f} differs from disk page {p}"));
+                }
+            }
+        }
+        if m.locks
+            .values()
+            .any(|l| l.readers > 0 || l.writer.is_some())
+        {
+            return Err("a page lock is still held".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phys {
+    Read,
+    Write,
+}
+
+struct Held {
+    reads: u32,
+    writes: u32,
+    phys: Phys,
+    loc: Loc,
+    /// Lines written in a non-transaction (flushed at release).
+    lines: u64,
+}
+
+struct TxPage {
+    page: u32,
+    new: u32,
+    old: Option<u32>,
+}
+
+#[derive(Default)]
+struct SessState {
+    held: HashMap<u32, Held>,
+    writes: u32,
+    in_tx: bool,
+    tx: Vec<TxPage>,
+    non_tx: u32,
+}
+
+/// A thread's handle on the cache; it owns one transaction slot.
+pub struct Session<'c> {
+    cache: &'c Cache,
+    id: u8,
+    st: RefCell<SessState>,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.cache.meta().free_sessions.push(self.id);
+    }
+}
+
+impl<'c> Session<'c> {
+    pub fn cache(&self) -> &'c Cache {
+        self.cache
+    }
+
+    /// True while a transaction is open (a write lock is held outside a
+    /// non-transaction scope).
+    pub fn in_tx(&self) -> bool {
+        self.st.borrow().in_tx
+    }
+
+    /// Locks `page` in `mode` (waiting for other sessions), paging it in
+    /// if needed. A write lock inside a transaction (the default) makes
+    /// the page part of it; see the module documentation. Upgrading a read
+    /// lock another session also holds waits for it: two sessions
+    /// upgrading the same page deadlock (use [`PageGuard::try_upgrade`]).
+    pub fn get_page(&self, page: u32, mode: Mode) -> Result<PageGuard<'_, 'c>> {
+        let c = self.cache;
+        if page >= c.geo.disk_pages {
+            return Err(CacheError::OutOfRange(page, c.geo.disk_pages));
+        }
+        let mut round = 0u32;
+        loop {
+            if self.try_lock(page, mode)? {
+                return Ok(PageGuard {
+                    s: self,
+                    page,
+                    mode,
+                    released: false,
+                });
+            }
+            c.region.medium().wait_hint(round);
+            round = round.saturating_add(1);
+        }
+    }
+
+    /// One attempt; `Ok(false)` when another session holds a conflicting lock.
+    fn try_lock(&self, page: u32, mode: Mode) -> Result<bool> {
+        let c = self.cache;
+        let mut m = c.meta();
+        let mut st = self.st.borrow_mut();
+        let me = self.id;
+        let held_phys = st.held.get(&page).map(|h| h.phys);
+        match (mode, held_phys) {
+            (Mode::Read, Some(_)) => {
+                st.held.get_mut(&page).expect("held").reads += 1;
+                return Ok(true);
+            }
+            (Mode::Write, Some(Phys::Write)) => {
+                st.held.get_mut(&page).expect("held").writes += 1;
+                st.writes += 1;
+                return Ok(true);
+            }
+            (Mode::Write, Some(Phys::Read)) => {
+                let l = m.locks.get_mut(&page).expect("held lock");
+                if l.readers != 1 || l.writer.is_some() {
+                    return Ok(false);
+                }
+                l.readers = 0;
+                l.writer = Some(me);
+                let h = st.held.get_mut(&page).expect("held");
+                h.phys = Phys::Write;
+                h.writes += 1;
+                st.writes += 1;
+            }
+            (_, None) => {
+                let l = m.locks.entry(page).or_default();
+                match mode {
+                    Mode::Read if l.writer.is_none() => l.readers += 1,
+                    Mode::Write if l.writer.is_none() && l.readers == 0 => l.writer = Some(me),
+                    _ => return Ok(false),
+                }
+                let loc = match c.resident(&mut m, page) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        unlock(&mut m, page, me);
+                        return Err(e);
+                    }
+                };
+                let mut loc = loc;
+                if mode == Mode::Read {
+                    match loc {
+                        Loc::Pmem(s) => {
+                            let hot = m.accessed[s as usize];
+                            m.accessed[s as usize] = true;
+                            if hot
+                                && !c.frames.is_empty()
+                                && m.locks[&page].readers == 1
+                                && m.entries[s as usize].map(|e| e.state) == Some(SlotState::Clean)
+                            {
+                                loc = c.promote(&mut m, page, s)?;
+                            }
+                        }
+                        Loc::Dram(f) => {
+                            m.frame_accessed[f as usize] = true;
+                            c.stats.dram_hits.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                } else if let Loc::Pmem(s) = loc {
+                    m.accessed[s as usize] = true;
+                }
+                st.held.insert(
+                    page,
+                    Held {
+                        reads: (mode == Mode::Read) as u32,
+                        writes: (mode == Mode::Write) as u32,
+                        phys: if mode == Mode::Read {
+                            Phys::Read
+                        } else {
+                            Phys::Write
+                        },
+                        loc,
+                        lines: 0,
+                    },
+                );
+                if mode == Mode::Write {
+                    st.writes += 1;
+                }
+            }
+        }
+        if mode == Mode::Write
+            && let Err(e) = self.prepare_write(&mut m, &mut st, page)
+        {
+            // Undo the logical lock taken above; the physical one follows
+            // the usual release rules.
+            drop(m);
+            drop(st);
+            self.release(page, Mode::Write);
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Makes the write-locked `page` writable: a copy in the transaction,
+    /// or (non-transaction) the page itself in a slot, DIRTY before any
+    /// store to it.
+    fn prepare_write(&self, m: &mut Meta, st: &mut SessState, page: u32) -> Result<()> {
+        let c = self.cache;
+        let loc = st.held[&page].loc;
+        let non_tx = (st.non_tx > 0 && c.opts.honour_non_tx) || !c.opts.transactions;
+        if non_tx {
+            let s = match loc {
+                Loc::Pmem(s) => {
+                    if m.entries[s as usize].map(|e| e.state) == Some(SlotState::Clean) {
+                        c.set_entry_persist(
+                            m,
+                            s,
+                            Some(Entry {
+                                page,
+                                state: SlotState::Dirty,
+                            }),
+                        );
+                    }
+                    s
+                }
+                Loc::Dram(f) => {
+                    let s = c.alloc_slot(m)?;
+                    let off = c.geo.slot_off(s);
+                    let data = c.frames[f as usize].lock().to_vec();
+                    c.region.write(off, &data);
+                    c.region.persist(off, PAGE);
+                    c.set_entry_persist(
+                        m,
+                        s,
+                        Some(Entry {
+                            page,
+                            state: SlotState::Dirty,
+                        }),
+                    );
+                    m.frame_page[f as usize] = None;
+                    m.free_frames.push(f);
+                    m.accessed[s as usize] = true;
+                    m.lookup.insert(page, Loc::Pmem(s));
+                    s
+                }
+            };
+            st.held.get_mut(&page).expect("held").loc = Loc::Pmem(s);
+            return Ok(());
+        }
+        st.in_tx = true;
+        if st.tx.iter().any(|p| p.page == page) {
+            return Ok(());
+        }
+        let new = c.alloc_slot(m)?;
+        let mut data = vec![0u8; PAGE];
+        c.read_loc(loc, 0, &mut data);
+        c.region.write(c.geo.slot_off(new), &data);
+        c.set_entry(
+            m,
+            new,
+            Some(Entry {
+                page,
+                state: SlotState::Uncommitted(self.id),
+            }),
+        );
+        m.accessed[new as usize] = true;
+        let old = match loc {
+            Loc::Pmem(s) => Some(s),
+            Loc::Dram(f) => {
+                m.frame_page[f as usize] = None;
+                m.free_frames.push(f);
+                None
+            }
+        };
+        m.lookup.insert(page, Loc::Pmem(new));
+        st.tx.push(TxPage { page, new, old });
+        st.held.get_mut(&page).expect("held").loc = Loc::Pmem(new);
+        c.stats.cow_copies.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Logical release of one lock of `page` in `mode`.
+    fn release(&self, page: u32, mode: Mode) {
+        let c = self.cache;
+        let mut st = self.st.borrow_mut();
+        let h = st.held.get_mut(&page).expect("released page is held");
+        match mode {
+            Mode::Read => h.reads -= 1,
+            Mode::Write => h.writes -= 1,
+        }
+        let (reads, writes, lines, loc) = (h.reads, h.writes, h.lines, h.loc);
+        if mode == Mode::Write {
+            st.writes -= 1;
+        }
+        if st.in_tx {
+            if st.writes == 0 {
+                self.commit(&mut st);
+            } else if c.opts.fault == Some(Fault::EarlyRelease) && reads == 0 && writes == 0 {
+                st.held.remove(&page);
+                unlock(&mut c.meta(), page, self.id);
+            }
+            return;
+        }
+        // Outside a transaction: a non-transactional write is persisted
+        // when the page's last write lock goes.
+        if writes == 0 && lines != 0 {
+            if let Loc::Pmem(s) = loc {
+                let off = c.geo.slot_off(s);
+                for l in 0..64 {
+                    if lines & (1 << l) != 0 {
+                        c.region.flush(off + l * 64, 64);
+                    }
+                }
+                c.region.fence();
+            }
+            st.held.get_mut(&page).expect("held").lines = 0;
+        }
+        if reads == 0 && writes == 0 {
+            st.held.remove(&page);
+            unlock(&mut c.meta(), page, self.id);
+        } else if writes == 0 && st.held[&page].phys == Phys::Write {
+            downgrade(&mut c.meta(), page);
+            st.held.get_mut(&page).expect("held").phys = Phys::Read;
+        }
+    }
+
+    /// Commits the open transaction (see the module documentation), then
+    /// performs the releases it delayed.
+    fn commit(&self, st: &mut SessState) {
+        let c = self.cache;
+        let r = &c.region;
+        let g = &c.geo;
+        let mut m = c.meta();
+        if !st.tx.is_empty() {
+            for p in &st.tx {
+                if c.opts.fault != Some(Fault::CommitBeforeCopy) {
+                    r.flush(g.slot_off(p.new), PAGE);
+                }
+                r.flush(g.entry_off(p.new), 8);
+            }
+            r.fence();
+            let seq = c.commit_seq.fetch_add(1, Ordering::Relaxed);
+            r.store_u64_persist(g.tx_off(self.id as usize), TxWord::committed(seq));
+            let mut any_old = false;
+            for p in &st.tx {
+                if let Some(o) = p.old {
+                    c.set_entry(&mut m, o, None);
+                    r.flush(g.entry_off(o), 8);
+                    any_old = true;
+                }
+            }
+            if any_old {
+                r.fence();
+            }
+            for p in &st.tx {
+                c.set_entry(
+                    &mut m,
+                    p.new,
+                    Some(Entry {
+                        page: p.page,
+                        state: SlotState::Dirty,
+                    }),
+                );
+                r.flush(g.entry_off(p.new), 8);
+            }
+            r.fence();
+            r.store_u64_persist(g.tx_off(self.id as usize), 0);
+            for p in st.tx.drain(..) {
+                if let Some(o) = p.old {
+                    m.free_slots.push(o);
+                }
+            }
+            c.stats.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        st.in_tx = false;
+        let pages: Vec<u32> = st.held.keys().copied().collect();
+        for page in pages {
+            let h = &st.held[&page];
+            if h.reads == 0 && h.writes == 0 {
+                st.held.remove(&page);
+                unlock(&mut m, page, self.id);
+            } else if h.writes == 0 && h.phys == Phys::Write {
+                downgrade(&mut m, page);
+                st.held.get_mut(&page).expect("held").phys = Phys::Read;
+            }
+        }
+    }
+
+    /// Runs `f` as a non-transaction: pages written in it are modified in
+    /// place (DIRTY, persisted at each page's last write release), with no
+    /// copy and no commit. After a crash such pages may hold any mix of
+    /// old and new content, so use it only for structures not yet linked
+    /// into anything reachable (P1 §5.3.5); link them with a transaction
+    /// afterwards. Fails when a transaction is open.
+    pub fn non_tx<R>(&self, f: impl FnOnce(&Self) -> R) -> Result<R> {
+        {
+            let mut st = self.st.borrow_mut();
+            if st.in_tx {
+                return Err(CacheError::Config(
+                    "a non-transaction cannot start inside a transaction".into(),
+                ));
+            }
+            st.non_tx += 1;
+        }
+        struct Exit<'a, 'c>(&'a Session<'c>);
+        impl Drop for Exit<'_, '_> {
+            fn drop(&mut self) {
+                self.0.st.borrow_mut().non_tx -= 1;
+            }
+        }
+        let _exit = Exit(self);
+        Ok(f(self))
+    }
+
+    /// Allocates a disk page: sets its bit in the allocation bitmap, which
+    /// is itself a cached page, so inside a transaction the allocation
+    /// commits or rolls back with it (outside one it is a transaction of
+    /// its own; inside a non-transaction it is in place: after a crash the
+    /// application rebuilds the bitmap, P1 §5.5, with
+    /// [`Session::rebuild_allocation`]).
+    pub fn alloc_page(&self) -> Result<u32> {
+        let c = self.cache;
+        let g = c.geo;
+        let hint = c.meta().alloc_hint;
+        for k in 0..g.bitmap_pages {
+            let b = (hint + k) % g.bitmap_pages;
+            let lo = b * BITS_PER_PAGE;
+            let hi = (lo + BITS_PER_PAGE).min(g.disk_pages);
+            let guard = self.get_page(b, Mode::Read)?;
+            let bits = guard.read_vec();
+            let free =
+                (lo..hi).find(|n| bits[((n - lo) / 8) as usize] & (1 << ((n - lo) % 8)) == 0);
+            let Some(n) = free else { continue };
+            let mut w = guard.upgrade()?;
+            let i = (n - lo) as usize;
+            let mut byte = [0u8];
+            w.read(i / 8, &mut byte);
+            byte[0] |= 1 << (i % 8);
+            w.write(i / 8, &byte);
+            c.meta().alloc_hint = b;
+            return Ok(n);
+        }
+        Err(CacheError::DiskFull)
+    }
+
+    /// Frees a disk page (clears its bit, transactionally like [`Session::alloc_page`]).
+    pub fn free_page(&self, n: u32) -> Result<()> {
+        let g = self.cache.geo;
+        if n >= g.disk_pages || n < g.bitmap_pages {
+            return Err(CacheError::NotAllocated(n));
+        }
+        let b = n / BITS_PER_PAGE;
+        let i = (n - b * BITS_PER_PAGE) as usize;
+        let mut w = self.get_page(b, Mode::Write)?;
+        let mut byte = [0u8];
+        w.read(i / 8, &mut byte);
+        if byte[0] & (1 << (i % 8)) == 0 {
+            return Err(CacheError::NotAllocated(n));
+        }
+        byte[0] &= !(1 << (i % 8));
+        w.write(i / 8, &byte);
+        Ok(())
+    }
+
+    /// True when disk page `n` is allocated.
+    pub fn is_allocated(&self, n: u32) -> Result<bool> {
+        let g = self.cache.geo;
+        if n >= g.disk_pages {
+            return Err(CacheError::OutOfRange(n, g.disk_pages));
+        }
+        let b = n / BITS_PER_PAGE;
+        let i = (n - b * BITS_PER_PAGE) as usize;
+        let r = self.get_page(b, Mode::Read)?;
+        let mut byte = [0u8];
+        r.read(i / 8, &mut byte);
+        Ok(byte[0] & (1 << (i % 8)) != 0)
+    }
+
+    /// P1 §5.5's allocation recovery: rewrites the bitmap (in one
+    /// transaction) so exactly the bitmap pages and `live` are allocated —
+    /// `live` being what the application reaches from its roots after a
+    /// crash. Returns how many pages were freed (leaked by a crash).
+    pub fn rebuild_allocation(&self, live: &[u32]) -> Result<usize> {
+        let g = self.cache.geo;
+        let mut want = vec![0u8; g.bitmap_pages as usize * PAGE];
+        let mut set = |n: u32| want[(n / 8) as usize] |= 1 << (n % 8);
+        for n in 0..g.bitmap_pages {
+            set(n);
+        }
+        for &n in live {
+            if n >= g.disk_pages {
+                return Err(CacheError::OutOfRange(n, g.disk_pages));
+            }
+            set(n);
+        }
+        let mut guards = Vec::new();
+        let mut freed = 0usize;
+        for b in 0..g.bitmap_pages {
+            let mut w = self.get_page(b, Mode::Write)?;
+            let have = w.read_vec();
+            let want = &want[b as usize * PAGE..(b as usize + 1) * PAGE];
+            freed += have
+                .iter()
+                .zip(want)
+                .map(|(h, w)| (h & !w).count_ones() as usize)
+                .sum::<usize>();
+            if have != want {
+                w.write(0, want);
+            }
+            guards.push(w);
+        }
+        drop(guards);
+        Ok(freed)
+    }
+}
+
+fn unlock(m: &mut Meta, page: u32, me: u8) {
+    if let Some(l) = m.locks.get_mut(&page) {
+        if l.writer == Some(me) {
+            l.writer = None;
+        } else {
+            l.readers -= 1;
+        }
+        if l.readers == 0 && l.writer.is_none() {
+            m.locks.remove(&page);
+        }
+    }
+}
+
+fn downgrade(m: &mut Meta, page: u32) {
+    let l = m.locks.get_mut(&page).expect("downgraded page is locked");
+    l.writer = None;
+    l.readers += 1;
+}
+
+/// A lock on one page; dropping it is a (logical) release.
+pub struct PageGuard<'s, 'c> {
+    s: &'s Session<'c>,
+    page: u32,
+    mode: Mode,
+    released: bool,
+}
+
+impl<'s, 'c> PageGuard<'s, 'c> {
+    pub fn page(&self) -> u32 {
+        self.page
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    fn loc(&self) -> Loc {
+        self.s.st.borrow().held[&self.page].loc
+    }
+
+    /// Reads `buf.len()` bytes at `off` of the page.
+    pub fn read(&self, off: usize, buf: &mut [u8]) {
+        assert!(off + buf.len() <= PAGE, "read past the page");
+        self.s.cache.read_loc(self.loc(), off, buf);
+    }
+
+    pub fn read_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; PAGE];
+        self.read(0, &mut v);
+        v
+    }
+
+    pub fn read_u64(&self, off: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// Writes `data` at `off` (write lock only).
+    pub fn write(&mut self, off: usize, data: &[u8]) {
+        assert_eq!(self.mode, Mode::Write, "write through a read lock");
+        assert!(off + data.len() <= PAGE, "write past the page");
+        if data.is_empty() {
+            return;
+        }
+        let c = self.s.cache;
+        let Loc::Pmem(s) = self.loc() else {
+            unreachable!("a write-locked page is always in a persistent slot")
+        };
+        c.region.write(c.geo.slot_off(s) + off, data);
+        let mut st = self.s.st.borrow_mut();
+        if !st.in_tx {
+            let h = st.held.get_mut(&self.page).expect("held");
+            for l in off / 64..=(off + data.len() - 1) / 64 {
+                h.lines |= 1 << l;
+            }
+        }
+    }
+
+    pub fn write_u64(&mut self, off: usize, v: u64) {
+        self.write(off, &v.to_le_bytes());
+    }
+
+    /// Read lock → write lock; waits while other sessions read the page.
+    pub fn upgrade(mut self) -> Result<PageGuard<'s, 'c>> {
+        let w = self.s.get_page(self.page, Mode::Write)?;
+        self.released = true;
+        self.s.release(self.page, Mode::Read);
+        Ok(w)
+    }
+
+    /// Read lock → write lock when no other session reads the page; else
+    /// gives the read lock back (the caller restarts, P1 §5.1).
+    pub fn try_upgrade(mut self) -> std::result::Result<PageGuard<'s, 'c>, PageGuard<'s, 'c>> {
+        if self.mode == Mode::Write {
+            return Ok(self);
+        }
+        match self.s.try_lock(self.page, Mode::Write) {
+            Ok(true) => {
+                self.released = true;
+                self.s.release(self.page, Mode::Read);
+                Ok(PageGuard {
+                    s: self.s,
+                    page: self.page,
+                    mode: Mode::Write,
+                    released: false,
+                })
+            }
+            _ => Err(self),
+        }
+    }
+
+    /// Write lock → read lock: counts as releasing the write lock (a
+    /// transaction ends when the session's last write lock goes, P1 §5.5).
+    pub fn downgrade(mut self) -> PageGuard<'s, 'c> {
+        if self.mode == Mode::Read {
+            return self;
+        }
+        self.s
+            .st
+            .borrow_mut()
+            .held
+            .get_mut(&self.page)
+            .expect("held")
+            .reads += 1;
+        self.released = true;
+        self.s.release(self.page, Mode::Write);
+        PageGuard {
+            s: self.s,
+            page: self.page,
+            mode: Mode::Read,
+            released: false,
+        }
+    }
+}
+
+impl Drop for PageGuard<'_, '_> {
+    fn drop(&mut self) {
+        if !self.released {
+            self.s.release(self.page, self.mode);
+        }
+    }
+}

@@ -1,0 +1,686 @@
+//! A small LSM-shaped key-value store on the page cache, shaped like
+//! SplinterDB's use of it in P1 §5.5: a memtable of hash-bucket pages
+//! updated in place under page locks (each put is one inferred
+//! transaction), immutable sorted *branches* built inside
+//! non-transactions and linked into the root by a transaction, and
+//! size-tiered compaction (all branches merged into one, built the same
+//! way). Keys up to 24 bytes, values up to 100 bytes.
+//!
+//! The same code runs over Persistron (every put durable when it returns:
+//! the cache's transaction is the durability) or over a volatile DRAM
+//! cache ([`CacheOptions::transactions`] off, no sync on eviction) with a
+//! write-ahead log ([`Wal`]: synced per operation — durable — or per
+//! batch — not durable).
+//!
+//! # Pages (all on the cache's disk)
+//!
+//! Root (the first page allocated, number = bitmap pages):
+//! ```text
+//!    0.. 8  magic "FERSTORE"
+//!    8..12  active memtable set (0 or 1)
+//!   12..16  memtable pages per set M
+//!   16..20  branches n (≤ 15), newest last
+//!   20..24  1 while the other set is an immutable memtable being flushed
+//!   32..32+8M  page numbers of set 0 then set 1 (u32 each)
+//!   2048 + 16 i  branch i: root page (u32), height (u32), records (u64)
+//! ```
+//! Memtable and branch data page: bytes 0..4 record count, records of
+//! [`REC`] bytes from offset 128 (31 per page): klen u8, vlen u8, flags u8
+//! (1 = tombstone), pad, key at 4 (24 B), value at 28 (100 B). Branch data
+//! pages hold records sorted by key. Index page: bytes 0..4 entry count,
+//! bytes 4..8 level, entries of 32 bytes from offset 32: klen u8, pad 3,
+//! first key (24 B), child page (u32).
+//!
+//! The log is written for its cost (and its durability point); replaying
+//! it after a crash is not implemented — the baseline is measured, not
+//! recovered.
+//!
+//! # Recovery
+//!
+//! Over Persistron, [`Store::open`] runs P1 §5.5's allocation recovery:
+//! it walks the root, the memtable pages and the branches' index pages and
+//! rewrites the allocation bitmap to exactly that, which frees the pages
+//! of a branch whose construction a crash interrupted (they were
+//! allocated in place inside a non-transaction, never linked).
+
+use crate::cache::{Cache, Mode, Session};
+use crate::error::{CacheError, Result};
+use crate::format::PAGE;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const MAX_KEY: usize = 24;
+pub const MAX_VALUE: usize = 100;
+pub const REC: usize = 128;
+const REC_BASE: usize = 128;
+const PER_PAGE: usize = (PAGE - REC_BASE) / REC;
+const IDX_BASE: usize = 32;
+const IDX: usize = 32;
+const PER_INDEX: usize = (PAGE - IDX_BASE) / IDX;
+const MAX_BRANCHES: usize = 15;
+const BRANCH_BASE: usize = 2048;
+const MAGIC: &[u8; 8] = b"FERSTORE";
+/// Branches that trigger a compaction.
+const COMPACT_AT: usize = 6;
+
+/// A write-ahead log of operations for the volatile baseline.
+pub struct Wal {
+    inner: parking_lot::Mutex<(File, Vec<u8>, u64)>,
+    sync_every: AtomicU64,
+}
+
+impl Wal {
+    /// Creates (truncates) the log at `path`; `sync_every` = 1 makes every
+    /// operation durable before it returns, n > 1 syncs every n operations.
+    pub fn create(path: impl AsRef<Path>, sync_every: u64) -> Result<Wal> {
+        let f = File::create(path)?;
+        Ok(Wal {
+            inner: parking_lot::Mutex::new((f, Vec::new(), 0)),
+            sync_every: AtomicU64::new(sync_every.max(1)),
+        })
+    }
+
+    /// Changes the sync period (a bulk load may sync rarely, the measured
+    /// run per operation).
+    pub fn set_sync_every(&self, n: u64) {
+        self.sync_every.store(n.max(1), Ordering::Relaxed);
+    }
+
+    fn append(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let mut g = self.inner.lock();
+        let (f, buf, n) = &mut *g;
+        let v = value.unwrap_or(&[]);
+        let start = buf.len();
+        buf.push(key.len() as u8);
+        buf.push(if value.is_some() { v.len() as u8 } else { 0xff });
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(v);
+        let crc = crc32c::crc32c(&buf[start..]);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        *n += 1;
+        if (*n).is_multiple_of(self.sync_every.load(Ordering::Relaxed)) {
+            f.write_all(buf)?;
+            buf.clear();
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+/// The store. See the module documentation.
+pub struct Store {
+    cache: Arc<Cache>,
+    root: u32,
+    wal: Option<Wal>,
+    flush: parking_lot::Mutex<()>,
+}
+
+fn rec_off(i: usize) -> usize {
+    REC_BASE + i * REC
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Record {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
+
+fn encode_rec(r: &Record) -> [u8; REC] {
+    let mut b = [0u8; REC];
+    b[0] = r.key.len() as u8;
+    b[4..4 + r.key.len()].copy_from_slice(&r.key);
+    match &r.value {
+        Some(v) => {
+            b[1] = v.len() as u8;
+            b[28..28 + v.len()].copy_from_slice(v);
+        }
+        None => b[2] = 1,
+    }
+    b
+}
+
+fn decode_rec(b: &[u8], page: u32) -> Result<Record> {
+    let (kl, vl) = (b[0] as usize, b[1] as usize);
+    if kl > MAX_KEY || vl > MAX_VALUE || b[2] > 1 {
+        return Err(CacheError::Corrupt(format!(
+            "bad record in store page {page}"
+        )));
+    }
+    Ok(Record {
+        key: b[4..4 + kl].to_vec(),
+        value: (b[2] == 0).then(|| b[28..28 + vl].to_vec()),
+    })
+}
+
+fn count(p: &[u8], max: usize, page: u32) -> Result<usize> {
+    let n = u32::from_le_bytes(p[0..4].try_into().expect("4")) as usize;
+    if n > max {
+        return Err(CacheError::Corrupt(format!(
+            "store page {page} claims {n} entries"
+        )));
+    }
+    Ok(n)
+}
+
+fn u32_at(p: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(p[o..o + 4].try_into().expect("4"))
+}
+
+fn hash(key: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in key {
+        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h ^ (h >> 29)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Branch {
+    root: u32,
+    height: u32,
+    records: u64,
+}
+
+struct RootView {
+    active: usize,
+    m: usize,
+    sets: [Vec<u32>; 2],
+    pending: bool,
+    branches: Vec<Branch>,
+}
+
+fn parse_root(p: &[u8], root: u32) -> Result<RootView> {
+    if &p[0..8] != MAGIC {
+        return Err(CacheError::Corrupt(format!(
+            "page {root} is not a store root"
+        )));
+    }
+    let active = u32_at(p, 8) as usize;
+    let m = u32_at(p, 12) as usize;
+    let n = u32_at(p, 16) as usize;
+    if active > 1 || m == 0 || 32 + 8 * m > BRANCH_BASE || n > MAX_BRANCHES {
+        return Err(CacheError::Corrupt("store root fields out of range".into()));
+    }
+    let set = |k: usize| (0..m).map(|i| u32_at(p, 32 + 4 * (k * m + i))).collect();
+    let branches = (0..n)
+        .map(|i| {
+            let o = BRANCH_BASE + 16 * i;
+            Branch {
+                root: u32_at(p, o),
+                height: u32_at(p, o + 4),
+                records: u64::from_le_bytes(p[o + 8..o + 16].try_into().expect("8")),
+            }
+        })
+        .collect();
+    Ok(RootView {
+        active,
+        m,
+        sets: [set(0), set(1)],
+        pending: u32_at(p, 20) == 1,
+        branches,
+    })
+}
+
+impl Store {
+    /// Makes a new store on a freshly created cache: allocates the root and
+    /// `2 × memtable_pages` memtable pages in one transaction.
+    pub fn create(cache: Arc<Cache>, memtable_pages: usize, wal: Option<Wal>) -> Result<Store> {
+        if memtable_pages == 0 || 32 + 8 * memtable_pages > BRANCH_BASE {
+            return Err(CacheError::Config(format!(
+                "{memtable_pages} memtable pages (1 ..= {})",
+                (BRANCH_BASE - 32) / 8
+            )));
+        }
+        let s = cache.session()?;
+        let root = s.alloc_page()?;
+        if root != cache.geometry().bitmap_pages {
+            return Err(CacheError::Config("the store needs a fresh cache".into()));
+        }
+        let mut g = s.get_page(root, Mode::Write)?;
+        let mut p = vec![0u8; PAGE];
+        p[0..8].copy_from_slice(MAGIC);
+        p[12..16].copy_from_slice(&(memtable_pages as u32).to_le_bytes());
+        let mut pages = Vec::new();
+        for i in 0..2 * memtable_pages {
+            let n = s.alloc_page()?;
+            p[32 + 4 * i..36 + 4 * i].copy_from_slice(&n.to_le_bytes());
+            pages.push(s.get_page(n, Mode::Write)?);
+        }
+        for pg in &mut pages {
+            pg.write(0, &[0u8; PAGE]);
+        }
+        g.write(0, &p);
+        drop(pages);
+        drop(g);
+        drop(s);
+        Ok(Store {
+            cache,
+            root,
+            wal,
+            flush: parking_lot::Mutex::new(()),
+        })
+    }
+
+    /// Opens the store of `cache` (already recovered by [`Cache::open`]) and
+    /// rebuilds the allocation bitmap from what the root reaches. Returns
+    /// the store and the number of leaked pages freed.
+    pub fn open(cache: Arc<Cache>, wal: Option<Wal>) -> Result<(Store, usize)> {
+        Self::open_with(cache, wal, true)
+    }
+
+    /// [`Store::open`], optionally *without* the allocation rebuild — a
+    /// planted bug for the crash check (pages of a branch a crash cut
+    /// short stay allocated and leak), never for real use.
+    pub fn open_with(cache: Arc<Cache>, wal: Option<Wal>, rebuild: bool) -> Result<(Store, usize)> {
+        let root = cache.geometry().bitmap_pages;
+        let st = Store {
+            cache,
+            root,
+            wal,
+            flush: parking_lot::Mutex::new(()),
+        };
+        let s = st.cache.session()?;
+        let live = st.reachable(&s)?;
+        let freed = if rebuild {
+            s.rebuild_allocation(&live)?
+        } else {
+            0
+        };
+        drop(s);
+        Ok((st, freed))
+    }
+
+    /// Every page the root reaches (root, memtables, branch pages).
+    fn reachable(&self, s: &Session) -> Result<Vec<u32>> {
+        let r = s.get_page(self.root, Mode::Read)?;
+        let v = parse_root(&r.read_vec(), self.root)?;
+        let mut out = vec![self.root];
+        out.extend(v.sets[0].iter().chain(&v.sets[1]));
+        for b in &v.branches {
+            self.branch_pages(s, b, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn branch_pages(&self, s: &Session, b: &Branch, out: &mut Vec<u32>) -> Result<()> {
+        let mut level = vec![b.root];
+        for _ in 0..b.height {
+            out.extend(&level);
+            let mut next = Vec::new();
+            for &pg in &level {
+                let g = s.get_page(pg, Mode::Read)?;
+                let p = g.read_vec();
+                let n = count(&p, PER_INDEX, pg)?;
+                next.extend((0..n).map(|i| u32_at(&p, IDX_BASE + i * IDX + 28)));
+            }
+            level = next;
+        }
+        out.extend(&level);
+        Ok(())
+    }
+
+    /// A handle for one thread.
+    /// Checks that the allocation bitmap holds exactly the pages the root
+    /// reaches (no leak, nothing reachable unallocated). For tests and
+    /// crash checks.
+    pub fn verify_allocation(&self) -> std::result::Result<(), String> {
+        let s = self.cache.session().map_err(|e| e.to_string())?;
+        let mut live = self.reachable(&s).map_err(|e| e.to_string())?;
+        live.sort_unstable();
+        let n = live.len();
+        live.dedup();
+        if live.len() != n {
+            return Err("a page is reachable twice".into());
+        }
+        let g = self.cache.geometry();
+        for p in g.bitmap_pages..g.disk_pages {
+            let a = s.is_allocated(p).map_err(|e| e.to_string())?;
+            if a != live.binary_search(&p).is_ok() {
+                return Err(format!("page {p}: allocated {a}, reachable {}", !a));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    pub fn wal(&self) -> Option<&Wal> {
+        self.wal.as_ref()
+    }
+
+    pub fn session(&self) -> Result<StoreSession<'_>> {
+        Ok(StoreSession {
+            store: self,
+            s: self.cache.session()?,
+        })
+    }
+}
+
+/// One thread's handle on a [`Store`].
+pub struct StoreSession<'a> {
+    store: &'a Store,
+    s: Session<'a>,
+}
+
+impl StoreSession<'_> {
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if value.len() > MAX_VALUE {
+            return Err(CacheError::Config(format!(
+                "value of {} bytes",
+                value.len()
+            )));
+        }
+        self.write(key, Some(value))
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.write(key, None)
+    }
+
+    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        if key.len() > MAX_KEY {
+            return Err(CacheError::Config(format!("key of {} bytes", key.len())));
+        }
+        if let Some(w) = &self.store.wal {
+            w.append(key, value)?;
+        }
+        let rec = Record {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        loop {
+            if self.try_write(&rec)? {
+                return Ok(());
+            }
+            self.flush()?;
+        }
+    }
+
+    /// Puts into the active memtable; `false` when its bucket is full.
+    fn try_write(&self, rec: &Record) -> Result<bool> {
+        let s = &self.s;
+        let r = s.get_page(self.store.root, Mode::Read)?;
+        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let pg = v.sets[v.active][(hash(&rec.key) % v.m as u64) as usize];
+        let mut g = s.get_page(pg, Mode::Write)?;
+        let p = g.read_vec();
+        let n = count(&p, PER_PAGE, pg)?;
+        for i in 0..n {
+            let o = rec_off(i);
+            if p[o] as usize == rec.key.len() && p[o + 4..o + 4 + rec.key.len()] == rec.key[..] {
+                g.write(o, &encode_rec(rec));
+                return Ok(true);
+            }
+        }
+        if n == PER_PAGE {
+            return Ok(false);
+        }
+        g.write(rec_off(n), &encode_rec(rec));
+        g.write(0, &((n + 1) as u32).to_le_bytes());
+        drop(g);
+        drop(r);
+        Ok(true)
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let s = &self.s;
+        let r = s.get_page(self.store.root, Mode::Read)?;
+        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let b = (hash(key) % v.m as u64) as usize;
+        let mut sets = vec![v.active];
+        if v.pending {
+            sets.push(1 - v.active);
+        }
+        for k in sets {
+            let pg = v.sets[k][b];
+            let g = s.get_page(pg, Mode::Read)?;
+            let p = g.read_vec();
+            for i in 0..count(&p, PER_PAGE, pg)? {
+                let o = rec_off(i);
+                if p[o] as usize == key.len() && &p[o + 4..o + 4 + key.len()] == key {
+                    return Ok(decode_rec(&p[o..o + REC], pg)?.value);
+                }
+            }
+        }
+        for br in v.branches.iter().rev() {
+            if let Some(rec) = self.branch_get(br, key)? {
+                return Ok(rec.value);
+            }
+        }
+        Ok(None)
+    }
+
+    fn branch_get(&self, br: &Branch, key: &[u8]) -> Result<Option<Record>> {
+        let s = &self.s;
+        let mut pg = br.root;
+        for _ in 0..br.height {
+            let g = s.get_page(pg, Mode::Read)?;
+            let p = g.read_vec();
+            let n = count(&p, PER_INDEX, pg)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let first = |i: usize| {
+                let o = IDX_BASE + i * IDX;
+                &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)]
+            };
+            // Last child whose first key is <= key.
+            let (mut lo, mut hi) = (0usize, n);
+            while hi - lo > 1 {
+                let mid = (lo + hi) / 2;
+                if first(mid) <= key {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            pg = u32_at(&p, IDX_BASE + lo * IDX + 28);
+        }
+        let g = s.get_page(pg, Mode::Read)?;
+        let p = g.read_vec();
+        let n = count(&p, PER_PAGE, pg)?;
+        let (mut lo, mut hi) = (0usize, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let o = rec_off(mid);
+            let k = &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)];
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return decode_rec(&p[o..o + REC], pg).map(Some),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every record of a branch, in key order.
+    fn branch_scan(&self, br: &Branch, out: &mut Vec<Record>) -> Result<()> {
+        let mut pages = Vec::new();
+        self.store.branch_pages(&self.s, br, &mut pages)?;
+        // The last level listed is the data pages, in key order.
+        let data = &pages[pages.len() - self.leaf_count(br)?..];
+        for &pg in data {
+            let g = self.s.get_page(pg, Mode::Read)?;
+            let p = g.read_vec();
+            for i in 0..count(&p, PER_PAGE, pg)? {
+                out.push(decode_rec(&p[rec_off(i)..rec_off(i) + REC], pg)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn leaf_count(&self, br: &Branch) -> Result<usize> {
+        let mut level = vec![br.root];
+        for _ in 0..br.height {
+            let mut next = 0usize;
+            let mut children = Vec::new();
+            for &pg in &level {
+                let g = self.s.get_page(pg, Mode::Read)?;
+                let p = g.read_vec();
+                let n = count(&p, PER_INDEX, pg)?;
+                next += n;
+                children.extend((0..n).map(|i| u32_at(&p, IDX_BASE + i * IDX + 28)));
+            }
+            debug_assert_eq!(next, children.len());
+            level = children;
+        }
+        Ok(level.len())
+    }
+
+    /// Builds a branch from sorted records inside a non-transaction:
+    /// its pages are allocated and written in place, reachable from
+    /// nothing until a transaction links the returned descriptor.
+    fn build_branch(&self, recs: &[Record]) -> Result<Branch> {
+        self.s.non_tx(|s| -> Result<Branch> {
+            let mut level: Vec<(Vec<u8>, u32)> = Vec::new();
+            for chunk in recs
+                .chunks(PER_PAGE)
+                .chain(recs.is_empty().then_some(&recs[..0]))
+            {
+                let pg = s.alloc_page()?;
+                let mut p = vec![0u8; PAGE];
+                p[0..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+                for (i, r) in chunk.iter().enumerate() {
+                    p[rec_off(i)..rec_off(i) + REC].copy_from_slice(&encode_rec(r));
+                }
+                let mut g = s.get_page(pg, Mode::Write)?;
+                g.write(0, &p);
+                level.push((chunk.first().map(|r| r.key.clone()).unwrap_or_default(), pg));
+            }
+            let mut height = 0u32;
+            while level.len() > 1 || height == 0 {
+                height += 1;
+                let mut next = Vec::new();
+                for chunk in level.chunks(PER_INDEX) {
+                    let pg = s.alloc_page()?;
+                    let mut p = vec![0u8; PAGE];
+                    p[0..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+                    p[4..8].copy_from_slice(&height.to_le_bytes());
+                    for (i, (k, child)) in chunk.iter().enumerate() {
+                        let o = IDX_BASE + i * IDX;
+                        p[o] = k.len() as u8;
+                        p[o + 4..o + 4 + k.len()].copy_from_slice(k);
+                        p[o + 28..o + 32].copy_from_slice(&child.to_le_bytes());
+                    }
+                    let mut g = s.get_page(pg, Mode::Write)?;
+                    g.write(0, &p);
+                    next.push((chunk[0].0.clone(), pg));
+                }
+                level = next;
+            }
+            Ok(Branch {
+                root: level[0].1,
+                height,
+                records: recs.len() as u64,
+            })
+        })?
+    }
+
+    /// Turns the active memtable into a branch (and compacts when there are
+    /// too many branches). One flusher at a time.
+    fn flush(&self) -> Result<()> {
+        let _one = self.store.flush.lock();
+        let s = &self.s;
+        let root = self.store.root;
+        // Transaction 1: the other (empty) set becomes active; this one immutable.
+        let imm = {
+            let mut r = s.get_page(root, Mode::Write)?;
+            let p = r.read_vec();
+            let v = parse_root(&p, root)?;
+            // Another thread may have flushed while this one waited.
+            let full = v.sets[v.active].iter().try_fold(false, |acc, &pg| {
+                let g = s.get_page(pg, Mode::Read)?;
+                Ok::<_, CacheError>(acc || count(&g.read_vec(), PER_PAGE, pg)? == PER_PAGE)
+            })?;
+            if !full {
+                return Ok(());
+            }
+            r.write(8, &((1 - v.active) as u32).to_le_bytes());
+            r.write(20, &1u32.to_le_bytes());
+            v.active
+        };
+        let v = parse_root(&s.get_page(root, Mode::Read)?.read_vec(), root)?;
+        let mut recs = Vec::new();
+        for &pg in &v.sets[imm] {
+            let g = s.get_page(pg, Mode::Read)?;
+            let p = g.read_vec();
+            for i in 0..count(&p, PER_PAGE, pg)? {
+                recs.push(decode_rec(&p[rec_off(i)..rec_off(i) + REC], pg)?);
+            }
+        }
+        recs.sort_by(|a, b| a.key.cmp(&b.key));
+        let br = self.build_branch(&recs)?;
+        // Transaction 2: link the branch, empty the immutable memtable.
+        {
+            let mut r = s.get_page(root, Mode::Write)?;
+            let p = r.read_vec();
+            let v = parse_root(&p, root)?;
+            if v.branches.len() >= MAX_BRANCHES {
+                return Err(CacheError::Config("too many branches".into()));
+            }
+            let mut guards = Vec::new();
+            for &pg in &v.sets[imm] {
+                let mut g = s.get_page(pg, Mode::Write)?;
+                g.write(0, &0u32.to_le_bytes());
+                guards.push(g);
+            }
+            let o = BRANCH_BASE + 16 * v.branches.len();
+            let mut d = [0u8; 16];
+            d[0..4].copy_from_slice(&br.root.to_le_bytes());
+            d[4..8].copy_from_slice(&br.height.to_le_bytes());
+            d[8..16].copy_from_slice(&br.records.to_le_bytes());
+            r.write(o, &d);
+            r.write(16, &((v.branches.len() + 1) as u32).to_le_bytes());
+            r.write(20, &0u32.to_le_bytes());
+            drop(guards);
+        }
+        let v = parse_root(&s.get_page(root, Mode::Read)?.read_vec(), root)?;
+        if v.branches.len() >= COMPACT_AT {
+            self.compact(&v.branches)?;
+        }
+        Ok(())
+    }
+
+    /// Merges `branches` (all of them, newest wins, tombstones dropped)
+    /// into one built in a non-transaction; a transaction swaps it in and
+    /// frees the old branches' pages.
+    fn compact(&self, branches: &[Branch]) -> Result<()> {
+        let mut all: Vec<Record> = Vec::new();
+        // Newest first, so a stable dedup keeps the newest version.
+        for br in branches.iter().rev() {
+            self.branch_scan(br, &mut all)?;
+        }
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all.dedup_by(|later, first| later.key == first.key);
+        all.retain(|r| r.value.is_some());
+        let merged = self.build_branch(&all)?;
+        let mut old = Vec::new();
+        for br in branches {
+            self.store.branch_pages(&self.s, br, &mut old)?;
+        }
+        let root = self.store.root;
+        let mut r = self.s.get_page(root, Mode::Write)?;
+        let p = r.read_vec();
+        let v = parse_root(&p, root)?;
+        // Branches linked meanwhile (none: flushes hold the same mutex) stay.
+        let keep = &v.branches[branches.len()..];
+        let mut d = vec![0u8; 16 * (1 + keep.len())];
+        for (i, b) in std::iter::once(&merged).chain(keep).enumerate() {
+            d[16 * i..16 * i + 4].copy_from_slice(&b.root.to_le_bytes());
+            d[16 * i + 4..16 * i + 8].copy_from_slice(&b.height.to_le_bytes());
+            d[16 * i + 8..16 * i + 16].copy_from_slice(&b.records.to_le_bytes());
+        }
+        r.write(BRANCH_BASE, &d);
+        r.write(16, &((1 + keep.len()) as u32).to_le_bytes());
+        for pg in old {
+            self.s.free_page(pg)?;
+        }
+        drop(r);
+        Ok(())
+    }
+}

@@ -1,0 +1,216 @@
+//! The store over Persistron (file disk) and over the volatile baseline.
+
+use ferrite_cache::store::{Store, Wal};
+use ferrite_cache::{Cache, CacheOptions, Disk, FileDisk, Mode};
+use ferrite_pmem::{Domain, Pool, PoolOptions};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn key(i: u64) -> Vec<u8> {
+    format!(
+        "user{:020}",
+        i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % 1_000_003
+    )
+    .into_bytes()
+}
+
+fn value(i: u64, round: u64) -> Vec<u8> {
+    (0..100).map(|k| (i * 31 + k + round * 7) as u8).collect()
+}
+
+fn pool(slots: u32, disk_pages: u32, domain: Domain) -> Pool {
+    let bytes = Cache::required_bytes(slots, 4, disk_pages).unwrap() + 4096;
+    Pool::create_in_memory(
+        &PoolOptions::new("store-test", bytes.next_multiple_of(4096) as u64).domain(domain),
+    )
+    .unwrap()
+}
+
+fn run(opts: CacheOptions, wal: bool, reopen: bool, n: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
+    let domain = if opts.transactions {
+        Domain::Adr
+    } else {
+        Domain::Volatile
+    };
+    let p = pool(200, 4096, domain);
+    let c = Arc::new(Cache::create(p.data(), disk.clone(), 200, 4, opts.clone()).unwrap());
+    let w = wal.then(|| Wal::create(dir.path().join("wal"), 1).unwrap());
+    let st = Store::create(c.clone(), 8, w).unwrap();
+    let mut model = BTreeMap::new();
+    {
+        let s = st.session().unwrap();
+        for round in 0..3 {
+            for i in 0..n {
+                if round == 2 && i % 5 == 0 {
+                    s.delete(&key(i)).unwrap();
+                    model.remove(&key(i));
+                } else {
+                    s.put(&key(i), &value(i, round)).unwrap();
+                    model.insert(key(i), value(i, round));
+                }
+            }
+        }
+        for i in 0..n + 100 {
+            assert_eq!(
+                s.get(&key(i)).unwrap(),
+                model.get(&key(i)).cloned(),
+                "key {i}"
+            );
+        }
+    }
+    let st_ = &c.stats;
+    eprintln!("{st_:?}");
+    drop(st);
+    if !reopen {
+        return;
+    }
+    drop(c);
+    let (c, rep) = Cache::open(p.data(), disk.clone(), opts).unwrap();
+    eprintln!("{rep:?}");
+    c.verify().unwrap();
+    let (st, freed) = Store::open(Arc::new(c), None).unwrap();
+    assert_eq!(freed, 0, "a clean shutdown leaks nothing");
+    let s = st.session().unwrap();
+    for i in 0..n + 100 {
+        assert_eq!(
+            s.get(&key(i)).unwrap(),
+            model.get(&key(i)).cloned(),
+            "key {i} after reopen"
+        );
+    }
+}
+
+#[test]
+fn store_on_persistron_survives_reopen() {
+    run(
+        CacheOptions {
+            dram_pages: 16,
+            ..CacheOptions::default()
+        },
+        false,
+        true,
+        3000,
+    );
+}
+
+#[test]
+fn store_on_volatile_cache_with_wal() {
+    run(
+        CacheOptions {
+            transactions: false,
+            sync_on_evict: false,
+            ..CacheOptions::default()
+        },
+        true,
+        false,
+        1000,
+    );
+}
+
+#[test]
+fn two_threads_put_and_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
+    let p = pool(300, 4096, Domain::Adr);
+    let c = Cache::create(
+        p.data(),
+        disk,
+        300,
+        4,
+        CacheOptions {
+            dram_pages: 8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let st = Store::create(Arc::new(c), 8, None).unwrap();
+    std::thread::scope(|sc| {
+        for t in 0..2u64 {
+            let st = &st;
+            sc.spawn(move || {
+                let s = st.session().unwrap();
+                for i in 0..2000u64 {
+                    let k = key(i * 2 + t);
+                    s.put(&k, &value(i, t)).unwrap();
+                    assert_eq!(s.get(&k).unwrap(), Some(value(i, t)));
+                }
+            });
+        }
+    });
+    let s = st.session().unwrap();
+    for t in 0..2u64 {
+        for i in 0..2000u64 {
+            assert_eq!(s.get(&key(i * 2 + t)).unwrap(), Some(value(i, t)));
+        }
+    }
+}
+
+#[test]
+fn damaged_entry_table_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 64).unwrap());
+    let p = pool(8, 64, Domain::Adr);
+    let c = Cache::create(p.data(), disk.clone(), 8, 4, CacheOptions::default()).unwrap();
+    {
+        let s = c.session().unwrap();
+        let mut g = s.get_page(5, Mode::Write).unwrap();
+        g.write(0, b"hello");
+    }
+    drop(c);
+    // The entry table starts at region offset 64, 8 bytes per slot: flip
+    // one bit of the occupied entry.
+    let r = p.data();
+    let off = (0..8)
+        .map(|s| 64 + 8 * s)
+        .find(|&o| r.load_u64(o) != 0)
+        .expect("an occupied slot");
+    let w = r.load_u64(off);
+    r.store_u64(off, w ^ 0x4);
+    let e = Cache::open(p.data(), disk.clone(), CacheOptions::default())
+        .err()
+        .expect("must fail");
+    assert!(matches!(e, ferrite_cache::CacheError::Corrupt(_)), "{e}");
+    r.store_u64(off, w);
+    assert!(Cache::open(p.data(), disk.clone(), CacheOptions::default()).is_ok());
+    // Superblock damage.
+    let b = r.read_vec(20, 1);
+    r.write(20, &[b[0] ^ 1]);
+    assert!(Cache::open(p.data(), disk, CacheOptions::default()).is_err());
+}
+
+#[test]
+fn locks_upgrade_downgrade_and_non_tx() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 64).unwrap());
+    let p = pool(16, 64, Domain::Adr);
+    let c = Cache::create(p.data(), disk.clone(), 16, 4, CacheOptions::default()).unwrap();
+    let s = c.session().unwrap();
+    let s2 = c.session().unwrap();
+    {
+        let r = s.get_page(3, Mode::Read).unwrap();
+        let r2 = s2.get_page(3, Mode::Read).unwrap();
+        // Another reader: the upgrade is refused, the read lock kept.
+        let r = r.try_upgrade().err().expect("refused while s2 reads");
+        drop(r2);
+        let mut w = r.try_upgrade().ok().expect("sole reader upgrades");
+        assert!(s.in_tx());
+        w.write_u64(0, 42);
+        let r = w.downgrade(); // last write lock gone: commits
+        assert!(!s.in_tx());
+        assert_eq!(r.read_u64(0), 42);
+    }
+    s.non_tx(|s| {
+        let mut w = s.get_page(4, Mode::Write).unwrap();
+        assert!(!s.in_tx());
+        w.write_u64(8, 7);
+    })
+    .unwrap();
+    drop((s, s2));
+    assert_eq!(c.sync_all().unwrap(), 2);
+    c.verify().unwrap();
+    let mut b = vec![0u8; 4096];
+    disk.read(4, &mut b).unwrap();
+    assert_eq!(b[8], 7);
+}
