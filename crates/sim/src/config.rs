@@ -143,6 +143,12 @@ pub struct Config {
     pub banks: usize,
     /// Data-bus time of one 64-byte transfer on a channel.
     pub bus_ns: f64,
+    /// One-way time from a core to the memory controller (a write leaving
+    /// the core, an acknowledgment or a commit answer coming back). A
+    /// `clwb` + `sfence` costs two of these at least: P3 §III-B measures
+    /// `clwb` at 86 ns to DRAM and 94 ns to Optane, nearly
+    /// media-independent, so 45 ns each way. Table II gives none.
+    pub mc_path_ns: f64,
     /// Read queue entries (Table II: 64).
     pub read_queue: usize,
     /// Write sub-queues (Table II leaves it unstated; 8 × 8 = the 64-entry
@@ -193,6 +199,7 @@ impl Config {
             banks: 32,
             // DDR3-1600 on a 64-bit channel: 12.8 GB/s, 64 B in 5 ns.
             bus_ns: 5.0,
+            mc_path_ns: 45.0,
             read_queue: 64,
             sub_queues: 8,
             queue_entries: 8,

@@ -101,6 +101,8 @@ enum Ev {
     CommitSync {
         queue: usize,
     },
+    /// Writes reach the controller (it re-examines the write buffers).
+    Arrive,
 }
 
 const GLOBAL: usize = usize::MAX;
@@ -141,7 +143,11 @@ struct Core {
     /// Loads in flight: (instruction index, id, completion cycle if known).
     loads: VecDeque<(u64, u64, Option<u64>)>,
     next_load: u64,
-    pending: VecDeque<u64>,
+    /// Writes on their way to the controller: (line, cycle it arrives there).
+    pending: VecDeque<(u64, u64)>,
+    /// When the controller's acknowledgment of the last accepted write is
+    /// back at the core (a fence waits for it).
+    acked_at: u64,
     block: Block,
     blocked_since: u64,
     wake_scheduled: bool,
@@ -193,6 +199,7 @@ struct Timing {
     write: u64,
     write_busy: u64,
     bus: u64,
+    path: u64,
 }
 
 /// One simulation: build it with [`Sim::new`], run it with [`Sim::run`].
@@ -230,6 +237,7 @@ impl Sim {
             write: cfg.cycles(cfg.nvm.write_ns),
             write_busy: cfg.cycles(cfg.nvm.write_busy_ns),
             bus: cfg.cycles(cfg.bus_ns),
+            path: cfg.cycles(cfg.mc_path_ns),
         };
         let nq = cfg.sub_queues + 1;
         let mut mc = Mc {
@@ -280,6 +288,7 @@ impl Sim {
                 loads: VecDeque::new(),
                 next_load: 0,
                 pending: VecDeque::new(),
+                acked_at: 0,
                 block: Block::No,
                 blocked_since: 0,
                 wake_scheduled: false,
@@ -364,6 +373,7 @@ impl Sim {
                 Ev::WriteDone { queue } => self.write_done(queue),
                 Ev::CreditSync { queue } => self.credit_answer(queue),
                 Ev::CommitSync { queue } => self.confirm_arrives(queue),
+                Ev::Arrive => {}
             }
             self.settle();
             self.check_invariants();
@@ -419,6 +429,17 @@ impl Sim {
             core.wake_scheduled = true;
             let now = self.now;
             self.schedule(now, Ev::Wake(c));
+        }
+    }
+
+    /// Wakes a core blocked on its commit when the controller's answer
+    /// reaches it, one path latency from now.
+    fn wake_later(&mut self, c: usize) {
+        let core = &mut self.cores[c];
+        if core.block == Block::Commit && !core.wake_scheduled {
+            core.wake_scheduled = true;
+            let at = self.now + self.t.path;
+            self.schedule(at, Ev::Wake(c));
         }
     }
 
@@ -586,9 +607,8 @@ impl Sim {
                 self.cores[c].pc += 1;
             }
             Op::Fence => {
-                if !self.cores[c].pending.is_empty() {
+                if !self.fenced(c) {
                     self.wb = wb;
-                    self.block(c, Block::Fence);
                     return false;
                 }
                 self.retire(c, 1);
@@ -599,8 +619,33 @@ impl Sim {
                 return self.commit_op(c);
             }
         }
-        self.cores[c].pending.extend(wb.drain(..));
+        if !wb.is_empty() {
+            let arrive = self.now + self.t.path;
+            self.cores[c]
+                .pending
+                .extend(wb.drain(..).map(|l| (l, arrive)));
+            // The controller looks at them when they arrive.
+            self.schedule(arrive, Ev::Arrive);
+        }
         self.wb = wb;
+        true
+    }
+
+    /// True when every write of core `c` has been accepted and acknowledged
+    /// (what `sfence` waits for); else blocks it on [`Block::Fence`], with a
+    /// wake-up at the acknowledgment when only that is missing.
+    fn fenced(&mut self, c: usize) -> bool {
+        if !self.cores[c].pending.is_empty() {
+            self.block(c, Block::Fence);
+            return false;
+        }
+        let at = self.cores[c].acked_at;
+        if at > self.now {
+            self.block(c, Block::Fence);
+            self.cores[c].wake_scheduled = true;
+            self.schedule(at, Ev::Wake(c));
+            return false;
+        }
         true
     }
 
@@ -611,8 +656,7 @@ impl Sim {
             self.cores[c].commit_start = now;
         }
         if self.cores[c].commit == CommitPhase::Fencing {
-            if !self.cores[c].pending.is_empty() {
-                self.block(c, Block::Fence);
+            if !self.fenced(c) {
                 return false;
             }
             match self.cfg.mode {
@@ -688,12 +732,18 @@ impl Sim {
     /// the head's queue has room and accepts writes; true if any moved.
     fn accept(&mut self, c: usize) -> bool {
         let mut moved = false;
-        while let Some(&line) = self.cores[c].pending.front() {
+        while let Some(&(line, arrives)) = self.cores[c].pending.front() {
+            if arrives > self.now {
+                break;
+            }
             let q = self.queue_for(line);
             if self.closed(q) || self.mc.queues[q].len() >= self.cfg.queue_entries {
                 break;
             }
             self.cores[c].pending.pop_front();
+            let ack = self.now + self.t.path;
+            let core = &mut self.cores[c];
+            core.acked_at = core.acked_at.max(ack);
             let b = self.bank_of(line);
             self.mc.queues[q].push_back(b);
             moved = true;
@@ -919,7 +969,7 @@ impl Sim {
         self.mc.flag[q] = false;
         if let Some(c) = self.mc.owner[q].take() {
             self.cores[c].commit = CommitPhase::Done;
-            self.wake(c);
+            self.wake_later(c);
         }
         if let Some(next) = self.mc.waiters[q].pop_front() {
             self.start_fg(q, next);
@@ -941,7 +991,7 @@ impl Sim {
         if let Some(joined) = self.mc.period.take() {
             for c in joined {
                 self.cores[c].commit = CommitPhase::Done;
-                self.wake(c);
+                self.wake_later(c);
             }
         }
         // The next PCOMMIT starts its own period at once: writes stay
