@@ -13,8 +13,9 @@
 //! Recording: [`start`] clears every thread's buffer and turns recording on;
 //! [`stop`] turns it off and returns a [`Trace`] — one [`ThreadTrace`] per
 //! thread that recorded anything, in the order threads first recorded. At
-//! most [`MAX_EVENTS`] events are kept per recording; the rest are dropped
-//! and the trace says so ([`Trace::truncated`]).
+//! most [`MAX_EVENTS`] events (or the limit given to `start_with_limit`)
+//! are kept per recording; the rest are dropped and the trace says so
+//! ([`Trace::truncated`]).
 //!
 //! What the door cannot see: loads and stores that bypass a `Region`
 //! (volatile DRAM, the stack) and the instructions between persist calls.
@@ -397,7 +398,7 @@ pub const fn available() -> bool {
 }
 
 #[cfg(feature = "trace")]
-pub use recorder::{is_recording, start, stop};
+pub use recorder::{is_recording, start, start_with_limit, stop};
 
 #[cfg(feature = "trace")]
 pub(crate) use recorder::note;
@@ -414,6 +415,7 @@ mod recorder {
     /// cleared before it takes a new event.
     static GENERATION: AtomicU64 = AtomicU64::new(0);
     static KEPT: AtomicU64 = AtomicU64::new(0);
+    static LIMIT: AtomicU64 = AtomicU64::new(MAX_EVENTS);
     static DROPPED: AtomicBool = AtomicBool::new(false);
     /// Every thread buffer that ever recorded, in the order threads first
     /// recorded. Buffers outlive their threads so [`stop`] can collect them.
@@ -480,7 +482,7 @@ mod recorder {
             let mut len = len as u64;
             let mut first = true;
             loop {
-                if KEPT.fetch_add(1, Ordering::Relaxed) >= MAX_EVENTS {
+                if KEPT.fetch_add(1, Ordering::Relaxed) >= LIMIT.load(Ordering::Relaxed) {
                     DROPPED.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -507,7 +509,13 @@ mod recorder {
     /// Starts a recording: forgets every earlier event, then records.
     /// Recordings do not nest; a second `start` restarts.
     pub fn start() {
+        start_with_limit(MAX_EVENTS);
+    }
+
+    /// [`start`] keeping at most `limit` events (at most [`MAX_EVENTS`]).
+    pub fn start_with_limit(limit: u64) {
         RECORDING.store(false, Ordering::SeqCst);
+        LIMIT.store(limit.min(MAX_EVENTS), Ordering::SeqCst);
         GENERATION.fetch_add(1, Ordering::SeqCst);
         KEPT.store(0, Ordering::SeqCst);
         DROPPED.store(false, Ordering::SeqCst);
