@@ -1141,4 +1141,46 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn sim_claims_read_the_average_row_and_the_sweep() {
+        let mut avg = Row::empty(
+            "sim",
+            "fine-grained",
+            json!({"workload": "average", "sweep": "main", "cores": 16, "commit_every": 1}),
+        );
+        avg.threads = 16;
+        avg.set_extra("ipc_ratio", 1.5);
+        avg.set_extra("commit_cycles_ratio", 0.5);
+        avg.set_extra("sync_reads_ratio", 3.0);
+        let sweep = |v: &str, ops: f64| {
+            let mut r = row(
+                "sim",
+                v,
+                json!({"workload": "synthetic", "sweep": "commit-frequency", "commit_every": 100}),
+                ops,
+            );
+            r.threads = 16;
+            r
+        };
+        let rows = vec![avg, sweep("global", 2.0), sweep("fine-grained", 2.2)];
+        let get = |name: &str| {
+            CLAIMS
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap()
+                .evaluate(&rows)
+        };
+        let ipc = get("fine-grained ÷ global IPC, mean over workloads, 16 cores");
+        assert_eq!((ipc.measured, ipc.verdict), (Some(1.5), Verdict::Met));
+        let lat = get("fine-grained ÷ global commit latency, mean over workloads");
+        assert_eq!((lat.measured, lat.verdict), (Some(0.5), Verdict::Met));
+        let syn = get("fine-grained ÷ global credit-sync reads, mean over workloads");
+        assert_eq!(syn.measured, Some(3.0));
+        let f10 = get("fine-grained ÷ global IPC, commit every 100 updates");
+        assert!((f10.measured.unwrap() - 1.1).abs() < 1e-9);
+        // The every-update point is not in these rows.
+        let f1 = get("fine-grained ÷ global IPC, commit every update");
+        assert_eq!(f1.verdict, Verdict::NotRun);
+    }
 }

@@ -654,3 +654,81 @@ pub mod record {
         Ok(vec![log(ops)?, tx_hashmap(ops)?, engine_ycsb_a(ops)?])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_sim::Op;
+
+    #[test]
+    fn replicas_are_rotations_of_one_program() {
+        let p = Program {
+            ops: (0..8).map(Op::Load).collect(),
+            footprint: 8,
+        };
+        let r = replicate(&p, 4);
+        assert_eq!(r.len(), 4);
+        assert_eq!(r[0], p);
+        assert_eq!(r[1].ops[0], Op::Load(2));
+        assert_eq!(r[3].ops[7], Op::Load(5));
+        for q in &r {
+            let mut a = q.ops.clone();
+            a.sort_by_key(|o| format!("{o:?}"));
+            let mut b = p.ops.clone();
+            b.sort_by_key(|o| format!("{o:?}"));
+            assert_eq!(a, b);
+        }
+        assert!(replicate(&Program::default(), 3).iter().all(|p| p.ops.is_empty()));
+    }
+
+    #[test]
+    fn fine_grained_rows_carry_the_ipc_ratio_against_global() {
+        let w = synthetic_workload(4, 1, 300);
+        let mut speed = Speed::default();
+        let g = group(
+            &Config::table2(Mode::Global),
+            &Mode::ALL,
+            &w,
+            50_000,
+            1,
+            "main",
+            json!({}),
+            &mut speed,
+        )
+        .unwrap();
+        let find = |v: &str| g.iter().find(|(r, _)| r.variant == v).unwrap();
+        let (gr, gs) = find("global");
+        let (fr, fs) = find("fine-grained");
+        assert_eq!(gr.ratio_vs_baseline, None);
+        assert_eq!(fr.baseline.as_deref(), Some("global"));
+        let want = fs.ipc() / gs.ipc();
+        assert!((fr.ratio_vs_baseline.unwrap() - want).abs() < 1e-12);
+        // The harness's own ratio (ops/s) is the same number: equal cycles.
+        let mut rows: Vec<Row> = g.iter().map(|(r, _)| r.clone()).collect();
+        crate::row::set_ratios(&mut rows);
+        let f2 = rows.iter().find(|r| r.variant == "fine-grained").unwrap();
+        assert!((f2.ratio_vs_baseline.unwrap() - want).abs() < 1e-9);
+        let x = |k: &str| fr.extra.as_ref().unwrap()[k].as_f64().unwrap();
+        assert!((x("commit_cycles_ratio") - fs.mean_commit_cycles() / gs.mean_commit_cycles()).abs() < 1e-12);
+        assert_eq!(fr.params["workload"], "synthetic");
+        assert_eq!(fr.params["cores"], 4);
+        assert_eq!(fr.params["commit_every"], 1);
+        assert!(speed.events > 0);
+    }
+
+    #[cfg(feature = "trace")]
+    #[test]
+    fn recorded_log_has_one_commit_per_append_and_its_persists() {
+        use ferrite_pmem::trace::EventKind;
+        let r = record::log(50).unwrap();
+        assert_eq!(r.trace.count(EventKind::Commit), 50);
+        assert!(r.trace.count(EventKind::Fence) >= 50);
+        assert!(r.trace.count(EventKind::Flush) + r.trace.count(EventKind::NtStore) >= 50);
+        assert!(r.measured_ns_per_op > 0.0);
+        let p = Program::from_trace(&r.trace, 2.0, 1);
+        assert_eq!(p.commits(), 50);
+        let s = simulate(&Config::table2(Mode::Adr), &[p], Run::ToCompletion).unwrap();
+        assert_eq!(s.commits(), 50);
+        assert!(s.media_writes > 0);
+    }
+}
