@@ -159,7 +159,10 @@ pub struct Config {
     /// Address-range registers per sub-queue (P4 §IV-A: 4).
     pub ranges_per_queue: usize,
     /// Non-memory instructions per nanosecond of recorded gap, when a
-    /// recorded trace is turned into a program.
+    /// recorded trace is turned into a program. The default,
+    /// `ghz × retire_width` (5.4), makes a gap last as long in the model as
+    /// it did when it was recorded (the model retires compute at its full
+    /// width), so projected times compare with times measured here.
     pub instr_per_ns: f64,
     /// Global mode: a commit that arrives during another's period joins it
     /// (`true`), or waits and runs a period of its own (`false`, the
@@ -204,7 +207,7 @@ impl Config {
             sub_queues: 8,
             queue_entries: 8,
             ranges_per_queue: 4,
-            instr_per_ns: 2.0,
+            instr_per_ns: 2.7 * 2.0,
             merge_global_commits: false,
         }
     }
