@@ -155,14 +155,15 @@ impl Hierarchy {
     }
 
     fn install(&mut self, core: usize, line: u64, dirty: bool, writebacks: &mut Vec<u64>) {
-        if let Some((v1, d1)) = self.l1[core].insert(line, dirty) {
-            if let Some((v2, d2)) = self.l2[core].insert(v1, d1) {
-                if let Some((v3, d3)) = self.l3.insert(v2, d2) {
-                    if d3 {
-                        writebacks.push(v3);
-                    }
-                }
-            }
+        // A victim falls one level; a dirty one out of the L3 is written back.
+        let Some((v1, d1)) = self.l1[core].insert(line, dirty) else {
+            return;
+        };
+        let Some((v2, d2)) = self.l2[core].insert(v1, d1) else {
+            return;
+        };
+        if let Some((v3, true)) = self.l3.insert(v2, d2) {
+            writebacks.push(v3);
         }
     }
 

@@ -237,7 +237,7 @@ impl Config {
         if self.rob == 0 || self.retire_width == 0 {
             return bad("rob and retire width must be positive");
         }
-        if self.channels == 0 || self.banks == 0 || self.banks % self.channels != 0 {
+        if self.channels == 0 || self.banks == 0 || !self.banks.is_multiple_of(self.channels) {
             return bad("banks must be a positive multiple of channels");
         }
         if self.sub_queues == 0 || self.queue_entries == 0 || self.ranges_per_queue == 0 {

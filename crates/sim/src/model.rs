@@ -899,17 +899,16 @@ impl Sim {
         self.stats.last_write_done = self.now;
         self.mc.inflight[q] -= 1;
         match self.cfg.mode {
-            Mode::FineGrained => {
-                if self.mc.inflight[q] == 0 && self.mc.confirm[q] == Confirm::Held {
-                    self.finish_fg(q);
-                }
+            Mode::FineGrained
+                if self.mc.inflight[q] == 0 && self.mc.confirm[q] == Confirm::Held =>
+            {
+                self.finish_fg(q)
             }
-            Mode::Global => {
+            Mode::Global
                 if self.mc.global_confirm == Confirm::Held
-                    && self.mc.inflight.iter().all(|&n| n == 0)
-                {
-                    self.finish_global();
-                }
+                    && self.mc.inflight.iter().all(|&n| n == 0) =>
+            {
+                self.finish_global()
             }
             _ => {}
         }
@@ -917,10 +916,10 @@ impl Sim {
 
     fn queue_emptied(&mut self, q: usize) {
         match self.cfg.mode {
-            Mode::FineGrained => {
-                if self.mc.owner[q].is_some() && self.mc.confirm[q] == Confirm::None {
-                    self.send_confirm(q);
-                }
+            Mode::FineGrained
+                if self.mc.owner[q].is_some() && self.mc.confirm[q] == Confirm::None =>
+            {
+                self.send_confirm(q)
             }
             Mode::Global => self.check_global(),
             _ => {}

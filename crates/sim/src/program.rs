@@ -116,7 +116,7 @@ impl Program {
                 EventKind::Fence => ops.push(Op::Fence),
                 EventKind::Commit => {
                     commits_seen += 1;
-                    if commits_seen % commit_every == 0 {
+                    if commits_seen.is_multiple_of(commit_every) {
                         if ops.last() == Some(&Op::Fence) {
                             ops.pop();
                         }
