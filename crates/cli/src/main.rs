@@ -314,12 +314,12 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
                 .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
             match cli.cmd {
                 c @ (Cmd::Bench { .. } | Cmd::Check { .. }) => {
-                    if let Cmd::Bench { suite, .. } = &c {
-                        if suite == "sim" || suite == "all" {
-                            return Err(format!(
-                                "bench {suite} records traces itself; trace one other suite"
-                            ));
-                        }
+                    if let Cmd::Bench { suite, .. } = &c
+                        && (suite == "sim" || suite == "all")
+                    {
+                        return Err(format!(
+                            "bench {suite} records traces itself; trace one other suite"
+                        ));
                     }
                     run(c)
                 }

@@ -541,9 +541,15 @@ fn trace_records_shows_and_refuses_damage() {
             .output()
             .unwrap()
     };
-    let o = ferrite(&["trace", "--out", "t.trace", "--", "check", "selftest", "--budget", "10"]);
+    let o = ferrite(&[
+        "trace", "--out", "t.trace", "--", "check", "selftest", "--budget", "10",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("wrote t.trace: 1 threads"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wrote t.trace: 1 threads"),
+        "{}",
+        stderr(&o)
+    );
     let o = ferrite(&["trace", "--show", "t.trace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout).to_string();
@@ -559,6 +565,10 @@ fn trace_records_shows_and_refuses_damage() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("checksum mismatch"), "{err}");
     // Only bench and check run under it; bench sim records by itself.
-    assert!(!ferrite(&["trace", "--", "pool", "info", "x.pool"]).status.success());
+    assert!(
+        !ferrite(&["trace", "--", "pool", "info", "x.pool"])
+            .status
+            .success()
+    );
     assert!(!ferrite(&["trace", "--", "bench", "sim"]).status.success());
 }
