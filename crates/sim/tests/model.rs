@@ -228,3 +228,52 @@ fn golden_statistics_per_model() {
     ];
     assert_eq!(got, want, "golden statistics changed");
 }
+
+/// A real persist trace, recorded once from Ferrite's Classic log (100
+/// appends of 64 B on an `eadr` pool, a commit point after each; written
+/// by `ferrite_bench::sim_suite::record::log` and kept in the repository,
+/// 12 KiB): it parses, has what the log does per append, and replays to the
+/// same statistics in every mode on 4 cores.
+#[test]
+fn golden_statistics_of_a_recorded_log_trace() {
+    use ferrite_pmem::trace::{EventKind, Trace};
+    let bytes = include_bytes!("data/log-classic-100.trace");
+    let t = Trace::from_bytes(bytes).expect("the golden trace parses");
+    assert_eq!(t.threads.len(), 1);
+    let th = &t.threads[0];
+    assert_eq!(th.count(EventKind::Commit), 100);
+    assert_eq!(
+        th.count(EventKind::Fence),
+        200,
+        "two persist barriers per append"
+    );
+    let p = Program::from_trace(th, Config::table2(Mode::Adr).instr_per_ns, 1);
+    assert_eq!(p.commits(), 100);
+    let progs: Vec<Program> = (0..4)
+        .map(|c| {
+            let mut q = p.clone();
+            let k = c * q.ops.len() / 4;
+            q.ops.rotate_left(k);
+            q
+        })
+        .collect();
+    let mut got = Vec::new();
+    for mode in Mode::ALL {
+        let s = run(mode, &progs, 200_000);
+        got.push((
+            mode.name(),
+            s.instructions.iter().sum::<u64>(),
+            s.commits(),
+            s.sync_reads,
+            s.media_writes,
+        ));
+    }
+    // (mode, instructions, commits, sync reads, media writes)
+    let want: Vec<(&str, u64, u64, u64, u64)> = vec![
+        ("global", 854493, 427, 428, 1336),
+        ("fine-grained", 995196, 497, 498, 1555),
+        ("adr", 1268549, 636, 0, 1983),
+        ("eadr", 1600579, 803, 0, 0),
+    ];
+    assert_eq!(got, want, "golden statistics changed");
+}
