@@ -775,8 +775,7 @@ const fn p4_sweep(params: &'static [(&'static str, &'static str)]) -> [Pick; 2] 
 }
 
 const P4_EVERY_1: [Pick; 2] = p4_sweep(&[("sweep", "commit-frequency"), ("commit_every", "1")]);
-const P4_EVERY_100: [Pick; 2] =
-    p4_sweep(&[("sweep", "commit-frequency"), ("commit_every", "100")]);
+const P4_EVERY_100: [Pick; 2] = p4_sweep(&[("sweep", "commit-frequency"), ("commit_every", "100")]);
 
 /// `params[key]` as text (`64`, `true`, `p2-f`), `None` when absent.
 pub fn param_text(r: &Row, key: &str) -> Option<String> {

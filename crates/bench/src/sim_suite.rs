@@ -17,8 +17,10 @@
 //!
 //! Rows (suite `sim`): `variant` is the commit mode (`global`,
 //! `fine-grained`, `adr`, `eadr`); `params` has `workload`, `cores`,
-//! `commit_every`, `sweep` (`main`, `commit-frequency`, `sub-queues`,
-//! `write-latency`, `global-combining`, `optane-projection`) and the swept
+//! `commit_every`, `sweep` (`main`, `commit-frequency`, `sub-queues`
+//! (16 tasks share them: tasks per queue = 16 ÷ sub-queues),
+//! `queue-entries`, `write-latency`, `global-combining`,
+//! `optane-projection`) and the swept
 //! value; `extra` has `ipc`, `commit_cycles` (mean), `commit_p50`,
 //! `commit_p99`, `sync_reads` (with `commit_syncs`, `credit_syncs`), media
 //! traffic, and the model's own speed (`events`, `events_per_s`,
@@ -53,6 +55,9 @@ pub const COMMIT_EVERY: [u32; 7] = [1, 2, 5, 10, 20, 50, 100];
 
 /// Sub-queue counts of the sweep P4 lacks.
 pub const SUB_QUEUES: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// Entries per write sub-queue (and credits per queue) of a sweep P4 lacks.
+pub const QUEUE_ENTRIES: [usize; 3] = [4, 8, 16];
 
 /// Media write latencies (ns) of the other sweep P4 lacks.
 pub const WRITE_NS: [f64; 3] = [150.0, 300.0, 600.0];
@@ -329,6 +334,25 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             1,
             "sub-queues",
             json!({ "sub_queues": q }),
+            &mut speed,
+        )?;
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+    // At one write per commit a queue never holds more than a write or two
+    // per task; committing every 10 updates lets depth and credits bind.
+    let w10 = synthetic_workload(CORES, 10, updates);
+    for n in QUEUE_ENTRIES {
+        ctx.note(format!("sim: {n} entries per sub-queue"));
+        let mut cfg = table2.clone();
+        cfg.queue_entries = n;
+        let g = group(
+            &cfg,
+            &[Mode::Global, Mode::FineGrained],
+            &w10,
+            cycles,
+            10,
+            "queue-entries",
+            json!({ "queue_entries": n }),
             &mut speed,
         )?;
         rows.extend(g.into_iter().map(|(r, _)| r));
@@ -678,7 +702,11 @@ mod tests {
             b.sort_by_key(|o| format!("{o:?}"));
             assert_eq!(a, b);
         }
-        assert!(replicate(&Program::default(), 3).iter().all(|p| p.ops.is_empty()));
+        assert!(
+            replicate(&Program::default(), 3)
+                .iter()
+                .all(|p| p.ops.is_empty())
+        );
     }
 
     #[test]
@@ -709,7 +737,10 @@ mod tests {
         let f2 = rows.iter().find(|r| r.variant == "fine-grained").unwrap();
         assert!((f2.ratio_vs_baseline.unwrap() - want).abs() < 1e-9);
         let x = |k: &str| fr.extra.as_ref().unwrap()[k].as_f64().unwrap();
-        assert!((x("commit_cycles_ratio") - fs.mean_commit_cycles() / gs.mean_commit_cycles()).abs() < 1e-12);
+        assert!(
+            (x("commit_cycles_ratio") - fs.mean_commit_cycles() / gs.mean_commit_cycles()).abs()
+                < 1e-12
+        );
         assert_eq!(fr.params["workload"], "synthetic");
         assert_eq!(fr.params["cores"], 4);
         assert_eq!(fr.params["commit_every"], 1);
