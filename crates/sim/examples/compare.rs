@@ -1,12 +1,13 @@
-//! Prints global vs fine-grained vs adr vs eadr on the synthetic workload:
-//! `cargo run --release -p ferrite-sim --example compare -- [cores] [commit_every] [cycles]`.
+//! Prints global vs fine-grained vs adr vs eadr on the synthetic workload
+//! (compute per memory op: lo..=3·lo instructions, default 100):
+//! `cargo run --release -p ferrite-sim --example compare -- [cores] [commit_every] [cycles] [lo]`.
 use ferrite_sim::*;
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let cores: usize = a.get(1).and_then(|s| s.parse().ok()).unwrap_or(16);
     let every: u32 = a.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let cycles: u64 = a.get(3).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
-    let lo: u32 = a.get(4).and_then(|s| s.parse().ok()).unwrap_or(20);
+    let lo: u32 = a.get(4).and_then(|s| s.parse().ok()).unwrap_or(100);
     let syn = Synthetic {
         commit_every: every,
         compute: (lo, lo * 3),
