@@ -40,6 +40,7 @@ pub mod registry;
 pub mod rocksdb;
 pub mod row;
 pub mod server_suite;
+pub mod sim_suite;
 pub mod table;
 pub mod tx_suite;
 

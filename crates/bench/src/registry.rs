@@ -76,6 +76,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         description: "ferrite serve (every store) vs Debian's memcached under memcaslap over loopback: P1 set/get mixes 95/5..5/95 (16 B keys, 64 B values), P3 50/50 (128 B / 1 KiB), p99; kill -9 survival vs memcached -e [issue 13]",
         run: crate::server_suite::run,
     },
+    SuiteDef {
+        name: "sim",
+        description: "memory-controller model fed by Ferrite's persist traces: global vs fine-grained committing (+ adr, eadr) x synthetic / log / tx-hashmap / engine-ycsb-a at 16 cores; commit-frequency, sub-queue, write-latency sweeps; Optane projection [P4]",
+        run: crate::sim_suite::run,
+    },
 ];
 
 /// `(name, description)` of every registered suite.

@@ -9,6 +9,7 @@ mod kv;
 mod progress;
 mod serve;
 mod size;
+mod trace;
 
 use clap::{Parser, Subcommand};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
@@ -35,7 +36,8 @@ Examples:
   ferrite kv store.pool create --engine lsm --size 64MiB
   ferrite kv store.pool put greeting hello
   ferrite kv store.pool get greeting
-  ferrite serve --pool cache.pool --memory 1G"
+  ferrite serve --pool cache.pool --memory 1G
+  ferrite trace --out selftest.trace -- check selftest --budget 20"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -155,6 +157,23 @@ Examples:
   ferrite report --from rows.jsonl --out ferrite-report
   ferrite report --full --out ferrite-report-full")]
     Report(ferrite_report::ReportArgs),
+    /// Record a persist trace of a bench suite or a check target (for
+    /// ferrite-sim), or show one.
+    ///
+    /// Every load, store, flush, non-temporal store and fence that goes
+    /// through Ferrite's persister is recorded per thread, with the
+    /// wall-clock gap since the thread's previous event; the file format
+    /// is documented byte by byte in ferrite-pmem's `trace` module. Commit
+    /// points appear only where code marks them (`bench sim`'s drivers do,
+    /// after each operation; the components themselves do not yet).
+    /// `--show` verifies a trace file and summarises it; a damaged file is
+    /// refused with one line and exit status 1.
+    #[command(after_help = "\
+Examples:
+  ferrite trace --out selftest.trace -- check selftest --budget 20
+  ferrite trace --show selftest.trace
+  ferrite trace --out log.trace --max-events 200000 -- bench log --quick --reps 1")]
+    Trace(trace::TraceArgs),
     /// Create, inspect and verify pool files.
     #[command(after_help = "\
 Examples:
@@ -292,6 +311,23 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         Cmd::Pool { cmd } => pool(cmd),
         Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Trace(a) => trace::run(a, |args| {
+            let cli = Cli::try_parse_from(std::iter::once("ferrite".to_string()).chain(args))
+                .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
+            match cli.cmd {
+                c @ (Cmd::Bench { .. } | Cmd::Check { .. }) => {
+                    if let Cmd::Bench { suite, .. } = &c
+                        && (suite == "sim" || suite == "all")
+                    {
+                        return Err(format!(
+                            "bench {suite} records traces itself; trace one other suite"
+                        ));
+                    }
+                    run(c)
+                }
+                _ => Err("ferrite trace runs `bench SUITE` or `check TARGET`".into()),
+            }
+        }),
         Cmd::Report(a) => {
             // The check targets live in this binary: the report runs them
             // through this closure (states and violations summed per target).

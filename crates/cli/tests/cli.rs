@@ -260,6 +260,8 @@ fn runnable(e: &[String]) -> bool {
             | ["check", "list"]
             | ["bench", "list"]
             | ["check", "selftest", ..]
+            | ["trace", "--out", _, "--", "check", "selftest", ..]
+            | ["trace", "--show", ..]
     )
 }
 
@@ -303,6 +305,7 @@ fn help_examples_work_as_printed() {
         "kv demo.pool scan b --limit 1",
         "kv demo.pool fill --count 20 --prefix user: --value-bytes 1K > keys.txt",
         "check list",
+        "trace --show selftest.trace",
     ] {
         assert!(ran.iter().any(|r| r == want), "'{want}' not run: {ran:?}");
     }
@@ -545,4 +548,48 @@ fn serve_examples_parse() {
             e.join(" ")
         );
     }
+}
+
+/// `ferrite trace` records a check target's persist trace into a file that
+/// `--show` reads back; a damaged file is one line on stderr and exit 1.
+#[test]
+fn trace_records_shows_and_refuses_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let ferrite = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let o = ferrite(&[
+        "trace", "--out", "t.trace", "--", "check", "selftest", "--budget", "10",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wrote t.trace: 1 threads"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ferrite(&["trace", "--show", "t.trace"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains(" fence") && !out.contains(" 0 fence"), "{out}");
+    let path = dir.path().join("t.trace");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let o = ferrite(&["trace", "--show", "t.trace"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("checksum mismatch"), "{err}");
+    // Only bench and check run under it; bench sim records by itself.
+    assert!(
+        !ferrite(&["trace", "--", "pool", "info", "x.pool"])
+            .status
+            .success()
+    );
+    assert!(!ferrite(&["trace", "--", "bench", "sim"]).status.success());
 }

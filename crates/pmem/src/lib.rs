@@ -9,6 +9,9 @@
 //!   [`POff`], typed pool-relative offsets.
 //! - [`Counters`]: always-on per-thread fence/flush/non-temporal/msync/media
 //!   block counters.
+//! - [`trace`]: persist traces of every thread's loads, stores, flushes,
+//!   non-temporal stores, fences and commit points (feature `trace`), in a
+//!   documented binary format, for `ferrite-sim`.
 //! - [`SimObserver`]: the hook through which `ferrite-crash` simulates power
 //!   failures on the same code paths.
 //!
@@ -24,6 +27,7 @@ pub mod map;
 pub mod persist;
 pub mod pool;
 pub mod region;
+pub mod trace;
 
 pub use arch::{CACHE_LINE, FlushKind};
 pub use counters::{Counters, MEDIA_BLOCK, PerOp};

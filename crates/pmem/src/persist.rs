@@ -183,12 +183,50 @@ impl Medium {
         }
     }
 
-    /// Tells the simulator (if any) that `off..off+len` is about to be stored to.
+    /// Tells the simulator (if any) that `off..off+len` is about to be stored
+    /// to, and records the store in a persist trace (feature `trace`).
     #[inline(always)]
     pub fn before_store(&self, off: usize, len: usize) {
+        self.observe_store(off, len);
+        #[cfg(feature = "trace")]
+        crate::trace::note(crate::trace::EventKind::Store, self.map.addr(off), len);
+    }
+
+    /// Records a load of `off..off+len` in a persist trace (feature
+    /// `trace`); nothing otherwise.
+    #[inline(always)]
+    pub fn before_load(&self, off: usize, len: usize) {
+        #[cfg(feature = "trace")]
+        crate::trace::note(crate::trace::EventKind::Load, self.map.addr(off), len);
+        #[cfg(not(feature = "trace"))]
+        let _ = (off, len);
+    }
+
+    /// The simulator's half of [`before_store`](Self::before_store): copies
+    /// trace their stores themselves, as ordinary or non-temporal.
+    #[inline(always)]
+    fn observe_store(&self, off: usize, len: usize) {
         if let Some(o) = &self.observer {
             o.storing(&self.map, off, len);
         }
+    }
+
+    /// Records a store of a copy or fill that took the non-temporal path
+    /// (`nt`) or the ordinary one.
+    #[inline(always)]
+    fn trace_copy(&self, off: usize, len: usize, nt: bool) {
+        #[cfg(feature = "trace")]
+        crate::trace::note(
+            if nt {
+                crate::trace::EventKind::NtStore
+            } else {
+                crate::trace::EventKind::Store
+            },
+            self.map.addr(off),
+            len,
+        );
+        #[cfg(not(feature = "trace"))]
+        let _ = (off, len, nt);
     }
 
     /// Writes back the lines overlapping `off..off+len`; they are durable only
@@ -198,6 +236,10 @@ impl Medium {
         if len == 0 {
             return;
         }
+        // Recorded in every domain: the trace is what the program asked of
+        // the door; the model decides what a flush costs in its domain.
+        #[cfg(feature = "trace")]
+        crate::trace::note(crate::trace::EventKind::Flush, self.map.addr(off), len);
         match self.cfg.domain {
             Domain::Adr => {
                 let (first, n) = if self.observer.is_some() {
@@ -235,6 +277,8 @@ impl Medium {
     /// where the pages are written.
     #[inline]
     pub fn fence(&self) {
+        #[cfg(feature = "trace")]
+        crate::trace::note(crate::trace::EventKind::Fence, 0, 0);
         match self.cfg.domain {
             Domain::Volatile => {
                 counters::note_fence(false);
@@ -286,12 +330,14 @@ impl Medium {
     /// (PMDK's `PMEM_F_MEM_NODRAIN`). Uses non-temporal stores at or above the
     /// threshold in the domains where that helps.
     pub fn copy_nodrain(&self, off: usize, src: &[u8]) {
-        self.before_store(off, src.len());
+        self.observe_store(off, src.len());
         let nt_domain = matches!(
             self.cfg.domain,
             Domain::Adr | Domain::Eadr | Domain::Pdram | Domain::PdramLite
         );
-        if nt_domain && src.len() >= self.cfg.nt_threshold {
+        let nt = nt_domain && src.len() >= self.cfg.nt_threshold;
+        self.trace_copy(off, src.len(), nt);
+        if nt {
             let (s, e) = self.map.nt_copy(off, src);
             self.after_nt(off, src.len(), s, e);
         } else {
@@ -302,12 +348,14 @@ impl Medium {
 
     /// Fills `len` bytes with `byte` and writes them back, without the fence.
     pub fn fill_nodrain(&self, off: usize, len: usize, byte: u8) {
-        self.before_store(off, len);
+        self.observe_store(off, len);
         let nt_domain = matches!(
             self.cfg.domain,
             Domain::Adr | Domain::Eadr | Domain::Pdram | Domain::PdramLite
         );
-        if nt_domain && len >= self.cfg.nt_threshold {
+        let nt = nt_domain && len >= self.cfg.nt_threshold;
+        self.trace_copy(off, len, nt);
+        if nt {
             let (s, e) = self.map.nt_fill(off, len, byte);
             self.after_nt(off, len, s, e);
         } else {
@@ -319,7 +367,9 @@ impl Medium {
     /// Copies with non-temporal stores regardless of size (the unaligned head
     /// and tail are flushed); durable after the next fence.
     pub fn copy_nt(&self, off: usize, src: &[u8]) {
-        self.before_store(off, src.len());
+        self.observe_store(off, src.len());
+        let nt = !matches!(self.cfg.domain, Domain::Msync | Domain::Volatile);
+        self.trace_copy(off, src.len(), nt);
         match self.cfg.domain {
             Domain::Msync | Domain::Volatile => {
                 self.map.write(off, src);

@@ -86,7 +86,9 @@ impl Region {
     #[inline]
     #[track_caller]
     pub fn read(&self, off: usize, dst: &mut [u8]) {
-        self.medium.map().read(self.abs(off, dst.len()), dst)
+        let a = self.abs(off, dst.len());
+        self.medium.before_load(a, dst.len());
+        self.medium.map().read(a, dst)
     }
 
     #[inline]
@@ -117,9 +119,9 @@ impl Region {
     #[inline]
     #[track_caller]
     pub fn load_u64(&self, off: usize) -> u64 {
-        self.medium
-            .map()
-            .load_u64(self.abs(off, 8), Ordering::Acquire)
+        let a = self.abs(off, 8);
+        self.medium.before_load(a, 8);
+        self.medium.map().load_u64(a, Ordering::Acquire)
     }
 
     /// Atomic 8-byte store (8-byte failure atomic); not durable until persisted.

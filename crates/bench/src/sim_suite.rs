@@ -1,0 +1,765 @@
+//! `ferrite bench sim`: P4's fine-grained data committing on `ferrite-sim`'s
+//! memory-controller model, fed by Ferrite's own persist traces [P4].
+//!
+//! Workloads, one task per simulated core (16, P4 §IV-A):
+//! - `synthetic`: `ferrite_sim::synthetic`, reads:writes 1.96:1 (P4 §IV-B),
+//!   one seeded stream per core;
+//! - recorded (feature `trace`, on in the `ferrite` binary): a persist trace
+//!   of one thread of a Ferrite component, recorded here and now on an
+//!   in-memory `eadr` pool (so the recorded gaps hold no flush cost), with a
+//!   commit point marked by this driver after each operation (the
+//!   components do not mark their own): `log` (Classic log appends of 64 B),
+//!   `tx-hashmap` (undo-logged hash-map inserts, YCSB load),
+//!   `engine-ycsb-a` (the CoW engine under YCSB A after a load). Each core
+//!   replays the same trace in its own address space, started at a
+//!   different point (core `c` at op `c × len / 16`) so the tasks do not
+//!   move in lockstep.
+//!
+//! Rows (suite `sim`): `variant` is the commit mode (`global`,
+//! `fine-grained`, `adr`, `eadr`); `params` has `workload`, `cores`,
+//! `commit_every`, `sweep` (`main`, `commit-frequency`, `sub-queues`
+//! (16 tasks share them: tasks per queue = 16 ÷ sub-queues),
+//! `queue-entries`, `write-latency`, `global-combining`,
+//! `optane-projection`) and the swept
+//! value; `extra` has `ipc`, `commit_cycles` (mean), `commit_p50`,
+//! `commit_p99`, `sync_reads` (with `commit_syncs`, `credit_syncs`), media
+//! traffic, and the model's own speed (`events`, `events_per_s`,
+//! `wall_secs`). The time fields of these rows are **simulated**:
+//! `ops` = instructions retired by all cores, `secs` = simulated seconds
+//! (every mode runs the same cycles, as in P4), so `ops_per_s` is the
+//! simulated machine's throughput and every non-global row's
+//! `ratio_vs_baseline` is its IPC ÷ the global row's of the same
+//! configuration. Counter columns are `n/a`: nothing ran through a pool.
+//!
+//! Also: a row `workload = average` (variant `fine-grained`) with the
+//! means over the main workloads of the per-workload ratios `ipc_ratio`,
+//! `commit_cycles_ratio` and `sync_reads_ratio` (the headline claims), and
+//! a row `model` with the events per wall-clock second of the whole suite.
+//! The `optane-projection` rows run each recorded trace once on one core
+//! under `adr` with the Optane-like profile and state the projected time
+//! per operation beside the time measured on this machine for the same
+//! operations (without recording).
+
+use crate::ctx::BenchCtx;
+use crate::error::BenchError;
+use crate::row::Row;
+use ferrite_sim::{Config, Mode, NvmProfile, Program, Run, Stats, Synthetic, simulate, synthetic};
+use serde_json::json;
+use std::time::Instant;
+
+/// Simulated cores (P4 runs 16).
+pub const CORES: usize = 16;
+
+/// Commit intervals of the commit-frequency sweep (P4 Fig. 10: 1…100).
+pub const COMMIT_EVERY: [u32; 7] = [1, 2, 5, 10, 20, 50, 100];
+
+/// Sub-queue counts of the sweep P4 lacks.
+pub const SUB_QUEUES: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// Entries per write sub-queue (and credits per queue) of a sweep P4 lacks.
+pub const QUEUE_ENTRIES: [usize; 3] = [4, 8, 16];
+
+/// Media write latencies (ns) of the other sweep P4 lacks.
+pub const WRITE_NS: [f64; 3] = [150.0, 300.0, 600.0];
+
+/// One workload: a program per core.
+pub struct Workload {
+    pub name: String,
+    pub programs: Vec<Program>,
+}
+
+/// `cores` copies of `p`, core `c` rotated to start at op `c × len / cores`
+/// (at an op boundary; the program stays the same cycle of ops).
+pub fn replicate(p: &Program, cores: usize) -> Vec<Program> {
+    (0..cores)
+        .map(|c| {
+            let mut ops = p.ops.clone();
+            if !ops.is_empty() {
+                let k = c * ops.len() / cores.max(1);
+                ops.rotate_left(k);
+            }
+            Program {
+                ops,
+                footprint: p.footprint,
+            }
+        })
+        .collect()
+}
+
+/// The synthetic workload at `commit_every`, one seeded stream per core.
+pub fn synthetic_workload(cores: usize, commit_every: u32, updates: u32) -> Workload {
+    let p = Synthetic {
+        updates,
+        commit_every,
+        ..Synthetic::default()
+    };
+    Workload {
+        name: "synthetic".into(),
+        programs: (0..cores).map(|c| synthetic(&p, 1, c)).collect(),
+    }
+}
+
+/// Tallies the model's speed over the suite.
+#[derive(Default)]
+struct Speed {
+    events: u64,
+    secs: f64,
+}
+
+/// Simulates and turns the statistics into a row.
+#[allow(clippy::too_many_arguments)]
+fn sim_row(
+    cfg: &Config,
+    w: &Workload,
+    run: Run,
+    commit_every: u32,
+    sweep: &str,
+    extra_params: serde_json::Value,
+    speed: &mut Speed,
+) -> Result<(Row, Stats), BenchError> {
+    let t = Instant::now();
+    let s = simulate(cfg, &w.programs, run)
+        .map_err(|e| BenchError::Unsupported(format!("sim {}: {e}", w.name)))?;
+    let wall = t.elapsed().as_secs_f64();
+    speed.events += s.events;
+    speed.secs += wall;
+    let mut r = Row::empty(
+        "sim",
+        cfg.mode.name(),
+        json!({
+            "workload": w.name,
+            "cores": w.programs.len(),
+            "commit_every": commit_every,
+            "sweep": sweep,
+            "nvm": cfg.nvm.name,
+        }),
+    );
+    if let Some(map) = extra_params.as_object() {
+        for (k, v) in map {
+            r.set_param(k, v.clone());
+        }
+    }
+    r.threads = w.programs.len().max(1);
+    r.ops = s.instructions.iter().sum();
+    r.secs = s.cycles as f64 / (cfg.ghz * 1e9);
+    if r.secs > 0.0 && r.ops > 0 {
+        r.ops_per_s = r.ops as f64 / r.secs;
+        r.ns_per_op = 1e9 / r.ops_per_s;
+    }
+    r.reps = 1;
+    r.counters_observed = false;
+    if cfg.mode != Mode::Global {
+        r.baseline = Some("global".into());
+    }
+    r.set_extra("ipc", s.ipc());
+    r.set_extra("cycles", s.cycles);
+    r.set_extra("commits", s.commits());
+    r.set_extra("commit_cycles", s.mean_commit_cycles());
+    r.set_extra("commit_p50", s.commit_quantile(0.5));
+    r.set_extra("commit_p99", s.commit_quantile(0.99));
+    r.set_extra("sync_reads", s.sync_reads);
+    r.set_extra("commit_syncs", s.commit_syncs);
+    r.set_extra("credit_syncs", s.credit_syncs);
+    r.set_extra("media_reads", s.media_reads);
+    r.set_extra("media_writes", s.media_writes);
+    r.set_extra("write_stall_cycles", s.write_stall_cycles);
+    r.set_extra("events", s.events);
+    r.set_extra("wall_secs", wall);
+    if wall > 0.0 {
+        r.set_extra("events_per_s", s.events as f64 / wall);
+    }
+    Ok((r, s))
+}
+
+/// Fills the ratios of one group (rows of one configuration, `global`
+/// among them): `ratio_vs_baseline` (IPC), and for the others
+/// `commit_cycles_ratio` and `sync_reads_ratio` against global.
+fn ratios(group: &mut [(Row, Stats)]) {
+    let Some(g) = group
+        .iter()
+        .find(|(r, _)| r.variant == "global")
+        .map(|(_, s)| s.clone())
+    else {
+        return;
+    };
+    for (r, s) in group.iter_mut().filter(|(r, _)| r.variant != "global") {
+        if g.ipc() > 0.0 {
+            r.ratio_vs_baseline = Some(s.ipc() / g.ipc());
+        }
+        if g.mean_commit_cycles() > 0.0 {
+            r.set_extra(
+                "commit_cycles_ratio",
+                s.mean_commit_cycles() / g.mean_commit_cycles(),
+            );
+        }
+        if g.sync_reads > 0 {
+            r.set_extra(
+                "sync_reads_ratio",
+                s.sync_reads as f64 / g.sync_reads as f64,
+            );
+        }
+    }
+}
+
+/// Runs `modes` on one configuration and returns the rows with ratios.
+#[allow(clippy::too_many_arguments)]
+fn group(
+    base: &Config,
+    modes: &[Mode],
+    w: &Workload,
+    cycles: u64,
+    commit_every: u32,
+    sweep: &str,
+    extra_params: serde_json::Value,
+    speed: &mut Speed,
+) -> Result<Vec<(Row, Stats)>, BenchError> {
+    let mut g = Vec::new();
+    for &m in modes {
+        let cfg = base.clone().with_mode(m);
+        g.push(sim_row(
+            &cfg,
+            w,
+            Run::Cycles(cycles),
+            commit_every,
+            sweep,
+            extra_params.clone(),
+            speed,
+        )?);
+    }
+    ratios(&mut g);
+    Ok(g)
+}
+
+/// Runs the suite.
+pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
+    let cycles: u64 = ctx.scale.pick(200_000, 2_000_000);
+    let updates: u32 = ctx.scale.pick(2_000, 20_000);
+    let mut speed = Speed::default();
+    let mut rows: Vec<Row> = Vec::new();
+    let table2 = Config::table2(Mode::Global);
+
+    let mut workloads = vec![synthetic_workload(CORES, 1, updates)];
+    let recorded = record::all(ctx)?;
+    for r in &recorded {
+        workloads.push(Workload {
+            name: r.name.to_string(),
+            programs: replicate(
+                &Program::from_trace(&r.trace, table2.instr_per_ns, 1),
+                CORES,
+            ),
+        });
+    }
+
+    // The main comparison: every workload, every mode, 16 cores, a commit
+    // per update.
+    let mut per_workload: Vec<(f64, f64, f64)> = Vec::new();
+    for w in &workloads {
+        ctx.note(format!("sim: {} on {CORES} cores, 4 modes", w.name));
+        let g = group(
+            &table2,
+            &Mode::ALL,
+            w,
+            cycles,
+            1,
+            "main",
+            json!({}),
+            &mut speed,
+        )?;
+        if let Some((r, _)) = g.iter().find(|(r, _)| r.variant == "fine-grained") {
+            let x = |k: &str| r.extra.as_ref().and_then(|e| e.get(k)?.as_f64());
+            if let (Some(i), Some(c), Some(s)) = (
+                r.ratio_vs_baseline,
+                x("commit_cycles_ratio"),
+                x("sync_reads_ratio"),
+            ) {
+                per_workload.push((i, c, s));
+            }
+        }
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+    if !per_workload.is_empty() {
+        let n = per_workload.len() as f64;
+        let mean = |f: fn(&(f64, f64, f64)) -> f64| per_workload.iter().map(f).sum::<f64>() / n;
+        let mut avg = Row::empty(
+            "sim",
+            "fine-grained",
+            json!({"workload": "average", "cores": CORES, "commit_every": 1, "sweep": "main", "nvm": "pcm"}),
+        );
+        avg.threads = CORES;
+        avg.counters_observed = false;
+        avg.baseline = Some("global".into());
+        avg.set_extra(
+            "summary",
+            "means over the main workloads of fine-grained ÷ global",
+        );
+        avg.set_extra(
+            "workloads",
+            workloads.iter().map(|w| w.name.clone()).collect::<Vec<_>>(),
+        );
+        avg.set_extra("ipc_ratio", mean(|t| t.0));
+        avg.set_extra("commit_cycles_ratio", mean(|t| t.1));
+        avg.set_extra("sync_reads_ratio", mean(|t| t.2));
+        rows.push(avg);
+    }
+
+    // P4 Fig. 10: commit every 1…100 updates (synthetic).
+    for every in COMMIT_EVERY {
+        ctx.note(format!("sim: commit every {every} updates"));
+        let w = synthetic_workload(CORES, every, updates);
+        let g = group(
+            &table2,
+            &[Mode::Global, Mode::FineGrained],
+            &w,
+            cycles,
+            every,
+            "commit-frequency",
+            json!({}),
+            &mut speed,
+        )?;
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+
+    // Sweeps P4 lacks: sub-queues, media write latency, how concurrent
+    // global commits combine.
+    let w = synthetic_workload(CORES, 1, updates);
+    for q in SUB_QUEUES {
+        ctx.note(format!("sim: {q} sub-queues"));
+        let mut cfg = table2.clone();
+        cfg.sub_queues = q;
+        let g = group(
+            &cfg,
+            &[Mode::Global, Mode::FineGrained],
+            &w,
+            cycles,
+            1,
+            "sub-queues",
+            json!({ "sub_queues": q }),
+            &mut speed,
+        )?;
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+    // At one write per commit a queue never holds more than a write or two
+    // per task; committing every 10 updates lets depth and credits bind.
+    let w10 = synthetic_workload(CORES, 10, updates);
+    for n in QUEUE_ENTRIES {
+        ctx.note(format!("sim: {n} entries per sub-queue"));
+        let mut cfg = table2.clone();
+        cfg.queue_entries = n;
+        let g = group(
+            &cfg,
+            &[Mode::Global, Mode::FineGrained],
+            &w10,
+            cycles,
+            10,
+            "queue-entries",
+            json!({ "queue_entries": n }),
+            &mut speed,
+        )?;
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+    for ns in WRITE_NS {
+        ctx.note(format!("sim: media writes of {ns} ns"));
+        let mut cfg = table2.clone();
+        cfg.nvm.write_ns = ns;
+        cfg.nvm.write_busy_ns = ns;
+        let g = group(
+            &cfg,
+            &[Mode::Global, Mode::FineGrained],
+            &w,
+            cycles,
+            1,
+            "write-latency",
+            json!({ "write_ns": ns }),
+            &mut speed,
+        )?;
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+    for merge in [false, true] {
+        let mut cfg = table2.clone();
+        cfg.merge_global_commits = merge;
+        let g = group(
+            &cfg,
+            &[Mode::Global, Mode::FineGrained],
+            &w,
+            cycles,
+            1,
+            "global-combining",
+            json!({ "merge_global_commits": merge }),
+            &mut speed,
+        )?;
+        rows.extend(g.into_iter().map(|(r, _)| r));
+    }
+
+    // What each recorded technique would cost on Optane-like media.
+    for r in &recorded {
+        let prog = Program::from_trace(&r.trace, table2.instr_per_ns, 1);
+        let ops = prog.commits().max(1) as f64;
+        let w = Workload {
+            name: r.name.to_string(),
+            programs: vec![prog],
+        };
+        for nvm in [NvmProfile::OPTANE, NvmProfile::PCM] {
+            let mut cfg = table2.clone().with_mode(Mode::Adr);
+            cfg.nvm = nvm;
+            let (mut row, s) = sim_row(
+                &cfg,
+                &w,
+                Run::ToCompletion,
+                1,
+                "optane-projection",
+                json!({}),
+                &mut speed,
+            )?;
+            row.baseline = None;
+            let projected = s.cycles as f64 / cfg.ghz / ops;
+            row.set_extra("operations", ops);
+            row.set_extra("projected_ns_per_op", projected);
+            row.set_extra("measured_ns_per_op", r.measured_ns_per_op);
+            row.set_extra("measured_domain", r.measured_domain);
+            rows.push(row);
+        }
+    }
+
+    let mut m = Row::empty(
+        "sim",
+        "model",
+        json!({"workload": "all", "cores": CORES, "commit_every": 1, "sweep": "model"}),
+    );
+    m.ops = speed.events;
+    m.secs = speed.secs;
+    if speed.secs > 0.0 {
+        m.ops_per_s = speed.events as f64 / speed.secs;
+        m.ns_per_op = 1e9 / m.ops_per_s;
+    }
+    m.reps = 1;
+    m.counters_observed = false;
+    m.set_extra("events_per_s", m.ops_per_s);
+    m.set_extra(
+        "what",
+        "discrete events processed by ferrite-sim per wall-clock second, whole suite",
+    );
+    rows.push(m);
+    Ok(rows)
+}
+
+/// A recorded workload.
+pub struct Recorded {
+    pub name: &'static str,
+    pub trace: ferrite_pmem::trace::ThreadTrace,
+    /// Wall ns per operation measured on this machine without recording.
+    pub measured_ns_per_op: f64,
+    /// The domain that measurement ran in.
+    pub measured_domain: &'static str,
+}
+
+#[cfg(not(feature = "trace"))]
+mod record {
+    use super::*;
+
+    /// Without the feature `trace` nothing can be recorded: the suite runs
+    /// the synthetic workload only, and says so.
+    pub fn all(ctx: &BenchCtx) -> Result<Vec<Recorded>, BenchError> {
+        ctx.note("sim: built without feature `trace`: recorded workloads skipped");
+        Ok(Vec::new())
+    }
+}
+
+#[cfg(feature = "trace")]
+pub mod record {
+    //! Records the persist traces of Ferrite components (feature `trace`).
+
+    use super::*;
+    use ferrite_blocks::log::{Algorithm, Log, LogError};
+    use ferrite_ds::{self as ds, DsOptions, Structure};
+    use ferrite_engine::{EngineKind, LAYOUT, Store, StoreOptions};
+    use ferrite_pmem::trace::{self, EventKind, ThreadTrace};
+    use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
+    use ferrite_tx::{Strategy, TxOptions, TxPool};
+
+    fn bad(what: &str, e: impl std::fmt::Display) -> BenchError {
+        BenchError::Unsupported(format!("sim recording, {what}: {e}"))
+    }
+
+    /// The domain timings run in: `adr` when the CPU can flush.
+    fn timing_domain() -> Domain {
+        if FlushKind::best().is_some() {
+            Domain::Adr
+        } else {
+            Domain::Eadr
+        }
+    }
+
+    /// The measured part of a workload: between [`Phase::begin`] and
+    /// [`Phase::end`], with [`Phase::op_done`] after each operation.
+    pub struct Phase {
+        recording: bool,
+        started: Option<Instant>,
+        elapsed_ns: f64,
+        trace: Option<trace::Trace>,
+    }
+
+    impl Phase {
+        pub fn begin(&mut self) {
+            if self.recording {
+                trace::start();
+            }
+            self.started = Some(Instant::now());
+        }
+
+        /// A commit point of the driver: after each whole operation.
+        pub fn op_done(&self) {
+            if self.recording {
+                trace::commit_point();
+            }
+        }
+
+        pub fn end(&mut self) {
+            if let Some(t) = self.started.take() {
+                self.elapsed_ns = t.elapsed().as_nanos() as f64;
+            }
+            if self.recording {
+                self.trace = Some(trace::stop());
+            }
+        }
+    }
+
+    /// Runs `work` twice on fresh state: timed in `timing_domain()`, then
+    /// recorded in `eadr`. Returns this thread's trace and ns per op.
+    fn record_with(
+        ops: u64,
+        work: impl Fn(Domain, &mut Phase) -> Result<(), BenchError>,
+    ) -> Result<(ThreadTrace, f64, &'static str), BenchError> {
+        let d = timing_domain();
+        let mut timed = Phase {
+            recording: false,
+            started: None,
+            elapsed_ns: 0.0,
+            trace: None,
+        };
+        work(d, &mut timed)?;
+        let mut rec = Phase {
+            recording: true,
+            started: None,
+            elapsed_ns: 0.0,
+            trace: None,
+        };
+        let res = work(Domain::Eadr, &mut rec);
+        if rec.trace.is_none() && rec.started.is_some() {
+            // Stopped early by an error: end the recording.
+            rec.end();
+        }
+        res?;
+        // This thread's trace is the one with the commit points.
+        let mine = rec
+            .trace
+            .unwrap_or_default()
+            .threads
+            .into_iter()
+            .max_by_key(|th| th.count(EventKind::Commit))
+            .unwrap_or_default();
+        Ok((mine, timed.elapsed_ns / ops.max(1) as f64, d.name()))
+    }
+
+    pub fn log(ops: u64) -> Result<Recorded, BenchError> {
+        let v = Algorithm::Classic.variants()[0];
+        let rec = [0x5au8; 64];
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(&PoolOptions::new("sim-log", 8 << 20).domain(d))?;
+            let mut log = Log::create(pool.data(), v).map_err(|e| bad("log", e))?;
+            ph.begin();
+            for _ in 0..ops {
+                match log.append(&rec) {
+                    Ok(_) => {}
+                    Err(LogError::Full { .. }) => {
+                        let end = log.next_lsn();
+                        log.truncate(end).map_err(|e| bad("truncate", e))?;
+                        log.append(&rec).map_err(|e| bad("append", e))?;
+                    }
+                    Err(e) => return Err(bad("append", e)),
+                }
+                ph.op_done();
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "log",
+            trace,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    pub fn tx_hashmap(ops: u64) -> Result<Recorded, BenchError> {
+        let value = [0x33u8; crate::tx_suite::VALUE_LEN];
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(
+                &PoolOptions::new("sim-tx", (ops * 400 + (96 << 20)).next_multiple_of(1 << 20))
+                    .domain(d),
+            )?;
+            crate::tx_suite::prefault(&pool);
+            let txp = TxPool::create(
+                &pool,
+                &TxOptions::new(Strategy::Undo).slots(2),
+                ds::registry(),
+            )
+            .map_err(|e| bad("tx pool", e))?;
+            let mut th = txp.thread().map_err(|e| bad("attach", e))?;
+            let map = ds::create(Structure::HashMap, &mut th, DsOptions::default())
+                .map_err(|e| bad("hash map", e))?;
+            ph.begin();
+            for i in 0..ops {
+                map.insert(&mut th, crate::tx_suite::ycsb_key(i), &value)
+                    .map_err(|e| bad("insert", e))?;
+                ph.op_done();
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "tx-hashmap",
+            trace,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    pub fn engine_ycsb_a(ops: u64) -> Result<Recorded, BenchError> {
+        use ferrite_workload::{Generator, Loader, Op, Workload};
+        let records = ops.max(100);
+        let w = Workload::parse("ycsb-a")
+            .map_err(|e| bad("workload", e))?
+            .with_records(records)
+            .with_operations(ops);
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, 128 << 20).domain(d))?;
+            let store = Store::create(&pool, &StoreOptions::new(EngineKind::Cow))
+                .map_err(|e| bad("store", e))?;
+            let mut s = store.session().map_err(|e| bad("session", e))?;
+            let mut l = Loader::new(&w);
+            while let Some((k, v)) = l.next_record() {
+                s.put(k, v).map_err(|e| bad("load", e))?;
+            }
+            let mut g = Generator::new(&w, 7, 0, 1).map_err(|e| bad("generator", e))?;
+            ph.begin();
+            for _ in 0..ops {
+                let r = match g.next_op() {
+                    Some(Op::Read { key }) => s.get(key).map(|_| ()),
+                    Some(Op::Insert { key, value }) | Some(Op::Update { key, value }) => {
+                        s.put(key, value)
+                    }
+                    Some(Op::ReadModifyWrite { key, value }) => {
+                        s.get(key).and_then(|_| s.put(key, value))
+                    }
+                    Some(Op::Delete { key }) => s.delete(key).map(|_| ()),
+                    Some(Op::Scan { key, len }) => s.scan(key, len).map(|_| ()),
+                    None => Ok(()),
+                };
+                r.map_err(|e| bad("ycsb op", e))?;
+                ph.op_done();
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "engine-ycsb-a",
+            trace,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    /// Every recorded workload at the context's scale.
+    pub fn all(ctx: &BenchCtx) -> Result<Vec<Recorded>, BenchError> {
+        let ops: u64 = ctx.scale.pick(1_000, 10_000);
+        ctx.note(format!(
+            "sim: recording log, tx-hashmap, engine-ycsb-a ({ops} ops each)"
+        ));
+        Ok(vec![log(ops)?, tx_hashmap(ops)?, engine_ycsb_a(ops)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_sim::Op;
+
+    #[test]
+    fn replicas_are_rotations_of_one_program() {
+        let p = Program {
+            ops: (0..8).map(Op::Load).collect(),
+            footprint: 8,
+        };
+        let r = replicate(&p, 4);
+        assert_eq!(r.len(), 4);
+        assert_eq!(r[0], p);
+        assert_eq!(r[1].ops[0], Op::Load(2));
+        assert_eq!(r[3].ops[7], Op::Load(5));
+        for q in &r {
+            let mut a = q.ops.clone();
+            a.sort_by_key(|o| format!("{o:?}"));
+            let mut b = p.ops.clone();
+            b.sort_by_key(|o| format!("{o:?}"));
+            assert_eq!(a, b);
+        }
+        assert!(
+            replicate(&Program::default(), 3)
+                .iter()
+                .all(|p| p.ops.is_empty())
+        );
+    }
+
+    #[test]
+    fn fine_grained_rows_carry_the_ipc_ratio_against_global() {
+        let w = synthetic_workload(4, 1, 300);
+        let mut speed = Speed::default();
+        let g = group(
+            &Config::table2(Mode::Global),
+            &Mode::ALL,
+            &w,
+            50_000,
+            1,
+            "main",
+            json!({}),
+            &mut speed,
+        )
+        .unwrap();
+        let find = |v: &str| g.iter().find(|(r, _)| r.variant == v).unwrap();
+        let (gr, gs) = find("global");
+        let (fr, fs) = find("fine-grained");
+        assert_eq!(gr.ratio_vs_baseline, None);
+        assert_eq!(fr.baseline.as_deref(), Some("global"));
+        let want = fs.ipc() / gs.ipc();
+        assert!((fr.ratio_vs_baseline.unwrap() - want).abs() < 1e-12);
+        // The harness's own ratio (ops/s) is the same number: equal cycles.
+        let mut rows: Vec<Row> = g.iter().map(|(r, _)| r.clone()).collect();
+        crate::row::set_ratios(&mut rows);
+        let f2 = rows.iter().find(|r| r.variant == "fine-grained").unwrap();
+        assert!((f2.ratio_vs_baseline.unwrap() - want).abs() < 1e-9);
+        let x = |k: &str| fr.extra.as_ref().unwrap()[k].as_f64().unwrap();
+        assert!(
+            (x("commit_cycles_ratio") - fs.mean_commit_cycles() / gs.mean_commit_cycles()).abs()
+                < 1e-12
+        );
+        assert_eq!(fr.params["workload"], "synthetic");
+        assert_eq!(fr.params["cores"], 4);
+        assert_eq!(fr.params["commit_every"], 1);
+        assert!(speed.events > 0);
+    }
+
+    #[cfg(feature = "trace")]
+    #[test]
+    fn recorded_log_has_one_commit_per_append_and_its_persists() {
+        use ferrite_pmem::trace::EventKind;
+        let r = record::log(50).unwrap();
+        assert_eq!(r.trace.count(EventKind::Commit), 50);
+        assert!(r.trace.count(EventKind::Fence) >= 50);
+        assert!(r.trace.count(EventKind::Flush) + r.trace.count(EventKind::NtStore) >= 50);
+        assert!(r.measured_ns_per_op > 0.0);
+        let p = Program::from_trace(&r.trace, 2.0, 1);
+        assert_eq!(p.commits(), 50);
+        let s = simulate(&Config::table2(Mode::Adr), &[p], Run::ToCompletion).unwrap();
+        assert_eq!(s.commits(), 50);
+        assert!(s.media_writes > 0);
+    }
+}
