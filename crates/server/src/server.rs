@@ -132,8 +132,43 @@ const SEED_BATCH: usize = 4096;
 pub const HINTS_MAX: usize = 4096;
 
 /// Fetches on the read fast path that a shard has not applied to its
-/// eviction view yet: (map key, charge).
-type Hints = Mutex<Vec<(Vec<u8>, u64)>>;
+/// eviction view yet: map keys laid end to end (no allocation per hit),
+/// each with its end and charge.
+#[derive(Default)]
+struct HintQueue {
+    keys: Vec<u8>,
+    /// (end of the key in `keys`, charge).
+    ends: Vec<(usize, u64)>,
+}
+
+impl HintQueue {
+    /// Queue a hit; false when the queue is full ([`HINTS_MAX`]).
+    fn push(&mut self, map_key: &[u8], charge: u64) -> bool {
+        if self.ends.len() >= HINTS_MAX {
+            return false;
+        }
+        self.keys.extend_from_slice(map_key);
+        self.ends.push((self.keys.len(), charge));
+        true
+    }
+
+    /// Every queued hit, oldest first.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        let mut start = 0;
+        self.ends.iter().map(move |&(end, charge)| {
+            let k = &self.keys[start..end];
+            start = end;
+            (k, charge)
+        })
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.ends.clear();
+    }
+}
+
+type Hints = Mutex<HintQueue>;
 
 /// State every connection shares.
 struct Ctx<'s> {
@@ -177,7 +212,7 @@ fn shard_loop<K: Kv>(
     rx: &mpsc::Receiver<Msg>,
     group: usize,
 ) {
-    let mut taken: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut taken = HintQueue::default();
     let mut jobs: Vec<Job> = Vec::with_capacity(group);
     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(group);
     // Seeds are applied between requests, never inside a group.
@@ -201,10 +236,11 @@ fn shard_loop<K: Kv>(
         // count for eviction and meta `h` before anything this shard runs
         // next (module docs).
         std::mem::swap(&mut *hints.lock(), &mut taken);
-        if !taken.is_empty() {
-            for (k, ch) in taken.drain(..) {
-                cache.remote_hit(&k, ch);
+        if !taken.ends.is_empty() {
+            for (k, ch) in taken.iter() {
+                cache.remote_hit(k, ch);
             }
+            taken.clear();
             cache.settle(true);
         }
         let Some(first) = seed(cache, first) else {
@@ -307,7 +343,7 @@ where
     let nshards = opts.shards.max(1);
     let group = opts.group_commit.max(1);
     let budget = (opts.memory / nshards as u64).max(1);
-    let hints: Vec<Hints> = (0..nshards).map(|_| Mutex::new(Vec::new())).collect();
+    let hints: Vec<Hints> = (0..nshards).map(|_| Mutex::default()).collect();
     shared.start_seeding(nshards);
     std::thread::scope(|scope| -> Result<(), ServeError> {
         let mut senders = Vec::with_capacity(nshards);
@@ -641,18 +677,14 @@ fn fast_get(ctx: &Ctx<'_>, f: &mut Fast<'_>, key: &[u8], rctx: &ReqCtx, out: &mu
     };
     match crate::store::read_live(&mut **reader, ctx.shared, key, map_key, buf, now) {
         Ok(ReadPath::Hit(it, charge)) => {
-            {
-                let mut hints = ctx.hints[shard].lock();
-                if hints.len() >= HINTS_MAX {
-                    return false;
-                }
-                hints.push((map_key.clone(), charge));
+            if !ctx.hints[shard].lock().push(map_key, charge) {
+                return false;
             }
             let st = &ctx.shared.stats;
             st.cmd_get.fetch_add(1, Relaxed);
             st.get_hits.fetch_add(1, Relaxed);
             st.fast_gets.fetch_add(1, Relaxed);
-            encode_hit(key, &it, now, rctx, out);
+            encode_hit(key, &it, &buf[crate::store::HEADER..], now, rctx, out);
             true
         }
         Ok(ReadPath::Miss) => {
@@ -667,9 +699,10 @@ fn fast_get(ctx: &Ctx<'_>, f: &mut Fast<'_>, key: &[u8], rctx: &ReqCtx, out: &mu
     }
 }
 
-/// A get's hit for `key` (text, binary or a non-meta get of any kind).
-fn encode_hit(key: &[u8], it: &Item, now: u64, rctx: &ReqCtx, out: &mut Vec<u8>) {
-    let mut v = ItemView::new(key, it.flags, &it.data, it.cas);
+/// A get's hit for `key` (text, binary or a non-meta get of any kind)
+/// with data `data`.
+fn encode_hit(key: &[u8], it: &Item, data: &[u8], now: u64, rctx: &ReqCtx, out: &mut Vec<u8>) {
+    let mut v = ItemView::new(key, it.flags, data, it.cas);
     v.ttl = it.ttl(now);
     v.last_access = now.saturating_sub(it.time);
     protocol::encode(&Response::Hit(v), rctx, out);
@@ -933,7 +966,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                         if touch.is_some() {
                             st.touch_hits.fetch_add(1, Relaxed);
                         }
-                        encode_hit(key, &it, now, &req.ctx, out);
+                        encode_hit(key, &it, &it.data, now, &req.ctx, out);
                     }
                     Ok(None) => {
                         st.get_misses.fetch_add(1, Relaxed);

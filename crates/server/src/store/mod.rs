@@ -172,7 +172,8 @@ pub trait Reader {
 /// What [`read_live`] found.
 #[derive(Debug)]
 pub enum ReadPath {
-    /// A live item and its charge ([`charge`]).
+    /// A live item (its data left empty: it is `buf[HEADER..]` of the
+    /// [`read_live`] call) and its charge ([`charge`]).
     Hit(Item, u64),
     /// No item under the key.
     Miss,
@@ -198,7 +199,7 @@ pub fn read_live(
     if !r.get_into(map_key, buf)? {
         return Ok(ReadPath::Miss);
     }
-    let it = Item::decode(buf)?;
+    let it = Item::decode_header(buf)?;
     if (it.exptime != 0 && now >= it.exptime) || shared.flushed(&it, now) {
         return Ok(ReadPath::Shard);
     }
@@ -340,6 +341,14 @@ impl Item {
     }
 
     pub fn decode(b: &[u8]) -> Result<Item> {
+        let mut it = Item::decode_header(b)?;
+        it.data = b[HEADER..].to_vec();
+        Ok(it)
+    }
+
+    /// [`Item::decode`] without the data (left empty): for a reader that
+    /// uses the data where it lies, `&b[HEADER..]`.
+    pub fn decode_header(b: &[u8]) -> Result<Item> {
         if b.len() < HEADER {
             return Err(StoreError::Corrupt("shorter than its header"));
         }
@@ -361,7 +370,7 @@ impl Item {
             time: u64_at(20) & TIME_MAX,
             stale: state & STATE_STALE != 0,
             token_sent: state & STATE_TOKEN_SENT != 0,
-            data: b[HEADER..].to_vec(),
+            data: Vec::new(),
         })
     }
 
