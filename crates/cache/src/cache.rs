@@ -542,8 +542,18 @@ impl Cache {
             m.free_slots.push(s);
             return Err(e);
         }
+        self.install_clean(m, s, page, &buf);
+        self.stats.page_ins.fetch_add(1, Ordering::Relaxed);
+        Ok(Loc::Pmem(s))
+    }
+
+    /// Puts the clean content `data` of disk page `page` into free slot
+    /// `s`: the slot's bytes are durable before its entry names the page
+    /// (so a crash never shows the entry over other bytes), then the slot
+    /// is mapped.
+    fn install_clean(&self, m: &mut Meta, s: u32, page: u32, data: &[u8]) {
         let off = self.geo.slot_off(s);
-        self.region.write(off, &buf);
+        self.region.write(off, data);
         self.region.persist(off, PAGE);
         self.set_entry_persist(
             m,
@@ -555,8 +565,6 @@ impl Cache {
         );
         m.accessed[s as usize] = false;
         m.lookup.insert(page, Loc::Pmem(s));
-        self.stats.page_ins.fetch_add(1, Ordering::Relaxed);
-        Ok(Loc::Pmem(s))
     }
 
     /// A free DRAM frame; a victim (unlocked, second chance) goes back to
@@ -581,20 +589,8 @@ impl Cache {
                 continue;
             }
             if let Some(s) = m.free_slots.pop() {
-                let off = self.geo.slot_off(s);
                 let data = self.frames[f].lock().to_vec();
-                self.region.write(off, &data);
-                self.region.persist(off, PAGE);
-                self.set_entry_persist(
-                    m,
-                    s,
-                    Some(Entry {
-                        page,
-                        state: SlotState::Clean,
-                    }),
-                );
-                m.accessed[s as usize] = false;
-                m.lookup.insert(page, Loc::Pmem(s));
+                self.install_clean(m, s, page, &data);
                 self.stats.demotions.fetch_add(1, Ordering::Relaxed);
             } else {
                 m.lookup.remove(&page);
