@@ -310,29 +310,42 @@ fn run_cache(cfg: &Config) -> Result<Vec<Outcome>, String> {
         .collect())
 }
 
+/// A check's runs: (scenario, report).
+type Runs = Vec<(String, Report)>;
+
+/// Runs a planted bug's check on its `share` of the budget; one not caught
+/// in it is explored again with twice the budget, up to 16 times the share
+/// (at least 4000 states): some bugs need a crash at one of a few fences,
+/// and a small --budget (a quick report's) must not report a bug as
+/// uncaught that a few thousand states catch. A replay (`--at`) runs once.
+/// Returns the last runs, their crash states and their violations.
+fn until_caught(
+    mut share: Config,
+    mut check: impl FnMut(&Config) -> Result<Runs, String>,
+) -> Result<(Runs, usize, usize), String> {
+    let cap = (share.budget * 16).max(4000);
+    loop {
+        let runs = check(&share)?;
+        let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
+            (s + r.states, v + r.violation_count)
+        });
+        if caught > 0 || share.budget >= cap || share.only.is_some() {
+            return Ok((runs, states, caught));
+        }
+        let b = share.budget * 2;
+        share = share.budget(b);
+    }
+}
+
 /// Each planted bug gets an equal share of the budget and must show
 /// violations in it.
 fn run_cache_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let faults = ferrite_cache::checks::PLANTED;
     let mut out = Vec::new();
     for f in faults {
-        // As for ptm-planted: a bug not caught in its share is explored
-        // again with twice the budget, up to 16 times the share (at least
-        // 4000 states), so a small --budget does not report it uncaught.
-        let mut c = split(cfg, faults.len());
-        let cap = (c.budget * 16).max(4000);
-        let (runs, states, caught) = loop {
-            let runs =
-                ferrite_cache::checks::check_fault(&c, Some(f)).map_err(|e| e.to_string())?;
-            let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
-                (s + r.states, v + r.violation_count)
-            });
-            if caught > 0 || c.budget >= cap || c.only.is_some() {
-                break (runs, states, caught);
-            }
-            let b = c.budget * 2;
-            c = c.budget(b);
-        };
+        let (runs, states, caught) = until_caught(split(cfg, faults.len()), |c| {
+            ferrite_cache::checks::check_fault(c, Some(f)).map_err(|e| e.to_string())
+        })?;
         if caught == 0 && cfg.only.is_none() {
             return Err(format!(
                 "planted bug {f:?} was not caught in {states} crash states (raise --budget)"
@@ -387,26 +400,10 @@ fn run_ptm_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
         .collect();
     let mut out = Vec::new();
     for (alg, (name, fault, fence_removal)) in &all {
-        // Each bug gets its share of the budget; one not caught in it is
-        // explored again with twice the budget, up to 16 times the share
-        // (at least 4000 states): some need a crash at one of a few
-        // fences, and a small --budget (a quick report's) must not report
-        // a bug as uncaught that a few thousand states catch.
-        let mut c = split(cfg, all.len());
-        let cap = (c.budget * 16).max(4000);
-        let (runs, states, caught) = loop {
-            let runs =
-                ferrite_ptm::checks::check_ptm_fault(*alg, c.clone(), *fault, *fence_removal)
-                    .map_err(|e| e.to_string())?;
-            let (states, caught) = runs.iter().fold((0, 0), |(s, v), (_, r)| {
-                (s + r.states, v + r.violation_count)
-            });
-            if caught > 0 || c.budget >= cap || c.only.is_some() {
-                break (runs, states, caught);
-            }
-            let b = c.budget * 2;
-            c = c.budget(b);
-        };
+        let (runs, states, caught) = until_caught(split(cfg, all.len()), |c| {
+            ferrite_ptm::checks::check_ptm_fault(*alg, c.clone(), *fault, *fence_removal)
+                .map_err(|e| e.to_string())
+        })?;
         if caught == 0 {
             return Err(format!(
                 "planted bug {alg}/{name} was not caught in {states} crash states (raise --budget)"

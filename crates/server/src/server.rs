@@ -184,6 +184,13 @@ struct Ctx<'s> {
     scan_over: AtomicBool,
 }
 
+impl Ctx<'_> {
+    /// The shard that owns `key`.
+    fn shard_of(&self, key: &[u8]) -> usize {
+        (fnv1a(key) % self.shards.len() as u64) as usize
+    }
+}
+
 /// Opens a read fast path handle (`None`: none to be had).
 type MakeReader<'r> = dyn Fn() -> Option<Box<dyn Reader + 'r>> + Sync + 'r;
 
@@ -641,15 +648,20 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx<'_>, fast: &FastCell<'_>) {
 
 /// Run `req` on the shard that owns `key`; the encoded reply.
 async fn on_shard(ctx: &Ctx<'_>, key: &[u8], req: Request) -> Vec<u8> {
-    let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
-    let (tx, rx) = oneshot::channel();
-    if ctx.shards[shard]
-        .send(Msg::Job(Job { req, reply: tx }))
-        .is_err()
-    {
-        return Vec::new();
+    match to_shard(ctx, key, req) {
+        Some(rx) => rx.await.unwrap_or_default(),
+        None => Vec::new(),
     }
-    rx.await.unwrap_or_default()
+}
+
+/// Queue `req` on the shard that owns `key`; where its encoded reply will
+/// come (`None`: the shard is gone).
+fn to_shard(ctx: &Ctx<'_>, key: &[u8], req: Request) -> Option<oneshot::Receiver<Vec<u8>>> {
+    let (tx, rx) = oneshot::channel();
+    ctx.shards[ctx.shard_of(key)]
+        .send(Msg::Job(Job { req, reply: tx }))
+        .ok()?;
+    Some(rx)
 }
 
 /// The read fast path (module docs) for one key of a plain get: answer a
@@ -664,7 +676,7 @@ fn fast_get(ctx: &Ctx<'_>, f: &mut Fast<'_>, key: &[u8], rctx: &ReqCtx, out: &mu
         f.retried = true;
         f.reader = (f.make)();
     }
-    let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
+    let shard = ctx.shard_of(key);
     let now = now_unix();
     let Fast {
         reader: Some(reader),
@@ -751,15 +763,7 @@ async fn handle(ctx: &Ctx<'_>, fast: &FastCell<'_>, req: Request, out: &mut Vec<
                         },
                         ctx: req.ctx.clone(),
                     };
-                    let shard = (fnv1a(key) % ctx.shards.len() as u64) as usize;
-                    let (tx, rx) = oneshot::channel();
-                    if ctx.shards[shard]
-                        .send(Msg::Job(Job {
-                            req: sub,
-                            reply: tx,
-                        }))
-                        .is_ok()
-                    {
+                    if let Some(rx) = to_shard(ctx, key, sub) {
                         parts.push(Err(rx));
                     }
                 }

@@ -1,7 +1,7 @@
 //! [`Kv`] over a `ferrite-engine` session (in-place, LSM or copy-on-write):
 //! each `put`/`delete` is durable when it returns (the engine's contract).
 
-use super::{Kv, Reader, Result, StoreError};
+use super::{Kv, KvReader, Result, StoreError};
 use ferrite_engine::{EngineError, Op, Session};
 
 /// One thread's engine session.
@@ -58,23 +58,10 @@ impl Kv for EngineKv<'_> {
     }
 }
 
-/// The read fast path's handle: a session of its own. Every engine
-/// publishes a write to readers only after its commit is durable (InP
-/// applies its redo record after the fence, LSM inserts into the memtable
-/// after its record's fence, CoW switches the version after the publish),
-/// so a reader never sees a write a crash could take back.
-pub struct EngineReader<'a>(pub EngineKv<'a>);
-
-impl Reader for EngineReader<'_> {
-    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.0.get_into(key, out)
-    }
-}
-
 /// Serve `store` (see [`crate::server::run`]); the shard count is capped
 /// at the sessions the store was created with, less the one the start-up
 /// scan holds (a store with one session cannot serve); connection threads
-/// take the sessions left for their read fast path ([`EngineReader`]).
+/// take the sessions left for their read fast path ([`KvReader`]).
 pub fn serve(
     store: &ferrite_engine::Store,
     mut opts: crate::server::Options,
@@ -86,11 +73,15 @@ pub fn serve(
     opts.shards = opts.shards.clamp(1, (sessions - 1).max(1));
     crate::server::run(
         || store.session().map(EngineKv::new).map_err(err),
-        // A connection thread finds a session for its reader if the store
-        // has more than the shards and the scan need (`ferrite serve`
-        // creates stores with one per connection thread more), or once
-        // the scan has given its own back.
-        || Ok(store.session().ok().map(|s| EngineReader(EngineKv::new(s)))),
+        // The read fast path reads through a session of its own. Every
+        // engine publishes a write to readers only after its commit is
+        // durable (InP applies its redo record after the fence, LSM
+        // inserts into the memtable after its record's fence, CoW switches
+        // the version after the publish). A connection thread finds a
+        // session if the store has more than the shards and the scan need
+        // (`ferrite serve` creates stores with one per connection thread
+        // more), or once the scan has given its own back.
+        || Ok(store.session().ok().map(|s| KvReader(EngineKv::new(s)))),
         opts,
         listener,
         stop,

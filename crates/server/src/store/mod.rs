@@ -163,10 +163,29 @@ pub trait Kv {
 /// reads under ownership records, so both qualify ([`tx`], [`ptm`]).
 /// A group commit's writes are applied to the map only by its durable
 /// batch, so no reader sees them before. The engines qualify too, with a
-/// session per reader ([`engine::EngineReader`]).
+/// session per reader ([`KvReader`]).
 pub trait Reader {
     /// [`Kv::get_into`] from any thread.
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+}
+
+/// The map key of client key `key` (module docs, "Keys in the map"),
+/// into `out`.
+fn map_key_into(out: &mut Vec<u8>, key: &[u8]) {
+    out.clear();
+    out.push(b'k');
+    out.extend_from_slice(key);
+}
+
+/// A [`Kv`] handle of its own serving as a [`Reader`]: for stores whose
+/// `serve` argues that this handle's reads see only durable writes (the
+/// engines' sessions, the PTM's threads, the PMDK map).
+pub struct KvReader<K>(pub K);
+
+impl<K: Kv> Reader for KvReader<K> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.0.get_into(key, out)
+    }
 }
 
 /// What [`read_live`] found.
@@ -193,14 +212,12 @@ pub fn read_live(
     buf: &mut Vec<u8>,
     now: u64,
 ) -> Result<ReadPath> {
-    map_key.clear();
-    map_key.push(b'k');
-    map_key.extend_from_slice(key);
+    map_key_into(map_key, key);
     if !r.get_into(map_key, buf)? {
         return Ok(ReadPath::Miss);
     }
     let it = Item::decode_header(buf)?;
-    if (it.exptime != 0 && now >= it.exptime) || shared.flushed(&it, now) {
+    if it.expired(now) || shared.flushed(&it, now) {
         return Ok(ReadPath::Shard);
     }
     Ok(ReadPath::Hit(it, charge(map_key.len(), buf.len())))
@@ -372,6 +389,11 @@ impl Item {
             token_sent: state & STATE_TOKEN_SENT != 0,
             data: Vec::new(),
         })
+    }
+
+    /// Has the item's expiry passed at `now`?
+    pub fn expired(&self, now: u64) -> bool {
+        self.exptime != 0 && now >= self.exptime
     }
 
     /// Seconds of life left at `now` (`None` = never expires).
@@ -844,9 +866,7 @@ impl<'s, K: Kv> Cache<'s, K> {
     }
 
     fn map_key(&mut self, key: &[u8]) {
-        self.key.clear();
-        self.key.push(b'k');
-        self.key.extend_from_slice(key);
+        map_key_into(&mut self.key, key);
     }
 
     /// The live item at the mapped key, removing it if expired or flushed.
@@ -862,7 +882,7 @@ impl<'s, K: Kv> Cache<'s, K> {
         }
         let it = Item::decode(&self.buf)?;
         let ch = charge(self.key.len(), self.buf.len());
-        let expired = it.exptime != 0 && now >= it.exptime;
+        let expired = it.expired(now);
         let flushed = !expired && self.shared.flushed(&it, now);
         if expired || flushed {
             if expired {

@@ -18,7 +18,7 @@
 //! file for persistent memory (real DAX, or `PMEM_IS_PMEM_FORCE=1`, as
 //! the benchmarks set on /dev/shm), `msync` otherwise.
 
-use super::{Kv, Reader, Result, StoreError};
+use super::{Kv, KvReader, Result, StoreError};
 use ferrite_pmdk::bytemap::PmemByteMap;
 use std::path::Path;
 
@@ -91,18 +91,6 @@ impl Kv for PmdkKv<'_> {
     }
 }
 
-/// The read fast path's handle: the shared map. A lookup read-locks its
-/// sub-map, and a batch holds its write locks until its libpmemobj
-/// transaction has committed (durably), so a reader never sees a write a
-/// crash could roll back.
-pub struct PmdkReader<'m>(pub PmdkKv<'m>);
-
-impl Reader for PmdkReader<'_> {
-    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.0.get_into(key, out)
-    }
-}
-
 /// Serve the map `map` (see [`crate::server::run`]).
 pub fn serve(
     map: &PmemByteMap,
@@ -113,7 +101,11 @@ pub fn serve(
 ) -> std::result::Result<(), crate::server::ServeError> {
     crate::server::run(
         || Ok(PmdkKv::new(map)),
-        || Ok(Some(PmdkReader(PmdkKv::new(map)))),
+        // The read fast path reads the shared map: a lookup read-locks its
+        // sub-map, and a batch holds its write locks until its libpmemobj
+        // transaction has committed (durably), so a reader never sees a
+        // write a crash could roll back.
+        || Ok(Some(KvReader(PmdkKv::new(map)))),
         opts,
         listener,
         stop,

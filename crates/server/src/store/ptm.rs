@@ -25,7 +25,7 @@
 //! transaction), which the PTM does not log, so a 1 MiB value does not
 //! need a 1 MiB log.
 
-use super::{Kv, Reader, Result, StoreError};
+use super::{Kv, KvReader, Result, StoreError};
 use ferrite_pmem::POff;
 use ferrite_ptm::ds::hash::PHashMap;
 use ferrite_ptm::{Ptm, PtmError, PtmThread, Tx, TxResult};
@@ -311,19 +311,6 @@ impl Kv for PtmKv<'_> {
     }
 }
 
-/// The read fast path reads through a thread handle of its own: a PTM
-/// read is a read-only transaction validated against the orecs, and a
-/// writer releases its orecs only after its commit is durable (both
-/// algorithms, [`ferrite_ptm`]'s `tx` module), so a reader never sees a
-/// write a crash could take back.
-pub struct PtmReader<'p>(pub PtmKv<'p>);
-
-impl Reader for PtmReader<'_> {
-    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.0.get_into(key, out)
-    }
-}
-
 /// Serve the PTM `ptm` (see [`crate::server::run`]); the shard count is
 /// capped below the PTM's thread slots (one is the start-up scan's).
 pub fn serve(
@@ -336,11 +323,16 @@ pub fn serve(
     let map = open_map(ptm)?;
     let slots = usize::from(ptm.options().slots).max(1);
     opts.shards = opts.shards.clamp(1, (slots - 1).max(1));
+    // The read fast path reads through a thread handle of its own: a PTM
+    // read is a read-only transaction validated against the orecs, and a
+    // writer releases its orecs only after its commit is durable (both
+    // algorithms, ferrite_ptm's `tx` module), so a reader never sees a
+    // write a crash could take back.
     // A worker without a free thread slot for its reader sends its gets
     // to the shards.
     crate::server::run(
         || PtmKv::new(ptm, map),
-        || Ok(PtmKv::new(ptm, map).ok().map(PtmReader)),
+        || Ok(PtmKv::new(ptm, map).ok().map(KvReader)),
         opts,
         listener,
         stop,
