@@ -7,6 +7,7 @@ mod checks;
 mod deep;
 mod kv;
 mod progress;
+mod run;
 mod serve;
 mod size;
 mod trace;
@@ -174,6 +175,9 @@ Examples:
   ferrite trace --show selftest.trace
   ferrite trace --out log.trace --max-events 200000 -- bench log --quick --reps 1")]
     Trace(trace::TraceArgs),
+    /// Run a program under whole-process persistence: after a failure,
+    /// --resume continues every thread where it stopped [P1 ch4].
+    Run(run::RunArgs),
     /// Create, inspect and verify pool files.
     #[command(after_help = "\
 Examples:
@@ -311,6 +315,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         Cmd::Pool { cmd } => pool(cmd),
         Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Run(a) => run::run(a),
         Cmd::Trace(a) => trace::run(a, |args| {
             let cli = Cli::try_parse_from(std::iter::once("ferrite".to_string()).chain(args))
                 .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
