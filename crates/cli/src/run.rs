@@ -116,6 +116,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
         lib: a.lib.unwrap_or_else(default_lib),
         fail_after,
         trigger: Some(trigger),
+        stdin: None,
+        stdout: None,
+        env: vec![],
     };
     let (out, resumed) = if a.resume {
         if !a.program.is_empty() {

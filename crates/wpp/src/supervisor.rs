@@ -46,6 +46,12 @@ pub struct Options {
     pub fail_after: Option<Duration>,
     /// Inject a failure when this becomes true (a signal to the supervisor).
     pub trigger: Option<Arc<AtomicBool>>,
+    /// First run only: the program's stdin and stdout (default: inherited).
+    /// Regular files come back at their offsets on resume.
+    pub stdin: Option<PathBuf>,
+    pub stdout: Option<PathBuf>,
+    /// First run only: extra environment for the program.
+    pub env: Vec<(String, String)>,
 }
 
 /// What a failure left behind.
@@ -255,6 +261,9 @@ pub fn start(opts: &Options, argv: &[std::ffi::OsString]) -> Result<Outcome> {
     // rseq areas would be written by the kernel behind the program's back
     // and are not re-registered on resume: keep glibc from using them.
     env.push((b"GLIBC_TUNABLES".to_vec(), b"glibc.pthread.rseq=0".to_vec()));
+    for (k, v) in &opts.env {
+        env.push((k.as_bytes().to_vec(), v.as_bytes().to_vec()));
+    }
     let launch = Launch {
         argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env,
@@ -271,7 +280,14 @@ pub fn start(opts: &Options, argv: &[std::ffi::OsString]) -> Result<Outcome> {
             "command line and environment larger than 256 KiB".into(),
         ));
     }
-    let child = spawn(&launch, b"start", &fds::Prepared::default())?;
+    let mut stdio = (None, None);
+    if let Some(p) = &opts.stdin {
+        stdio.0 = Some(std::fs::File::open(p).map_err(io(format!("opening {}", p.display())))?);
+    }
+    if let Some(p) = &opts.stdout {
+        stdio.1 = Some(std::fs::File::create(p).map_err(io(format!("creating {}", p.display())))?);
+    }
+    let child = spawn(&launch, b"start", &fds::Prepared::default(), stdio)?;
     supervise(&ctx, child, opts, Instant::now())
 }
 
@@ -293,7 +309,9 @@ impl CtxFile {
     }
 }
 
-fn spawn(launch: &Launch, mode: &[u8], fds: &fds::Prepared) -> Result<Child> {
+type Stdio = (Option<std::fs::File>, Option<std::fs::File>);
+
+fn spawn(launch: &Launch, mode: &[u8], fds: &fds::Prepared, stdio: Stdio) -> Result<Child> {
     use std::ffi::OsStr;
     let argv0 = OsStr::from_bytes(&launch.argv[0]);
     let mut cmd = Command::new(argv0);
@@ -308,6 +326,12 @@ fn spawn(launch: &Launch, mode: &[u8], fds: &fds::Prepared) -> Result<Child> {
         cmd.env(ENV_CLOEXEC, list.join(","));
     }
     cmd.current_dir(OsStr::from_bytes(&launch.cwd));
+    if let Some(f) = stdio.0 {
+        cmd.stdin(f);
+    }
+    if let Some(f) = stdio.1 {
+        cmd.stdout(f);
+    }
     let moves: Vec<(i32, i32)> = fds.moves.iter().map(|(s, t)| (s.as_raw_fd(), *t)).collect();
     let adds = fds.epoll_adds.clone();
     // Keep the low fd numbers the child's fds will take occupied here, so
@@ -546,7 +570,7 @@ pub fn resume(opts: &Options) -> Result<(Outcome, Resumed)> {
     let prepared = fds::prepare(&table)?;
     let bytes = c.persistent_bytes;
     let t0 = Instant::now();
-    let mut child = spawn(&launch, b"resume", &prepared)?;
+    let mut child = spawn(&launch, b"resume", &prepared, (None, None))?;
     let report = prepared.report.clone();
     drop(prepared);
     // Wait until the runtime says Running (or the child dies trying).
@@ -573,7 +597,8 @@ pub fn resume(opts: &Options) -> Result<(Outcome, Resumed)> {
         std::thread::sleep(Duration::from_micros(100));
     }
     let restart = t0.elapsed();
-    let out = supervise(&ctx, child, opts, t0)?;
+    // --fail-after counts from the moment the program runs again.
+    let out = supervise(&ctx, child, opts, Instant::now())?;
     Ok((
         out,
         Resumed {

@@ -34,6 +34,10 @@ static DIR_FD: AtomicI32 = AtomicI32::new(-1);
 static CAPTURE_SIG: AtomicI32 = AtomicI32::new(0);
 static LIB_LO: AtomicU64 = AtomicU64::new(0);
 static LIB_HI: AtomicU64 = AtomicU64::new(0);
+/// A planted bug for the tests (`FERRITE_WPP_PLANT=private-anon`: anonymous
+/// memory mapped after start stays private, as a runtime that forgot it
+/// would leave it), which the resume tests must catch.
+pub(crate) static PLANT_PRIVATE_ANON: AtomicBool = AtomicBool::new(false);
 
 /// The state directory path, copied out of the environment (which lives on
 /// the main stack, rewritten by a resume).
@@ -157,6 +161,9 @@ extern "C" fn init(_argc: i32, _argv: *const *const u8, envp: *const *const u8) 
     };
     let resume = env_get(envp, ENV_MODE) == Some(b"resume");
     let cloexec = env_get(envp, ENV_CLOEXEC).unwrap_or(b"");
+    if env_get(envp, "FERRITE_WPP_PLANT") == Some(b"private-anon") {
+        PLANT_PRIVATE_ANON.store(true, Ordering::Relaxed);
+    }
     if dir.len() >= 4000 {
         die(b"state directory path too long");
     }

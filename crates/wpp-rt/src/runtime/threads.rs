@@ -44,7 +44,7 @@ fn real(slot: &AtomicUsize, name: &core::ffi::CStr) -> usize {
 }
 
 /// Blocks the capture signal around a table edit; returns the old mask.
-fn block_capture() -> u64 {
+pub(crate) fn block_capture() -> u64 {
     let set: u64 = 1 << (super::CAPTURE_SIG.load(Ordering::Relaxed) - 1);
     let mut old: u64 = 0;
     // SAFETY: rt_sigprocmask with 8-byte sets on the stack.
@@ -64,7 +64,7 @@ fn block_capture() -> u64 {
     old
 }
 
-fn restore_mask(old: u64) {
+pub(crate) fn restore_mask(old: u64) {
     // SAFETY: as block_capture.
     unsafe {
         sys::syscall6(

@@ -13,8 +13,11 @@
 //!   mapping of a copy; other file mappings are recorded (EXTERNAL).
 //! - `munmap` frees the file range (and the file when nothing maps it).
 //! - `mprotect` adding write to a private file mapping copies it first.
-//! - `madvise(DONTNEED|FREE|REMOVE)` punches the file range, so the memory
-//!   reads back zero as anonymous memory would.
+//! - `madvise(DONTNEED|FREE|REMOVE)` called by the program (an exported
+//!   `madvise`, not a trap: glibc calls it on thread exit with every signal
+//!   blocked, and a trapped call with SIGSYS blocked kills the process)
+//!   punches the file range, so the memory reads back zero as anonymous
+//!   memory would. glibc's own calls (thread exit) only drop pages.
 //! - `brk` never grows: glibc's malloc then takes its memory from `mmap`.
 //! - `rt_sigaction` is recorded; the runtime's two signals are refused.
 //! - `fork` is refused with `ENOSYS`: a child would share the parent's
@@ -29,12 +32,11 @@ use core::sync::atomic::Ordering;
 use ferrite_wpp::format::{MapRec, kind};
 use ferrite_wpp::maps::{self, page_up};
 
-const TRAPPED: [i64; 10] = [
+const TRAPPED: [i64; 9] = [
     libc::SYS_mmap,
     libc::SYS_munmap,
     libc::SYS_mprotect,
     libc::SYS_mremap,
-    libc::SYS_madvise,
     libc::SYS_brk,
     libc::SYS_rt_sigaction,
     libc::SYS_fork,
@@ -175,7 +177,6 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_
         libc::SYS_munmap => do_munmap(a[0], a[1]),
         libc::SYS_mprotect => do_mprotect(a[0], a[1], a[2] as u32),
         libc::SYS_mremap => do_mremap(a),
-        libc::SYS_madvise => do_madvise(a),
         // SAFETY: brk(0) only reads the current break.
         libc::SYS_brk => unsafe { sc(libc::SYS_brk, 0, 0, 0) },
         libc::SYS_rt_sigaction => do_sigaction(a),
@@ -198,6 +199,9 @@ fn do_mmap(a: [u64; 6]) -> i64 {
         return neg(libc::EINVAL);
     }
     let len_r = page_up(len);
+    if flags32 & libc::MAP_ANONYMOUS != 0 && super::PLANT_PRIVATE_ANON.load(Ordering::Relaxed) {
+        return real_mmap(a);
+    }
     if flags32 & libc::MAP_ANONYMOUS != 0 {
         let (n, f) = match new_file(len_r) {
             Ok(x) => x,
@@ -496,6 +500,42 @@ fn copy(r: &MapRec) -> MapRec {
         file_off: r.file_off,
         flags: r.flags,
         reserved: [0; 5],
+    }
+}
+
+/// Interposed `madvise` (see the module documentation).
+///
+/// # Safety
+/// As libc's `madvise`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn madvise(addr: *mut libc::c_void, len: usize, advice: i32) -> i32 {
+    if !super::active() {
+        // SAFETY: the program's own request.
+        let r = unsafe { sc(libc::SYS_madvise, addr as u64, len as u64, advice as u64) };
+        return set_errno(r);
+    }
+    let old = super::threads::block_capture();
+    lock();
+    let r = do_madvise([
+        addr as u64,
+        len as u64,
+        advice as u64 as u32 as u64,
+        0,
+        0,
+        0,
+    ]);
+    unlock();
+    super::threads::restore_mask(old);
+    set_errno(r)
+}
+
+fn set_errno(r: i64) -> i32 {
+    if r < 0 {
+        // SAFETY: errno is the calling thread's.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        -1
+    } else {
+        r as i32
     }
 }
 
