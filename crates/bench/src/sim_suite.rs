@@ -6,11 +6,20 @@
 //!   one seeded stream per core;
 //! - recorded (feature `trace`, on in the `ferrite` binary): a persist trace
 //!   of one thread of a Ferrite component, recorded here and now on an
-//!   in-memory `eadr` pool (so the recorded gaps hold no flush cost), with a
-//!   commit point marked by this driver after each operation (the
-//!   components do not mark their own): `log` (Classic log appends of 64 B),
+//!   in-memory `eadr` pool (so the recorded gaps hold no flush cost), with
+//!   the commit points the components mark themselves (ferrite-pmem's
+//!   `trace::CommitScope`: one per durable commit of the outermost
+//!   component; reads commit nothing): `log` (Classic log appends of 64 B),
 //!   `tx-hashmap` (undo-logged hash-map inserts, YCSB load),
-//!   `engine-ycsb-a` (the CoW engine under YCSB A after a load). Each core
+//!   `engine-ycsb-a` (the CoW engine under YCSB A after a load),
+//!   `engine-tpcc` (the InP engine under TPC-C's mix, one warehouse at
+//!   the quick cardinalities, each transaction's writes one batch),
+//!   `server-95/5` (the memcached server's item store — `Cache` over the
+//!   undo-logged byte map, what a shard thread runs per request — serving
+//!   P1's 95 % sets / 5 % gets of 16 B keys and 64 B values over a
+//!   preloaded key space; in process, not under memcaslap: the server runs
+//!   as a child `ferrite serve` there, which `ferrite trace` does not
+//!   record, and the network path adds no persists). Each core
 //!   replays the same trace in its own address space, started at a
 //!   different point (core `c` at op `c × len / 16`) so the tasks do not
 //!   move in lockstep.
@@ -393,7 +402,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     // What each recorded technique would cost on Optane-like media.
     for r in &recorded {
         let prog = Program::from_trace(&r.trace, table2.instr_per_ns, 1);
-        let ops = prog.commits().max(1) as f64;
+        let ops = r.ops.max(1) as f64;
         let w = Workload {
             name: r.name.to_string(),
             programs: vec![prog],
@@ -446,6 +455,9 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
 pub struct Recorded {
     pub name: &'static str,
     pub trace: ferrite_pmem::trace::ThreadTrace,
+    /// Operations the driver ran while recording (an operation may commit
+    /// zero times — a read — or more than once).
+    pub ops: u64,
     /// Wall ns per operation measured on this machine without recording.
     pub measured_ns_per_op: f64,
     /// The domain that measurement ran in.
@@ -490,7 +502,7 @@ pub mod record {
     }
 
     /// The measured part of a workload: between [`Phase::begin`] and
-    /// [`Phase::end`], with [`Phase::op_done`] after each operation.
+    /// [`Phase::end`] (the components mark their own commit points).
     pub struct Phase {
         recording: bool,
         started: Option<Instant>,
@@ -506,13 +518,6 @@ pub mod record {
             self.started = Some(Instant::now());
         }
 
-        /// A commit point of the driver: after each whole operation.
-        pub fn op_done(&self) {
-            if self.recording {
-                trace::commit_point();
-            }
-        }
-
         pub fn end(&mut self) {
             if let Some(t) = self.started.take() {
                 self.elapsed_ns = t.elapsed().as_nanos() as f64;
@@ -523,12 +528,17 @@ pub mod record {
         }
     }
 
+    /// Recording is process-wide (`trace::start` forgets every thread's
+    /// events): one recording at a time in this process, tests included.
+    pub static RECORDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// Runs `work` twice on fresh state: timed in `timing_domain()`, then
     /// recorded in `eadr`. Returns this thread's trace and ns per op.
     fn record_with(
         ops: u64,
         work: impl Fn(Domain, &mut Phase) -> Result<(), BenchError>,
     ) -> Result<(ThreadTrace, f64, &'static str), BenchError> {
+        let _one = RECORDING.lock().unwrap_or_else(|p| p.into_inner());
         let d = timing_domain();
         let mut timed = Phase {
             recording: false,
@@ -577,7 +587,6 @@ pub mod record {
                     }
                     Err(e) => return Err(bad("append", e)),
                 }
-                ph.op_done();
             }
             ph.end();
             Ok(())
@@ -585,6 +594,7 @@ pub mod record {
         Ok(Recorded {
             name: "log",
             trace,
+            ops,
             measured_ns_per_op: ns,
             measured_domain: dom,
         })
@@ -611,7 +621,6 @@ pub mod record {
             for i in 0..ops {
                 map.insert(&mut th, crate::tx_suite::ycsb_key(i), &value)
                     .map_err(|e| bad("insert", e))?;
-                ph.op_done();
             }
             ph.end();
             Ok(())
@@ -619,6 +628,7 @@ pub mod record {
         Ok(Recorded {
             name: "tx-hashmap",
             trace,
+            ops,
             measured_ns_per_op: ns,
             measured_domain: dom,
         })
@@ -656,7 +666,6 @@ pub mod record {
                     None => Ok(()),
                 };
                 r.map_err(|e| bad("ycsb op", e))?;
-                ph.op_done();
             }
             ph.end();
             Ok(())
@@ -664,6 +673,99 @@ pub mod record {
         Ok(Recorded {
             name: "engine-ycsb-a",
             trace,
+            ops,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    /// The InP engine under TPC-C (one warehouse, quick cardinalities):
+    /// `ops` transactions of the standard mix after the load. Read-only
+    /// transactions (Order-Status, Stock-Level) commit nothing; a NewOrder
+    /// that rolls back (1 %) neither.
+    pub fn engine_tpcc(ops: u64) -> Result<Recorded, BenchError> {
+        use crate::engine_suite::FerriteKv;
+        use ferrite_workload::tpcc::{Terminal, TpccConfig, TpccLoader};
+        let cfg = TpccConfig::quick(1);
+        // The load is about 2.5 MB of rows at this scale; a transaction adds
+        // at most ~1.5 KB (engine_suite's TPCC_GROWTH_PER_TXN).
+        let bytes = ((64 << 20) + ops * 4096).next_multiple_of(1 << 20);
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, bytes).domain(d))?;
+            let store = Store::create(&pool, &StoreOptions::new(EngineKind::Inp))
+                .map_err(|e| bad("store", e))?;
+            let mut kv = FerriteKv(store.session().map_err(|e| bad("session", e))?);
+            TpccLoader::new::<ferrite_engine::EngineError>(&cfg, 7)
+                .and_then(|l| l.load_all(&mut kv, 64))
+                .map_err(|e| bad("tpcc load", e))?;
+            let mut term = Terminal::new::<ferrite_engine::EngineError>(&cfg, 7, 0, 1)
+                .map_err(|e| bad("tpcc terminal", e))?;
+            ph.begin();
+            for _ in 0..ops {
+                term.run(&mut kv).map_err(|e| bad("tpcc txn", e))?;
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "engine-tpcc",
+            trace,
+            ops,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    /// The memcached server's item store (`Cache` over the undo-logged
+    /// byte map: what one shard thread runs per request) serving P1's
+    /// 95/5 set/get mix of 16 B keys and 64 B values over `ops` preloaded
+    /// keys, xorshift-chosen as `bench server`'s in-process rows do.
+    pub fn server(ops: u64) -> Result<Recorded, BenchError> {
+        use ferrite_server::protocol::{StoreMode, StoreOpts};
+        use ferrite_server::store::tx::{TxKv, create, map};
+        use ferrite_server::store::{Cache, Shared, Store as _};
+        let keys = ops.max(100);
+        let key = |i: u64| format!("key:{i:012}").into_bytes();
+        let value = [b'v'; 64];
+        let now = 1_700_000_000;
+        let e = |what: &'static str| move |x: ferrite_server::store::StoreError| bad(what, x);
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(
+                &PoolOptions::new("sim-server", (64 << 20) + keys * 1024).domain(d),
+            )?;
+            let txp = create(&pool, Strategy::Undo, 4).map_err(e("tx pool"))?;
+            let m = map(&txp).map_err(e("map"))?;
+            let shared =
+                Shared::open(&mut TxKv::new(&m).map_err(e("kv"))?, 1 << 20).map_err(e("shared"))?;
+            let mut cache = Cache::new(TxKv::new(&m).map_err(e("kv"))?, &shared);
+            let opts = StoreOpts::default();
+            for i in 0..keys {
+                cache
+                    .store(StoreMode::Set, &key(i), 0, 0, &value, None, &opts, now)
+                    .map_err(e("preload"))?;
+            }
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ keys;
+            ph.begin();
+            for _ in 0..ops {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = key(x % keys);
+                if x % 100 < 95 {
+                    cache
+                        .store(StoreMode::Set, &k, 0, 0, &value, None, &opts, now)
+                        .map_err(e("set"))?;
+                } else {
+                    cache.get(&k, now).map_err(e("get"))?;
+                }
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "server-95/5",
+            trace,
+            ops,
             measured_ns_per_op: ns,
             measured_domain: dom,
         })
@@ -673,9 +775,15 @@ pub mod record {
     pub fn all(ctx: &BenchCtx) -> Result<Vec<Recorded>, BenchError> {
         let ops: u64 = ctx.scale.pick(1_000, 10_000);
         ctx.note(format!(
-            "sim: recording log, tx-hashmap, engine-ycsb-a ({ops} ops each)"
+            "sim: recording log, tx-hashmap, engine-ycsb-a, engine-tpcc, server-95/5 ({ops} ops each)"
         ));
-        Ok(vec![log(ops)?, tx_hashmap(ops)?, engine_ycsb_a(ops)?])
+        Ok(vec![
+            log(ops)?,
+            tx_hashmap(ops)?,
+            engine_ycsb_a(ops)?,
+            engine_tpcc(ops)?,
+            server(ops)?,
+        ])
     }
 }
 
@@ -745,6 +853,153 @@ mod tests {
         assert_eq!(fr.params["cores"], 4);
         assert_eq!(fr.params["commit_every"], 1);
         assert!(speed.events > 0);
+    }
+
+    /// Records `work` on this thread (one recording at a time) and returns
+    /// this thread's events: the busiest thread's, as no other thread of
+    /// the work persists anything.
+    #[cfg(feature = "trace")]
+    fn record_here(work: impl FnOnce()) -> ferrite_pmem::trace::ThreadTrace {
+        use ferrite_pmem::trace;
+        let _one = record::RECORDING.lock().unwrap_or_else(|p| p.into_inner());
+        trace::start();
+        work();
+        trace::stop()
+            .threads
+            .into_iter()
+            .max_by_key(|t| t.events.len())
+            .unwrap_or_default()
+    }
+
+    /// Each component marks its own commits, once per durable commit of the
+    /// outermost one: a transaction's allocator publish and log append do
+    /// not add commit points, reads add none.
+    #[cfg(feature = "trace")]
+    #[test]
+    fn components_mark_one_commit_point_per_commit() {
+        use ferrite_ds::{self as ds, DsOptions, Structure};
+        use ferrite_engine::{EngineKind, LAYOUT, Op as KvOp, Store, StoreOptions};
+        use ferrite_pmem::trace::EventKind;
+        use ferrite_pmem::{Domain, Pool, PoolOptions};
+        use ferrite_tx::{Strategy, TxOptions, TxPool};
+        const N: u64 = 40;
+        let commits = |t: &ferrite_pmem::trace::ThreadTrace| t.count(EventKind::Commit);
+
+        for strategy in [Strategy::Undo, Strategy::Redo, Strategy::Clobber] {
+            let pool =
+                Pool::create_in_memory(&PoolOptions::new("t-tx", 32 << 20).domain(Domain::Eadr))
+                    .unwrap();
+            let txp =
+                TxPool::create(&pool, &TxOptions::new(strategy).slots(2), ds::registry()).unwrap();
+            let mut th = txp.thread().unwrap();
+            let map = ds::create(Structure::HashMap, &mut th, DsOptions::default()).unwrap();
+            let t = record_here(|| {
+                for i in 0..N {
+                    map.insert(&mut th, i, &[7u8; crate::tx_suite::VALUE_LEN])
+                        .unwrap();
+                    assert!(map.get(i).unwrap().is_some());
+                }
+            });
+            assert_eq!(commits(&t), N as usize, "{strategy:?}: one per insert");
+            assert!(t.count(EventKind::Fence) >= N as usize, "{strategy:?}");
+            // The commit point follows the transaction's last fence.
+            let last_fence = t.events.iter().rposition(|e| e.kind == EventKind::Fence);
+            let last_commit = t.events.iter().rposition(|e| e.kind == EventKind::Commit);
+            assert!(last_fence < last_commit, "{strategy:?}");
+        }
+
+        for kind in [EngineKind::Inp, EngineKind::Cow, EngineKind::Lsm] {
+            let pool =
+                Pool::create_in_memory(&PoolOptions::new(LAYOUT, 64 << 20).domain(Domain::Eadr))
+                    .unwrap();
+            let store = Store::create(&pool, &StoreOptions::new(kind)).unwrap();
+            let mut s = store.session().unwrap();
+            let t = record_here(|| {
+                for i in 0..N {
+                    s.put(&i.to_be_bytes(), &[3u8; 100]).unwrap();
+                    assert!(s.get(&i.to_be_bytes()).unwrap().is_some());
+                }
+                s.batch(&[
+                    KvOp::Put {
+                        key: b"a",
+                        value: b"1",
+                    },
+                    KvOp::Put {
+                        key: b"b",
+                        value: b"2",
+                    },
+                    KvOp::Delete { key: b"c" },
+                ])
+                .unwrap();
+            });
+            assert_eq!(
+                commits(&t),
+                N as usize + 1,
+                "{kind:?}: one per put and one per batch"
+            );
+        }
+
+        {
+            use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
+            for alg in Algorithm::ALL {
+                let pool = Pool::create_in_memory(
+                    &PoolOptions::new("t-ptm", 16 << 20).domain(Domain::Eadr),
+                )
+                .unwrap();
+                let ptm = Ptm::create(&pool, &PtmOptions::new(alg)).unwrap();
+                let mut th = ptm.thread().unwrap();
+                let root = ptm.root();
+                th.atomic(|tx| {
+                    let b = tx.alloc_zeroed(8)?;
+                    tx.set(root, b.raw())
+                })
+                .unwrap();
+                let t = record_here(|| {
+                    for _ in 0..N {
+                        th.atomic(|tx| {
+                            let c = tx.get(root)?;
+                            let n = tx.load(c)? + 1;
+                            tx.store(c, n)
+                        })
+                        .unwrap();
+                        // Read-only: commits nothing.
+                        th.atomic(|tx| tx.get(root)).unwrap();
+                    }
+                });
+                assert_eq!(commits(&t), N as usize, "{alg:?}: one per writer");
+            }
+        }
+
+        // The log: one per append, also when an append needs a truncation.
+        {
+            use ferrite_blocks::log::{Algorithm, Log};
+            let pool =
+                Pool::create_in_memory(&PoolOptions::new("t-log", 1 << 20).domain(Domain::Eadr))
+                    .unwrap();
+            let mut log = Log::create(pool.data(), Algorithm::Classic.variants()[0]).unwrap();
+            let t = record_here(|| {
+                for _ in 0..N {
+                    log.append(&[1u8; 64]).unwrap();
+                }
+                log.append_batch(&[&[2u8; 8], &[3u8; 8]]).unwrap();
+            });
+            assert_eq!(commits(&t), N as usize + 1);
+        }
+    }
+
+    #[cfg(feature = "trace")]
+    #[test]
+    fn tpcc_and_server_traces_commit_their_writes_only() {
+        use ferrite_pmem::trace::EventKind;
+        let t = record::engine_tpcc(60).unwrap();
+        let c = t.trace.count(EventKind::Commit);
+        // Every transaction commits at most once; the read-only share
+        // (8 %) and NewOrder rollbacks commit nothing.
+        assert!(c > 30 && c <= 60, "tpcc: {c} commits for 60 transactions");
+        assert_eq!(t.ops, 60);
+        let s = record::server(200).unwrap();
+        let c = s.trace.count(EventKind::Commit);
+        assert!(c > 150 && c <= 200, "server: {c} commits for 200 requests");
     }
 
     #[cfg(feature = "trace")]
