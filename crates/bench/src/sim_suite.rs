@@ -171,6 +171,8 @@ fn sim_row(
     r.set_extra("credit_syncs", s.credit_syncs);
     r.set_extra("media_reads", s.media_reads);
     r.set_extra("media_writes", s.media_writes);
+    r.set_extra("media_blocks", s.media_blocks);
+    r.set_extra("media_partial_blocks", s.media_partial_blocks);
     r.set_extra("write_stall_cycles", s.write_stall_cycles);
     r.set_extra("events", s.events);
     r.set_extra("wall_secs", wall);
