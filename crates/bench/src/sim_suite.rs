@@ -13,7 +13,8 @@
 //!   `tx-hashmap` (undo-logged hash-map inserts, YCSB load),
 //!   `engine-ycsb-a` (the CoW engine under YCSB A after a load),
 //!   `engine-tpcc` (the InP engine under TPC-C's mix, one warehouse at
-//!   the quick cardinalities, each transaction's writes one batch),
+//!   the quick cardinalities, each transaction's writes one batch; half
+//!   as many transactions as the others' operations),
 //!   `server-95/5` (the memcached server's item store — `Cache` over the
 //!   undo-logged byte map, what a shard thread runs per request — serving
 //!   P1's 95 % sets / 5 % gets of 16 B keys and 64 B values over a
@@ -22,7 +23,9 @@
 //!   record, and the network path adds no persists). Each core
 //!   replays the same trace in its own address space, started at a
 //!   different point (core `c` at op `c × len / 16`) so the tasks do not
-//!   move in lockstep.
+//!   move in lockstep; the cores share one copy of the program
+//!   (`ferrite_sim::Task`). A recording that would exceed
+//!   `trace::MAX_EVENTS` is an error, not a silently cut trace.
 //!
 //! Rows (suite `sim`): `variant` is the commit mode (`global`,
 //! `fine-grained`, `adr`, `eadr`); `params` has `workload`, `cores`,
@@ -52,7 +55,9 @@
 use crate::ctx::BenchCtx;
 use crate::error::BenchError;
 use crate::row::Row;
-use ferrite_sim::{Config, Mode, NvmProfile, Program, Run, Stats, Synthetic, simulate, synthetic};
+use ferrite_sim::{
+    Config, Mode, NvmProfile, Program, Run, Stats, Synthetic, Task, simulate_tasks, synthetic,
+};
 use serde_json::json;
 use std::time::Instant;
 
@@ -71,28 +76,47 @@ pub const QUEUE_ENTRIES: [usize; 3] = [4, 8, 16];
 /// Media write latencies (ns) of the other sweep P4 lacks.
 pub const WRITE_NS: [f64; 3] = [150.0, 300.0, 600.0];
 
-/// One workload: a program per core.
+/// One workload: what each core runs.
 pub struct Workload {
     pub name: String,
+    /// The distinct programs.
     pub programs: Vec<Program>,
+    /// Per core: the index of its program and the op it begins at.
+    pub cores: Vec<(usize, usize)>,
 }
 
-/// `cores` copies of `p`, core `c` rotated to start at op `c × len / cores`
-/// (at an op boundary; the program stays the same cycle of ops).
-pub fn replicate(p: &Program, cores: usize) -> Vec<Program> {
-    (0..cores)
-        .map(|c| {
-            let mut ops = p.ops.clone();
-            if !ops.is_empty() {
-                let k = c * ops.len() / cores.max(1);
-                ops.rotate_left(k);
-            }
-            Program {
-                ops,
-                footprint: p.footprint,
-            }
-        })
-        .collect()
+impl Workload {
+    /// One program per core, each from its start.
+    pub fn distinct(name: &str, programs: Vec<Program>) -> Workload {
+        Workload {
+            name: name.into(),
+            cores: (0..programs.len()).map(|c| (c, 0)).collect(),
+            programs,
+        }
+    }
+
+    /// `cores` tasks sharing `program` (a recorded trace: no copy of it per
+    /// core), core `c` begun at op `c × len / cores` so the tasks do not
+    /// move in lockstep ([`ferrite_sim::Task::staggered`]).
+    pub fn shared(name: &str, program: Program, cores: usize) -> Workload {
+        let len = program.ops.len();
+        Workload {
+            name: name.into(),
+            programs: vec![program],
+            cores: (0..cores).map(|c| (0, c * len / cores.max(1))).collect(),
+        }
+    }
+
+    /// The cores' tasks.
+    pub fn tasks(&self) -> Vec<Task<'_>> {
+        self.cores
+            .iter()
+            .map(|&(p, start)| Task {
+                program: &self.programs[p],
+                start,
+            })
+            .collect()
+    }
 }
 
 /// The synthetic workload at `commit_every`, one seeded stream per core.
@@ -102,10 +126,10 @@ pub fn synthetic_workload(cores: usize, commit_every: u32, updates: u32) -> Work
         commit_every,
         ..Synthetic::default()
     };
-    Workload {
-        name: "synthetic".into(),
-        programs: (0..cores).map(|c| synthetic(&p, 1, c)).collect(),
-    }
+    Workload::distinct(
+        "synthetic",
+        (0..cores).map(|c| synthetic(&p, 1, c)).collect(),
+    )
 }
 
 /// Tallies the model's speed over the suite.
@@ -127,7 +151,7 @@ fn sim_row(
     speed: &mut Speed,
 ) -> Result<(Row, Stats), BenchError> {
     let t = Instant::now();
-    let s = simulate(cfg, &w.programs, run)
+    let s = simulate_tasks(cfg, &w.tasks(), run)
         .map_err(|e| BenchError::Unsupported(format!("sim {}: {e}", w.name)))?;
     let wall = t.elapsed().as_secs_f64();
     speed.events += s.events;
@@ -137,7 +161,7 @@ fn sim_row(
         cfg.mode.name(),
         json!({
             "workload": w.name,
-            "cores": w.programs.len(),
+            "cores": w.cores.len(),
             "commit_every": commit_every,
             "sweep": sweep,
             "nvm": cfg.nvm.name,
@@ -148,7 +172,7 @@ fn sim_row(
             r.set_param(k, v.clone());
         }
     }
-    r.threads = w.programs.len().max(1);
+    r.threads = w.cores.len().max(1);
     r.ops = s.instructions.iter().sum();
     r.secs = s.cycles as f64 / (cfg.ghz * 1e9);
     if r.secs > 0.0 && r.ops > 0 {
@@ -252,13 +276,11 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let mut workloads = vec![synthetic_workload(CORES, 1, updates)];
     let recorded = record::all(ctx)?;
     for r in &recorded {
-        workloads.push(Workload {
-            name: r.name.to_string(),
-            programs: replicate(
-                &Program::from_trace(&r.trace, table2.instr_per_ns, 1),
-                CORES,
-            ),
-        });
+        workloads.push(Workload::shared(
+            r.name,
+            Program::from_trace(&r.trace, table2.instr_per_ns, 1),
+            CORES,
+        ));
     }
 
     // The main comparison: every workload, every mode, 16 cores, a commit
@@ -405,10 +427,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     for r in &recorded {
         let prog = Program::from_trace(&r.trace, table2.instr_per_ns, 1);
         let ops = r.ops.max(1) as f64;
-        let w = Workload {
-            name: r.name.to_string(),
-            programs: vec![prog],
-        };
+        let w = Workload::distinct(r.name, vec![prog]);
         for nvm in [NvmProfile::OPTANE, NvmProfile::PCM] {
             let mut cfg = table2.clone().with_mode(Mode::Adr);
             cfg.nvm = nvm;
@@ -561,6 +580,16 @@ pub mod record {
             rec.end();
         }
         res?;
+        if rec.trace.as_ref().is_some_and(|t| t.truncated) {
+            // A cut trace would replay a different workload than it says.
+            return Err(bad(
+                "trace",
+                format!(
+                    "more than {} events: recording truncated",
+                    trace::MAX_EVENTS
+                ),
+            ));
+        }
         // This thread's trace is the one with the commit points.
         let mine = rec
             .trace
@@ -777,13 +806,17 @@ pub mod record {
     pub fn all(ctx: &BenchCtx) -> Result<Vec<Recorded>, BenchError> {
         let ops: u64 = ctx.scale.pick(1_000, 10_000);
         ctx.note(format!(
-            "sim: recording log, tx-hashmap, engine-ycsb-a, engine-tpcc, server-95/5 ({ops} ops each)"
+            "sim: recording log, tx-hashmap, engine-ycsb-a, server-95/5 ({ops} ops each), engine-tpcc ({} transactions)",
+            ops / 2
         ));
         Ok(vec![
             log(ops)?,
             tx_hashmap(ops)?,
             engine_ycsb_a(ops)?,
-            engine_tpcc(ops)?,
+            // A TPC-C transaction is a dozen key-value operations and
+            // ~1300 trace events: half as many keep the full-scale trace
+            // well inside `trace::MAX_EVENTS`.
+            engine_tpcc(ops / 2)?,
             server(ops)?,
         ])
     }
@@ -795,27 +828,24 @@ mod tests {
     use ferrite_sim::Op;
 
     #[test]
-    fn replicas_are_rotations_of_one_program() {
+    fn shared_workloads_stagger_one_program_over_the_cores() {
         let p = Program {
             ops: (0..8).map(Op::Load).collect(),
             footprint: 8,
         };
-        let r = replicate(&p, 4);
-        assert_eq!(r.len(), 4);
-        assert_eq!(r[0], p);
-        assert_eq!(r[1].ops[0], Op::Load(2));
-        assert_eq!(r[3].ops[7], Op::Load(5));
-        for q in &r {
-            let mut a = q.ops.clone();
-            a.sort_by_key(|o| format!("{o:?}"));
-            let mut b = p.ops.clone();
-            b.sort_by_key(|o| format!("{o:?}"));
-            assert_eq!(a, b);
-        }
+        let w = Workload::shared("p", p.clone(), 4);
+        assert_eq!(w.programs, vec![p.clone()]);
+        assert_eq!(w.cores, vec![(0, 0), (0, 2), (0, 4), (0, 6)]);
+        let t = w.tasks();
+        assert_eq!(t.len(), 4);
+        assert!(t.iter().all(|t| std::ptr::eq(t.program, &w.programs[0])));
+        let d = Workload::distinct("d", vec![p.clone(), Program::default()]);
+        assert_eq!(d.cores, vec![(0, 0), (1, 0)]);
         assert!(
-            replicate(&Program::default(), 3)
+            Workload::shared("e", Program::default(), 3)
+                .tasks()
                 .iter()
-                .all(|p| p.ops.is_empty())
+                .all(|t| t.start == 0)
         );
     }
 
@@ -1015,7 +1045,7 @@ mod tests {
         assert!(r.measured_ns_per_op > 0.0);
         let p = Program::from_trace(&r.trace, 2.0, 1);
         assert_eq!(p.commits(), 50);
-        let s = simulate(&Config::table2(Mode::Adr), &[p], Run::ToCompletion).unwrap();
+        let s = ferrite_sim::simulate(&Config::table2(Mode::Adr), &[p], Run::ToCompletion).unwrap();
         assert_eq!(s.commits(), 50);
         assert!(s.media_writes > 0);
     }

@@ -52,7 +52,7 @@ pub mod program;
 pub mod stats;
 
 pub use config::{CacheGeometry, Config, Mode, NvmProfile};
-pub use model::{Run, Sim, simulate};
+pub use model::{Run, Sim, Task, simulate, simulate_tasks};
 pub use program::{Op, Program, Synthetic, synthetic};
 pub use stats::Stats;
 

@@ -141,9 +141,14 @@ enum CommitPhase {
 }
 
 #[derive(Debug)]
-struct Core {
-    ops: Vec<Op>,
+struct Core<'a> {
+    /// Borrowed from the program: tasks replaying one trace share it.
+    ops: &'a [Op],
     pc: usize,
+    /// The op the task began at ([`Task::start`]).
+    start: usize,
+    /// The task went past the end of its ops and began again at 0.
+    wrapped: bool,
     looping: bool,
     base: u64,
     queue: usize,
@@ -225,26 +230,71 @@ struct Timing {
     combine: u64,
 }
 
+/// What one core runs: a program, begun at op `start` (an op boundary).
+/// With [`Run::Cycles`] the core loops over the program from there; with
+/// [`Run::ToCompletion`] it runs every op once, from `start` to the end
+/// and then from 0 to `start` — the same as running the program rotated
+/// left by `start`, without a copy of it (16 tasks of one long recorded
+/// trace share its ops).
+#[derive(Clone, Copy, Debug)]
+pub struct Task<'a> {
+    pub program: &'a Program,
+    pub start: usize,
+}
+
+impl<'a> Task<'a> {
+    /// `cores` tasks of `program`, task `c` begun at op
+    /// `c × len / cores`, so they do not move in lockstep.
+    pub fn staggered(program: &'a Program, cores: usize) -> Vec<Task<'a>> {
+        (0..cores)
+            .map(|c| Task {
+                program,
+                start: c * program.ops.len() / cores.max(1),
+            })
+            .collect()
+    }
+}
+
 /// One simulation: build it with [`Sim::new`], run it with [`Sim::run`].
-pub struct Sim {
+pub struct Sim<'a> {
     cfg: Config,
     t: Timing,
     run: Run,
     now: u64,
     seq: u64,
     heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
-    cores: Vec<Core>,
+    cores: Vec<Core<'a>>,
     caches: Hierarchy,
     mc: Mc,
     stats: Stats,
     wb: Vec<u64>,
 }
 
-impl Sim {
+impl<'a> Sim<'a> {
     /// A simulation of `programs`, one per core (at most 64 cores).
-    pub fn new(cfg: Config, programs: &[Program], run: Run) -> Result<Sim, SimError> {
+    pub fn new(cfg: Config, programs: &'a [Program], run: Run) -> Result<Sim<'a>, SimError> {
+        let tasks: Vec<Task<'a>> = programs
+            .iter()
+            .map(|program| Task { program, start: 0 })
+            .collect();
+        Sim::with_tasks(cfg, &tasks, run)
+    }
+
+    /// A simulation of `tasks`, one per core (at most 64 cores).
+    pub fn with_tasks(cfg: Config, tasks: &[Task<'a>], run: Run) -> Result<Sim<'a>, SimError> {
         cfg.validate()?;
-        let n = programs.len();
+        let n = tasks.len();
+        if let Some(t) = tasks
+            .iter()
+            .find(|t| t.start > 0 && t.start >= t.program.ops.len())
+        {
+            return Err(SimError::Config(format!(
+                "a task begins at op {} of {}",
+                t.start,
+                t.program.ops.len()
+            )));
+        }
+        let programs: Vec<&'a Program> = tasks.iter().map(|t| t.program).collect();
         if n > 64 {
             return Err(SimError::Config(format!("{n} cores: at most 64")));
         }
@@ -284,7 +334,7 @@ impl Sim {
         };
         let mut bound = vec![0usize; cfg.sub_queues];
         let mut cores = Vec::with_capacity(n);
-        for (c, p) in programs.iter().enumerate() {
+        for (c, (p, task)) in programs.iter().zip(tasks).enumerate() {
             let base = (c as u64) << CORE_SHIFT;
             // PersistenceMalloc: the least-utilised sub-queue with a free
             // range register (lowest index on ties), else the default queue.
@@ -300,8 +350,10 @@ impl Sim {
                 None => cfg.sub_queues,
             };
             cores.push(Core {
-                ops: p.ops.clone(),
-                pc: 0,
+                ops: &p.ops,
+                pc: task.start,
+                start: task.start,
+                wrapped: false,
                 looping: matches!(run, Run::Cycles(_)),
                 base,
                 queue,
@@ -540,12 +592,19 @@ impl Sim {
             };
             let core = &mut self.cores[c];
             if core.pc == core.ops.len() {
-                if core.looping && !core.ops.is_empty() {
+                // A looping task goes round again; one begun past op 0
+                // runs the ops before its start once.
+                if !core.ops.is_empty() && (core.looping || (core.start > 0 && !core.wrapped)) {
                     core.pc = 0;
+                    core.wrapped = true;
                 } else {
                     core.block = Block::Done;
                     return;
                 }
+            }
+            if !core.looping && core.wrapped && core.pc == core.start {
+                core.block = Block::Done;
+                return;
             }
             let op = core.ops[core.pc];
             if let Op::Compute(n) = op {
@@ -1089,4 +1148,10 @@ impl Sim {
 /// Runs `programs` under `cfg` (a convenience over [`Sim::new`] + [`Sim::run`]).
 pub fn simulate(cfg: &Config, programs: &[Program], run: Run) -> Result<Stats, SimError> {
     Ok(Sim::new(cfg.clone(), programs, run)?.run())
+}
+
+/// Runs `tasks` under `cfg` (a convenience over [`Sim::with_tasks`] +
+/// [`Sim::run`]).
+pub fn simulate_tasks(cfg: &Config, tasks: &[Task<'_>], run: Run) -> Result<Stats, SimError> {
+    Ok(Sim::with_tasks(cfg.clone(), tasks, run)?.run())
 }

@@ -389,3 +389,47 @@ fn adr_commits_of_scattered_lines_cost_more_than_a_round_trip_on_optane() {
     let s = simulate(&pcm, &[scattered], Run::ToCompletion).unwrap();
     assert_eq!((c.media_blocks, s.media_blocks), (1600, 1600));
 }
+
+/// Tasks begun part-way through one shared program behave exactly as
+/// copies of the program rotated to begin there, looping or run once.
+#[test]
+fn staggered_tasks_equal_rotated_copies() {
+    let p = synthetic(
+        &Synthetic {
+            updates: 300,
+            ..Synthetic::default()
+        },
+        5,
+        0,
+    );
+    let tasks = Task::staggered(&p, 6);
+    assert_eq!(tasks[0].start, 0);
+    assert_eq!(tasks[3].start, 3 * p.ops.len() / 6);
+    let rotated: Vec<Program> = tasks
+        .iter()
+        .map(|t| {
+            let mut q = p.clone();
+            q.ops.rotate_left(t.start);
+            q
+        })
+        .collect();
+    for mode in Mode::ALL {
+        let cfg = Config::table2(mode);
+        for run in [Run::Cycles(120_000), Run::ToCompletion] {
+            let a = simulate_tasks(&cfg, &tasks, run).unwrap();
+            let b = simulate(&cfg, &rotated, run).unwrap();
+            assert_eq!(a, b, "{mode} {run:?}");
+        }
+        // Run once, every task retires the whole program.
+        let a = simulate_tasks(&cfg, &tasks, Run::ToCompletion).unwrap();
+        assert!(a.instructions.iter().all(|&n| n == p.instructions()));
+    }
+    let bad = [Task {
+        program: &p,
+        start: p.ops.len(),
+    }];
+    assert!(matches!(
+        simulate_tasks(&Config::table2(Mode::Adr), &bad, Run::ToCompletion),
+        Err(SimError::Config(_))
+    ));
+}
