@@ -43,6 +43,9 @@
 //! `ratio_vs_baseline` is its IPC ÷ the global row's of the same
 //! configuration. Counter columns are `n/a`: nothing ran through a pool.
 //!
+//! Each main fine-grained row also says whether a second replay of the
+//! same programs gave identical statistics (`replayed_identically`).
+//!
 //! Also: a row `workload = average` (variant `fine-grained`) with the
 //! means over the main workloads of the per-workload ratios `ipc_ratio`,
 //! `commit_cycles_ratio` and `sync_reads_ratio` (the headline claims), and
@@ -288,7 +291,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let mut per_workload: Vec<(f64, f64, f64)> = Vec::new();
     for w in &workloads {
         ctx.note(format!("sim: {} on {CORES} cores, 4 modes", w.name));
-        let g = group(
+        let mut g = group(
             &table2,
             &Mode::ALL,
             w,
@@ -298,6 +301,17 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             json!({}),
             &mut speed,
         )?;
+        // Determinism, measured: the fine-grained run replayed on the same
+        // programs must give the very same statistics.
+        if let Some((r, s)) = g.iter_mut().find(|(r, _)| r.variant == "fine-grained") {
+            let again = simulate_tasks(
+                &table2.clone().with_mode(Mode::FineGrained),
+                &w.tasks(),
+                Run::Cycles(cycles),
+            )
+            .map_err(|e| BenchError::Unsupported(format!("sim {}: {e}", w.name)))?;
+            r.set_extra("replayed_identically", again == *s);
+        }
         if let Some((r, _)) = g.iter().find(|(r, _)| r.variant == "fine-grained") {
             let x = |k: &str| r.extra.as_ref().and_then(|e| e.get(k)?.as_f64());
             if let (Some(i), Some(c), Some(s)) = (
@@ -1032,6 +1046,16 @@ mod tests {
         let s = record::server(200).unwrap();
         let c = s.trace.count(EventKind::Commit);
         assert!(c > 150 && c <= 200, "server: {c} commits for 200 requests");
+        // One recorded trace replayed twice on 16 staggered cores: the
+        // same statistics in every mode.
+        let w = Workload::shared("server", Program::from_trace(&s.trace, 5.4, 1), CORES);
+        for m in Mode::ALL {
+            let cfg = Config::table2(m);
+            let a = simulate_tasks(&cfg, &w.tasks(), Run::Cycles(60_000)).unwrap();
+            let b = simulate_tasks(&cfg, &w.tasks(), Run::Cycles(60_000)).unwrap();
+            assert!(a.events > 0 && a.commits() > 0, "{m}");
+            assert_eq!(a, b, "{m}");
+        }
     }
 
     #[cfg(feature = "trace")]
