@@ -757,9 +757,13 @@ impl AllocThread for LockThread<'_> {
         self.not_prepared()?;
         let heap = self.heap;
         let mut inner = heap.inner.lock();
+        // A standalone publish is a commit of the persist trace; inside a
+        // caller's commit (an engine's write) the caller's scope hides it.
+        let scope = ferrite_pmem::trace::commit_scope();
         stage(heap, &mut inner, self.id, p, true)?;
         heap.persist_ops(&mut inner, self.id);
         finish(heap, &mut inner, p);
+        scope.mark();
         Ok(())
     }
 

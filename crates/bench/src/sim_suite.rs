@@ -6,14 +6,26 @@
 //!   one seeded stream per core;
 //! - recorded (feature `trace`, on in the `ferrite` binary): a persist trace
 //!   of one thread of a Ferrite component, recorded here and now on an
-//!   in-memory `eadr` pool (so the recorded gaps hold no flush cost), with a
-//!   commit point marked by this driver after each operation (the
-//!   components do not mark their own): `log` (Classic log appends of 64 B),
+//!   in-memory `eadr` pool (so the recorded gaps hold no flush cost), with
+//!   the commit points the components mark themselves (ferrite-pmem's
+//!   `trace::CommitScope`: one per durable commit of the outermost
+//!   component; reads commit nothing): `log` (Classic log appends of 64 B),
 //!   `tx-hashmap` (undo-logged hash-map inserts, YCSB load),
-//!   `engine-ycsb-a` (the CoW engine under YCSB A after a load). Each core
+//!   `engine-ycsb-a` (the CoW engine under YCSB A after a load),
+//!   `engine-tpcc` (the InP engine under TPC-C's mix, one warehouse at
+//!   the quick cardinalities, each transaction's writes one batch; half
+//!   as many transactions as the others' operations),
+//!   `server-95/5` (the memcached server's item store — `Cache` over the
+//!   undo-logged byte map, what a shard thread runs per request — serving
+//!   P1's 95 % sets / 5 % gets of 16 B keys and 64 B values over a
+//!   preloaded key space; in process, not under memcaslap: the server runs
+//!   as a child `ferrite serve` there, which `ferrite trace` does not
+//!   record, and the network path adds no persists). Each core
 //!   replays the same trace in its own address space, started at a
 //!   different point (core `c` at op `c × len / 16`) so the tasks do not
-//!   move in lockstep.
+//!   move in lockstep; the cores share one copy of the program
+//!   (`ferrite_sim::Task`). A recording that would exceed
+//!   `trace::MAX_EVENTS` is an error, not a silently cut trace.
 //!
 //! Rows (suite `sim`): `variant` is the commit mode (`global`,
 //! `fine-grained`, `adr`, `eadr`); `params` has `workload`, `cores`,
@@ -31,6 +43,9 @@
 //! `ratio_vs_baseline` is its IPC ÷ the global row's of the same
 //! configuration. Counter columns are `n/a`: nothing ran through a pool.
 //!
+//! Each main fine-grained row also says whether a second replay of the
+//! same programs gave identical statistics (`replayed_identically`).
+//!
 //! Also: a row `workload = average` (variant `fine-grained`) with the
 //! means over the main workloads of the per-workload ratios `ipc_ratio`,
 //! `commit_cycles_ratio` and `sync_reads_ratio` (the headline claims), and
@@ -43,7 +58,9 @@
 use crate::ctx::BenchCtx;
 use crate::error::BenchError;
 use crate::row::Row;
-use ferrite_sim::{Config, Mode, NvmProfile, Program, Run, Stats, Synthetic, simulate, synthetic};
+use ferrite_sim::{
+    Config, Mode, NvmProfile, Program, Run, Stats, Synthetic, Task, simulate_tasks, synthetic,
+};
 use serde_json::json;
 use std::time::Instant;
 
@@ -62,28 +79,47 @@ pub const QUEUE_ENTRIES: [usize; 3] = [4, 8, 16];
 /// Media write latencies (ns) of the other sweep P4 lacks.
 pub const WRITE_NS: [f64; 3] = [150.0, 300.0, 600.0];
 
-/// One workload: a program per core.
+/// One workload: what each core runs.
 pub struct Workload {
     pub name: String,
+    /// The distinct programs.
     pub programs: Vec<Program>,
+    /// Per core: the index of its program and the op it begins at.
+    pub cores: Vec<(usize, usize)>,
 }
 
-/// `cores` copies of `p`, core `c` rotated to start at op `c × len / cores`
-/// (at an op boundary; the program stays the same cycle of ops).
-pub fn replicate(p: &Program, cores: usize) -> Vec<Program> {
-    (0..cores)
-        .map(|c| {
-            let mut ops = p.ops.clone();
-            if !ops.is_empty() {
-                let k = c * ops.len() / cores.max(1);
-                ops.rotate_left(k);
-            }
-            Program {
-                ops,
-                footprint: p.footprint,
-            }
-        })
-        .collect()
+impl Workload {
+    /// One program per core, each from its start.
+    pub fn distinct(name: &str, programs: Vec<Program>) -> Workload {
+        Workload {
+            name: name.into(),
+            cores: (0..programs.len()).map(|c| (c, 0)).collect(),
+            programs,
+        }
+    }
+
+    /// `cores` tasks sharing `program` (a recorded trace: no copy of it per
+    /// core), core `c` begun at op `c × len / cores` so the tasks do not
+    /// move in lockstep ([`ferrite_sim::Task::staggered`]).
+    pub fn shared(name: &str, program: Program, cores: usize) -> Workload {
+        let len = program.ops.len();
+        Workload {
+            name: name.into(),
+            programs: vec![program],
+            cores: (0..cores).map(|c| (0, c * len / cores.max(1))).collect(),
+        }
+    }
+
+    /// The cores' tasks.
+    pub fn tasks(&self) -> Vec<Task<'_>> {
+        self.cores
+            .iter()
+            .map(|&(p, start)| Task {
+                program: &self.programs[p],
+                start,
+            })
+            .collect()
+    }
 }
 
 /// The synthetic workload at `commit_every`, one seeded stream per core.
@@ -93,10 +129,10 @@ pub fn synthetic_workload(cores: usize, commit_every: u32, updates: u32) -> Work
         commit_every,
         ..Synthetic::default()
     };
-    Workload {
-        name: "synthetic".into(),
-        programs: (0..cores).map(|c| synthetic(&p, 1, c)).collect(),
-    }
+    Workload::distinct(
+        "synthetic",
+        (0..cores).map(|c| synthetic(&p, 1, c)).collect(),
+    )
 }
 
 /// Tallies the model's speed over the suite.
@@ -118,7 +154,7 @@ fn sim_row(
     speed: &mut Speed,
 ) -> Result<(Row, Stats), BenchError> {
     let t = Instant::now();
-    let s = simulate(cfg, &w.programs, run)
+    let s = simulate_tasks(cfg, &w.tasks(), run)
         .map_err(|e| BenchError::Unsupported(format!("sim {}: {e}", w.name)))?;
     let wall = t.elapsed().as_secs_f64();
     speed.events += s.events;
@@ -128,7 +164,7 @@ fn sim_row(
         cfg.mode.name(),
         json!({
             "workload": w.name,
-            "cores": w.programs.len(),
+            "cores": w.cores.len(),
             "commit_every": commit_every,
             "sweep": sweep,
             "nvm": cfg.nvm.name,
@@ -139,7 +175,7 @@ fn sim_row(
             r.set_param(k, v.clone());
         }
     }
-    r.threads = w.programs.len().max(1);
+    r.threads = w.cores.len().max(1);
     r.ops = s.instructions.iter().sum();
     r.secs = s.cycles as f64 / (cfg.ghz * 1e9);
     if r.secs > 0.0 && r.ops > 0 {
@@ -162,6 +198,8 @@ fn sim_row(
     r.set_extra("credit_syncs", s.credit_syncs);
     r.set_extra("media_reads", s.media_reads);
     r.set_extra("media_writes", s.media_writes);
+    r.set_extra("media_blocks", s.media_blocks);
+    r.set_extra("media_partial_blocks", s.media_partial_blocks);
     r.set_extra("write_stall_cycles", s.write_stall_cycles);
     r.set_extra("events", s.events);
     r.set_extra("wall_secs", wall);
@@ -241,13 +279,11 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let mut workloads = vec![synthetic_workload(CORES, 1, updates)];
     let recorded = record::all(ctx)?;
     for r in &recorded {
-        workloads.push(Workload {
-            name: r.name.to_string(),
-            programs: replicate(
-                &Program::from_trace(&r.trace, table2.instr_per_ns, 1),
-                CORES,
-            ),
-        });
+        workloads.push(Workload::shared(
+            r.name,
+            Program::from_trace(&r.trace, table2.instr_per_ns, 1),
+            CORES,
+        ));
     }
 
     // The main comparison: every workload, every mode, 16 cores, a commit
@@ -255,7 +291,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let mut per_workload: Vec<(f64, f64, f64)> = Vec::new();
     for w in &workloads {
         ctx.note(format!("sim: {} on {CORES} cores, 4 modes", w.name));
-        let g = group(
+        let mut g = group(
             &table2,
             &Mode::ALL,
             w,
@@ -265,6 +301,17 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             json!({}),
             &mut speed,
         )?;
+        // Determinism, measured: the fine-grained run replayed on the same
+        // programs must give the very same statistics.
+        if let Some((r, s)) = g.iter_mut().find(|(r, _)| r.variant == "fine-grained") {
+            let again = simulate_tasks(
+                &table2.clone().with_mode(Mode::FineGrained),
+                &w.tasks(),
+                Run::Cycles(cycles),
+            )
+            .map_err(|e| BenchError::Unsupported(format!("sim {}: {e}", w.name)))?;
+            r.set_extra("replayed_identically", again == *s);
+        }
         if let Some((r, _)) = g.iter().find(|(r, _)| r.variant == "fine-grained") {
             let x = |k: &str| r.extra.as_ref().and_then(|e| e.get(k)?.as_f64());
             if let (Some(i), Some(c), Some(s)) = (
@@ -393,11 +440,8 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     // What each recorded technique would cost on Optane-like media.
     for r in &recorded {
         let prog = Program::from_trace(&r.trace, table2.instr_per_ns, 1);
-        let ops = prog.commits().max(1) as f64;
-        let w = Workload {
-            name: r.name.to_string(),
-            programs: vec![prog],
-        };
+        let ops = r.ops.max(1) as f64;
+        let w = Workload::distinct(r.name, vec![prog]);
         for nvm in [NvmProfile::OPTANE, NvmProfile::PCM] {
             let mut cfg = table2.clone().with_mode(Mode::Adr);
             cfg.nvm = nvm;
@@ -446,6 +490,9 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
 pub struct Recorded {
     pub name: &'static str,
     pub trace: ferrite_pmem::trace::ThreadTrace,
+    /// Operations the driver ran while recording (an operation may commit
+    /// zero times — a read — or more than once).
+    pub ops: u64,
     /// Wall ns per operation measured on this machine without recording.
     pub measured_ns_per_op: f64,
     /// The domain that measurement ran in.
@@ -490,7 +537,7 @@ pub mod record {
     }
 
     /// The measured part of a workload: between [`Phase::begin`] and
-    /// [`Phase::end`], with [`Phase::op_done`] after each operation.
+    /// [`Phase::end`] (the components mark their own commit points).
     pub struct Phase {
         recording: bool,
         started: Option<Instant>,
@@ -506,13 +553,6 @@ pub mod record {
             self.started = Some(Instant::now());
         }
 
-        /// A commit point of the driver: after each whole operation.
-        pub fn op_done(&self) {
-            if self.recording {
-                trace::commit_point();
-            }
-        }
-
         pub fn end(&mut self) {
             if let Some(t) = self.started.take() {
                 self.elapsed_ns = t.elapsed().as_nanos() as f64;
@@ -523,12 +563,17 @@ pub mod record {
         }
     }
 
+    /// Recording is process-wide (`trace::start` forgets every thread's
+    /// events): one recording at a time in this process, tests included.
+    pub static RECORDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// Runs `work` twice on fresh state: timed in `timing_domain()`, then
     /// recorded in `eadr`. Returns this thread's trace and ns per op.
     fn record_with(
         ops: u64,
         work: impl Fn(Domain, &mut Phase) -> Result<(), BenchError>,
     ) -> Result<(ThreadTrace, f64, &'static str), BenchError> {
+        let _one = RECORDING.lock().unwrap_or_else(|p| p.into_inner());
         let d = timing_domain();
         let mut timed = Phase {
             recording: false,
@@ -549,6 +594,16 @@ pub mod record {
             rec.end();
         }
         res?;
+        if rec.trace.as_ref().is_some_and(|t| t.truncated) {
+            // A cut trace would replay a different workload than it says.
+            return Err(bad(
+                "trace",
+                format!(
+                    "more than {} events: recording truncated",
+                    trace::MAX_EVENTS
+                ),
+            ));
+        }
         // This thread's trace is the one with the commit points.
         let mine = rec
             .trace
@@ -577,7 +632,6 @@ pub mod record {
                     }
                     Err(e) => return Err(bad("append", e)),
                 }
-                ph.op_done();
             }
             ph.end();
             Ok(())
@@ -585,6 +639,7 @@ pub mod record {
         Ok(Recorded {
             name: "log",
             trace,
+            ops,
             measured_ns_per_op: ns,
             measured_domain: dom,
         })
@@ -611,7 +666,6 @@ pub mod record {
             for i in 0..ops {
                 map.insert(&mut th, crate::tx_suite::ycsb_key(i), &value)
                     .map_err(|e| bad("insert", e))?;
-                ph.op_done();
             }
             ph.end();
             Ok(())
@@ -619,6 +673,7 @@ pub mod record {
         Ok(Recorded {
             name: "tx-hashmap",
             trace,
+            ops,
             measured_ns_per_op: ns,
             measured_domain: dom,
         })
@@ -656,7 +711,6 @@ pub mod record {
                     None => Ok(()),
                 };
                 r.map_err(|e| bad("ycsb op", e))?;
-                ph.op_done();
             }
             ph.end();
             Ok(())
@@ -664,6 +718,99 @@ pub mod record {
         Ok(Recorded {
             name: "engine-ycsb-a",
             trace,
+            ops,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    /// The InP engine under TPC-C (one warehouse, quick cardinalities):
+    /// `ops` transactions of the standard mix after the load. Read-only
+    /// transactions (Order-Status, Stock-Level) commit nothing; a NewOrder
+    /// that rolls back (1 %) neither.
+    pub fn engine_tpcc(ops: u64) -> Result<Recorded, BenchError> {
+        use crate::engine_suite::FerriteKv;
+        use ferrite_workload::tpcc::{Terminal, TpccConfig, TpccLoader};
+        let cfg = TpccConfig::quick(1);
+        // The load is about 2.5 MB of rows at this scale; a transaction adds
+        // at most ~1.5 KB (engine_suite's TPCC_GROWTH_PER_TXN).
+        let bytes = ((64 << 20) + ops * 4096).next_multiple_of(1 << 20);
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, bytes).domain(d))?;
+            let store = Store::create(&pool, &StoreOptions::new(EngineKind::Inp))
+                .map_err(|e| bad("store", e))?;
+            let mut kv = FerriteKv(store.session().map_err(|e| bad("session", e))?);
+            TpccLoader::new::<ferrite_engine::EngineError>(&cfg, 7)
+                .and_then(|l| l.load_all(&mut kv, 64))
+                .map_err(|e| bad("tpcc load", e))?;
+            let mut term = Terminal::new::<ferrite_engine::EngineError>(&cfg, 7, 0, 1)
+                .map_err(|e| bad("tpcc terminal", e))?;
+            ph.begin();
+            for _ in 0..ops {
+                term.run(&mut kv).map_err(|e| bad("tpcc txn", e))?;
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "engine-tpcc",
+            trace,
+            ops,
+            measured_ns_per_op: ns,
+            measured_domain: dom,
+        })
+    }
+
+    /// The memcached server's item store (`Cache` over the undo-logged
+    /// byte map: what one shard thread runs per request) serving P1's
+    /// 95/5 set/get mix of 16 B keys and 64 B values over `ops` preloaded
+    /// keys, xorshift-chosen as `bench server`'s in-process rows do.
+    pub fn server(ops: u64) -> Result<Recorded, BenchError> {
+        use ferrite_server::protocol::{StoreMode, StoreOpts};
+        use ferrite_server::store::tx::{TxKv, create, map};
+        use ferrite_server::store::{Cache, Shared, Store as _};
+        let keys = ops.max(100);
+        let key = |i: u64| format!("key:{i:012}").into_bytes();
+        let value = [b'v'; 64];
+        let now = 1_700_000_000;
+        let e = |what: &'static str| move |x: ferrite_server::store::StoreError| bad(what, x);
+        let (trace, ns, dom) = record_with(ops, |d, ph| {
+            let pool = Pool::create_in_memory(
+                &PoolOptions::new("sim-server", (64 << 20) + keys * 1024).domain(d),
+            )?;
+            let txp = create(&pool, Strategy::Undo, 4).map_err(e("tx pool"))?;
+            let m = map(&txp).map_err(e("map"))?;
+            let shared =
+                Shared::open(&mut TxKv::new(&m).map_err(e("kv"))?, 1 << 20).map_err(e("shared"))?;
+            let mut cache = Cache::new(TxKv::new(&m).map_err(e("kv"))?, &shared);
+            let opts = StoreOpts::default();
+            for i in 0..keys {
+                cache
+                    .store(StoreMode::Set, &key(i), 0, 0, &value, None, &opts, now)
+                    .map_err(e("preload"))?;
+            }
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ keys;
+            ph.begin();
+            for _ in 0..ops {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = key(x % keys);
+                if x % 100 < 95 {
+                    cache
+                        .store(StoreMode::Set, &k, 0, 0, &value, None, &opts, now)
+                        .map_err(e("set"))?;
+                } else {
+                    cache.get(&k, now).map_err(e("get"))?;
+                }
+            }
+            ph.end();
+            Ok(())
+        })?;
+        Ok(Recorded {
+            name: "server-95/5",
+            trace,
+            ops,
             measured_ns_per_op: ns,
             measured_domain: dom,
         })
@@ -673,9 +820,19 @@ pub mod record {
     pub fn all(ctx: &BenchCtx) -> Result<Vec<Recorded>, BenchError> {
         let ops: u64 = ctx.scale.pick(1_000, 10_000);
         ctx.note(format!(
-            "sim: recording log, tx-hashmap, engine-ycsb-a ({ops} ops each)"
+            "sim: recording log, tx-hashmap, engine-ycsb-a, server-95/5 ({ops} ops each), engine-tpcc ({} transactions)",
+            ops / 2
         ));
-        Ok(vec![log(ops)?, tx_hashmap(ops)?, engine_ycsb_a(ops)?])
+        Ok(vec![
+            log(ops)?,
+            tx_hashmap(ops)?,
+            engine_ycsb_a(ops)?,
+            // A TPC-C transaction is a dozen key-value operations and
+            // ~1300 trace events: half as many keep the full-scale trace
+            // well inside `trace::MAX_EVENTS`.
+            engine_tpcc(ops / 2)?,
+            server(ops)?,
+        ])
     }
 }
 
@@ -685,27 +842,24 @@ mod tests {
     use ferrite_sim::Op;
 
     #[test]
-    fn replicas_are_rotations_of_one_program() {
+    fn shared_workloads_stagger_one_program_over_the_cores() {
         let p = Program {
             ops: (0..8).map(Op::Load).collect(),
             footprint: 8,
         };
-        let r = replicate(&p, 4);
-        assert_eq!(r.len(), 4);
-        assert_eq!(r[0], p);
-        assert_eq!(r[1].ops[0], Op::Load(2));
-        assert_eq!(r[3].ops[7], Op::Load(5));
-        for q in &r {
-            let mut a = q.ops.clone();
-            a.sort_by_key(|o| format!("{o:?}"));
-            let mut b = p.ops.clone();
-            b.sort_by_key(|o| format!("{o:?}"));
-            assert_eq!(a, b);
-        }
+        let w = Workload::shared("p", p.clone(), 4);
+        assert_eq!(w.programs, vec![p.clone()]);
+        assert_eq!(w.cores, vec![(0, 0), (0, 2), (0, 4), (0, 6)]);
+        let t = w.tasks();
+        assert_eq!(t.len(), 4);
+        assert!(t.iter().all(|t| std::ptr::eq(t.program, &w.programs[0])));
+        let d = Workload::distinct("d", vec![p.clone(), Program::default()]);
+        assert_eq!(d.cores, vec![(0, 0), (1, 0)]);
         assert!(
-            replicate(&Program::default(), 3)
+            Workload::shared("e", Program::default(), 3)
+                .tasks()
                 .iter()
-                .all(|p| p.ops.is_empty())
+                .all(|t| t.start == 0)
         );
     }
 
@@ -747,6 +901,163 @@ mod tests {
         assert!(speed.events > 0);
     }
 
+    /// Records `work` on this thread (one recording at a time) and returns
+    /// this thread's events: the busiest thread's, as no other thread of
+    /// the work persists anything.
+    #[cfg(feature = "trace")]
+    fn record_here(work: impl FnOnce()) -> ferrite_pmem::trace::ThreadTrace {
+        use ferrite_pmem::trace;
+        let _one = record::RECORDING.lock().unwrap_or_else(|p| p.into_inner());
+        trace::start();
+        work();
+        trace::stop()
+            .threads
+            .into_iter()
+            .max_by_key(|t| t.events.len())
+            .unwrap_or_default()
+    }
+
+    /// Each component marks its own commits, once per durable commit of the
+    /// outermost one: a transaction's allocator publish and log append do
+    /// not add commit points, reads add none.
+    #[cfg(feature = "trace")]
+    #[test]
+    fn components_mark_one_commit_point_per_commit() {
+        use ferrite_ds::{self as ds, DsOptions, Structure};
+        use ferrite_engine::{EngineKind, LAYOUT, Op as KvOp, Store, StoreOptions};
+        use ferrite_pmem::trace::EventKind;
+        use ferrite_pmem::{Domain, Pool, PoolOptions};
+        use ferrite_tx::{Strategy, TxOptions, TxPool};
+        const N: u64 = 40;
+        let commits = |t: &ferrite_pmem::trace::ThreadTrace| t.count(EventKind::Commit);
+
+        for strategy in [Strategy::Undo, Strategy::Redo, Strategy::Clobber] {
+            let pool =
+                Pool::create_in_memory(&PoolOptions::new("t-tx", 32 << 20).domain(Domain::Eadr))
+                    .unwrap();
+            let txp =
+                TxPool::create(&pool, &TxOptions::new(strategy).slots(2), ds::registry()).unwrap();
+            let mut th = txp.thread().unwrap();
+            let map = ds::create(Structure::HashMap, &mut th, DsOptions::default()).unwrap();
+            let t = record_here(|| {
+                for i in 0..N {
+                    map.insert(&mut th, i, &[7u8; crate::tx_suite::VALUE_LEN])
+                        .unwrap();
+                    assert!(map.get(i).unwrap().is_some());
+                }
+            });
+            assert_eq!(commits(&t), N as usize, "{strategy:?}: one per insert");
+            assert!(t.count(EventKind::Fence) >= N as usize, "{strategy:?}");
+            // The commit point follows the transaction's last fence.
+            let last_fence = t.events.iter().rposition(|e| e.kind == EventKind::Fence);
+            let last_commit = t.events.iter().rposition(|e| e.kind == EventKind::Commit);
+            assert!(last_fence < last_commit, "{strategy:?}");
+        }
+
+        for kind in [EngineKind::Inp, EngineKind::Cow, EngineKind::Lsm] {
+            let pool =
+                Pool::create_in_memory(&PoolOptions::new(LAYOUT, 64 << 20).domain(Domain::Eadr))
+                    .unwrap();
+            let store = Store::create(&pool, &StoreOptions::new(kind)).unwrap();
+            let mut s = store.session().unwrap();
+            let t = record_here(|| {
+                for i in 0..N {
+                    s.put(&i.to_be_bytes(), &[3u8; 100]).unwrap();
+                    assert!(s.get(&i.to_be_bytes()).unwrap().is_some());
+                }
+                s.batch(&[
+                    KvOp::Put {
+                        key: b"a",
+                        value: b"1",
+                    },
+                    KvOp::Put {
+                        key: b"b",
+                        value: b"2",
+                    },
+                    KvOp::Delete { key: b"c" },
+                ])
+                .unwrap();
+            });
+            assert_eq!(
+                commits(&t),
+                N as usize + 1,
+                "{kind:?}: one per put and one per batch"
+            );
+        }
+
+        {
+            use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
+            for alg in Algorithm::ALL {
+                let pool = Pool::create_in_memory(
+                    &PoolOptions::new("t-ptm", 16 << 20).domain(Domain::Eadr),
+                )
+                .unwrap();
+                let ptm = Ptm::create(&pool, &PtmOptions::new(alg)).unwrap();
+                let mut th = ptm.thread().unwrap();
+                let root = ptm.root();
+                th.atomic(|tx| {
+                    let b = tx.alloc_zeroed(8)?;
+                    tx.set(root, b.raw())
+                })
+                .unwrap();
+                let t = record_here(|| {
+                    for _ in 0..N {
+                        th.atomic(|tx| {
+                            let c = tx.get(root)?;
+                            let n = tx.load(c)? + 1;
+                            tx.store(c, n)
+                        })
+                        .unwrap();
+                        // Read-only: commits nothing.
+                        th.atomic(|tx| tx.get(root)).unwrap();
+                    }
+                });
+                assert_eq!(commits(&t), N as usize, "{alg:?}: one per writer");
+            }
+        }
+
+        // The log: one per append, also when an append needs a truncation.
+        {
+            use ferrite_blocks::log::{Algorithm, Log};
+            let pool =
+                Pool::create_in_memory(&PoolOptions::new("t-log", 1 << 20).domain(Domain::Eadr))
+                    .unwrap();
+            let mut log = Log::create(pool.data(), Algorithm::Classic.variants()[0]).unwrap();
+            let t = record_here(|| {
+                for _ in 0..N {
+                    log.append(&[1u8; 64]).unwrap();
+                }
+                log.append_batch(&[&[2u8; 8], &[3u8; 8]]).unwrap();
+            });
+            assert_eq!(commits(&t), N as usize + 1);
+        }
+    }
+
+    #[cfg(feature = "trace")]
+    #[test]
+    fn tpcc_and_server_traces_commit_their_writes_only() {
+        use ferrite_pmem::trace::EventKind;
+        let t = record::engine_tpcc(60).unwrap();
+        let c = t.trace.count(EventKind::Commit);
+        // Every transaction commits at most once; the read-only share
+        // (8 %) and NewOrder rollbacks commit nothing.
+        assert!(c > 30 && c <= 60, "tpcc: {c} commits for 60 transactions");
+        assert_eq!(t.ops, 60);
+        let s = record::server(200).unwrap();
+        let c = s.trace.count(EventKind::Commit);
+        assert!(c > 150 && c <= 200, "server: {c} commits for 200 requests");
+        // One recorded trace replayed twice on 16 staggered cores: the
+        // same statistics in every mode.
+        let w = Workload::shared("server", Program::from_trace(&s.trace, 5.4, 1), CORES);
+        for m in Mode::ALL {
+            let cfg = Config::table2(m);
+            let a = simulate_tasks(&cfg, &w.tasks(), Run::Cycles(60_000)).unwrap();
+            let b = simulate_tasks(&cfg, &w.tasks(), Run::Cycles(60_000)).unwrap();
+            assert!(a.events > 0 && a.commits() > 0, "{m}");
+            assert_eq!(a, b, "{m}");
+        }
+    }
+
     #[cfg(feature = "trace")]
     #[test]
     fn recorded_log_has_one_commit_per_append_and_its_persists() {
@@ -758,7 +1069,7 @@ mod tests {
         assert!(r.measured_ns_per_op > 0.0);
         let p = Program::from_trace(&r.trace, 2.0, 1);
         assert_eq!(p.commits(), 50);
-        let s = simulate(&Config::table2(Mode::Adr), &[p], Run::ToCompletion).unwrap();
+        let s = ferrite_sim::simulate(&Config::table2(Mode::Adr), &[p], Run::ToCompletion).unwrap();
         assert_eq!(s.commits(), 50);
         assert!(s.media_writes > 0);
     }

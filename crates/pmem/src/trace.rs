@@ -27,11 +27,21 @@
 //! record in one of those when the gaps matter. Gaps are not reproducible
 //! between recordings; everything else in a single-threaded trace is.
 //!
-//! Commit points: a component that knows where its durable commit is may
-//! call [`commit_point`]; where it does not (most components today), the
-//! driver of the workload (the bench harness, `ferrite trace`) marks one at
-//! each operation boundary — after the operation returned, i.e. after its
-//! final fence.
+//! Commit points: each component marks its own durable commit moments —
+//! a log's append, a transaction's commit, a PTM commit, an engine's
+//! commit, an allocator's standalone publish — through a [`CommitScope`]
+//! ([`commit_scope`], then [`CommitScope::mark`] once the commit is
+//! durable). Components nest (a transaction publishes through the
+//! allocator, an engine appends to a log): only the **outermost** scope of
+//! a thread marks, so one commit of the component the caller drives is one
+//! commit point, whatever it is built from. A driver that knows better
+//! (a workload of raw persists) may still call [`commit_point`], which
+//! marks only outside every scope.
+//!
+//! A scope counts itself only when it begins during a recording; one that
+//! began before [`start`] neither marks nor hides inner marks, so the
+//! operation in flight when a recording starts may show its inner
+//! components' commit points instead of its own.
 //!
 //! # Binary format (version 1), all integers little-endian
 //!
@@ -384,12 +394,68 @@ impl Trace {
 }
 
 /// Marks a commit point of the calling thread: the data it made durable
-/// before here is what one commit covers. A no-op unless recording (and
-/// nothing at all without the feature `trace`).
+/// before here is what one commit covers. Outside every [`CommitScope`]
+/// only (inside one, the scope's owner marks the commit). A no-op unless
+/// recording (and nothing at all without the feature `trace`).
 #[inline(always)]
 pub fn commit_point() {
     #[cfg(feature = "trace")]
-    recorder::note(EventKind::Commit, 0, 0);
+    if recorder::is_recording() && recorder::depth() == 0 {
+        recorder::note(EventKind::Commit, 0, 0);
+    }
+}
+
+/// One component operation that ends in a durable commit (see the module
+/// documentation, "Commit points"). While it lives, commit points of the
+/// components it calls on this thread are not recorded; its own
+/// [`mark`](CommitScope::mark) is, when it is the thread's outermost scope.
+///
+/// Without the feature `trace` this is a zero-sized value and every method
+/// is empty; with it but no recording running, beginning a scope costs one
+/// relaxed atomic load.
+#[must_use = "a scope hides inner commit points only while it lives"]
+pub struct CommitScope {
+    /// Whether this scope counted itself in the thread's depth (it began
+    /// during a recording), so its drop must uncount it.
+    #[cfg(feature = "trace")]
+    armed: bool,
+}
+
+/// Begins a [`CommitScope`] on the calling thread.
+#[inline(always)]
+pub fn commit_scope() -> CommitScope {
+    #[cfg(feature = "trace")]
+    {
+        let armed = recorder::is_recording();
+        if armed {
+            recorder::enter();
+        }
+        CommitScope { armed }
+    }
+    #[cfg(not(feature = "trace"))]
+    CommitScope {}
+}
+
+impl CommitScope {
+    /// The commit of this scope's operation is durable: records one commit
+    /// point if this is the thread's outermost scope.
+    #[inline(always)]
+    pub fn mark(&self) {
+        #[cfg(feature = "trace")]
+        if self.armed && recorder::is_recording() && recorder::depth() == 1 {
+            recorder::note(EventKind::Commit, 0, 0);
+        }
+    }
+}
+
+impl Drop for CommitScope {
+    #[inline(always)]
+    fn drop(&mut self) {
+        #[cfg(feature = "trace")]
+        if self.armed {
+            recorder::leave();
+        }
+    }
 }
 
 /// True when this build can record (the feature `trace` is on).
@@ -439,6 +505,26 @@ mod recorder {
     }
 
     static ORDER: AtomicU64 = AtomicU64::new(0);
+
+    thread_local! {
+        /// Armed [`CommitScope`](super::CommitScope)s alive on this thread.
+        static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+
+    #[inline]
+    pub(super) fn depth() -> u32 {
+        DEPTH.with(|d| d.get())
+    }
+
+    #[inline]
+    pub(super) fn enter() {
+        DEPTH.with(|d| d.set(d.get() + 1));
+    }
+
+    #[inline]
+    pub(super) fn leave() {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
 
     /// True while a recording runs.
     #[inline(always)]
@@ -698,5 +784,46 @@ mod tests {
         // Not recording: nothing is added.
         r.fence();
         assert_eq!(stop().events(), 0);
+    }
+
+    #[cfg(feature = "trace")]
+    #[test]
+    fn only_the_outermost_scope_marks() {
+        // Commit events only, on this thread: count them by a marker store.
+        use crate::{Domain, Pool, PoolOptions};
+        let pool =
+            Pool::create_in_memory(&PoolOptions::new("scope-test", 1 << 20).domain(Domain::Eadr))
+                .unwrap();
+        let r = pool.data();
+        let before = commit_scope(); // began outside the recording: inert
+        start();
+        r.write_nt(8192, &[9u8; 320]);
+        {
+            let outer = commit_scope();
+            {
+                let inner = commit_scope();
+                inner.mark(); // hidden: nested
+                commit_point(); // hidden: inside a scope
+            }
+            outer.mark();
+        }
+        commit_point(); // outside every scope: recorded
+        {
+            let inner = commit_scope();
+            inner.mark(); // the inert scope does not count: recorded
+        }
+        before.mark(); // inert
+        drop(before);
+        let t = stop();
+        let mine = t
+            .threads
+            .iter()
+            .find(|th| {
+                th.events
+                    .iter()
+                    .any(|e| e.kind == EventKind::NtStore && e.len == 320)
+            })
+            .expect("this thread was recorded");
+        assert_eq!(mine.count(EventKind::Commit), 3);
     }
 }

@@ -312,6 +312,10 @@ impl<'p> PtmThread<'p> {
     /// errors ([`Abort::Error`]) roll back and are returned.
     pub fn atomic<R>(&mut self, mut body: impl FnMut(&mut Tx<'_>) -> TxResult<R>) -> Result<R> {
         let mut attempt = 0u64;
+        // A writer's commit is one commit point of the persist trace (after
+        // its last fence); aborted attempts and read-only ones are none.
+        let scope = ferrite_pmem::trace::commit_scope();
+        let writer_commits = self.c.stats.writer_commits;
         loop {
             let mut tx = Tx {
                 t: Run {
@@ -330,6 +334,9 @@ impl<'p> PtmThread<'p> {
                 Ok(v) => {
                     run.c.stats.commits += 1;
                     run.c.refused_frees = 0;
+                    if run.c.stats.writer_commits > writer_commits {
+                        scope.mark();
+                    }
                     return Ok(v);
                 }
                 Err(Abort::Conflict) => {

@@ -1,12 +1,12 @@
 //! The reproduced figures: which rows each plots and which claims sit
 //! beside it.
 
-use crate::plot::{Reference, Series, SeriesSpec};
+use crate::plot::{Bar, Reference, Series, SeriesSpec};
 use ferrite_bench::Row;
 use ferrite_bench::claims::{Outcome, param_text};
 
-/// One section of the page: an optional series chart of rows and the
-/// claims chart of the outcomes it owns.
+/// One section of the page: an optional series chart of rows, an
+/// optional bar chart of rows and the claims chart of the outcomes it owns.
 pub struct Figure {
     /// HTML id of the section (`fig-p0-8`).
     pub id: &'static str,
@@ -14,6 +14,20 @@ pub struct Figure {
     /// Which outcomes belong here.
     pub owns: fn(&Outcome) -> bool,
     pub series: Option<SeriesFigure>,
+    pub bars: Option<BarFigure>,
+}
+
+/// A chart of one bar per row over a categorical axis (drawn like the
+/// claims chart: measured bar, paper's red cross, target line).
+pub struct BarFigure {
+    pub title: &'static str,
+    /// The bar of a row; `None` for rows not plotted. Bars keep row order.
+    pub bar: fn(&Row) -> Option<Bar>,
+}
+
+/// The bars of a figure from `rows`, in row order.
+pub fn collect_bars(f: &BarFigure, rows: &[Row]) -> Vec<Bar> {
+    rows.iter().filter_map(f.bar).collect()
 }
 
 /// A plotted point: series name, x, y.
@@ -107,6 +121,7 @@ pub fn figures() -> Vec<Figure> {
                     ))
                 },
             }),
+            bars: None,
         },
         Figure {
             id: "fig-p0-8",
@@ -128,6 +143,7 @@ pub fn figures() -> Vec<Figure> {
                 y: |r| r.ops_per_s,
                 reference: |p| times(p, "classic-padded", 2.0, "paper: PopLog ≈ 2× classic"),
             }),
+            bars: None,
         },
         Figure {
             id: "fig-p0-10",
@@ -157,6 +173,7 @@ pub fn figures() -> Vec<Figure> {
                     )
                 },
             }),
+            bars: None,
         },
         Figure {
             id: "fig-p0-12",
@@ -186,44 +203,110 @@ pub fn figures() -> Vec<Figure> {
                     ))
                 },
             }),
+            bars: None,
         },
         Figure {
             id: "fig-p1-3",
             title: "P1 Figs. 3.6–3.8 — undo / redo / clobber transactions",
             owns: |o| o.figure.starts_with("P1") && o.suite != "cache",
             series: None,
+            bars: None,
         },
         Figure {
             id: "fig-p1-5",
             title: "P1 Figs. 5.6 and 5.9 — Persistron page cache vs DRAM cache + log",
             owns: |o| o.suite == "cache",
             series: None,
+            bars: None,
         },
         Figure {
             id: "fig-p2-alloc",
             title: "P2 §2.2 — persistent allocators",
             owns: |o| o.suite == "alloc",
             series: None,
+            bars: None,
         },
         Figure {
             id: "fig-p2-engine",
             title: "P2 Figs. 2 and 12 — storage engines InP / CoW / LSM",
             owns: |o| o.suite == "engine",
             series: None,
+            bars: None,
         },
         Figure {
             id: "fig-p3",
             title: "P3 — persistent transactional memory",
             owns: |o| o.suite == "ptm",
             series: None,
+            bars: None,
         },
         Figure {
             id: "fig-server",
             title: "ferrite serve vs memcached (issue 13)",
             owns: |o| o.suite == "server",
             series: None,
+            bars: None,
+        },
+        Figure {
+            id: "fig-p4",
+            title: "P4 Figs. 8–11 — fine-grained vs global data committing (ferrite-sim, 16 cores)",
+            owns: |o| o.suite == "sim",
+            // P4 Fig. 10: IPC of both modes over the commit interval.
+            series: Some(SeriesFigure {
+                spec: SeriesSpec {
+                    title: "simulated IPC over the commit interval (synthetic, 16 cores)",
+                    x_label: "updates per commit",
+                    y_label: "IPC (all cores)",
+                    log_x: true,
+                    log_y: false,
+                },
+                point: |r| {
+                    (r.suite == "sim"
+                        && param_text(r, "sweep").as_deref() == Some("commit-frequency")
+                        && sim_ipc(r).is_some())
+                    .then(|| Some((r.variant.clone(), num(r, "commit_every")?)))
+                    .flatten()
+                },
+                y: |r| sim_ipc(r).unwrap_or(0.0),
+                reference: |p| {
+                    // The paper's fine-grained: 2× global committing every
+                    // update ("may reach 100%"), +6.0 % every 100 (§IV-B).
+                    let g = |x: f64| p.iter().find(|q| q.0 == "global" && q.1 == x).map(|q| q.2);
+                    Some(Reference::Line(
+                        vec![(1.0, g(1.0)? * 2.0), (100.0, g(100.0)? * 1.06)],
+                        "paper: fine-grained 2× global (every update) … +6 % (every 100)".into(),
+                    ))
+                },
+            }),
+            // P4 Fig. 8: the IPC ratio of each workload at 16 cores.
+            bars: Some(BarFigure {
+                title: "fine-grained ÷ global IPC per workload, 16 cores (× P4: 1.78, WHISPER mean)",
+                bar: |r| {
+                    let w = param_text(r, "workload")?;
+                    (r.suite == "sim"
+                        && r.variant == "fine-grained"
+                        && param_text(r, "sweep").as_deref() == Some("main")
+                        && w != "average")
+                        .then_some(())?;
+                    Some(Bar {
+                        label: w,
+                        measured: r.ratio_vs_baseline.filter(|x| x.is_finite() && *x > 0.0)?,
+                        paper: Some(1.78),
+                        target: Some(1.0),
+                    })
+                },
+            }),
         },
     ]
+}
+
+/// A `sim` row's simulated IPC (`extra.ipc`), when positive.
+fn sim_ipc(r: &Row) -> Option<f64> {
+    r.extra
+        .as_ref()?
+        .get("ipc")?
+        .as_f64()
+        .filter(|x| x.is_finite() && *x > 0.0)
 }
 
 /// The series of a figure from `rows`: one [`Series`] per name, in order

@@ -2,7 +2,7 @@
 //! with its charts inline.
 
 use crate::ReportError;
-use crate::figures::{Figure, collect, figures};
+use crate::figures::{Figure, collect, collect_bars, figures};
 use crate::input::{check_error, check_result};
 use crate::machine::Machine;
 use crate::plot::{Bar, claims_chart, series_chart};
@@ -315,6 +315,18 @@ fn figure_section(f: &Figure, rows: &[Row], outcomes: &[Outcome]) -> Result<Stri
                 "<figure class=\"series\" data-points=\"{points}\">{svg}<figcaption>{} rows; dashed red: {}</figcaption></figure>",
                 points,
                 esc(&caption)
+            );
+        }
+    }
+    if let Some(bf) = &f.bars {
+        let rb = collect_bars(bf, rows);
+        if !rb.is_empty() {
+            let svg = claims_chart(bf.title, &rb).map_err(ReportError::Plot)?;
+            let _ = write!(
+                plots,
+                "<figure class=\"row-bars\" data-row-bars=\"{}\">{svg}<figcaption>{} rows; red ×: the paper's value, black: the target</figcaption></figure>",
+                rb.len(),
+                rb.len()
             );
         }
     }

@@ -104,11 +104,62 @@ const FIGURES: &[(&str, &[&str])] = &[
     ("fig-p2-engine", &["engine"]),
     ("fig-p3", &["ptm"]),
     ("fig-server", &["server"]),
+    ("fig-p4", &["sim"]),
 ];
+
+fn param<'a>(r: &'a Row, k: &str) -> Option<&'a str> {
+    r.params.get(k)?.as_str()
+}
+
+/// The P4 figure: the commit-frequency sweep (one circle per row of it,
+/// the paper's reference), one bar per workload's fine-grained ÷ global
+/// IPC at 16 cores (the rows' own ratios), and the claims chart.
+fn check_p4(html: &str, rows: &[Row], what: &str) {
+    let sim = |f: &dyn Fn(&Row) -> bool| {
+        rows.iter()
+            .filter(|r| r.suite == "sim" && f(r))
+            .collect::<Vec<_>>()
+    };
+    let sweep = sim(&|r| param(r, "sweep") == Some("commit-frequency"));
+    let per_workload = sim(&|r| {
+        param(r, "sweep") == Some("main")
+            && r.variant == "fine-grained"
+            && param(r, "workload") != Some("average")
+    });
+    assert!(
+        sweep.len() >= 4 && per_workload.len() >= 4,
+        "the fixture has sim rows"
+    );
+    let s = section(html, "fig-p4");
+    assert_eq!(count(s, "<svg"), 3, "{what}: series, workload bars, claims");
+    let series = &s[s.find("class=\"series\"").expect("series chart")..];
+    let series = &series[..series.find("</figure>").unwrap()];
+    assert_eq!(
+        count(series, "<circle"),
+        sweep.len(),
+        "{what}: one circle per sweep row"
+    );
+    assert!(series.contains("paper"), "{what}: the paper's reference");
+    let bars = &s[s.find("class=\"row-bars\"").expect("workload bars")..];
+    let bars = &bars[..bars.find("</figure>").unwrap()];
+    assert_eq!(
+        count(bars, &format!("fill=\"{BAR_FILL}\"")),
+        per_workload.len(),
+        "{what}: one bar per workload"
+    );
+    for r in &per_workload {
+        let w = param(r, "workload").unwrap();
+        assert!(
+            bars.contains(&ferrite_report::html::esc(w)),
+            "{what}: label {w}"
+        );
+    }
+}
 
 /// Checks the plots of `html` (the file or the browser's DOM).
 fn check_plots(html: &str, rows: &[Row], what: &str) {
     let outcomes = evaluate(rows);
+    check_p4(html, rows, what);
     for (id, points) in expected_points(rows) {
         assert!(points > 0, "{id}: the fixture has rows for it");
         let s = section(html, id);

@@ -58,8 +58,19 @@ impl fmt::Display for Mode {
 /// Timing of the non-volatile medium behind the memory controller.
 ///
 /// Each access occupies one bank for `*_busy_ns` and completes after
-/// `*_ns`; a 64-byte transfer also occupies its channel's data bus for
-/// [`Config::bus_ns`].
+/// `*_ns`; each 64-byte line it transfers also occupies its channel's data
+/// bus for [`Config::bus_ns`].
+///
+/// Writes reach the media in blocks of `block_lines` aligned lines: a
+/// line written while a write of its block still waits in the same write
+/// queue joins that entry (write combining), and one media write —
+/// `write_busy_ns` whatever its line count — writes the block. A block
+/// write that covers fewer than `block_lines` lines is a read-modify-write
+/// inside the media, counted in
+/// [`Stats::media_partial_blocks`](crate::Stats::media_partial_blocks);
+/// its time is already the block's. A bank holds whole
+/// blocks (the block, not the line, picks the bank). Reads stay one line
+/// each.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NvmProfile {
     pub name: &'static str,
@@ -67,6 +78,12 @@ pub struct NvmProfile {
     pub read_busy_ns: f64,
     pub write_ns: f64,
     pub write_busy_ns: f64,
+    /// Lines per media block (1: every line is written on its own).
+    pub block_lines: u64,
+    /// How long a queued block that is still partial waits for the rest
+    /// of its lines before it may be written (P0 §2.3's write-combining
+    /// buffer; P0 gives no figure): ignored when a block is one line.
+    pub combine_ns: f64,
 }
 
 impl NvmProfile {
@@ -78,22 +95,36 @@ impl NvmProfile {
         read_busy_ns: 55.0,
         write_ns: 150.0,
         write_busy_ns: 150.0,
+        block_lines: 1,
+        combine_ns: 0.0,
     };
 
     /// Optane-like, from P0 (van Renen et al.) §2: random reads 3.3× DRAM's
     /// latency (Fig. 1; ≈100 ns DRAM → 330 ns); peak bandwidths of Table 2,
     /// 39.1 GB/s read and 12.5 GB/s write, turned into bank occupancy over
-    /// the 32 banks of [`Config::table2`]: 32 × 64 B / 39.1 GB/s = 52 ns per
-    /// read, 32 × 64 B / 12.5 GB/s = 164 ns per write. A write completes when
+    /// the 32 banks of [`Config::table2`].
+    ///
+    /// Writes go to the media in P0's 256-byte blocks (§2.3: "PMem works on
+    /// 256-byte blocks", peak bandwidth only with whole blocks, at most
+    /// three lines of amplification): 4 lines per block, and Table 2's write
+    /// peak, measured with whole blocks, makes a block write occupy its
+    /// bank 32 × 256 B / 12.5 GB/s = 655 ns — so a lone 64-byte line costs
+    /// as much media time as four combined ones. A write completes when
     /// its bank is done (P0 measures ≈100 ns per persist barrier into the
     /// DIMM's buffers, §3.3; the media write behind it is what the
-    /// bandwidth bounds). P0's 256-byte internal block is not modelled.
+    /// bandwidth bounds). A partial block waits 20 ns for the rest of its
+    /// lines — the time its other three lines take to cross a channel
+    /// (4 × [`Config::bus_ns`]) — before it is written as it is.
+    /// Reads: 32 × 64 B / 39.1 GB/s = 52 ns per line;
+    /// their 256-byte amplification is not modelled.
     pub const OPTANE: NvmProfile = NvmProfile {
         name: "optane",
         read_ns: 330.0,
         read_busy_ns: 52.0,
-        write_ns: 164.0,
-        write_busy_ns: 164.0,
+        write_ns: 655.0,
+        write_busy_ns: 655.0,
+        block_lines: 4,
+        combine_ns: 20.0,
     };
 
     pub fn parse(s: &str) -> Option<NvmProfile> {
@@ -223,10 +254,11 @@ impl Config {
     }
 
     /// The highest rate at which the media can absorb writes, in bytes per
-    /// cycle: every bank writing back to back, or the channels' buses,
-    /// whichever is lower.
+    /// cycle: every bank writing whole blocks back to back, or the
+    /// channels' buses, whichever is lower.
     pub fn write_bound_bytes_per_cycle(&self) -> f64 {
-        let banks = self.banks as f64 * 64.0 / self.cycles(self.nvm.write_busy_ns) as f64;
+        let block = 64.0 * self.nvm.block_lines as f64;
+        let banks = self.banks as f64 * block / self.cycles(self.nvm.write_busy_ns) as f64;
         let bus = self.channels as f64 * 64.0 / self.cycles(self.bus_ns) as f64;
         banks.min(bus)
     }
@@ -255,6 +287,9 @@ impl Config {
             return bad("clock must be positive and instructions per ns non-negative");
         }
         let p = self.nvm;
+        if !(1..=64).contains(&p.block_lines) || p.combine_ns.is_nan() || p.combine_ns < 0.0 {
+            return bad("a media block holds 1 to 64 lines, combined for 0 ns or more");
+        }
         if !(p.read_busy_ns > 0.0
             && p.write_busy_ns > 0.0
             && p.read_ns >= p.read_busy_ns

@@ -41,6 +41,10 @@
 //! - **Credits bound each queue's writes at the media** (8 in flight), which
 //!   limits one task's write bandwidth under fine-grained committing; global
 //!   mode has no per-queue credits (one sync per period, as P4 models it).
+//! - **Media blocks** (not P4's, P0's): the Optane-like profile writes
+//!   256-byte blocks ([`NvmProfile::block_lines`]); lines of a block that
+//!   wait in one write-queue entry are written together, a lone line costs
+//!   a whole block write. PCM writes lines, as P4 models it.
 //! - **Instruction mix**: the synthetic workload's compute between memory
 //!   ops is a free parameter ([`Synthetic::compute`]); recorded traces use
 //!   the measured gaps at [`Config::instr_per_ns`] instructions per ns.
@@ -52,7 +56,7 @@ pub mod program;
 pub mod stats;
 
 pub use config::{CacheGeometry, Config, Mode, NvmProfile};
-pub use model::{Run, Sim, simulate};
+pub use model::{Run, Sim, Task, simulate, simulate_tasks};
 pub use program::{Op, Program, Synthetic, synthetic};
 pub use stats::Stats;
 

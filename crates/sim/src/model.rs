@@ -33,8 +33,14 @@
 //!   lowest-utilisation policy); when every register is taken the task
 //!   stays on the default queue. The structure is the same in every mode,
 //!   so modes differ only in what a commit does.
-//! - A write leaves its queue when its bank is free (first ready entry of
-//!   each queue, queues taken round-robin).
+//! - A queue entry is one media block (P0's 256 bytes on the Optane-like
+//!   profile, a line on PCM): a line whose block already waits in the
+//!   line's queue joins that entry instead of taking one (write
+//!   combining), even when the queue is full. A partial block waits up to
+//!   the profile's `combine_ns` after its first line for the rest. A
+//!   write leaves its queue
+//!   when its bank is free (first ready entry of each queue, queues taken
+//!   round-robin) and writes every line it gathered in one block write.
 //! - **Credits** (fine-grained mode): each queue has `queue_entries`
 //!   credits. Issuing a write to the media takes one; the memory
 //!   controller learns of completions only through a credit-synchronisation
@@ -56,10 +62,11 @@
 //!
 //! # Media
 //!
-//! `banks` independent banks split over `channels`; line `l` lives in bank
-//! `l mod banks`. An access holds its bank for the profile's busy time and
-//! its channel's data bus for `bus_ns`, and completes after the profile's
-//! latency. A credit-sync read occupies a channel's bus but no bank, and
+//! `banks` independent banks split over `channels`; block `b` (line `l`'s
+//! block is `l / block_lines`) lives in bank `b mod banks` (mixed with the
+//! core's number, so tasks do not all start on bank 0). An access holds
+//! its bank for the profile's busy time and its channel's data bus for
+//! `bus_ns` per line it moves, and completes after the profile's latency. A credit-sync read occupies a channel's bus but no bank, and
 //! takes one read latency.
 
 use crate::SimError;
@@ -89,8 +96,12 @@ enum Ev {
         core: usize,
         id: u64,
     },
+    /// A block write of `lines` lines completes (`partial`: fewer lines
+    /// than a block).
     WriteDone {
         queue: usize,
+        lines: u32,
+        partial: bool,
     },
     /// A credit sync of `queue` answers.
     CreditSync {
@@ -130,9 +141,14 @@ enum CommitPhase {
 }
 
 #[derive(Debug)]
-struct Core {
-    ops: Vec<Op>,
+struct Core<'a> {
+    /// Borrowed from the program: tasks replaying one trace share it.
+    ops: &'a [Op],
     pc: usize,
+    /// The op the task began at ([`Task::start`]).
+    start: usize,
+    /// The task went past the end of its ops and began again at 0.
+    wrapped: bool,
     looping: bool,
     base: u64,
     queue: usize,
@@ -165,13 +181,24 @@ enum Confirm {
     Held,
 }
 
+/// One write-queue entry: a media block and the lines of it gathered so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    bank: usize,
+    block: u64,
+    /// Bit `i`: line `i` of the block (blocks hold at most 64 lines).
+    lines: u64,
+    /// Before this cycle a partial block is not issued: the rest of it may
+    /// still come ([`crate::NvmProfile::combine_ns`]).
+    hold_until: u64,
+}
+
 #[derive(Debug)]
 struct Mc {
     /// Reads waiting: (bank, core, load id).
     read_q: VecDeque<(usize, usize, u64)>,
     /// Write queues: `sub_queues` sub-queues then the default queue.
-    /// Entries are the banks of the lines (all the controller needs later).
-    queues: Vec<VecDeque<usize>>,
+    queues: Vec<VecDeque<Entry>>,
     /// Address-range registers: (first line, end line, queue).
     ranges: Vec<(u64, u64, usize)>,
     inflight: Vec<u32>,
@@ -200,28 +227,74 @@ struct Timing {
     write_busy: u64,
     bus: u64,
     path: u64,
+    combine: u64,
+}
+
+/// What one core runs: a program, begun at op `start` (an op boundary).
+/// With [`Run::Cycles`] the core loops over the program from there; with
+/// [`Run::ToCompletion`] it runs every op once, from `start` to the end
+/// and then from 0 to `start` — the same as running the program rotated
+/// left by `start`, without a copy of it (16 tasks of one long recorded
+/// trace share its ops).
+#[derive(Clone, Copy, Debug)]
+pub struct Task<'a> {
+    pub program: &'a Program,
+    pub start: usize,
+}
+
+impl<'a> Task<'a> {
+    /// `cores` tasks of `program`, task `c` begun at op
+    /// `c × len / cores`, so they do not move in lockstep.
+    pub fn staggered(program: &'a Program, cores: usize) -> Vec<Task<'a>> {
+        (0..cores)
+            .map(|c| Task {
+                program,
+                start: c * program.ops.len() / cores.max(1),
+            })
+            .collect()
+    }
 }
 
 /// One simulation: build it with [`Sim::new`], run it with [`Sim::run`].
-pub struct Sim {
+pub struct Sim<'a> {
     cfg: Config,
     t: Timing,
     run: Run,
     now: u64,
     seq: u64,
     heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
-    cores: Vec<Core>,
+    cores: Vec<Core<'a>>,
     caches: Hierarchy,
     mc: Mc,
     stats: Stats,
     wb: Vec<u64>,
 }
 
-impl Sim {
+impl<'a> Sim<'a> {
     /// A simulation of `programs`, one per core (at most 64 cores).
-    pub fn new(cfg: Config, programs: &[Program], run: Run) -> Result<Sim, SimError> {
+    pub fn new(cfg: Config, programs: &'a [Program], run: Run) -> Result<Sim<'a>, SimError> {
+        let tasks: Vec<Task<'a>> = programs
+            .iter()
+            .map(|program| Task { program, start: 0 })
+            .collect();
+        Sim::with_tasks(cfg, &tasks, run)
+    }
+
+    /// A simulation of `tasks`, one per core (at most 64 cores).
+    pub fn with_tasks(cfg: Config, tasks: &[Task<'a>], run: Run) -> Result<Sim<'a>, SimError> {
         cfg.validate()?;
-        let n = programs.len();
+        let n = tasks.len();
+        if let Some(t) = tasks
+            .iter()
+            .find(|t| t.start > 0 && t.start >= t.program.ops.len())
+        {
+            return Err(SimError::Config(format!(
+                "a task begins at op {} of {}",
+                t.start,
+                t.program.ops.len()
+            )));
+        }
+        let programs: Vec<&'a Program> = tasks.iter().map(|t| t.program).collect();
         if n > 64 {
             return Err(SimError::Config(format!("{n} cores: at most 64")));
         }
@@ -238,6 +311,7 @@ impl Sim {
             write_busy: cfg.cycles(cfg.nvm.write_busy_ns),
             bus: cfg.cycles(cfg.bus_ns),
             path: cfg.cycles(cfg.mc_path_ns),
+            combine: (cfg.nvm.combine_ns * cfg.ghz).ceil() as u64,
         };
         let nq = cfg.sub_queues + 1;
         let mut mc = Mc {
@@ -260,7 +334,7 @@ impl Sim {
         };
         let mut bound = vec![0usize; cfg.sub_queues];
         let mut cores = Vec::with_capacity(n);
-        for (c, p) in programs.iter().enumerate() {
+        for (c, (p, task)) in programs.iter().zip(tasks).enumerate() {
             let base = (c as u64) << CORE_SHIFT;
             // PersistenceMalloc: the least-utilised sub-queue with a free
             // range register (lowest index on ties), else the default queue.
@@ -276,8 +350,10 @@ impl Sim {
                 None => cfg.sub_queues,
             };
             cores.push(Core {
-                ops: p.ops.clone(),
-                pc: 0,
+                ops: &p.ops,
+                pc: task.start,
+                start: task.start,
+                wrapped: false,
                 looping: matches!(run, Run::Cycles(_)),
                 base,
                 queue,
@@ -311,6 +387,8 @@ impl Sim {
             stores: 0,
             media_reads: 0,
             media_writes: 0,
+            media_blocks: 0,
+            media_partial_blocks: 0,
             last_write_done: 0,
             write_stall_cycles: 0,
             events: 0,
@@ -370,7 +448,11 @@ impl Sim {
                 }
                 Ev::BankFree(_) => {}
                 Ev::ReadDone { core, id } => self.read_done(core, id),
-                Ev::WriteDone { queue } => self.write_done(queue),
+                Ev::WriteDone {
+                    queue,
+                    lines,
+                    partial,
+                } => self.write_done(queue, lines, partial),
                 Ev::CreditSync { queue } => self.credit_answer(queue),
                 Ev::CommitSync { queue } => self.confirm_arrives(queue),
                 Ev::Arrive => {}
@@ -510,12 +592,19 @@ impl Sim {
             };
             let core = &mut self.cores[c];
             if core.pc == core.ops.len() {
-                if core.looping && !core.ops.is_empty() {
+                // A looping task goes round again; one begun past op 0
+                // runs the ops before its start once.
+                if !core.ops.is_empty() && (core.looping || (core.start > 0 && !core.wrapped)) {
                     core.pc = 0;
+                    core.wrapped = true;
                 } else {
                     core.block = Block::Done;
                     return;
                 }
+            }
+            if !core.looping && core.wrapped && core.pc == core.start {
+                core.block = Block::Done;
+                return;
             }
             let op = core.ops[core.pc];
             if let Op::Compute(n) = op {
@@ -737,15 +826,45 @@ impl Sim {
                 break;
             }
             let q = self.queue_for(line);
-            if self.closed(q) || self.mc.queues[q].len() >= self.cfg.queue_entries {
+            if self.closed(q) {
                 break;
+            }
+            let bl = self.cfg.nvm.block_lines;
+            let (block, bit) = (line / bl, 1u64 << (line % bl));
+            // Write combining: the block's entry still waiting takes the
+            // line (a one-line block never has another line to take).
+            let joined = bl > 1
+                && match self.mc.queues[q].iter_mut().find(|e| e.block == block) {
+                    Some(e) => {
+                        e.lines |= bit;
+                        true
+                    }
+                    None => false,
+                };
+            if !joined {
+                if self.mc.queues[q].len() >= self.cfg.queue_entries {
+                    break;
+                }
+                let bank = self.bank_of(line);
+                let hold_until = if bl > 1 {
+                    let at = self.now + self.t.combine;
+                    // The controller looks at the entry again then.
+                    self.schedule(at, Ev::Arrive);
+                    at
+                } else {
+                    0
+                };
+                self.mc.queues[q].push_back(Entry {
+                    bank,
+                    block,
+                    lines: bit,
+                    hold_until,
+                });
             }
             self.cores[c].pending.pop_front();
             let ack = self.now + self.t.path;
             let core = &mut self.cores[c];
             core.acked_at = core.acked_at.max(ack);
-            let b = self.bank_of(line);
-            self.mc.queues[q].push_back(b);
             moved = true;
         }
         if moved {
@@ -781,14 +900,22 @@ impl Sim {
         moved
     }
 
+    /// The bank holding `line`'s media block.
     fn bank_of(&self, line: u64) -> usize {
-        ((line ^ (line >> CORE_SHIFT)) % self.cfg.banks as u64) as usize
+        let block = line / self.cfg.nvm.block_lines;
+        ((block ^ (line >> CORE_SHIFT)) % self.cfg.banks as u64) as usize
     }
 
+    /// Reserves the channel's data bus for one line; returns the start.
     fn bus(&mut self, bank_or_queue: usize) -> u64 {
+        self.bus_lines(bank_or_queue, 1)
+    }
+
+    /// Reserves the channel's data bus for `lines` lines back to back.
+    fn bus_lines(&mut self, bank_or_queue: usize, lines: u64) -> u64 {
         let ch = bank_or_queue % self.cfg.channels;
         let start = self.now.max(self.mc.bus_free[ch]);
-        self.mc.bus_free[ch] = start + self.t.bus;
+        self.mc.bus_free[ch] = start + self.t.bus * lines;
         start
     }
 
@@ -839,16 +966,30 @@ impl Sim {
                 if credits && self.mc.credit[q] == 0 {
                     break;
                 }
-                let b = self.mc.queues[q][j];
-                if self.mc.bank_free[b] > now {
+                let Entry {
+                    bank: b,
+                    lines,
+                    hold_until,
+                    ..
+                } = self.mc.queues[q][j];
+                let whole = lines.count_ones() as u64 == self.cfg.nvm.block_lines;
+                if self.mc.bank_free[b] > now || (!whole && hold_until > now) {
                     j += 1;
                     continue;
                 }
                 self.mc.queues[q].remove(j);
-                let start = self.bus(b);
+                let n = lines.count_ones();
+                let start = self.bus_lines(b, n as u64);
                 self.mc.bank_free[b] = start + self.t.write_busy;
                 self.schedule(start + self.t.write_busy, Ev::BankFree(b));
-                self.schedule(start + self.t.write, Ev::WriteDone { queue: q });
+                self.schedule(
+                    start + self.t.write,
+                    Ev::WriteDone {
+                        queue: q,
+                        lines: n,
+                        partial: (n as u64) < self.cfg.nvm.block_lines,
+                    },
+                );
                 self.mc.inflight[q] += 1;
                 issued = true;
                 if credits {
@@ -894,8 +1035,10 @@ impl Sim {
         }
     }
 
-    fn write_done(&mut self, q: usize) {
-        self.stats.media_writes += 1;
+    fn write_done(&mut self, q: usize, lines: u32, partial: bool) {
+        self.stats.media_writes += lines as u64;
+        self.stats.media_blocks += 1;
+        self.stats.media_partial_blocks += partial as u64;
         self.stats.last_write_done = self.now;
         self.mc.inflight[q] -= 1;
         match self.cfg.mode {
@@ -1005,4 +1148,10 @@ impl Sim {
 /// Runs `programs` under `cfg` (a convenience over [`Sim::new`] + [`Sim::run`]).
 pub fn simulate(cfg: &Config, programs: &[Program], run: Run) -> Result<Stats, SimError> {
     Ok(Sim::new(cfg.clone(), programs, run)?.run())
+}
+
+/// Runs `tasks` under `cfg` (a convenience over [`Sim::with_tasks`] +
+/// [`Sim::run`]).
+pub fn simulate_tasks(cfg: &Config, tasks: &[Task<'_>], run: Run) -> Result<Stats, SimError> {
+    Ok(Sim::with_tasks(cfg.clone(), tasks, run)?.run())
 }

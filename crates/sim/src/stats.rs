@@ -26,9 +26,18 @@ pub struct Stats {
     /// Loads executed, stores executed (ordinary and non-temporal).
     pub loads: u64,
     pub stores: u64,
-    /// Reads and writes performed by the media.
+    /// Reads performed by the media; lines the media wrote.
     pub media_reads: u64,
     pub media_writes: u64,
+    /// Media write operations, one per media block written
+    /// ([`NvmProfile::block_lines`](crate::NvmProfile::block_lines) lines
+    /// at most, combined in the write queue); equals `media_writes` when a
+    /// block is one line (PCM).
+    pub media_blocks: u64,
+    /// Media block writes that covered only part of their block: the
+    /// media read-modify-writes the block (P0 §2.3, Optane's 256-byte
+    /// XPLine), so they cost a whole block's time.
+    pub media_partial_blocks: u64,
     /// Cycle at which the last media write completed.
     pub last_write_done: u64,
     /// Cycles cores spent blocked on writes: a full write buffer, a fence,

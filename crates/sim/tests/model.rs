@@ -187,6 +187,18 @@ fn bad_configurations_are_refused() {
     assert!(simulate(&cfg, &[], Run::Cycles(10)).is_err());
     let too_many = vec![Program::default(); 65];
     assert!(simulate(&Config::table2(Mode::Adr), &too_many, Run::Cycles(10)).is_err());
+    for (block_lines, combine_ns) in [(0, 0.0), (65, 0.0), (4, -1.0), (4, f64::NAN)] {
+        let mut cfg = Config::table2(Mode::Adr);
+        cfg.nvm.block_lines = block_lines;
+        cfg.nvm.combine_ns = combine_ns;
+        assert!(
+            matches!(
+                simulate(&cfg, &[], Run::Cycles(10)),
+                Err(SimError::Config(_))
+            ),
+            "{block_lines} lines, {combine_ns} ns"
+        );
+    }
 }
 
 /// Golden statistics: 4 cores of the default synthetic workload (seed 42)
@@ -276,4 +288,148 @@ fn golden_statistics_of_a_recorded_log_trace() {
         ("eadr", 1600579, 803, 0, 0),
     ];
     assert_eq!(got, want, "golden statistics changed");
+}
+
+/// One core's program: `rounds` operations, operation `r` a non-temporal
+/// store to each line of `lines(r)`, then a commit.
+fn nt_commits(rounds: u64, lines: impl Fn(u64) -> Vec<u64>) -> Program {
+    let mut ops = Vec::new();
+    let mut top = 0;
+    for r in 0..rounds {
+        for l in lines(r) {
+            top = top.max(l + 1);
+            ops.push(Op::NtStore(l));
+        }
+        ops.push(Op::Commit);
+    }
+    Program {
+        ops,
+        footprint: top,
+    }
+}
+
+/// P0's 256-byte media block on the Optane-like profile: four lines of one
+/// block are one media write, four lines in four blocks are four (each a
+/// partial block the media read-modify-writes); on PCM a block is a line.
+#[test]
+fn optane_writes_whole_256_byte_blocks() {
+    let run_once = |nvm: NvmProfile, lines: &[u64]| {
+        let mut cfg = Config::table2(Mode::Adr);
+        cfg.nvm = nvm;
+        simulate(
+            &cfg,
+            &[nt_commits(1, |_| lines.to_vec())],
+            Run::ToCompletion,
+        )
+        .unwrap()
+    };
+    let one_block = [4, 5, 6, 7];
+    let four_blocks = [0, 4, 8, 12];
+    let s = run_once(NvmProfile::OPTANE, &one_block);
+    assert_eq!(
+        (s.media_writes, s.media_blocks, s.media_partial_blocks),
+        (4, 1, 0)
+    );
+    let s = run_once(NvmProfile::OPTANE, &four_blocks);
+    assert_eq!(
+        (s.media_writes, s.media_blocks, s.media_partial_blocks),
+        (4, 4, 4)
+    );
+    // Two lines of one block: one media write, partial.
+    let s = run_once(NvmProfile::OPTANE, &[9, 10]);
+    assert_eq!(
+        (s.media_writes, s.media_blocks, s.media_partial_blocks),
+        (2, 1, 1)
+    );
+    for lines in [&one_block, &four_blocks] {
+        let s = run_once(NvmProfile::PCM, lines);
+        assert_eq!(
+            (s.media_writes, s.media_blocks, s.media_partial_blocks),
+            (4, 4, 0)
+        );
+    }
+}
+
+/// Under ADR a commit is durable once the controller accepted the writes:
+/// a round trip after the last one while the media keeps up. Operations
+/// of 8 lines (a log append of 512 bytes), each committed: gathered in two
+/// whole 256-byte blocks the media keeps up and an operation costs about
+/// the commit's round trip; scattered over 8 blocks, each a whole block
+/// write of the media's time, the writes wait for room in the queue and
+/// an operation costs well over a round trip.
+#[test]
+fn adr_commits_of_scattered_lines_cost_more_than_a_round_trip_on_optane() {
+    let mut cfg = Config::table2(Mode::Adr);
+    cfg.nvm = NvmProfile::OPTANE;
+    let round_trip = 2 * cfg.cycles(cfg.mc_path_ns);
+    let clustered = nt_commits(200, |r| (8 * r..8 * r + 8).collect());
+    let scattered = nt_commits(200, |r| (8 * r..8 * r + 8).map(|l| 4 * l).collect());
+    let c = simulate(&cfg, std::slice::from_ref(&clustered), Run::ToCompletion).unwrap();
+    let s = simulate(&cfg, std::slice::from_ref(&scattered), Run::ToCompletion).unwrap();
+    assert_eq!((c.media_writes, s.media_writes), (1600, 1600));
+    assert_eq!((c.media_blocks, c.media_partial_blocks), (400, 0));
+    assert_eq!((s.media_blocks, s.media_partial_blocks), (1600, 1600));
+    let per_op = |x: &Stats| x.cycles as f64 / x.commits() as f64;
+    let (cm, sm) = (per_op(&c), per_op(&s));
+    // Eight lines leave the core in 4 cycles, then the commit's round
+    // trip; the drain of the last blocks at the end adds little over 200
+    // operations.
+    assert!(
+        cm < 1.2 * round_trip as f64,
+        "clustered: {cm} cycles per operation, round trip {round_trip}"
+    );
+    assert!(
+        sm > 1.5 * cm,
+        "scattered {sm} cycles per operation vs clustered {cm}"
+    );
+    // On PCM (a block is a line) the layout changes nothing.
+    let mut pcm = cfg.clone();
+    pcm.nvm = NvmProfile::PCM;
+    let c = simulate(&pcm, &[clustered], Run::ToCompletion).unwrap();
+    let s = simulate(&pcm, &[scattered], Run::ToCompletion).unwrap();
+    assert_eq!((c.media_blocks, s.media_blocks), (1600, 1600));
+}
+
+/// Tasks begun part-way through one shared program behave exactly as
+/// copies of the program rotated to begin there, looping or run once.
+#[test]
+fn staggered_tasks_equal_rotated_copies() {
+    let p = synthetic(
+        &Synthetic {
+            updates: 300,
+            ..Synthetic::default()
+        },
+        5,
+        0,
+    );
+    let tasks = Task::staggered(&p, 6);
+    assert_eq!(tasks[0].start, 0);
+    assert_eq!(tasks[3].start, 3 * p.ops.len() / 6);
+    let rotated: Vec<Program> = tasks
+        .iter()
+        .map(|t| {
+            let mut q = p.clone();
+            q.ops.rotate_left(t.start);
+            q
+        })
+        .collect();
+    for mode in Mode::ALL {
+        let cfg = Config::table2(mode);
+        for run in [Run::Cycles(120_000), Run::ToCompletion] {
+            let a = simulate_tasks(&cfg, &tasks, run).unwrap();
+            let b = simulate(&cfg, &rotated, run).unwrap();
+            assert_eq!(a, b, "{mode} {run:?}");
+        }
+        // Run once, every task retires the whole program.
+        let a = simulate_tasks(&cfg, &tasks, Run::ToCompletion).unwrap();
+        assert!(a.instructions.iter().all(|&n| n == p.instructions()));
+    }
+    let bad = [Task {
+        program: &p,
+        start: p.ops.len(),
+    }];
+    assert!(matches!(
+        simulate_tasks(&Config::table2(Mode::Adr), &bad, Run::ToCompletion),
+        Err(SimError::Config(_))
+    ));
 }

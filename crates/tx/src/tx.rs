@@ -452,7 +452,16 @@ impl<'p> TxThread<'p> {
             });
         }
         self.st.reset();
-        self.exec(f, inputs)
+        // A writing transaction that committed is one commit point of the
+        // persist trace (after its last fence); allocator publishes and
+        // logs inside it are part of it. Read-only ones persist nothing.
+        let scope = ferrite_pmem::trace::commit_scope();
+        let writing = self.stats.writing;
+        let r = self.exec(f, inputs);
+        if r.is_ok() && self.stats.writing > writing {
+            scope.mark();
+        }
+        r
     }
 
     /// Re-executes a crashed clobber transaction (recovery only): epoch,

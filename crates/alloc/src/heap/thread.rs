@@ -460,9 +460,13 @@ impl AllocThread for HeapThread<'_> {
     }
 
     fn publish(&mut self, p: &Publish<'_>) -> Result<()> {
+        // A standalone publish is a commit of the persist trace; inside a
+        // caller's commit (an engine's write) the caller's scope hides it.
+        let scope = ferrite_pmem::trace::commit_scope();
         self.stage(p, None)?;
         self.persist_ops();
         self.finish(p);
+        scope.mark();
         Ok(())
     }
 

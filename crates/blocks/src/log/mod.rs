@@ -1032,6 +1032,8 @@ impl Log {
         if records.is_empty() {
             return Ok(LsnRange { start, end: start });
         }
+        // A durable append is the log's commit (persist traces, [P4]).
+        let scope = ferrite_pmem::trace::commit_scope();
         let max = self.max_record_len();
         let mut need = 0u64;
         for r in records {
@@ -1056,6 +1058,7 @@ impl Log {
         debug_assert_eq!(end_pos, self.tail + need);
         self.tail = end_pos;
         self.next += records.len() as u64;
+        scope.mark();
         Ok(LsnRange {
             start,
             end: Lsn(self.next),

@@ -835,6 +835,8 @@ impl PageStore {
                 pvn: e.pvn,
             });
         }
+        // A durable page write is the page store's commit (persist traces).
+        let scope = ferrite_pmem::trace::commit_scope();
         let (l, mut lane) = self.acquire_lane();
         let pvn = if chosen == PageAlgorithm::MicroLog && self.core.faulty(Fault::MicroLogSamePvn) {
             e.pvn
@@ -878,6 +880,7 @@ impl PageStore {
         }
         e.pvn = pvn;
         drop(lane);
+        scope.mark();
         Ok(Written {
             algorithm: chosen,
             pvn,

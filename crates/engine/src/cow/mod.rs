@@ -1090,7 +1090,19 @@ struct CowSession<'e> {
 impl CowSession<'_> {
     /// Commits `ops` atomically, in a group; the delete result of the
     /// last op (true for puts).
+    /// [`write_group`](Self::write_group), one commit point of the persist
+    /// trace once the group holding `ops` is durable (on the leader's
+    /// thread and on each follower's: each returns at its commit).
     fn write(&mut self, ops: &[Op<'_>]) -> Result<bool> {
+        let scope = ferrite_pmem::trace::commit_scope();
+        let r = self.write_group(ops);
+        if r.is_ok() {
+            scope.mark();
+        }
+        r
+    }
+
+    fn write_group(&mut self, ops: &[Op<'_>]) -> Result<bool> {
         let eng = self.eng;
         let held = LockHeld::enter();
         let mut g = eng.gate.lock();

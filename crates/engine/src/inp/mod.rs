@@ -1681,6 +1681,11 @@ impl<'e> InpSession<'e> {
         let eng = self.eng;
         let _held = LockHeld::enter();
         let mut w = eng.w.lock();
+        // One commit point of the persist trace per write that committed a
+        // record (an empty operation commits none); a rotation it needed
+        // and the allocator's publishes are part of it.
+        let scope = ferrite_pmem::trace::commit_scope();
+        let seq = w.seq;
         // Intent protocol: the next record lists the frees still owed;
         // publish a large backlog first (one empty record), so that it
         // never crowds this write's record out of the log area.
@@ -1705,7 +1710,12 @@ impl<'e> InpSession<'e> {
                     .map(|()| v)
             });
             match r {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    if w.seq != seq {
+                        scope.mark();
+                    }
+                    return Ok(v);
+                }
                 Err(e) => {
                     for res in self.op.res.drain(..) {
                         let _ = self.th.cancel(res);

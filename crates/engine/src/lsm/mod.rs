@@ -641,7 +641,25 @@ impl Lsm {
 
     /// Appends `rec` (ops encoded by [`format::encode_ops`]) durably and
     /// applies `ops` to the memtable. Called with the writer lock held.
+    /// [`append_record`](Self::append_record), one commit point of the
+    /// persist trace once the record is durable (a memtable flush or merge
+    /// it triggers is part of the same commit).
     fn append(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        rec: &mut [u8],
+        ops: &[Op<'_>],
+    ) -> Result<()> {
+        let scope = ferrite_pmem::trace::commit_scope();
+        let r = self.append_record(w, at, rec, ops);
+        if r.is_ok() {
+            scope.mark();
+        }
+        r
+    }
+
+    fn append_record(
         &self,
         w: &mut Writer,
         at: &mut dyn AllocThread,
