@@ -53,6 +53,10 @@ pub enum FdKind {
         listening: bool,
         connected: bool,
         addr: Vec<u8>,
+        /// `IPV6_V6ONLY` (an IPv6 socket beside an IPv4 one on the same
+        /// port needs it to bind again).
+        #[serde(default)]
+        v6only: bool,
     },
     Pipe {
         ino: u64,
@@ -134,13 +138,17 @@ impl PidFd {
 }
 
 fn sockopt(fd: &OwnedFd, opt: i32) -> i32 {
+    sockopt_at(fd, libc::SOL_SOCKET, opt)
+}
+
+fn sockopt_at(fd: &OwnedFd, level: i32, opt: i32) -> i32 {
     let mut v: i32 = 0;
     let mut len = 4 as libc::socklen_t;
     // SAFETY: getsockopt writes at most len bytes into v.
     unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             opt,
             &mut v as *mut i32 as *mut libc::c_void,
             &mut len,
@@ -222,6 +230,7 @@ pub fn capture(pid: i32, skip: &[i32]) -> Result<FdTable> {
                     listening: sockopt(&s, libc::SO_ACCEPTCONN) != 0,
                     connected: sockaddr(&s, true).is_some(),
                     addr: sockaddr(&s, false).unwrap_or_default(),
+                    v6only: sockopt_at(&s, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) != 0,
                 },
                 None => FdKind::Lost { what: target },
             }
@@ -349,6 +358,7 @@ fn rebuild_socket(
     listening: bool,
     addr: &[u8],
     flags: i32,
+    v6only: bool,
 ) -> Result<OwnedFd> {
     let nb = if flags & libc::O_NONBLOCK != 0 {
         libc::SOCK_NONBLOCK
@@ -371,6 +381,15 @@ fn rebuild_socket(
                 &one as *const i32 as *const libc::c_void,
                 4,
             );
+            if domain == libc::AF_INET6 && v6only {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_V6ONLY,
+                    &one as *const i32 as *const libc::c_void,
+                    4,
+                );
+            }
             if domain == libc::AF_UNIX && addr.len() > 3 && addr[2] != 0 {
                 // A filesystem socket: its old file is in the way.
                 let path = &addr[2..];
@@ -433,6 +452,7 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
                 listening,
                 connected,
                 addr,
+                v6only,
             } => {
                 if *connected || (*ty == libc::SOCK_STREAM && !*listening) {
                     p.report.push(format!(
@@ -467,7 +487,7 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
                     Some(a)
                 } else {
                     Some(rebuild_socket(
-                        *domain, *ty, *proto, *listening, addr, r.flags,
+                        *domain, *ty, *proto, *listening, addr, r.flags, *v6only,
                     )?)
                 }
             }

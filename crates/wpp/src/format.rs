@@ -21,7 +21,7 @@
 //! | 16        | 4         | PID of the run that last wrote the context |
 //! | 20        | 4         | resumes so far |
 //! | 24        | 8         | next mapping-file number (`DIR/m<N>`) |
-//! | 32        | 4         | threads created but not yet registered (a hint for capture) |
+//! | 32        | 4         | `pthread_create` calls whose thread has not registered yet (diagnostic) |
 //! | 36        | 4         | threads captured at the last failure |
 //! | 40        | 8         | writable bytes *not* persistent at the last failure (coverage gap) |
 //! | 48        | 8         | writable bytes persistent at the last failure |

@@ -435,7 +435,6 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
     let t_sig = Instant::now();
     // SAFETY: kill sends a signal to our child.
     unsafe { libc::kill(pid, crate::capture_signal()) };
-    let mut creating_since: Option<Instant> = None;
     loop {
         if let Some(st) = child.try_wait().map_err(io("waiting for the program"))? {
             // It ended (by itself, or crashed) before the capture finished.
@@ -443,23 +442,20 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
         }
         let live = live_threads(c);
         let captured = c.captured.load(Ordering::Acquire);
-        let creating = c.creating.load(Ordering::Acquire);
-        if captured >= live && live > 0 {
-            // A thread being created registers itself and stops at once;
-            // wait for it, but not forever (its creator may have been
-            // stopped before the clone).
-            if creating == 0
-                || creating_since.get_or_insert_with(Instant::now).elapsed()
-                    > Duration::from_millis(100)
-            {
-                break;
-            }
+        // Every kernel thread must be registered and stopped: a thread
+        // being born (cloned, not yet registered) registers and stops
+        // itself; one that is exiting leaves.
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count() as u32)
+            .unwrap_or(0);
+        if captured >= live && live > 0 && tasks <= live {
+            break;
         }
         if t_sig.elapsed() > Duration::from_secs(10) {
             let _ = child.kill();
             let _ = child.wait();
             return Err(WppError::ThreadsDidNotStop(
-                live.saturating_sub(captured),
+                tasks.max(live).saturating_sub(captured),
                 10_000,
             ));
         }

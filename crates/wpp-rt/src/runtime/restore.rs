@@ -262,7 +262,6 @@ extern "C" fn resume_on_private(_: u64) {
         }
     }
     c.captured.store(0, Ordering::Release);
-    c.creating.store(0, Ordering::Release);
     c.resumes += 1;
     c.pid.store(pid as u32, Ordering::Relaxed);
     c.state.store(State::Running as u32, Ordering::Release);

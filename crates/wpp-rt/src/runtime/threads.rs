@@ -249,6 +249,11 @@ pub(crate) extern "C" fn on_capture(sig: i32, _info: *mut libc::siginfo_t, uc: *
         t.robust_len = len;
         t.state.store(tstate::CAPTURED, Ordering::Release);
         c.captured.fetch_add(1, Ordering::AcqRel);
+    } else {
+        // Not in the table: a thread on its way out (it left the table in
+        // pthread_exit or after its start routine). Let it finish exiting;
+        // the supervisor waits for it to be gone.
+        return;
     }
     loop {
         // SAFETY: waits on a private word that is never woken; the
