@@ -43,6 +43,7 @@ pub mod server_suite;
 pub mod sim_suite;
 pub mod table;
 pub mod tx_suite;
+pub mod wpp_suite;
 
 pub use ctx::{BenchCtx, Scale};
 pub use error::BenchError;

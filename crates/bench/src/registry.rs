@@ -77,6 +77,11 @@ pub const REGISTRY: &[SuiteDef] = &[
         run: crate::server_suite::run,
     },
     SuiteDef {
+        name: "wpp",
+        description: "whole-process persistence (ferrite run): Debian's memcached under it vs plain and vs ferrite serve tx-undo / tx-redo under memcaslap (P1 mixes); mmap / thread-create interposition costs; restart time vs process size [P1 ch4]",
+        run: crate::wpp_suite::run,
+    },
+    SuiteDef {
         name: "sim",
         description: "memory-controller model fed by Ferrite's persist traces: global vs fine-grained committing (+ adr, eadr) x synthetic / log / tx-hashmap / engine-ycsb-a at 16 cores; commit-frequency, sub-queue, write-latency sweeps; Optane projection [P4]",
         run: crate::sim_suite::run,

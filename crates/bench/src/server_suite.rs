@@ -267,14 +267,29 @@ impl Plan {
 
 /// A server child process; killed (SIGKILL) and reaped on drop. Its memory
 /// file is left alone (the kill test restarts on it): callers remove it.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     log: PathBuf,
+    /// `ferrite run`: stopped with SIGUSR1 (an injected failure, which
+    /// kills the program it supervises) rather than SIGKILL, which would
+    /// orphan the program.
+    supervised: bool,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.supervised {
+            // SAFETY: kill sends a signal to our child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGUSR1) };
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
@@ -283,10 +298,17 @@ impl Drop for Server {
 
 /// How to start one system.
 #[derive(Clone, Debug)]
-enum System {
+pub(crate) enum System {
     Memcached {
         threads: usize,
         file: Option<PathBuf>,
+    },
+    /// memcached under whole-process persistence (`ferrite run`), its state
+    /// directory `state` (the `wpp` suite).
+    MemcachedWpp {
+        threads: usize,
+        state: PathBuf,
+        bin: PathBuf,
     },
     Ferrite {
         store: String,
@@ -298,8 +320,9 @@ enum System {
 }
 
 impl System {
-    fn variant(&self) -> String {
+    pub(crate) fn variant(&self) -> String {
         match self {
+            System::MemcachedWpp { .. } => "wpp".into(),
             System::Memcached { file: None, .. } => MEMCACHED.into(),
             System::Memcached { file: Some(_), .. } => MEMCACHED_RESTARTABLE.into(),
             System::Ferrite { store, .. } => format!("ferrite-{store}"),
@@ -308,7 +331,7 @@ impl System {
 
     /// Starts the system on a free loopback port and waits until it
     /// accepts connections.
-    fn start(&self) -> Result<Server, BenchError> {
+    pub(crate) fn start(&self) -> Result<Server, BenchError> {
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let log = unique_path("log");
@@ -323,6 +346,30 @@ impl System {
                 }
                 if running_as_root() {
                     // memcached refuses to run as root without -u.
+                    cmd.args(["-u", "root"]);
+                }
+            }
+            System::MemcachedWpp {
+                threads,
+                state,
+                bin,
+            } => {
+                let _ = std::fs::remove_dir_all(state);
+                cmd = Command::new(bin);
+                cmd.arg("run").arg("--state").arg(state).arg("--");
+                cmd.args([
+                    "memcached",
+                    "-l",
+                    "127.0.0.1",
+                    "-U",
+                    "0",
+                    "-c",
+                    "4096",
+                    "-m",
+                    "1024",
+                ])
+                .args(["-p", &port.to_string(), "-t", &threads.to_string()]);
+                if running_as_root() {
                     cmd.args(["-u", "root"]);
                 }
             }
@@ -354,7 +401,12 @@ impl System {
         let child = cmd
             .spawn()
             .map_err(|e| BenchError::Unsupported(format!("starting {}: {e}", self.variant())))?;
-        let mut server = Server { child, addr, log };
+        let mut server = Server {
+            child,
+            addr,
+            log,
+            supervised: matches!(self, System::MemcachedWpp { .. }),
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
@@ -379,7 +431,7 @@ impl System {
     }
 }
 
-fn io(path: &Path, source: std::io::Error) -> BenchError {
+pub(crate) fn io(path: &Path, source: std::io::Error) -> BenchError {
     BenchError::Io {
         path: path.to_path_buf(),
         source,
@@ -411,7 +463,7 @@ fn free_port() -> Result<u16, BenchError> {
 /// A scratch file (pool, memory file, config) removed when dropped, so a
 /// panic or an error leaves nothing in /dev/shm. Declared before the
 /// servers using it, so those are killed first.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -420,7 +472,7 @@ impl Drop for Scratch {
 }
 
 /// A fresh file name in /dev/shm (tmpfs: the memory the pools model).
-fn unique_path(ext: &str) -> PathBuf {
+pub(crate) fn unique_path(ext: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = if Path::new("/dev/shm").is_dir() {
@@ -436,7 +488,7 @@ fn unique_path(ext: &str) -> PathBuf {
 }
 
 /// Whether `prog` can be run (found on PATH and executable).
-fn have(prog: &str, arg: &str) -> bool {
+pub(crate) fn have(prog: &str, arg: &str) -> bool {
     Command::new(prog)
         .arg(arg)
         .stdin(Stdio::null())
@@ -579,7 +631,7 @@ pub fn parse_memcaslap(out: &str) -> Option<SlapResult> {
 }
 
 /// Runs memcaslap against `addr` with `cfg` (a config file) once.
-fn slap(plan: &Plan, addr: SocketAddr, cfg: &Path) -> Result<SlapResult, BenchError> {
+pub(crate) fn slap(plan: &Plan, addr: SocketAddr, cfg: &Path) -> Result<SlapResult, BenchError> {
     let mut child = Command::new("memcaslap")
         .arg("-s")
         .arg(addr.to_string())
@@ -951,7 +1003,7 @@ fn now_unix() -> u64 {
 
 /// The row of one system on one mix from its repetitions: the median by
 /// throughput.
-fn row(plan: &Plan, mix: &Mix, variant: &str, runs: &[SlapResult]) -> Row {
+pub(crate) fn row(plan: &Plan, mix: &Mix, variant: &str, runs: &[SlapResult]) -> Row {
     let mut r = Row::empty(SUITE, variant, params(plan, mix));
     r.threads = plan.client_threads;
     r.counters_observed = false;
