@@ -17,7 +17,11 @@ use std::time::{Duration, Instant};
 
 fn runtime_lib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join(ferrite_wpp::RUNTIME_LIB)
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(ferrite_wpp::RUNTIME_LIB)
 }
 
 fn memcached() -> Option<PathBuf> {
@@ -78,7 +82,8 @@ fn writer(port: u16, mut next: u64, stop: Arc<AtomicBool>) -> u64 {
 
 /// Every key below `acked` must read back its value.
 fn verify(port: u16, acked: u64) -> Result<(), String> {
-    let s = connect(port, Duration::from_secs(10)).ok_or("no new connection accepted after resume")?;
+    let s =
+        connect(port, Duration::from_secs(10)).ok_or("no new connection accepted after resume")?;
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut w = s;
     let mut line = String::new();
@@ -130,7 +135,8 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let port = free_port();
-    let dir = PathBuf::from("/dev/shm").join(format!("ferrite-wpp-test-{}-memcached", std::process::id()));
+    let dir = PathBuf::from("/dev/shm")
+        .join(format!("ferrite-wpp-test-{}-memcached", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let trigger = Arc::new(AtomicBool::new(false));
     let opts = Options {
@@ -180,7 +186,9 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
         if round == failures {
             // Stop the last run with one more failure, then clean up.
             trigger.store(true, Ordering::Release);
-            sup.join().unwrap().unwrap_or_else(|e| panic!("last round: {e}"));
+            sup.join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("last round: {e}"));
             break;
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -191,7 +199,10 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
         });
         std::thread::sleep(Duration::from_micros(rng.random_range(0..40_000)));
         trigger.store(true, Ordering::Release);
-        let out = sup.join().unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let out = sup
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
         stop.store(true, Ordering::Release);
         acked = w.join().unwrap();
         match out {
@@ -199,7 +210,10 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
             Outcome::Exited { code, signal } => panic!("memcached exited ({code:?}, {signal:?})"),
         }
     }
-    assert_eq!(gaps, 0, "writable bytes outside persistent memory at some failure");
+    assert_eq!(
+        gaps, 0,
+        "writable bytes outside persistent memory at some failure"
+    );
     eprintln!(
         "memcached: {failures} failures, {acked} acknowledged items all present after every resume, coverage gap 0, {:.1} s",
         t0.elapsed().as_secs_f64()

@@ -295,3 +295,29 @@ fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
     );
     eprintln!("planted bug caught: {e}");
 }
+
+#[test]
+fn debian_python_running_a_benchmark_resumes_after_every_random_failure() {
+    let py = Path::new("/usr/bin/python3");
+    if !py.is_file() {
+        eprintln!("/usr/bin/python3 not installed: test skipped");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pybench.py");
+    let plain = std::process::Command::new(py).arg(&script).arg("4").output().unwrap();
+    let expect = String::from_utf8(plain.stdout).unwrap();
+    assert!(expect.starts_with("pybench 4 "), "{expect:?}");
+    campaign(
+        "python",
+        vec![py.display().to_string(), script.display().to_string(), "4".into()],
+        None,
+        Duration::from_millis(80),
+        move |out| {
+            if out == expect {
+                Ok(())
+            } else {
+                Err(format!("stdout {out:?}, expected {expect:?}"))
+            }
+        },
+    );
+}
