@@ -283,10 +283,10 @@ pub fn capture(pid: i32, skip: &[i32]) -> Result<FdTable> {
                 r.kind = FdKind::Lost {
                     what: format!("pipe:[{ino}] (other end outside the process)"),
                 };
-            } else if !*write_end {
-                if let Some(dup) = pidfd.get(r.fd) {
-                    *data = drain(&dup);
-                }
+            } else if !*write_end
+                && let Some(dup) = pidfd.get(r.fd)
+            {
+                *data = drain(&dup);
             }
         }
     }

@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<PathRec>(), 256);
         assert_eq!(core::mem::size_of::<ThreadRec>(), 64);
         assert_eq!(core::mem::size_of::<SigRec>(), 40);
-        assert!(POOL_SIZE < 8 << 20);
+        const { assert!(POOL_SIZE < 8 << 20) };
     }
 
     #[test]

@@ -215,10 +215,10 @@ pub fn start(opts: &Options, argv: &[std::ffi::OsString]) -> Result<Outcome> {
     }
     let dir = &opts.state;
     if dir.join("context.pool").exists() {
-        if let Ok((s, ..)) = status(dir) {
-            if s != State::Exited {
-                return Err(WppError::StateInUse(dir.display().to_string()));
-            }
+        if let Ok((s, ..)) = status(dir)
+            && s != State::Exited
+        {
+            return Err(WppError::StateInUse(dir.display().to_string()));
         }
         // A finished process's directory is reused: clear it.
         for e in std::fs::read_dir(dir).map_err(io("reading the state directory"))? {
