@@ -179,8 +179,14 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
                 }
             }
         });
-        if connect(port, Duration::from_secs(10)).is_none() {
-            panic!("round {round}: memcached does not accept connections");
+        if connect(port, Duration::from_secs(30)).is_none() {
+            let done = sup.is_finished();
+            trigger.store(true, Ordering::Release);
+            let r = sup.join();
+            panic!(
+                "round {round}: memcached does not accept connections on port {port} (supervisor {}: {r:?})",
+                if done { "had returned" } else { "still running" }
+            );
         }
         verify(port, acked).unwrap_or_else(|e| panic!("after {round} failures: {e}"));
         if round == failures {

@@ -288,6 +288,8 @@ fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
             Ok(_) => {}
         }
     }
+    let _ = std::fs::remove_dir_all(state_dir("plant"));
+    let _ = std::fs::remove_file(state_dir("plant").with_extension("out"));
     let e = caught.expect("the planted bug went unnoticed in 20 runs");
     assert!(
         e.contains("not persistent") || e.contains("wrong output") || e.contains("exited"),
