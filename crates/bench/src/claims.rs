@@ -826,6 +826,64 @@ pub const CLAIMS: &[Claim] = &[
         goal: Goal::AtLeast(1.0),
         source: "paper",
     },
+    // P1 §4.6.4 / Fig. 4.8: memcached on Zhuque runs at about 80 % of the
+    // volatile one, and 1.81× PMDK's (FoF) port; ferrite serve on undo /
+    // redo logging stands in for the port. Restart: issue 17's bar.
+    Claim {
+        suite: "wpp",
+        figure: "P1 Fig. 4.8",
+        name: "memcached under ferrite run ÷ plain memcached, 5/95",
+        how: How::Throughput {
+            num: Pick {
+                variants: &["wpp"],
+                params: &[("program", "memcached"), ("mix", "5/95")],
+                threads: 2,
+            },
+            den: Pick {
+                variants: &["native"],
+                params: &[("program", "memcached"), ("mix", "5/95")],
+                threads: 2,
+            },
+        },
+        paper: Some(0.8),
+        paper_note: "Zhuque ≈ 80 % of volatile musl memcached on every mix (§4.6.4)",
+        goal: Goal::AtLeast(0.8),
+        source: "issue 17",
+    },
+    Claim {
+        suite: "wpp",
+        figure: "P1 Fig. 4.8",
+        name: "memcached under ferrite run ÷ ferrite serve tx-undo, 95/5",
+        how: How::Throughput {
+            num: Pick {
+                variants: &["wpp"],
+                params: &[("program", "memcached"), ("mix", "95/5")],
+                threads: 2,
+            },
+            den: Pick {
+                variants: &["tx-undo"],
+                params: &[("program", "memcached"), ("mix", "95/5")],
+                threads: 2,
+            },
+        },
+        paper: Some(1.81),
+        paper_note: "up to 1.81× PMDK-FoF's memcached (§4.6.4); here undo logging with flushes stands in",
+        goal: Goal::Stated,
+        source: "paper",
+    },
+    Claim {
+        suite: "wpp",
+        figure: "issue 17",
+        name: "restart of a 1 GiB process, ms",
+        how: How::Value {
+            of: pick(&["wpp"], &[("program", "restart"), ("size_mib", "1024")]),
+            field: Field::Extra("restart_ms"),
+        },
+        paper: None,
+        paper_note: "no figure in P1; issue 17 asks < 1 s",
+        goal: Goal::AtMost(1000.0),
+        source: "issue 17",
+    },
 ];
 
 /// The `sim` suite's summary row (16 simulated cores).
