@@ -43,9 +43,12 @@ fn real(slot: &AtomicUsize, name: &core::ffi::CStr) -> usize {
     f
 }
 
-/// Blocks the capture signal around a table edit; returns the old mask.
-pub(crate) fn block_capture() -> u64 {
-    let set: u64 = 1 << (super::CAPTURE_SIG.load(Ordering::Relaxed) - 1);
+/// Blocks every signal around a table edit (the capture signal, so a
+/// failure never sees half an edit; the others, so no handler of the
+/// program can run here and trap into the runtime's lock, which this
+/// thread holds); returns the old mask.
+pub(crate) fn block_signals() -> u64 {
+    let set: u64 = u64::MAX;
     let mut old: u64 = 0;
     // SAFETY: rt_sigprocmask with 8-byte sets on the stack.
     unsafe {
@@ -65,7 +68,7 @@ pub(crate) fn block_capture() -> u64 {
 }
 
 pub(crate) fn restore_mask(old: u64) {
-    // SAFETY: as block_capture.
+    // SAFETY: as block_signals.
     unsafe {
         sys::syscall6(
             libc::SYS_rt_sigprocmask,
@@ -82,7 +85,7 @@ pub(crate) fn restore_mask(old: u64) {
 }
 
 fn register(main: bool) {
-    let old = block_capture();
+    let old = block_signals();
     lock();
     let c = ctx();
     let tid = sys::gettid() as u32;
@@ -107,6 +110,9 @@ fn register(main: bool) {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
     }
     restore_mask(old);
+    // Pairs with the coordinator's swap of COORD (a full barrier): either
+    // it sees this thread in the table, or this thread sees COORD.
+    core::sync::atomic::fence(Ordering::SeqCst);
     if COORD.load(Ordering::Acquire) {
         // A failure began while this thread was being born: stop it too.
         // SAFETY: tgkill to ourselves.
@@ -122,7 +128,7 @@ fn register(main: bool) {
 }
 
 fn deregister() {
-    let old = block_capture();
+    let old = block_signals();
     lock();
     let tid = sys::gettid() as u32;
     for t in ctx().threads.iter() {

@@ -514,7 +514,7 @@ pub unsafe extern "C" fn madvise(addr: *mut libc::c_void, len: usize, advice: i3
         let r = unsafe { sc(libc::SYS_madvise, addr as u64, len as u64, advice as u64) };
         return set_errno(r);
     }
-    let old = super::threads::block_capture();
+    let old = super::threads::block_signals();
     lock();
     let r = do_madvise([
         addr as u64,
