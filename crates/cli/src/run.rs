@@ -176,6 +176,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
                 mib(f.runtime_bytes),
                 f.fds
             );
+            if f.failure_handler {
+                eprintln!("ferrite run: the program's SIGPWR handler will run first on resume");
+            }
             for g in &f.gaps {
                 eprintln!("ferrite run: not persistent: {g}");
             }

@@ -185,7 +185,11 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
             let r = sup.join();
             panic!(
                 "round {round}: memcached does not accept connections on port {port} (supervisor {}: {r:?})",
-                if done { "had returned" } else { "still running" }
+                if done {
+                    "had returned"
+                } else {
+                    "still running"
+                }
             );
         }
         verify(port, acked).unwrap_or_else(|e| panic!("after {round} failures: {e}"));

@@ -57,6 +57,8 @@ fn state_dir(name: &str) -> PathBuf {
 #[derive(Default, Debug)]
 struct Tally {
     failures: usize,
+    /// Failures that found the program's SIGPWR handler installed.
+    with_handler: usize,
     runs: usize,
     max_gap: u64,
 }
@@ -66,7 +68,7 @@ struct Tally {
 fn run_to_completion(
     argv: &[String],
     stdin: Option<&Path>,
-    window: Duration,
+    window: std::ops::Range<Duration>,
     rng: &mut impl Rng,
     tally: &mut Tally,
     name: &str,
@@ -78,7 +80,7 @@ fn run_to_completion(
     let mut opts = Options {
         state: dir.clone(),
         lib: runtime_lib(),
-        fail_after: Some(window.mul_f64(rng.random::<f64>())),
+        fail_after: Some(draw(&window, rng)),
         trigger: None,
         stdin: stdin.map(Path::to_path_buf),
         stdout: Some(out.clone()),
@@ -100,6 +102,7 @@ fn run_to_completion(
             }
             Outcome::Failed(f) => {
                 tally.failures += 1;
+                tally.with_handler += f.failure_handler as usize;
                 tally.max_gap = tally.max_gap.max(f.gap_bytes);
                 if f.gap_bytes != 0 {
                     return Err(format!(
@@ -109,7 +112,7 @@ fn run_to_completion(
                 }
             }
         }
-        opts.fail_after = Some(window.mul_f64(rng.random::<f64>()));
+        opts.fail_after = Some(draw(&window, rng));
         outcome = supervisor::resume(&opts)
             .map_err(|e| format!("{name}: resume: {e}"))?
             .0;
@@ -118,6 +121,10 @@ fn run_to_completion(
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&out);
     Ok(text)
+}
+
+fn draw(w: &std::ops::Range<Duration>, rng: &mut impl Rng) -> Duration {
+    w.start + (w.end - w.start).mul_f64(rng.random::<f64>())
 }
 
 fn seed() -> u64 {
@@ -139,8 +146,16 @@ fn campaign(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ name.len() as u64);
     let mut tally = Tally::default();
     while tally.failures < failures_wanted() {
-        let out = run_to_completion(&argv, stdin, window, &mut rng, &mut tally, name, &[])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let out = run_to_completion(
+            &argv,
+            stdin,
+            Duration::ZERO..window,
+            &mut rng,
+            &mut tally,
+            name,
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         check(&out).unwrap_or_else(|e| panic!("{name} after {} failures: {e}", tally.failures));
     }
     eprintln!(
@@ -270,7 +285,7 @@ fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
         let r = run_to_completion(
             &[prog.display().to_string(), "4".into(), "15000".into()],
             None,
-            Duration::from_millis(60),
+            Duration::ZERO..Duration::from_millis(60),
             &mut rng,
             &mut tally,
             "plant",
@@ -306,12 +321,20 @@ fn debian_python_running_a_benchmark_resumes_after_every_random_failure() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pybench.py");
-    let plain = std::process::Command::new(py).arg(&script).arg("4").output().unwrap();
+    let plain = std::process::Command::new(py)
+        .arg(&script)
+        .arg("4")
+        .output()
+        .unwrap();
     let expect = String::from_utf8(plain.stdout).unwrap();
     assert!(expect.starts_with("pybench 4 "), "{expect:?}");
     campaign(
         "python",
-        vec![py.display().to_string(), script.display().to_string(), "4".into()],
+        vec![
+            py.display().to_string(),
+            script.display().to_string(),
+            "4".into(),
+        ],
         None,
         Duration::from_millis(80),
         move |out| {
@@ -322,4 +345,40 @@ fn debian_python_running_a_benchmark_resumes_after_every_random_failure() {
             }
         },
     );
+}
+
+/// The program's failure handler (SIGPWR) runs once per resume, before the
+/// interrupted code goes on.
+#[test]
+fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
+    let prog = build("pwr");
+    let plain = std::process::Command::new(&prog)
+        .arg("4000")
+        .output()
+        .unwrap();
+    let expect = String::from_utf8(plain.stdout).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x5057);
+    let mut total = 0;
+    for _ in 0..10 {
+        let mut tally = Tally::default();
+        let out = run_to_completion(
+            &[prog.display().to_string(), "4000".into()],
+            None,
+            Duration::ZERO..Duration::from_millis(40),
+            &mut rng,
+            &mut tally,
+            "pwr",
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let want = "failure handler ran\n".repeat(tally.with_handler) + &expect;
+        assert_eq!(
+            out, want,
+            "after {} failures ({} with the handler installed)",
+            tally.failures, tally.with_handler
+        );
+        total += tally.with_handler;
+    }
+    assert!(total > 0, "no failure landed before the program ended");
+    eprintln!("pwr: the failure handler ran once per resume ({total} resumes)");
 }

@@ -283,9 +283,7 @@ pub fn capture(pid: i32, skip: &[i32]) -> Result<FdTable> {
                 r.kind = FdKind::Lost {
                     what: format!("pipe:[{ino}] (other end outside the process)"),
                 };
-            } else if !*write_end
-                && let Some(dup) = pidfd.get(r.fd)
-            {
+            } else if !*write_end && let Some(dup) = pidfd.get(r.fd) {
                 *data = drain(&dup);
             }
         }

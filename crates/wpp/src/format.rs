@@ -182,7 +182,12 @@ pub struct ThreadRec {
     pub robust_len: u64,
     /// 1 for the process's main thread.
     pub main: u32,
-    pub reserved: [u32; 5],
+    pub reserved0: u32,
+    /// Signals pending for this thread at the failure (bit N-1 = signal
+    /// N), raised again on resume: a pending signal is kernel state that
+    /// the kill would lose.
+    pub pending: u64,
+    pub reserved: [u32; 2],
 }
 
 /// A program-installed signal disposition (kernel `struct sigaction`).
@@ -246,7 +251,8 @@ pub struct Context {
     pub ctx_fd: i32,
     pub failures: u32,
     pub gate: AtomicU32,
-    pub reserved: [u8; 4096 - 104],
+    pub shared_pending: u64,
+    pub reserved: [u8; 4096 - 112],
     pub maps: [MapRec; MAX_MAPS],
     pub paths: [PathRec; MAX_PATHS],
     pub threads: [ThreadRec; MAX_THREADS],

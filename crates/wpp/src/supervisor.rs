@@ -72,6 +72,9 @@ pub struct Failure {
     /// The non-persistent writable ranges, if any (for the error message).
     pub gaps: Vec<String>,
     pub fds: usize,
+    /// The program had a SIGPWR handler (its failure handler) installed:
+    /// it runs first on resume.
+    pub failure_handler: bool,
 }
 
 #[derive(Debug)]
@@ -463,6 +466,7 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
     }
     let capture = t_sig.elapsed();
     let threads = c.captured.load(Ordering::Acquire);
+    save_pending(pid, ctx.get_mut());
     let table = fds::capture(pid, &[c.dir_fd, c.ctx_fd]);
     let cov = coverage(pid, c);
     let _ = child.kill();
@@ -489,7 +493,43 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
         runtime_bytes: cov.2,
         gaps: cov.3,
         fds: table.fds.len(),
+        failure_handler: {
+            let p = &c.sigs[libc::SIGPWR as usize];
+            p.set == 1 && p.handler > 1
+        },
     }))
+}
+
+/// Records the signals pending at the failure, per thread and for the
+/// process (from `/proc/PID/task/*/status`), leaving out the capture
+/// signal itself. Standard signals come back exactly; a real-time signal
+/// queued more than once comes back once, without its value.
+fn save_pending(pid: i32, c: &mut Context) {
+    let drop_bits = !(1u64 << (crate::capture_signal() - 1));
+    let hex = |st: &str, key: &str| {
+        st.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(st) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        c.shared_pending = hex(&st, "ShdPnd:") & drop_bits;
+        if let Some(t) = c.threads.iter_mut().find(|t| {
+            t.state.load(Ordering::Acquire) == tstate::CAPTURED
+                && t.tid.load(Ordering::Relaxed) == tid
+        }) {
+            t.pending = hex(&st, "SigPnd:") & drop_bits;
+        }
+    }
 }
 
 /// (gap, persistent, runtime, gap ranges): every writable mapping of the

@@ -174,6 +174,15 @@ fn restore_signals() {
     super::trap::install_handlers();
 }
 
+fn raise(pid: u64, tid: u64, set: u64) {
+    for sig in 1..=64u64 {
+        if set & (1 << (sig - 1)) != 0 {
+            // SAFETY: a signal to a thread of our own process.
+            unsafe { sc(libc::SYS_tgkill, pid, tid, sig) };
+        }
+    }
+}
+
 extern "C" fn thread_entry(i: u64) -> ! {
     let c = ctx();
     while c.gate.load(Ordering::Acquire) == 0 {
@@ -251,11 +260,11 @@ extern "C" fn resume_on_private(_: u64) {
     let Some(m) = main else {
         die(b"no main thread in the context");
     };
-    let t = &c.threads[m];
+    let main_fs = c.threads[m].fs_base;
     // SAFETY: the main thread's descriptor is mapped back; its tid field
     // takes this run's TID (the PID), as glibc expects.
-    unsafe { core::ptr::write_volatile((t.fs_base + tid_off) as *mut i32, pid as i32) };
-    t.tid.store(pid as u32, Ordering::Relaxed);
+    unsafe { core::ptr::write_volatile((main_fs + tid_off) as *mut i32, pid as i32) };
+    c.threads[m].tid.store(pid as u32, Ordering::Relaxed);
     for t in c.threads.iter() {
         if t.state.load(Ordering::Relaxed) == tstate::CAPTURED {
             t.state.store(tstate::LIVE, Ordering::Release);
@@ -265,6 +274,24 @@ extern "C" fn resume_on_private(_: u64) {
     c.resumes += 1;
     c.pid.store(pid as u32, Ordering::Relaxed);
     c.state.store(State::Running as u32, Ordering::Release);
+    // Signals that were pending at the failure, raised again (every thread
+    // still blocks everything, so they wait for its own mask).
+    for t in c.threads.iter() {
+        if t.state.load(Ordering::Relaxed) == tstate::LIVE && t.pending != 0 {
+            raise(pid, t.tid.load(Ordering::Relaxed) as u64, t.pending);
+        }
+    }
+    for sig in 1..=64u64 {
+        if c.shared_pending & (1 << (sig - 1)) != 0 {
+            // SAFETY: a signal to our own process.
+            unsafe { sc(libc::SYS_kill, pid, sig, 0) };
+        }
+    }
+    c.shared_pending = 0;
+    for t in c.threads.iter_mut() {
+        t.pending = 0;
+    }
+    let t = &c.threads[m];
     let pwr = &c.sigs[libc::SIGPWR as usize];
     if pwr.set == 1 && pwr.handler > 1 {
         // The program's failure handler: pending until the main thread's

@@ -96,6 +96,7 @@ fn register(main: bool) {
     {
         t.fs_base = sys::fs_base();
         t.uc = 0;
+        t.pending = 0;
         t.main = main as u32;
         t.tid.store(tid, Ordering::Relaxed);
         t.state.store(tstate::LIVE, Ordering::Release);
