@@ -144,6 +144,23 @@ pub struct MapRec {
     pub reserved: [u32; 5],
 }
 
+impl MapRec {
+    /// A PERSISTENT record: `[start, start+len)` maps file `file` from
+    /// offset `file_off`.
+    pub fn persistent(start: u64, len: u64, prot: u32, file: u64, file_off: u64) -> MapRec {
+        MapRec {
+            start,
+            len,
+            prot,
+            kind: kind::PERSISTENT,
+            file,
+            file_off,
+            flags: 0,
+            reserved: [0; 5],
+        }
+    }
+}
+
 /// A file that EXTERNAL mappings name (256 bytes), with the identity it had
 /// so that a changed library is refused on resume.
 #[repr(C)]

@@ -478,49 +478,67 @@ pub(crate) fn make_persistent(lo: u64, len: u64, prot: u32) -> Result<u64, i64> 
             )
         };
     }
-    let mut off = 0;
-    while off < len {
-        // SAFETY: pwrite reads [lo+off, lo+len), mapped and readable; a
-        // fault (a private file mapping past its file's end) returns an
-        // error and leaves the file's zeros, as the memory would read.
-        let w = unsafe {
-            syscall6(
-                sys::SYS_pwrite64,
-                [fd as u64, lo + off, len - off, off, 0, 0],
-            )
-        };
-        if w <= 0 {
-            if w == -(libc::EINTR as i64) {
-                continue;
-            }
-            off += maps::PAGE;
-            continue;
-        }
-        off += w as u64;
-    }
-    // SAFETY: replaces the range with a shared mapping of a file that holds
-    // exactly its bytes; nothing else runs on this range meanwhile (the
-    // caller holds the lock and the range is not the current stack).
-    let r = unsafe {
-        syscall6(
-            sys::SYS_mmap,
-            [
-                lo,
-                len,
-                prot as u64,
-                (libc::MAP_SHARED | libc::MAP_FIXED) as u64,
-                fd as u64,
-                0,
-            ],
-        )
-    };
-    // SAFETY: closing our fd; the mapping keeps the file.
-    unsafe { sc(sys::SYS_close, fd as u64, 0, 0) };
+    copy_into(fd, lo, len, 0);
+    let r = map_file_fixed(lo, len, prot, libc::MAP_SHARED, fd, 0);
     if r < 0 {
         unlink_file(n);
         return Err(r);
     }
     Ok(n)
+}
+
+/// Copies `[addr, addr+len)` into `fd` at `file_off`. A page that cannot
+/// be read (a private file mapping past its file's end) is left as the
+/// file's zeros, which is what the memory would read as.
+pub(crate) fn copy_into(fd: i32, addr: u64, len: u64, file_off: u64) {
+    let mut off = 0;
+    while off < len {
+        // SAFETY: pwrite only reads [addr+off, addr+len), which the caller
+        // says is mapped; a fault returns an error instead of a signal.
+        let w = unsafe {
+            syscall6(
+                sys::SYS_pwrite64,
+                [fd as u64, addr + off, len - off, file_off + off, 0, 0],
+            )
+        };
+        if w == -(libc::EINTR as i64) {
+            continue;
+        }
+        off += if w <= 0 { maps::PAGE } else { w as u64 };
+    }
+}
+
+/// Maps `fd` at `file_off` over `[addr, addr+len)` (`MAP_FIXED` with
+/// `flags`), then closes `fd` (the mapping keeps the file). Returns the
+/// kernel's answer.
+pub(crate) fn map_file_fixed(
+    addr: u64,
+    len: u64,
+    prot: u32,
+    flags: i32,
+    fd: i32,
+    file_off: u64,
+) -> i64 {
+    // SAFETY: the callers replace a range they own with the file's bytes
+    // (the same bytes the range held, or the saved ones on resume), and no
+    // code runs on that range meanwhile: the trap handler holds the lock,
+    // and the stack is never the range being replaced.
+    let r = unsafe {
+        syscall6(
+            sys::SYS_mmap,
+            [
+                addr,
+                len,
+                prot as u64,
+                (flags | libc::MAP_FIXED) as u64,
+                fd as u64,
+                file_off,
+            ],
+        )
+    };
+    // SAFETY: closing our own fd.
+    unsafe { sc(sys::SYS_close, fd as u64, 0, 0) };
+    r
 }
 
 /// Index of a path record for `path` with the identity of `fd` (or of the
@@ -760,16 +778,8 @@ extern "C" fn remap_existing(_: u64) {
         let r = if m.path == b"[stack]" {
             persist_main_stack(m.lo, m.hi, below, stack_size, prot)
         } else if anonymous || (!shared && (written || prot & libc::PROT_WRITE as u32 != 0)) {
-            make_persistent(m.lo, m.hi - m.lo, prot).map(|n| MapRec {
-                start: m.lo,
-                len: m.hi - m.lo,
-                prot,
-                kind: kind::PERSISTENT,
-                file: n,
-                file_off: 0,
-                flags: 0,
-                reserved: [0; 5],
-            })
+            make_persistent(m.lo, m.hi - m.lo, prot)
+                .map(|n| MapRec::persistent(m.lo, m.hi - m.lo, prot, n, 0))
         } else {
             let Some(p) = path_index(m.path, -1) else {
                 let mut msg = [0u8; 512];
@@ -818,54 +828,13 @@ fn persist_main_stack(
     let new_lo = (hi - stack_size).min(lo).max(below + (1 << 20));
     let len = hi - new_lo;
     let (n, fd) = new_file(len)?;
-    let mut off = 0;
-    while off < hi - lo {
-        // SAFETY: reads the live stack [lo, hi); this code runs on a private
-        // stack, so nothing writes the main stack meanwhile.
-        let w = unsafe {
-            syscall6(
-                sys::SYS_pwrite64,
-                [fd as u64, lo + off, hi - lo - off, lo - new_lo + off, 0, 0],
-            )
-        };
-        if w <= 0 {
-            if w == -(libc::EINTR as i64) {
-                continue;
-            }
-            // SAFETY: close our fd.
-            unsafe { sc(sys::SYS_close, fd as u64, 0, 0) };
-            return Err(w.min(-1));
-        }
-        off += w as u64;
-    }
-    // SAFETY: maps the file over the old stack (and the free room below
-    // it); its bytes are the stack's, and no one runs on the main stack now.
-    let r = unsafe {
-        syscall6(
-            sys::SYS_mmap,
-            [
-                new_lo,
-                len,
-                prot as u64,
-                (libc::MAP_SHARED | libc::MAP_FIXED) as u64,
-                fd as u64,
-                0,
-            ],
-        )
-    };
-    // SAFETY: close our fd.
-    unsafe { sc(sys::SYS_close, fd as u64, 0, 0) };
+    // This code runs on a private stack: nothing writes the main stack
+    // while it is copied and replaced.
+    copy_into(fd, lo, hi - lo, lo - new_lo);
+    let r = map_file_fixed(new_lo, len, prot, libc::MAP_SHARED, fd, 0);
     if r < 0 {
+        unlink_file(n);
         return Err(r);
     }
-    Ok(MapRec {
-        start: new_lo,
-        len,
-        prot,
-        kind: kind::PERSISTENT,
-        file: n,
-        file_off: 0,
-        flags: 0,
-        reserved: [0; 5],
-    })
+    Ok(MapRec::persistent(new_lo, len, prot, n, 0))
 }

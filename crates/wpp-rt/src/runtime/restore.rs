@@ -133,24 +133,10 @@ fn map_all() {
         } else {
             r.flags as i32
         };
-        // SAFETY: maps the saved bytes back at their address, replacing
-        // whatever the new process had there; this code runs on the private
-        // stack, which no record covers.
-        let m = unsafe {
-            syscall6(
-                libc::SYS_mmap,
-                [
-                    r.start,
-                    r.len,
-                    r.prot as u64,
-                    (flags | libc::MAP_FIXED) as u64,
-                    fd as u64,
-                    r.file_off,
-                ],
-            )
-        };
-        // SAFETY: close our fd.
-        unsafe { sc(libc::SYS_close, fd as u64, 0, 0) };
+        // The saved bytes go back at their address, replacing whatever the
+        // new process had there; this code runs on the private stack,
+        // which no record covers.
+        let m = super::map_file_fixed(r.start, r.len, r.prot, flags, fd as i32, r.file_off);
         if m != r.start as i64 {
             super::die_errno(b"mapping memory back", m.min(-1));
         }

@@ -232,16 +232,7 @@ fn do_mmap(a: [u64; 6]) -> i64 {
         }
         let start = r as u64;
         forget(start, start + len_r);
-        record(MapRec {
-            start,
-            len: len_r,
-            prot: prot32,
-            kind: kind::PERSISTENT,
-            file: n,
-            file_off: 0,
-            flags: 0,
-            reserved: [0; 5],
-        });
+        record(MapRec::persistent(start, len_r, prot32, n, 0));
         return r;
     }
     let r = real_mmap(a);
@@ -253,16 +244,7 @@ fn do_mmap(a: [u64; 6]) -> i64 {
     let private = flags32 & (libc::MAP_SHARED | libc::MAP_PRIVATE) == libc::MAP_PRIVATE;
     if private && prot32 & libc::PROT_WRITE as u32 != 0 {
         match make_persistent(start, len_r, prot32) {
-            Ok(n) => record(MapRec {
-                start,
-                len: len_r,
-                prot: prot32,
-                kind: kind::PERSISTENT,
-                file: n,
-                file_off: 0,
-                flags: 0,
-                reserved: [0; 5],
-            }),
+            Ok(n) => record(MapRec::persistent(start, len_r, prot32, n, 0)),
             Err(e) => {
                 // SAFETY: undo the mapping we made for the program.
                 unsafe { sc(libc::SYS_munmap, start, len_r, 0) };
@@ -439,16 +421,7 @@ fn do_mremap(a: [u64; 6]) -> i64 {
             };
             let prot = r.prot;
             forget(old, old_hi);
-            record(MapRec {
-                start: old,
-                len: old_hi - old,
-                prot,
-                kind: kind::PERSISTENT,
-                file: n,
-                file_off: 0,
-                flags: 0,
-                reserved: [0; 5],
-            });
+            record(MapRec::persistent(old, old_hi - old, prot, n, 0));
             return do_mremap(a);
         }
         let Some((fd, size)) = file_size(file) else {
@@ -477,16 +450,7 @@ fn do_mremap(a: [u64; 6]) -> i64 {
         punch(file, off + new_r, old_hi - old - new_r);
     }
     forget(res as u64, res as u64 + new_r);
-    record(MapRec {
-        start: res as u64,
-        len: new_r,
-        prot: rec.prot,
-        kind: kind::PERSISTENT,
-        file,
-        file_off: off,
-        flags: 0,
-        reserved: [0; 5],
-    });
+    record(MapRec::persistent(res as u64, new_r, rec.prot, file, off));
     res
 }
 
