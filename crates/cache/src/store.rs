@@ -498,6 +498,147 @@ impl StoreSession<'_> {
         Ok(None)
     }
 
+    /// Up to `len` live records with key ≥ `start`, in key order, each
+    /// with its newest value (a range scan, YCSB-E's operation).
+    ///
+    /// The root stays read-locked for the whole scan, so no flush links
+    /// or compaction frees a branch under it: the result is the store's
+    /// content at one moment (puts to memtable buckets not yet visited may
+    /// or may not show, as for any non-transactional scan). Sources,
+    /// newest first: the active memtable, the immutable one being flushed,
+    /// the branches newest to oldest; a key's first version found wins and
+    /// tombstones hide older versions. Memtables are read whole (their
+    /// buckets are unsorted); each branch yields at most `limit` records
+    /// from `start`, so the merge is exact only up to the smallest last key
+    /// of a branch that hit its limit — when that leaves fewer than `len`
+    /// live records, the scan retries with twice the limit.
+    pub fn scan(&self, start: &[u8], len: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let s = &self.s;
+        let r = s.get_page(self.store.root, Mode::Read)?;
+        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let mut mem: Vec<Vec<Record>> = Vec::new();
+        let mut sets = vec![v.active];
+        if v.pending {
+            sets.push(1 - v.active);
+        }
+        for k in sets {
+            let mut recs = Vec::new();
+            for &pg in &v.sets[k] {
+                let g = s.get_page(pg, Mode::Read)?;
+                let p = g.read_vec();
+                for i in 0..count(&p, PER_PAGE, pg)? {
+                    let rec = decode_rec(&p[rec_off(i)..rec_off(i) + REC], pg)?;
+                    if rec.key.as_slice() >= start {
+                        recs.push(rec);
+                    }
+                }
+            }
+            recs.sort_by(|a, b| a.key.cmp(&b.key));
+            mem.push(recs);
+        }
+        let mut limit = len.max(8);
+        loop {
+            let mut newest: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+                std::collections::BTreeMap::new();
+            for recs in &mem {
+                for rec in recs {
+                    newest
+                        .entry(rec.key.clone())
+                        .or_insert_with(|| rec.value.clone());
+                }
+            }
+            let mut bound: Option<Vec<u8>> = None;
+            for br in v.branches.iter().rev() {
+                let mut recs = Vec::new();
+                self.branch_range(br.root, br.height, start, limit, &mut recs)?;
+                if recs.len() >= limit {
+                    let last = &recs[recs.len() - 1].key;
+                    if bound.as_ref().is_none_or(|b| last < b) {
+                        bound = Some(last.clone());
+                    }
+                }
+                for rec in recs {
+                    newest.entry(rec.key).or_insert(rec.value);
+                }
+            }
+            let out: Vec<(Vec<u8>, Vec<u8>)> = newest
+                .into_iter()
+                .take_while(|(k, _)| bound.as_ref().is_none_or(|b| k <= b))
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .take(len)
+                .collect();
+            if out.len() == len || bound.is_none() {
+                drop(r);
+                return Ok(out);
+            }
+            limit *= 2;
+        }
+    }
+
+    /// Appends to `out` the records of the subtree at `pg` (`height`
+    /// index levels above its data pages) with key ≥ `start`, in key
+    /// order, until `out` holds `limit`.
+    fn branch_range(
+        &self,
+        pg: u32,
+        height: u32,
+        start: &[u8],
+        limit: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<()> {
+        let p = self.s.get_page(pg, Mode::Read)?.read_vec();
+        if height == 0 {
+            let n = count(&p, PER_PAGE, pg)?;
+            let key = |i: usize| {
+                let o = rec_off(i);
+                &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)]
+            };
+            // First record with key >= start.
+            let (mut lo, mut hi) = (0usize, n);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if key(mid) < start {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            for i in lo..n {
+                if out.len() >= limit {
+                    break;
+                }
+                out.push(decode_rec(&p[rec_off(i)..rec_off(i) + REC], pg)?);
+            }
+            return Ok(());
+        }
+        let n = count(&p, PER_INDEX, pg)?;
+        let first = |i: usize| {
+            let o = IDX_BASE + i * IDX;
+            &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)]
+        };
+        // The last child whose first key is <= start holds the first
+        // record >= start (or none, then its right neighbours do).
+        let mut lo = 0usize;
+        for i in 1..n {
+            if first(i) <= start {
+                lo = i;
+            } else {
+                break;
+            }
+        }
+        for i in lo..n {
+            if out.len() >= limit {
+                break;
+            }
+            let child = u32_at(&p, IDX_BASE + i * IDX + 28);
+            self.branch_range(child, height - 1, start, limit, out)?;
+        }
+        Ok(())
+    }
+
     /// Every record of a branch, in key order.
     fn branch_scan(&self, br: &Branch, out: &mut Vec<Record>) -> Result<()> {
         let mut pages = Vec::new();
