@@ -31,9 +31,27 @@
 //! bytes 4..8 level, entries of 32 bytes from offset 32: klen u8, pad 3,
 //! first key (24 B), child page (u32).
 //!
-//! The log is written for its cost (and its durability point); replaying
-//! it after a crash is not implemented — the baseline is measured, not
-//! recovered.
+//! # The write-ahead log (the baseline's durability)
+//!
+//! A file of records appended back to back, no header:
+//! ```text
+//!   0         klen u8 (≤ 24)
+//!   1         vlen u8 (≤ 100), or 0xff for a delete (no value bytes)
+//!   2..2+k    key
+//!   ..+v      value
+//!   then 4    CRC32C of the record's bytes before it, u32 LE
+//! ```
+//! Records reach the file only at a sync point (every `sync_every`
+//! operations: the buffer is written, then `fdatasync`), so the synced
+//! content is always a prefix of whole records; a crash can add a torn
+//! tail (a partial record, zeros, or garbage from a write cut short).
+//! [`Wal::replay`] applies records from the start up to the first one
+//! that is truncated, out of range or fails its checksum, and stops there:
+//! a torn tail is refused, never applied. The volatile baseline keeps no
+//! checkpoint (its disk pages are written back unsynced, in any order),
+//! so recovery ([`Store::recover_from_wal`]) formats a fresh cache and
+//! store and replays the whole log into it, then truncates the log to its
+//! valid prefix so new records do not follow the torn tail.
 //!
 //! # Recovery
 //!
@@ -89,6 +107,51 @@ impl Wal {
         self.sync_every.store(n.max(1), Ordering::Relaxed);
     }
 
+    /// Opens an existing log for appending after its valid prefix: the
+    /// torn tail (if any) is cut off and the cut synced first, so a record
+    /// appended later is never preceded by garbage that [`Wal::replay`]
+    /// would stop at.
+    pub fn open(path: impl AsRef<Path>, sync_every: u64) -> Result<(Wal, WalReplay)> {
+        let rep = Self::replay(&path, |_, _| Ok(()))?;
+        let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+        if rep.discarded_bytes > 0 {
+            f.set_len(rep.valid_bytes)?;
+            f.sync_all()?;
+        }
+        let mut f = f;
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(rep.valid_bytes))?;
+        Ok((
+            Wal {
+                inner: parking_lot::Mutex::new((f, Vec::new(), rep.records)),
+                sync_every: AtomicU64::new(sync_every.max(1)),
+            },
+            rep,
+        ))
+    }
+
+    /// Reads the log at `path` and calls `apply(key, value)` (`None`: a
+    /// delete) for each record of its valid prefix, in order (see the
+    /// module documentation for the format and what ends the prefix).
+    /// Corrupt input ends the prefix; it is never an error or a panic.
+    pub fn replay(
+        path: impl AsRef<Path>,
+        mut apply: impl FnMut(&[u8], Option<&[u8]>) -> Result<()>,
+    ) -> Result<WalReplay> {
+        let b = std::fs::read(path)?;
+        let mut o = 0usize;
+        let mut records = 0u64;
+        while let Some((key, value, next)) = parse_wal_record(&b, o) {
+            apply(key, value)?;
+            records += 1;
+            o = next;
+        }
+        Ok(WalReplay {
+            records,
+            valid_bytes: o as u64,
+            discarded_bytes: (b.len() - o) as u64,
+        })
+    }
+
     fn append(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let mut g = self.inner.lock();
         let (f, buf, n) = &mut *g;
@@ -108,6 +171,36 @@ impl Wal {
         }
         Ok(())
     }
+}
+
+/// What [`Wal::replay`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalReplay {
+    /// Records applied (the valid prefix).
+    pub records: u64,
+    /// Bytes of the valid prefix.
+    pub valid_bytes: u64,
+    /// Bytes after it (a torn tail), refused.
+    pub discarded_bytes: u64,
+}
+
+/// The record of the log at `o`: key, value (`None`: delete) and the
+/// offset after it; `None` when the bytes at `o` are not a whole, valid
+/// record (end of the valid prefix).
+fn parse_wal_record(b: &[u8], o: usize) -> Option<(&[u8], Option<&[u8]>, usize)> {
+    let (kl, vb) = (*b.get(o)? as usize, *b.get(o + 1)?);
+    let vl = if vb == 0xff { 0 } else { vb as usize };
+    if kl > MAX_KEY || vl > MAX_VALUE {
+        return None;
+    }
+    let body = o + 2 + kl + vl;
+    let crc = u32::from_le_bytes(b.get(body..body + 4)?.try_into().ok()?);
+    if crc32c::crc32c(&b[o..body]) != crc {
+        return None;
+    }
+    let key = &b[o + 2..o + 2 + kl];
+    let value = (vb != 0xff).then(|| &b[o + 2 + kl..body]);
+    Some((key, value, body + 4))
 }
 
 /// The store. See the module documentation.
@@ -269,6 +362,31 @@ impl Store {
     /// the store and the number of leaked pages freed.
     pub fn open(cache: Arc<Cache>, wal: Option<Wal>) -> Result<(Store, usize)> {
         Self::open_with(cache, wal, true)
+    }
+
+    /// The volatile baseline's recovery after a crash: `cache` must be
+    /// freshly created (the old disk content is not trusted — it was
+    /// written back unsynced, in any order); makes a new store on it,
+    /// replays the valid prefix of the log at `wal_path` into it (with
+    /// no logging) and reopens the log for appending after that prefix
+    /// (see [`Wal::open`]).
+    pub fn recover_from_wal(
+        cache: Arc<Cache>,
+        memtable_pages: usize,
+        wal_path: impl AsRef<Path>,
+        sync_every: u64,
+    ) -> Result<(Store, WalReplay)> {
+        let mut st = Store::create(cache, memtable_pages, None)?;
+        {
+            let s = st.session()?;
+            Wal::replay(&wal_path, |k, v| match v {
+                Some(v) => s.put(k, v),
+                None => s.delete(k),
+            })?;
+        }
+        let (wal, rep) = Wal::open(&wal_path, sync_every)?;
+        st.wal = Some(wal);
+        Ok((st, rep))
     }
 
     /// [`Store::open`], optionally *without* the allocation rebuild — a

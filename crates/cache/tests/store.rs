@@ -249,12 +249,13 @@ fn scans_match_a_model() {
             model.insert(key(i), value(i, step));
         }
         if step % 50 == 49 {
-            for (q, len) in [(0u64, 1usize), (step, 10), (step * 3, 100), (step * 5, 1000)] {
-                let start = if q == 0 {
-                    Vec::new()
-                } else {
-                    key(q % 500)
-                };
+            for (q, len) in [
+                (0u64, 1usize),
+                (step, 10),
+                (step * 3, 100),
+                (step * 5, 1000),
+            ] {
+                let start = if q == 0 { Vec::new() } else { key(q % 500) };
                 let got = s.scan(&start, len).unwrap();
                 let want: Vec<(Vec<u8>, Vec<u8>)> = model
                     .range(start.clone()..)
