@@ -184,10 +184,12 @@ pub struct WalReplay {
     pub discarded_bytes: u64,
 }
 
-/// The record of the log at `o`: key, value (`None`: delete) and the
-/// offset after it; `None` when the bytes at `o` are not a whole, valid
-/// record (end of the valid prefix).
-fn parse_wal_record(b: &[u8], o: usize) -> Option<(&[u8], Option<&[u8]>, usize)> {
+/// One record of the log: key, value (`None`: delete), offset after it.
+type WalRecord<'a> = (&'a [u8], Option<&'a [u8]>, usize);
+
+/// The record of the log at `o`; `None` when the bytes at `o` are not a
+/// whole, valid record (the end of the valid prefix).
+fn parse_wal_record(b: &[u8], o: usize) -> Option<WalRecord<'_>> {
     let (kl, vb) = (*b.get(o)? as usize, *b.get(o + 1)?);
     let vl = if vb == 0xff { 0 } else { vb as usize };
     if kl > MAX_KEY || vl > MAX_VALUE {
