@@ -799,6 +799,14 @@ impl Cache {
         Ok(n)
     }
 
+    /// Waits a little (round `round` of a retry loop) the way the cache
+    /// waits for a page lock: spins, then yields; under a lockstep crash
+    /// run, hands over to another simulated thread. For callers that wait
+    /// on something another session holds across persistent events.
+    pub fn wait_hint(&self, round: u32) {
+        self.region.medium().wait_hint(round);
+    }
+
     /// True when `page` is in either tier now (for tests and tools; the
     /// answer may be stale as soon as it returns).
     pub fn is_cached(&self, page: u32) -> bool {

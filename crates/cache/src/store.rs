@@ -205,12 +205,27 @@ fn parse_wal_record(b: &[u8], o: usize) -> Option<WalRecord<'_>> {
     Some((key, value, body + 4))
 }
 
+/// Store-level bugs that can be planted to show the crash check catches
+/// them (never for real use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFault {
+    /// A flush empties the immutable memtable in a transaction of its own,
+    /// committed before the transaction that links the new branch: a crash
+    /// between them loses every record of that memtable.
+    EmptyBeforeLink,
+}
+
 /// The store. See the module documentation.
 pub struct Store {
     cache: Arc<Cache>,
     root: u32,
     wal: Option<Wal>,
+    /// One flusher at a time. Taken with `try_lock` and waited for through
+    /// the medium's wait hint, never blocking: a flush holds it across
+    /// many persistent-memory events, and a lockstep crash run must be
+    /// able to hand over to its holder.
     flush: parking_lot::Mutex<()>,
+    fault: Option<StoreFault>,
 }
 
 fn rec_off(i: usize) -> usize {
@@ -356,6 +371,7 @@ impl Store {
             root,
             wal,
             flush: parking_lot::Mutex::new(()),
+            fault: None,
         })
     }
 
@@ -401,6 +417,7 @@ impl Store {
             root,
             wal,
             flush: parking_lot::Mutex::new(()),
+            fault: None,
         };
         let s = st.cache.session()?;
         let live = st.reachable(&s)?;
@@ -469,6 +486,11 @@ impl Store {
         &self.cache
     }
 
+    /// Plants a store-level bug (crash checks only).
+    pub fn plant(&mut self, fault: Option<StoreFault>) {
+        self.fault = fault;
+    }
+
     pub fn wal(&self) -> Option<&Wal> {
         self.wal.as_ref()
     }
@@ -527,6 +549,8 @@ impl StoreSession<'_> {
         let r = s.get_page(self.store.root, Mode::Read)?;
         let v = parse_root(&r.read_vec(), self.store.root)?;
         let pg = v.sets[v.active][(hash(&rec.key) % v.m as u64) as usize];
+        // The root's read lock (held until the bucket is written) is what
+        // keeps a flush from switching the memtables under this put.
         let mut g = s.get_page(pg, Mode::Write)?;
         let p = g.read_vec();
         let n = count(&p, PER_PAGE, pg)?;
@@ -845,7 +869,16 @@ impl StoreSession<'_> {
     /// Turns the active memtable into a branch (and compacts when there are
     /// too many branches). One flusher at a time.
     fn flush(&self) -> Result<()> {
-        let _one = self.store.flush.lock();
+        let _one = {
+            let mut round = 0u32;
+            loop {
+                if let Some(g) = self.store.flush.try_lock() {
+                    break g;
+                }
+                self.store.cache.wait_hint(round);
+                round = round.saturating_add(1);
+            }
+        };
         let s = &self.s;
         let root = self.store.root;
         // Transaction 1: the other (empty) set becomes active; this one immutable.
@@ -876,6 +909,14 @@ impl StoreSession<'_> {
         }
         recs.sort_by(|a, b| a.key.cmp(&b.key));
         let br = self.build_branch(&recs)?;
+        if self.store.fault == Some(StoreFault::EmptyBeforeLink) {
+            let mut guards = Vec::new();
+            for &pg in &v.sets[imm] {
+                let mut g = s.get_page(pg, Mode::Write)?;
+                g.write(0, &0u32.to_le_bytes());
+                guards.push(g);
+            }
+        }
         // Transaction 2: link the branch, empty the immutable memtable.
         {
             let mut r = s.get_page(root, Mode::Write)?;
