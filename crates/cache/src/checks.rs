@@ -37,6 +37,14 @@
 //!   uncommitted effect visible);
 //! - the allocation bitmap holds exactly the bitmap page, the data pages
 //!   and the owned pages, which are distinct (no page leaked or lost).
+//!
+//! The store scenarios ([`explore_store_scenario`]) run the LSM-shaped
+//! store over a 24-slot cache from one session or two in lockstep (each
+//! with its own keys; one session's flush or compaction runs while the
+//! other puts). What lockstep cannot show: it hands over only at
+//! persistent-memory events (and at lock waits), so a race whose window
+//! holds none is never interleaved — a put that drops the root's read lock
+//! before locking its bucket (tried as a planted bug) was not caught.
 
 use crate::cache::{Cache, CacheOptions, Fault, Mode, Session};
 use crate::disk::PoolDisk;
