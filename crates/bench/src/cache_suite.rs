@@ -211,7 +211,13 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let ops: u64 = ctx.scale.pick(2_500, 40_000);
     let slow_ops: u64 = ctx.scale.pick(40, 400);
     let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
-    let disk_pages = ((records * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
+    // Room for the loaded records and every record the run can insert
+    // (ycsb-load: (reps + 1 warm-up) batches at 1 and at 2 threads; D and
+    // E insert 5 %), each three times over (a compaction writes the merged
+    // branch before freeing the old ones); the file is sparse.
+    let inserts = 3 * (ctx.reps.max(1) as u64 + 1) * ops;
+    let disk_pages =
+        (((records + inserts) * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
     let dir = tempfile::Builder::new()
         .prefix("ferrite-cache-bench")
         .tempdir_in("/var/tmp")

@@ -764,17 +764,26 @@ impl Cache {
     }
 
     /// Moves a clean, hot persistent page (read-locked by the caller
-    /// alone) to DRAM: copy, then free the slot.
+    /// alone) to DRAM: copy, free the slot, then take a frame — in that
+    /// order, so that a frame victim is demoted into the slot just freed
+    /// (a swap) instead of being dropped for want of a free slot: under
+    /// miss pressure there is rarely another, and dropping sent hot DRAM
+    /// pages back to the disk. The page is clean, so while it is between
+    /// the slot and the frame the disk has it (and the caller's read lock
+    /// keeps everyone else off it).
     fn promote(&self, m: &mut Meta, page: u32, s: u32) -> Result<Loc> {
-        let Some(f) = self.alloc_frame(m)? else {
-            return Ok(Loc::Pmem(s));
-        };
-        {
-            let mut fr = self.frames[f as usize].lock();
-            self.region.read(self.geo.slot_off(s), &mut fr);
-        }
+        let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
         self.set_entry_persist(m, s, None);
         m.free_slots.push(s);
+        m.lookup.remove(&page);
+        let Some(f) = self.alloc_frame(m)? else {
+            // Every frame is locked (rare: a frame is locked only while a
+            // session reads it): the page goes back to a slot.
+            let s = m.free_slots.pop().expect("the slot just freed");
+            self.install_clean(m, s, page, &data);
+            return Ok(Loc::Pmem(s));
+        };
+        self.frames[f as usize].lock().copy_from_slice(&data);
         m.frame_page[f as usize] = Some(page);
         m.frame_accessed[f as usize] = false;
         m.lookup.insert(page, Loc::Dram(f));
