@@ -193,6 +193,28 @@ fn apply(s: &ferrite_cache::store::StoreSession, op: Op) {
     r.expect("store operation");
 }
 
+/// Names of [`events`], as row extras (per operation).
+const EVENTS: [&str; 5] = [
+    "page_ins_per_op",
+    "write_backs_per_op",
+    "syncs_per_op",
+    "promotions_per_op",
+    "demotions_per_op",
+];
+
+/// The cache's event counts of `sys`, in the order of [`EVENTS`].
+fn events(sys: &System) -> [u64; 5] {
+    let st = &sys.store.cache().stats;
+    let n = |x: &AtomicU64| x.load(Ordering::Relaxed);
+    [
+        n(&st.page_ins),
+        n(&st.write_backs),
+        n(&st.syncs),
+        n(&st.promotions),
+        n(&st.demotions),
+    ]
+}
+
 pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let quick = ctx.scale == Scale::Quick;
     let dram_mib: f64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
@@ -367,7 +389,24 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 variants.push(v);
             }
             ctx.note(format!("cache: {wname}, {threads} thread(s)"));
-            rows.extend(run_interleaved(&rctx, "cache", &mut variants));
+            // Disk and tier events per operation of this group (warm-up
+            // included): where the time goes when a ratio misses.
+            let before: Vec<[u64; 5]> = systems.iter().map(|s| events(s)).collect();
+            let mut group = run_interleaved(&rctx, "cache", &mut variants);
+            for row in &mut group {
+                let Some(i) = systems.iter().position(|s| s.name == row.variant) else {
+                    continue;
+                };
+                let per_thread = row.ops / row.threads.max(1) as u64;
+                let total = ((per_thread.max(1) / 4 + per_thread * row.reps as u64)
+                    * row.threads as u64)
+                    .max(1) as f64;
+                let after = events(&systems[i]);
+                for (k, name) in EVENTS.iter().enumerate() {
+                    row.set_extra(name, (after[k] - before[i][k]) as f64 / total);
+                }
+            }
+            rows.extend(group);
         }
     }
     if quick {
