@@ -391,7 +391,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             ctx.note(format!("cache: {wname}, {threads} thread(s)"));
             // Disk and tier events per operation of this group (warm-up
             // included): where the time goes when a ratio misses.
-            let before: Vec<[u64; 5]> = systems.iter().map(|s| events(s)).collect();
+            let before: Vec<[u64; 5]> = systems.iter().map(events).collect();
             let mut group = run_interleaved(&rctx, "cache", &mut variants);
             for row in &mut group {
                 let Some(i) = systems.iter().position(|s| s.name == row.variant) else {
