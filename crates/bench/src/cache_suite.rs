@@ -18,10 +18,12 @@
 //! Every configuration runs the same store over a disk file in a temporary
 //! directory under `/var/tmp` (`O_DIRECT` when the filesystem allows it),
 //! loaded with the same records (24 B YCSB user keys, 100 B values; a
-//! dataset of 3.7 × C at quick scale, 6 × C at full) before the run. Workloads, in this order on
-//! the same stores: `ycsb-c`, `ycsb-b`, `ycsb-a`, `ycsb-f`, `ycsb-d`, then
-//! `ycsb-load` (inserts of fresh keys), Zipfian θ 0.99 (`ferrite-workload`),
-//! 1 and 2 threads, interleaved rep by rep.
+//! dataset of 3.7 × C at quick scale, 8.3 × C — 3.3 × Persistron's two
+//! tiers — at full) before the run. Workloads, in this order on the same
+//! stores: `ycsb-c`, `ycsb-b`, `ycsb-a`, `ycsb-f`, `ycsb-d`, `ycsb-e`
+//! (95 % range scans of 1..=100 records, batches a twentieth as long),
+//! then `ycsb-load` (inserts of fresh keys), Zipfian θ 0.99
+//! (`ferrite-workload`), 1 and 2 threads, interleaved rep by rep.
 //!
 //! What this machine cannot show: its "persistent memory" is DRAM, so the
 //! DRAM tier's gain (P1: +14 % on C) comes only from skipping the
@@ -184,9 +186,33 @@ fn apply(s: &ferrite_cache::store::StoreSession, op: Op) {
             s.put(key, value)
         }),
         Op::Delete { key } => s.delete(key),
-        Op::Scan { .. } => unreachable!("the cache suite runs no scans"),
+        Op::Scan { key, len } => s.scan(key, len).map(|v| {
+            std::hint::black_box(v);
+        }),
     };
     r.expect("store operation");
+}
+
+/// Names of [`events`], as row extras (per operation).
+const EVENTS: [&str; 5] = [
+    "page_ins_per_op",
+    "write_backs_per_op",
+    "syncs_per_op",
+    "promotions_per_op",
+    "demotions_per_op",
+];
+
+/// The cache's event counts of `sys`, in the order of [`EVENTS`].
+fn events(sys: &System) -> [u64; 5] {
+    let st = &sys.store.cache().stats;
+    let n = |x: &AtomicU64| x.load(Ordering::Relaxed);
+    [
+        n(&st.page_ins),
+        n(&st.write_backs),
+        n(&st.syncs),
+        n(&st.promotions),
+        n(&st.demotions),
+    ]
 }
 
 pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
@@ -196,17 +222,24 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         .and_then(|v| v.parse().ok())
         .filter(|m: &f64| *m >= 0.125)
         .unwrap_or(ctx.scale.pick(1.0, 8.0));
-    // Records of 128 B in the branches (plus index pages and memtables):
-    // full ≈ 6 × the DRAM budget, 2.5 × Persistron's two tiers (P1: 60 GiB
-    // over 8 GiB DRAM, or 4 + 16 GiB); quick ≈ 3.7 × and 1.5 × (a load
+    // Records of 128 B in the branches (31 per 4 KiB page, plus index
+    // pages and memtables): full ≈ 8.3 × the DRAM budget C, 3.3 ×
+    // Persistron's two tiers (d + 4·(C − d) = 2.5 C; P1: 60 GiB over
+    // 8 GiB DRAM, or 4 + 16 GiB, 3 ×); quick ≈ 3.7 × C and 1.5 × (a load
     // of 6 × takes most of a minute here). The C ratio shrinks as the
     // dataset outgrows Persistron's tiers: measured 2.0–2.5× at 2.7 × C,
     // 1.07× at 6 × C (quick runs of this suite, one each).
-    let records = (dram_mib * ctx.scale.pick(30_000.0, 50_000.0)) as u64;
+    let records = (dram_mib * ctx.scale.pick(30_000.0, 64_000.0)) as u64;
     let ops: u64 = ctx.scale.pick(2_500, 40_000);
     let slow_ops: u64 = ctx.scale.pick(40, 400);
     let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
-    let disk_pages = ((records * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
+    // Room for the loaded records and every record the run can insert
+    // (ycsb-load: (reps + 1 warm-up) batches at 1 and at 2 threads; D and
+    // E insert 5 %), each three times over (a compaction writes the merged
+    // branch before freeing the old ones); the file is sparse.
+    let inserts = 3 * (ctx.reps.max(1) as u64 + 1) * ops;
+    let disk_pages =
+        (((records + inserts) * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
     let dir = tempfile::Builder::new()
         .prefix("ferrite-cache-bench")
         .tempdir_in("/var/tmp")
@@ -290,6 +323,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         "ycsb-a",
         "ycsb-f",
         "ycsb-d",
+        "ycsb-e",
         "ycsb-load",
     ];
     for wname in workloads {
@@ -314,10 +348,14 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                     })
                     .collect::<Result<_, _>>()
                     .map_err(err)?;
+                // A scan reads up to 100 records over every memtable page
+                // and each branch: YCSB-E batches are a twentieth as long
+                // (for every configuration alike).
+                let base = if wname == "ycsb-e" { ops / 20 } else { ops };
                 let per_thread = if sys.slow_writes && writes {
                     slow_ops
                 } else {
-                    ops
+                    base
                 } / threads as u64;
                 let w2 = w.clone();
                 let params = serde_json::json!({
@@ -351,7 +389,24 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 variants.push(v);
             }
             ctx.note(format!("cache: {wname}, {threads} thread(s)"));
-            rows.extend(run_interleaved(&rctx, "cache", &mut variants));
+            // Disk and tier events per operation of this group (warm-up
+            // included): where the time goes when a ratio misses.
+            let before: Vec<[u64; 5]> = systems.iter().map(events).collect();
+            let mut group = run_interleaved(&rctx, "cache", &mut variants);
+            for row in &mut group {
+                let Some(i) = systems.iter().position(|s| s.name == row.variant) else {
+                    continue;
+                };
+                let per_thread = row.ops / row.threads.max(1) as u64;
+                let total = ((per_thread.max(1) / 4 + per_thread * row.reps as u64)
+                    * row.threads as u64)
+                    .max(1) as f64;
+                let after = events(&systems[i]);
+                for (k, name) in EVENTS.iter().enumerate() {
+                    row.set_extra(name, (after[k] - before[i][k]) as f64 / total);
+                }
+            }
+            rows.extend(group);
         }
     }
     if quick {

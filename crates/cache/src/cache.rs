@@ -11,8 +11,21 @@
 //! waits for a page lock while holding the mutex: it drops it and waits
 //! through the medium's `wait_hint`, which is what lets the crash
 //! simulator's lockstep runs hand over to the lock holder. The mutex is
-//! held across medium events (page-in, commit, eviction) inside a
-//! [`LockHeld`] section, so lockstep runs never switch inside it.
+//! held across persistent-memory events (commit, entry updates, DRAM
+//! promotion and demotion) inside a [`LockHeld`] section, so lockstep runs
+//! never switch inside it.
+//!
+//! Disk I/O never happens under the mutex. A page-in marks the page
+//! *loading* and reserves a slot (entry FREE, off the free list) under it,
+//! reads the disk and persists the slot's bytes with it released, then
+//! takes it again to map the slot CLEAN; a session that wants a loading
+//! page waits on the page (like a page lock) and retries. A write-back
+//! (eviction of a dirty victim, [`Cache::sync_all`]) copies the batch's
+//! bytes and marks its slots and pages *in transit* under the mutex,
+//! writes and syncs with it released, and marks CLEAN afterwards only the
+//! slots whose generation did not move (see `write_back`). In-transit
+//! slots are never victims; a session that finds only in-transit slots
+//! waits for them instead of failing with [`CacheError::CacheFull`].
 //!
 //! # Transactions (strict two-phase locking, inferred)
 //!
@@ -44,7 +57,7 @@ use crate::format::{BITS_PER_PAGE, Entry, Geometry, PAGE, SUPERBLOCK, SlotState,
 use ferrite_pmem::{LockHeld, Region};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -140,6 +153,20 @@ struct PLock {
 
 struct Meta {
     entries: Vec<Option<Entry>>,
+    /// Per slot, bumped by every entry change and every in-place
+    /// (non-transactional) write grant: a write-back marks a slot CLEAN
+    /// only if its generation did not move while the mutex was released.
+    slot_gen: Vec<u64>,
+    /// Slots whose bytes a write-back is writing to the disk.
+    wb_slots: Vec<bool>,
+    /// Pages with a write-back in flight (at most one per page).
+    wb_pages: HashSet<u32>,
+    /// Write-backs in flight.
+    wb_inflight: usize,
+    /// Pages being paged in: a session that wants one waits.
+    loading: HashSet<u32>,
+    /// Slots reserved by page-ins in flight (off the free list, entry FREE).
+    reserved: usize,
     accessed: Vec<bool>,
     lookup: HashMap<u32, Loc>,
     locks: HashMap<u32, PLock>,
@@ -161,9 +188,24 @@ impl Meta {
     }
 }
 
+/// The metadata mutex, held inside a [`LockHeld`] section (no lockstep
+/// hand-off while it is held).
 struct MetaGuard<'a> {
     g: MutexGuard<'a, Meta>,
-    _held: LockHeld,
+    held: Option<LockHeld>,
+}
+
+impl MetaGuard<'_> {
+    /// Runs `f` with the mutex released and outside the lock-held section
+    /// — disk I/O and stores to slots the caller reserved under the mutex
+    /// — then takes the mutex again. Everything read from the metadata
+    /// before may have changed on return.
+    fn unlocked<U>(&mut self, f: impl FnOnce() -> U) -> U {
+        self.held = None;
+        let r = MutexGuard::unlocked(&mut self.g, f);
+        self.held = Some(LockHeld::enter());
+        r
+    }
 }
 
 impl std::ops::Deref for MetaGuard<'_> {
@@ -358,6 +400,12 @@ impl Cache {
             .collect();
         let meta = Meta {
             accessed: vec![false; geo.slots as usize],
+            slot_gen: vec![0; geo.slots as usize],
+            wb_slots: vec![false; geo.slots as usize],
+            wb_pages: HashSet::new(),
+            wb_inflight: 0,
+            loading: HashSet::new(),
+            reserved: 0,
             entries,
             lookup,
             locks: HashMap::new(),
@@ -401,7 +449,7 @@ impl Cache {
         let held = LockHeld::enter();
         MetaGuard {
             g: self.meta.lock(),
-            _held: held,
+            held: Some(held),
         }
     }
 
@@ -421,6 +469,7 @@ impl Cache {
 
     fn set_entry(&self, m: &mut Meta, slot: u32, e: Option<Entry>) {
         m.entries[slot as usize] = e;
+        m.slot_gen[slot as usize] += 1;
         self.region
             .store_u64(self.geo.entry_off(slot), Entry::encode(e));
     }
@@ -439,112 +488,220 @@ impl Cache {
         }
     }
 
-    /// Writes the dirty slot `victim` and up to [`WRITE_BACK_BATCH`] - 1
-    /// other dirty, unlocked, committed slots to the disk, syncs once, then
-    /// marks them all CLEAN (one fence). A slot is never marked CLEAN
-    /// before the sync that made its page durable on the disk.
-    fn clean_batch(&self, m: &mut Meta, victim: u32) -> Result<()> {
+    /// Dirty slots to write back with `victim`: the victim and up to
+    /// [`WRITE_BACK_BATCH`] - 1 other dirty, unlocked, committed slots
+    /// that no other write-back has in flight.
+    fn dirty_batch(&self, m: &Meta, victim: u32) -> Vec<u32> {
         let mut batch = vec![victim];
         let n = self.geo.slots;
         let mut k = (victim + 1) % n;
         while batch.len() < WRITE_BACK_BATCH && k != victim {
-            if let Some(e) = m.entries[k as usize]
-                && e.state == SlotState::Dirty
-                && !m.locked(e.page)
-                && m.lookup.get(&e.page) == Some(&Loc::Pmem(k))
-            {
+            if self.can_write_back(m, k) {
                 batch.push(k);
             }
             k = (k + 1) % n;
         }
+        batch
+    }
+
+    /// True when slot `s` is a dirty, committed, unlocked mapping whose
+    /// page has no write-back in flight (two write-backs of one page could
+    /// land on the disk in either order).
+    fn can_write_back(&self, m: &Meta, s: u32) -> bool {
+        m.entries[s as usize].is_some_and(|e| {
+            e.state == SlotState::Dirty
+                && !m.locked(e.page)
+                && m.lookup.get(&e.page) == Some(&Loc::Pmem(s))
+                && !m.wb_slots[s as usize]
+                && !m.wb_pages.contains(&e.page)
+        })
+    }
+
+    /// Writes the dirty slots `batch` to the disk and syncs once, with the
+    /// metadata mutex released for the I/O; returns the slots it marked
+    /// CLEAN (one fence).
+    ///
+    /// Under the mutex each slot's bytes are copied and the slot and its
+    /// page are marked in transit (`wb_slots`, `wb_pages`: no second
+    /// write-back of either starts, and neither is chosen as a victim).
+    /// After the sync, again under the mutex, a slot becomes CLEAN only if
+    /// its generation is unchanged — nothing mapped, freed or wrote it in
+    /// place meanwhile, so its bytes still equal what the disk now holds
+    /// durably. A slot is never marked CLEAN before that sync.
+    fn write_back(&self, m: &mut MetaGuard<'_>, batch: Vec<u32>) -> Result<Vec<u32>> {
+        let mut work = Vec::with_capacity(batch.len());
         for &s in &batch {
             let page = m.entries[s as usize].expect("dirty slot").page;
             let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
-            self.disk.write(page, &data)?;
+            m.wb_slots[s as usize] = true;
+            m.wb_pages.insert(page);
+            work.push((s, page, m.slot_gen[s as usize], data));
         }
-        if self.opts.sync_on_evict {
-            self.disk.sync()?;
-            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        m.wb_inflight += 1;
+        let io = m.unlocked(|| -> Result<()> {
+            for (_, page, _, data) in &work {
+                self.disk.write(*page, data)?;
+            }
+            if self.opts.sync_on_evict {
+                self.disk.sync()?;
+                self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+        m.wb_inflight -= 1;
+        for (s, page, _, _) in &work {
+            m.wb_slots[*s as usize] = false;
+            m.wb_pages.remove(page);
         }
+        io?;
         self.stats
             .write_backs
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        for &s in &batch {
-            let page = m.entries[s as usize].expect("dirty slot").page;
-            self.set_entry(
-                m,
-                s,
-                Some(Entry {
-                    page,
-                    state: SlotState::Clean,
-                }),
-            );
-            self.region.flush(self.geo.entry_off(s), 8);
+            .fetch_add(work.len() as u64, Ordering::Relaxed);
+        let mut cleaned = Vec::new();
+        for (s, page, gen_then, _) in work {
+            let dirty = Some(Entry {
+                page,
+                state: SlotState::Dirty,
+            });
+            if m.entries[s as usize] == dirty && m.slot_gen[s as usize] == gen_then {
+                self.set_entry(
+                    m,
+                    s,
+                    Some(Entry {
+                        page,
+                        state: SlotState::Clean,
+                    }),
+                );
+                self.region.flush(self.geo.entry_off(s), 8);
+                cleaned.push(s);
+            }
         }
-        self.region.fence();
-        Ok(())
+        if !cleaned.is_empty() {
+            self.region.fence();
+        }
+        Ok(cleaned)
+    }
+
+    /// A slot the clock may evict now: committed, mapped, unlocked, not
+    /// in transit. (Second chance is the caller's.)
+    fn evictable(&self, m: &Meta, s: u32) -> Option<Entry> {
+        let e = m.entries[s as usize]?;
+        let ok = !matches!(e.state, SlotState::Uncommitted(_))
+            && m.lookup.get(&e.page) == Some(&Loc::Pmem(s))
+            && !m.locked(e.page)
+            && !m.wb_slots[s as usize]
+            && !m.wb_pages.contains(&e.page);
+        ok.then_some(e)
+    }
+
+    /// Frees the evictable slot `s` (its entry FREE, persisted) and returns it.
+    fn evict(&self, m: &mut Meta, s: u32, page: u32) -> u32 {
+        self.set_entry_persist(m, s, None);
+        m.lookup.remove(&page);
+        self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        s
     }
 
     /// A free slot, evicting an unlocked committed page (clock with
     /// second chance) when there is none. A dirty victim is written back
-    /// and synced before its entry goes FREE.
-    fn alloc_slot(&self, m: &mut Meta) -> Result<u32> {
-        if let Some(s) = m.free_slots.pop() {
-            return Ok(s);
-        }
+    /// (with a batch of others) and synced before its entry goes FREE; the
+    /// mutex is released during that I/O, so on return the caller must
+    /// not rely on anything it read from `m` about pages it does not hold
+    /// locked (or has not reserved). When every candidate is in transit
+    /// (another session's write-back or page-in), waits for it.
+    fn alloc_slot(&self, m: &mut MetaGuard<'_>) -> Result<u32> {
         let n = self.geo.slots as usize;
-        for _ in 0..2 * n + 1 {
-            let s = m.hand;
-            m.hand = (m.hand + 1) % n;
-            let Some(e) = m.entries[s] else { continue };
-            if matches!(e.state, SlotState::Uncommitted(_))
-                || m.lookup.get(&e.page) != Some(&Loc::Pmem(s as u32))
-                || m.locked(e.page)
-            {
-                continue;
+        let mut round = 0u32;
+        'retry: loop {
+            if let Some(s) = m.free_slots.pop() {
+                return Ok(s);
             }
-            if m.accessed[s] {
-                m.accessed[s] = false;
-                continue;
-            }
-            let s = s as u32;
-            if e.state == SlotState::Dirty {
-                if self.opts.fault == Some(Fault::EvictBeforeSync) {
-                    self.set_entry_persist(m, s, None);
-                    let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
-                    self.disk.write(e.page, &data)?;
-                    self.stats.write_backs.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    // One sync for a batch of dirty pages, not one each:
-                    // the victim and up to WRITE_BACK_BATCH - 1 others.
-                    self.clean_batch(m, s)?;
-                    self.set_entry_persist(m, s, None);
+            for _ in 0..2 * n + 1 {
+                let s = m.hand;
+                m.hand = (m.hand + 1) % n;
+                let Some(e) = self.evictable(m, s as u32) else {
+                    continue;
+                };
+                if m.accessed[s] {
+                    m.accessed[s] = false;
+                    continue;
                 }
-            } else {
-                self.set_entry_persist(m, s, None);
+                let s = s as u32;
+                if e.state == SlotState::Dirty {
+                    if self.opts.fault == Some(Fault::EvictBeforeSync) {
+                        let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
+                        self.evict(m, s, e.page);
+                        if let Err(err) = m.unlocked(|| self.disk.write(e.page, &data)) {
+                            m.free_slots.push(s);
+                            return Err(err);
+                        }
+                        self.stats.write_backs.fetch_add(1, Ordering::Relaxed);
+                        return Ok(s);
+                    }
+                    // One sync for a batch of dirty pages, not one each.
+                    let batch = self.dirty_batch(m, s);
+                    let cleaned = self.write_back(m, batch)?;
+                    // The mutex was released: the victim may have been
+                    // locked, freed or rewritten meanwhile.
+                    match self.evictable(m, s) {
+                        Some(e) if cleaned.contains(&s) && e.state == SlotState::Clean => {
+                            return Ok(self.evict(m, s, e.page));
+                        }
+                        _ => continue 'retry,
+                    }
+                }
+                return Ok(self.evict(m, s, e.page));
             }
-            m.lookup.remove(&e.page);
-            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
-            return Ok(s);
+            if m.wb_inflight == 0 && m.reserved == 0 {
+                return Err(CacheError::CacheFull);
+            }
+            // Slots in transit become evictable when their I/O finishes.
+            m.unlocked(|| self.region.medium().wait_hint(round));
+            round = round.saturating_add(1);
         }
-        Err(CacheError::CacheFull)
     }
 
-    /// Where `page` is, paging it in from the disk into a slot (CLEAN,
-    /// content durable before the entry) when it is in neither tier.
-    fn resident(&self, m: &mut Meta, page: u32) -> Result<Loc> {
+    /// Where `page` is, paging it in from the disk into a slot when it is
+    /// in neither tier; `None` when another session is paging it in (the
+    /// caller waits and retries).
+    ///
+    /// The page is marked loading and a slot reserved under the mutex;
+    /// the disk read and the slot's persist happen with the mutex
+    /// released (the reserved slot's entry stays FREE, so a crash shows
+    /// nothing); then, under the mutex again, the entry names the page
+    /// (CLEAN, persisted after the bytes) and the lookup maps it.
+    fn resident(&self, m: &mut MetaGuard<'_>, page: u32) -> Result<Option<Loc>> {
         if let Some(l) = m.lookup.get(&page) {
-            return Ok(*l);
+            return Ok(Some(*l));
         }
-        let s = self.alloc_slot(m)?;
-        let mut buf = vec![0u8; PAGE];
-        if let Err(e) = self.disk.read(page, &mut buf) {
+        if !m.loading.insert(page) {
+            return Ok(None);
+        }
+        let s = match self.alloc_slot(m) {
+            Ok(s) => s,
+            Err(e) => {
+                m.loading.remove(&page);
+                return Err(e);
+            }
+        };
+        m.reserved += 1;
+        let off = self.geo.slot_off(s);
+        let io = m.unlocked(|| -> Result<()> {
+            let mut buf = vec![0u8; PAGE];
+            self.disk.read(page, &mut buf)?;
+            self.region.write(off, &buf);
+            self.region.persist(off, PAGE);
+            Ok(())
+        });
+        m.reserved -= 1;
+        m.loading.remove(&page);
+        if let Err(e) = io {
             m.free_slots.push(s);
             return Err(e);
         }
-        self.install_clean(m, s, page, &buf);
+        self.map_clean(m, s, page);
         self.stats.page_ins.fetch_add(1, Ordering::Relaxed);
-        Ok(Loc::Pmem(s))
+        Ok(Some(Loc::Pmem(s)))
     }
 
     /// Puts the clean content `data` of disk page `page` into free slot
@@ -555,6 +712,11 @@ impl Cache {
         let off = self.geo.slot_off(s);
         self.region.write(off, data);
         self.region.persist(off, PAGE);
+        self.map_clean(m, s, page);
+    }
+
+    /// Maps slot `s`, whose bytes (durable) are disk page `page`'s, as CLEAN.
+    fn map_clean(&self, m: &mut Meta, s: u32, page: u32) {
         self.set_entry_persist(
             m,
             s,
@@ -602,17 +764,26 @@ impl Cache {
     }
 
     /// Moves a clean, hot persistent page (read-locked by the caller
-    /// alone) to DRAM: copy, then free the slot.
+    /// alone) to DRAM: copy, free the slot, then take a frame — in that
+    /// order, so that a frame victim is demoted into the slot just freed
+    /// (a swap) instead of being dropped for want of a free slot: under
+    /// miss pressure there is rarely another, and dropping sent hot DRAM
+    /// pages back to the disk. The page is clean, so while it is between
+    /// the slot and the frame the disk has it (and the caller's read lock
+    /// keeps everyone else off it).
     fn promote(&self, m: &mut Meta, page: u32, s: u32) -> Result<Loc> {
-        let Some(f) = self.alloc_frame(m)? else {
-            return Ok(Loc::Pmem(s));
-        };
-        {
-            let mut fr = self.frames[f as usize].lock();
-            self.region.read(self.geo.slot_off(s), &mut fr);
-        }
+        let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
         self.set_entry_persist(m, s, None);
         m.free_slots.push(s);
+        m.lookup.remove(&page);
+        let Some(f) = self.alloc_frame(m)? else {
+            // Every frame is locked (rare: a frame is locked only while a
+            // session reads it): the page goes back to a slot.
+            let s = m.free_slots.pop().expect("the slot just freed");
+            self.install_clean(m, s, page, &data);
+            return Ok(Loc::Pmem(s));
+        };
+        self.frames[f as usize].lock().copy_from_slice(&data);
         m.frame_page[f as usize] = Some(page);
         m.frame_accessed[f as usize] = false;
         m.lookup.insert(page, Loc::Dram(f));
@@ -621,42 +792,34 @@ impl Cache {
     }
 
     /// Writes every dirty, unlocked page to the disk, syncs once, then marks
-    /// them CLEAN. Returns how many pages were written.
+    /// them CLEAN (the mutex released during the I/O, as in eviction).
+    /// Returns how many pages were written. Pages another session has in
+    /// transit, or locks, are left for later.
     pub fn sync_all(&self) -> Result<usize> {
         let mut m = self.meta();
-        let mut done = Vec::new();
-        for s in 0..self.geo.slots {
-            if let Some(e) = m.entries[s as usize]
-                && e.state == SlotState::Dirty
-                && !m.locked(e.page)
-                && m.lookup.get(&e.page) == Some(&Loc::Pmem(s))
-            {
-                let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
-                self.disk.write(e.page, &data)?;
-                done.push((s, e.page));
-            }
-        }
-        if done.is_empty() {
+        let batch: Vec<u32> = (0..self.geo.slots)
+            .filter(|&s| self.can_write_back(&m, s))
+            .collect();
+        if batch.is_empty() {
             return Ok(0);
         }
-        self.disk.sync()?;
-        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .write_backs
-            .fetch_add(done.len() as u64, Ordering::Relaxed);
-        for &(s, page) in &done {
-            self.set_entry(
-                &mut m,
-                s,
-                Some(Entry {
-                    page,
-                    state: SlotState::Clean,
-                }),
-            );
-            self.region.flush(self.geo.entry_off(s), 8);
-        }
-        self.region.fence();
-        Ok(done.len())
+        let n = batch.len();
+        self.write_back(&mut m, batch)?;
+        Ok(n)
+    }
+
+    /// Waits a little (round `round` of a retry loop) the way the cache
+    /// waits for a page lock: spins, then yields; under a lockstep crash
+    /// run, hands over to another simulated thread. For callers that wait
+    /// on something another session holds across persistent events.
+    pub fn wait_hint(&self, round: u32) {
+        self.region.medium().wait_hint(round);
+    }
+
+    /// True when `page` is in either tier now (for tests and tools; the
+    /// answer may be stale as soon as it returns).
+    pub fn is_cached(&self, page: u32) -> bool {
+        self.meta().lookup.contains_key(&page)
     }
 
     /// Checks the persistent tier against its invariants — for tests and
@@ -666,6 +829,12 @@ impl Cache {
     /// page on the disk. Only meaningful while no session is active.
     pub fn verify(&self) -> std::result::Result<(), String> {
         let m = self.meta();
+        if m.wb_inflight != 0 || m.reserved != 0 || !m.loading.is_empty() {
+            return Err("disk I/O still in transit".into());
+        }
+        if m.wb_slots.iter().any(|b| *b) || !m.wb_pages.is_empty() {
+            return Err("a slot or page is still marked in write-back".into());
+        }
         for t in 0..self.geo.sessions as usize {
             if self.region.load_u64(self.geo.tx_off(t)) != 0 {
                 return Err(format!("session {t}'s transaction word is set"));
@@ -844,6 +1013,10 @@ impl<'c> Session<'c> {
                 st.writes += 1;
             }
             (_, None) => {
+                if m.loading.contains(&page) {
+                    // Another session is paging it in: wait on the page.
+                    return Ok(false);
+                }
                 let l = m.locks.entry(page).or_default();
                 match mode {
                     Mode::Read if l.writer.is_none() => l.readers += 1,
@@ -851,7 +1024,11 @@ impl<'c> Session<'c> {
                     _ => return Ok(false),
                 }
                 let loc = match c.resident(&mut m, page) {
-                    Ok(l) => l,
+                    Ok(Some(l)) => l,
+                    Ok(None) => {
+                        unlock(&mut m, page, me);
+                        return Ok(false);
+                    }
                     Err(e) => {
                         unlock(&mut m, page, me);
                         return Err(e);
@@ -914,13 +1091,16 @@ impl<'c> Session<'c> {
     /// Makes the write-locked `page` writable: a copy in the transaction,
     /// or (non-transaction) the page itself in a slot, DIRTY before any
     /// store to it.
-    fn prepare_write(&self, m: &mut Meta, st: &mut SessState, page: u32) -> Result<()> {
+    fn prepare_write(&self, m: &mut MetaGuard<'_>, st: &mut SessState, page: u32) -> Result<()> {
         let c = self.cache;
         let loc = st.held[&page].loc;
         let non_tx = (st.non_tx > 0 && c.opts.honour_non_tx) || !c.opts.transactions;
         if non_tx {
             let s = match loc {
                 Loc::Pmem(s) => {
+                    // An in-place write: a write-back in flight must not
+                    // mark this slot CLEAN afterwards.
+                    m.slot_gen[s as usize] += 1;
                     if m.entries[s as usize].map(|e| e.state) == Some(SlotState::Clean) {
                         c.set_entry_persist(
                             m,

@@ -37,10 +37,19 @@
 //!   uncommitted effect visible);
 //! - the allocation bitmap holds exactly the bitmap page, the data pages
 //!   and the owned pages, which are distinct (no page leaked or lost).
+//!
+//! The store scenarios ([`explore_store_scenario`]) run the LSM-shaped
+//! store over a 24-slot cache from one session or two in lockstep (each
+//! with its own keys; one session's flush or compaction runs while the
+//! other puts). What lockstep cannot show: it hands over only at
+//! persistent-memory events (and at lock waits), so a race whose window
+//! holds none is never interleaved — a put that drops the root's read lock
+//! before locking its bucket (tried as a planted bug) was not caught.
 
 use crate::cache::{Cache, CacheOptions, Fault, Mode, Session};
 use crate::disk::PoolDisk;
 use crate::format::PAGE;
+use crate::store::StoreFault;
 use ferrite_crash::{Config, ExploreError, Explorer, Report, spend_budget};
 use ferrite_pmem::{Domain, HEADER_SIZE, Pool, Region};
 use std::sync::Arc;
@@ -351,7 +360,6 @@ pub fn explore(sc: Scenario, cfg: &Config) -> Result<Report, ExploreError> {
 
 const STORE_SLOTS: u32 = 24;
 const STORE_DISK: u32 = 96;
-const STORE_PUTS: u64 = 200;
 
 fn store_cache_bytes() -> usize {
     Cache::required_bytes(STORE_SLOTS, SESSIONS, STORE_DISK)
@@ -368,41 +376,131 @@ fn store_regions(pool: &Pool) -> (Region, Arc<PoolDisk>) {
     (c, Arc::new(PoolDisk::new(disk)))
 }
 
-/// Put `i` of the store workload: 170 distinct keys, so the one-page
-/// memtable fills and flushes about every 31 puts and the sixth branch
-/// triggers a compaction.
-fn store_put(i: u64) -> (Vec<u8>, Vec<u8>) {
-    let k = format!("key{:05}", mix(i % 170) % 100_000).into_bytes();
-    let v = format!("v{i:06}-{}", mix(i) % 1000).into_bytes();
+/// Put `j` of session `i` in a store run of `threads` sessions: 170
+/// distinct keys in all (each session its own), so the one-page memtable
+/// fills and flushes about every 31 puts and the sixth branch triggers a
+/// compaction.
+fn store_put(threads: usize, i: usize, j: u64) -> (Vec<u8>, Vec<u8>) {
+    let keys = 170 / threads as u64;
+    let k = format!("s{i}key{:05}", mix(j % keys) % 100_000).into_bytes();
+    let v = format!("v{i}{j:06}-{}", mix(j) % 1000).into_bytes();
     (k, v)
 }
 
-fn store_open(pool: &Pool, rebuild: bool) -> Result<crate::store::Store, String> {
+/// Puts per session: 200 alone, 120 each of two (a compaction either way).
+fn store_puts(threads: usize) -> u64 {
+    if threads == 1 { 200 } else { 120 }
+}
+
+fn store_open(
+    pool: &Pool,
+    rebuild: bool,
+    fault: Option<StoreFault>,
+) -> Result<crate::store::Store, String> {
     let (r, disk) = store_regions(pool);
     let (c, _) = Cache::open(r, disk, opts(None)).map_err(|e| e.to_string())?;
-    crate::store::Store::open_with(Arc::new(c), None, rebuild)
-        .map(|(s, _)| s)
-        .map_err(|e| e.to_string())
+    let (mut st, _) =
+        crate::store::Store::open_with(Arc::new(c), None, rebuild).map_err(|e| e.to_string())?;
+    st.plant(fault);
+    Ok(st)
+}
+
+/// One configuration of the store check.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreScenario {
+    pub threads: usize,
+    /// `false` plants the missing allocation recovery (P1 §5.5).
+    pub rebuild: bool,
+    pub fault: Option<StoreFault>,
+}
+
+impl StoreScenario {
+    pub fn name(&self) -> String {
+        format!("store-adr-{}t", self.threads)
+    }
 }
 
 /// The store (one memtable page per set) under puts that flush branches
-/// built in non-transactions and compact them, crashed anywhere; after
-/// recovery (the cache's, then the store's allocation rebuild) every
-/// acknowledged put is readable with its latest value, the put in flight
-/// is all or nothing, the bitmap holds exactly the reachable pages and
-/// the cache verifies.
+/// built in non-transactions and compact them, crashed anywhere; one
+/// session, or two in lockstep (both with puts in flight at once, one
+/// flushing or compacting while the other puts). After recovery (the
+/// cache's, then the store's allocation rebuild), for each session every
+/// acknowledged put is readable with its latest value and the put in
+/// flight is all or nothing; the bitmap holds exactly the reachable
+/// pages and the cache verifies.
 pub fn explore_store(cfg: &Config) -> Result<Report, ExploreError> {
-    explore_store_with(cfg, true)
+    explore_store_scenario(
+        cfg,
+        StoreScenario {
+            threads: 1,
+            rebuild: true,
+            fault: None,
+        },
+    )
 }
 
-/// [`explore_store`]; `rebuild = false` plants the missing allocation
-/// recovery (P1 §5.5), which must be caught as leaked pages.
+/// [`explore_store`] with one session, `rebuild = false` planting the
+/// missing allocation recovery, which must be caught as leaked pages.
 pub fn explore_store_with(cfg: &Config, rebuild: bool) -> Result<Report, ExploreError> {
+    explore_store_scenario(
+        cfg,
+        StoreScenario {
+            threads: 1,
+            rebuild,
+            fault: None,
+        },
+    )
+}
+
+fn store_body(st: &crate::store::Store, acked: &Acked, threads: usize, i: usize) {
+    let s = st.session().expect("session");
+    for j in 1..=store_puts(threads) {
+        let (k, v) = store_put(threads, i, j);
+        s.put(&k, &v).expect("put");
+        acked.0[i].store(j, Ordering::SeqCst);
+    }
+}
+
+fn store_check(st: &crate::store::Store, acked: &Acked, threads: usize) -> Result<(), String> {
+    st.cache().verify()?;
+    st.verify_allocation()?;
+    let s = st.session().map_err(|e| e.to_string())?;
+    let puts = store_puts(threads);
+    for i in 0..threads {
+        let a = acked.0[i].load(Ordering::SeqCst);
+        let mut latest = std::collections::HashMap::new();
+        for j in 1..=a {
+            let (k, v) = store_put(threads, i, j);
+            latest.insert(k, v);
+        }
+        let (kn, vn) = store_put(threads, i, a + 1);
+        for j in 1..=puts {
+            let k = store_put(threads, i, j).0;
+            let got = s.get(&k).map_err(|e| e.to_string())?;
+            let want = latest.get(&k).cloned();
+            let ok = got == want || (a < puts && k == kn && got.as_deref() == Some(&vn[..]));
+            if !ok {
+                return Err(format!(
+                    "session {i}: key {} after {a} acknowledged puts: {:?}, expected {:?}",
+                    String::from_utf8_lossy(&k),
+                    got.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                    want.map(|v| String::from_utf8_lossy(&v).into_owned())
+                ));
+            }
+        }
+    }
+    drop(s);
+    st.cache().verify()
+}
+
+/// Explores one store scenario (see [`explore_store`]).
+pub fn explore_store_scenario(cfg: &Config, sc: StoreScenario) -> Result<Report, ExploreError> {
     let size = (HEADER_SIZE + store_cache_bytes() + STORE_DISK as usize * PAGE) as u64;
     let cfg = Config {
         layout: "ferrite-cache-store-check".into(),
         ..cfg.clone().domain(Domain::Adr).pool_size(size)
     };
+    let seed = cfg.seed;
     Explorer::new(cfg)
         .setup(|pool| {
             let (r, disk) = store_regions(pool);
@@ -412,45 +510,50 @@ pub fn explore_store_with(cfg: &Config, rebuild: bool) -> Result<Report, Explore
         })
         .explore(
             |pool, acked: &mut Acked| {
-                let st = store_open(pool, rebuild).expect("open");
-                let s = st.session().expect("session");
-                for i in 1..=STORE_PUTS {
-                    let (k, v) = store_put(i);
-                    s.put(&k, &v).expect("put");
-                    acked.0[0].store(i, Ordering::SeqCst);
+                let st = store_open(pool, sc.rebuild, sc.fault).expect("open");
+                if sc.threads == 1 {
+                    store_body(&st, acked, 1, 0);
+                    return;
                 }
+                let (st, acked) = (&st, &*acked);
+                let bodies: Vec<Box<dyn FnOnce() + Send + '_>> = (0..sc.threads)
+                    .map(|i| {
+                        Box::new(move || store_body(st, acked, sc.threads, i))
+                            as Box<dyn FnOnce() + Send + '_>
+                    })
+                    .collect();
+                ferrite_crash::lockstep::run(seed, 3, bodies);
             },
-            |pool| store_open(pool, rebuild),
-            |_, st, acked| {
-                let a = acked.0[0].load(Ordering::SeqCst);
-                st.cache().verify()?;
-                st.verify_allocation()?;
-                let s = st.session().map_err(|e| e.to_string())?;
-                let mut latest = std::collections::HashMap::new();
-                for i in 1..=a {
-                    let (k, v) = store_put(i);
-                    latest.insert(k, v);
-                }
-                let (kn, vn) = store_put(a + 1);
-                for i in 1..=STORE_PUTS {
-                    let k = store_put(i).0;
-                    let got = s.get(&k).map_err(|e| e.to_string())?;
-                    let want = latest.get(&k).cloned();
-                    let ok = got == want
-                        || (a < STORE_PUTS && k == kn && got.as_deref() == Some(&vn[..]));
-                    if !ok {
-                        return Err(format!(
-                            "key {} after {a} acknowledged puts: {:?}, expected {:?}",
-                            String::from_utf8_lossy(&k),
-                            got.map(|v| String::from_utf8_lossy(&v).into_owned()),
-                            want.map(|v| String::from_utf8_lossy(&v).into_owned())
-                        ));
-                    }
-                }
-                drop(s);
-                st.cache().verify()
-            },
+            |pool| store_open(pool, sc.rebuild, None),
+            |_, st, acked| store_check(st, acked, sc.threads),
         )
+}
+
+/// The store scenarios of `ferrite check cache` with their budget weights.
+pub fn store_scenarios(fault: Option<StoreFault>) -> Vec<(StoreScenario, usize)> {
+    let s = |threads| StoreScenario {
+        threads,
+        rebuild: true,
+        fault,
+    };
+    vec![(s(2), 2), (s(1), 1)]
+}
+
+/// The store part of the check: every store scenario under one budget.
+pub fn check_store(
+    cfg: &Config,
+    fault: Option<StoreFault>,
+) -> Result<Vec<(String, Report)>, ExploreError> {
+    let plan = store_scenarios(fault);
+    let first = plan[0].0;
+    spend_budget(
+        cfg,
+        plan,
+        4,
+        |_| first,
+        |s| s.name(),
+        |s, c| explore_store_scenario(c, s),
+    )
 }
 
 /// The scenarios of `ferrite check cache` with their budget weights.
@@ -473,12 +576,13 @@ pub fn scenarios(fault: Option<Fault>) -> Vec<(Scenario, usize)> {
 /// `ferrite check cache`: every scenario under one budget; extra runs
 /// with new seeds (new lockstep schedules) spend what is left.
 pub fn check_cache(cfg: &Config) -> Result<Vec<(String, Report)>, ExploreError> {
-    // A fifth of the budget crashes the store; the rest the transfers.
-    let share = (cfg.budget / 5).max(1);
-    let store = explore_store(&cfg.clone().budget(share))?;
-    let left = cfg.budget.saturating_sub(store.states).max(1);
+    // A quarter of the budget crashes the store; the rest the transfers.
+    let share = (cfg.budget / 4).max(1);
+    let store = check_store(&cfg.clone().budget(share), None)?;
+    let spent: usize = store.iter().map(|(_, r)| r.states).sum();
+    let left = cfg.budget.saturating_sub(spent).max(1);
     let mut runs = check_fault(&cfg.clone().budget(left), None)?;
-    runs.push(("store-adr-1t".into(), store));
+    runs.extend(store);
     Ok(runs)
 }
 
@@ -498,6 +602,9 @@ pub const PLANTED: [Fault; 3] = [
     Fault::EarlyRelease,
     Fault::EvictBeforeSync,
 ];
+
+/// The planted store-level bugs of `ferrite check cache-planted`.
+pub const STORE_PLANTED: [StoreFault; 1] = [StoreFault::EmptyBeforeLink];
 
 #[cfg(test)]
 mod tests {
@@ -526,6 +633,33 @@ mod tests {
             !bad.ok(),
             "a missing allocation rebuild was not caught: {bad}"
         );
+    }
+
+    #[test]
+    fn two_session_store_check_passes() {
+        let runs = check_store(&Config::new("x").budget(300), None).unwrap();
+        for (n, r) in &runs {
+            assert!(r.ok(), "{n}: {r}");
+        }
+        assert!(
+            runs.iter()
+                .any(|(n, r)| n == "store-adr-2t" && r.states > 0)
+        );
+    }
+
+    #[test]
+    fn planted_store_bugs_are_caught() {
+        for f in STORE_PLANTED {
+            let runs = check_store(&Config::new("x").budget(600), Some(f)).unwrap();
+            for (n, r) in &runs {
+                eprintln!(
+                    "{f:?} {n}: {} violations in {} states",
+                    r.violation_count, r.states
+                );
+            }
+            let caught: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
+            assert!(caught > 0, "planted {f:?} not caught");
+        }
     }
 
     #[test]

@@ -25,8 +25,9 @@
 //!
 //! Recovery happens in [`Cache::open`]. The crash scenarios of `ferrite
 //! check cache` are in `checks` (feature `checks`); [`store`] is a small
-//! LSM-shaped key-value store that runs over this cache or over a
-//! volatile DRAM cache with a write-ahead log.
+//! LSM-shaped key-value store (puts, gets, range scans) that runs over
+//! this cache or over a volatile DRAM cache with a write-ahead log, which
+//! it replays after a crash.
 //!
 //! Departures from P1: the paper assumes eADR and issues no flushes; here
 //! every persist goes through the pool's persister (flush + fence under

@@ -31,9 +31,27 @@
 //! bytes 4..8 level, entries of 32 bytes from offset 32: klen u8, pad 3,
 //! first key (24 B), child page (u32).
 //!
-//! The log is written for its cost (and its durability point); replaying
-//! it after a crash is not implemented — the baseline is measured, not
-//! recovered.
+//! # The write-ahead log (the baseline's durability)
+//!
+//! A file of records appended back to back, no header:
+//! ```text
+//!   0         klen u8 (≤ 24)
+//!   1         vlen u8 (≤ 100), or 0xff for a delete (no value bytes)
+//!   2..2+k    key
+//!   ..+v      value
+//!   then 4    CRC32C of the record's bytes before it, u32 LE
+//! ```
+//! Records reach the file only at a sync point (every `sync_every`
+//! operations: the buffer is written, then `fdatasync`), so the synced
+//! content is always a prefix of whole records; a crash can add a torn
+//! tail (a partial record, zeros, or garbage from a write cut short).
+//! [`Wal::replay`] applies records from the start up to the first one
+//! that is truncated, out of range or fails its checksum, and stops there:
+//! a torn tail is refused, never applied. The volatile baseline keeps no
+//! checkpoint (its disk pages are written back unsynced, in any order),
+//! so recovery ([`Store::recover_from_wal`]) formats a fresh cache and
+//! store and replays the whole log into it, then truncates the log to its
+//! valid prefix so new records do not follow the torn tail.
 //!
 //! # Recovery
 //!
@@ -89,6 +107,51 @@ impl Wal {
         self.sync_every.store(n.max(1), Ordering::Relaxed);
     }
 
+    /// Opens an existing log for appending after its valid prefix: the
+    /// torn tail (if any) is cut off and the cut synced first, so a record
+    /// appended later is never preceded by garbage that [`Wal::replay`]
+    /// would stop at.
+    pub fn open(path: impl AsRef<Path>, sync_every: u64) -> Result<(Wal, WalReplay)> {
+        let rep = Self::replay(&path, |_, _| Ok(()))?;
+        let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+        if rep.discarded_bytes > 0 {
+            f.set_len(rep.valid_bytes)?;
+            f.sync_all()?;
+        }
+        let mut f = f;
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(rep.valid_bytes))?;
+        Ok((
+            Wal {
+                inner: parking_lot::Mutex::new((f, Vec::new(), rep.records)),
+                sync_every: AtomicU64::new(sync_every.max(1)),
+            },
+            rep,
+        ))
+    }
+
+    /// Reads the log at `path` and calls `apply(key, value)` (`None`: a
+    /// delete) for each record of its valid prefix, in order (see the
+    /// module documentation for the format and what ends the prefix).
+    /// Corrupt input ends the prefix; it is never an error or a panic.
+    pub fn replay(
+        path: impl AsRef<Path>,
+        mut apply: impl FnMut(&[u8], Option<&[u8]>) -> Result<()>,
+    ) -> Result<WalReplay> {
+        let b = std::fs::read(path)?;
+        let mut o = 0usize;
+        let mut records = 0u64;
+        while let Some((key, value, next)) = parse_wal_record(&b, o) {
+            apply(key, value)?;
+            records += 1;
+            o = next;
+        }
+        Ok(WalReplay {
+            records,
+            valid_bytes: o as u64,
+            discarded_bytes: (b.len() - o) as u64,
+        })
+    }
+
     fn append(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let mut g = self.inner.lock();
         let (f, buf, n) = &mut *g;
@@ -110,12 +173,59 @@ impl Wal {
     }
 }
 
+/// What [`Wal::replay`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalReplay {
+    /// Records applied (the valid prefix).
+    pub records: u64,
+    /// Bytes of the valid prefix.
+    pub valid_bytes: u64,
+    /// Bytes after it (a torn tail), refused.
+    pub discarded_bytes: u64,
+}
+
+/// One record of the log: key, value (`None`: delete), offset after it.
+type WalRecord<'a> = (&'a [u8], Option<&'a [u8]>, usize);
+
+/// The record of the log at `o`; `None` when the bytes at `o` are not a
+/// whole, valid record (the end of the valid prefix).
+fn parse_wal_record(b: &[u8], o: usize) -> Option<WalRecord<'_>> {
+    let (kl, vb) = (*b.get(o)? as usize, *b.get(o + 1)?);
+    let vl = if vb == 0xff { 0 } else { vb as usize };
+    if kl > MAX_KEY || vl > MAX_VALUE {
+        return None;
+    }
+    let body = o + 2 + kl + vl;
+    let crc = u32::from_le_bytes(b.get(body..body + 4)?.try_into().ok()?);
+    if crc32c::crc32c(&b[o..body]) != crc {
+        return None;
+    }
+    let key = &b[o + 2..o + 2 + kl];
+    let value = (vb != 0xff).then(|| &b[o + 2 + kl..body]);
+    Some((key, value, body + 4))
+}
+
+/// Store-level bugs that can be planted to show the crash check catches
+/// them (never for real use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFault {
+    /// A flush empties the immutable memtable in a transaction of its own,
+    /// committed before the transaction that links the new branch: a crash
+    /// between them loses every record of that memtable.
+    EmptyBeforeLink,
+}
+
 /// The store. See the module documentation.
 pub struct Store {
     cache: Arc<Cache>,
     root: u32,
     wal: Option<Wal>,
+    /// One flusher at a time. Taken with `try_lock` and waited for through
+    /// the medium's wait hint, never blocking: a flush holds it across
+    /// many persistent-memory events, and a lockstep crash run must be
+    /// able to hand over to its holder.
     flush: parking_lot::Mutex<()>,
+    fault: Option<StoreFault>,
 }
 
 fn rec_off(i: usize) -> usize {
@@ -261,6 +371,7 @@ impl Store {
             root,
             wal,
             flush: parking_lot::Mutex::new(()),
+            fault: None,
         })
     }
 
@@ -269,6 +380,31 @@ impl Store {
     /// the store and the number of leaked pages freed.
     pub fn open(cache: Arc<Cache>, wal: Option<Wal>) -> Result<(Store, usize)> {
         Self::open_with(cache, wal, true)
+    }
+
+    /// The volatile baseline's recovery after a crash: `cache` must be
+    /// freshly created (the old disk content is not trusted — it was
+    /// written back unsynced, in any order); makes a new store on it,
+    /// replays the valid prefix of the log at `wal_path` into it (with
+    /// no logging) and reopens the log for appending after that prefix
+    /// (see [`Wal::open`]).
+    pub fn recover_from_wal(
+        cache: Arc<Cache>,
+        memtable_pages: usize,
+        wal_path: impl AsRef<Path>,
+        sync_every: u64,
+    ) -> Result<(Store, WalReplay)> {
+        let mut st = Store::create(cache, memtable_pages, None)?;
+        {
+            let s = st.session()?;
+            Wal::replay(&wal_path, |k, v| match v {
+                Some(v) => s.put(k, v),
+                None => s.delete(k),
+            })?;
+        }
+        let (wal, rep) = Wal::open(&wal_path, sync_every)?;
+        st.wal = Some(wal);
+        Ok((st, rep))
     }
 
     /// [`Store::open`], optionally *without* the allocation rebuild — a
@@ -281,6 +417,7 @@ impl Store {
             root,
             wal,
             flush: parking_lot::Mutex::new(()),
+            fault: None,
         };
         let s = st.cache.session()?;
         let live = st.reachable(&s)?;
@@ -349,6 +486,11 @@ impl Store {
         &self.cache
     }
 
+    /// Plants a store-level bug (crash checks only).
+    pub fn plant(&mut self, fault: Option<StoreFault>) {
+        self.fault = fault;
+    }
+
     pub fn wal(&self) -> Option<&Wal> {
         self.wal.as_ref()
     }
@@ -407,6 +549,8 @@ impl StoreSession<'_> {
         let r = s.get_page(self.store.root, Mode::Read)?;
         let v = parse_root(&r.read_vec(), self.store.root)?;
         let pg = v.sets[v.active][(hash(&rec.key) % v.m as u64) as usize];
+        // The root's read lock (held until the bucket is written) is what
+        // keeps a flush from switching the memtables under this put.
         let mut g = s.get_page(pg, Mode::Write)?;
         let p = g.read_vec();
         let n = count(&p, PER_PAGE, pg)?;
@@ -498,6 +642,147 @@ impl StoreSession<'_> {
         Ok(None)
     }
 
+    /// Up to `len` live records with key ≥ `start`, in key order, each
+    /// with its newest value (a range scan, YCSB-E's operation).
+    ///
+    /// The root stays read-locked for the whole scan, so no flush links
+    /// or compaction frees a branch under it: the result is the store's
+    /// content at one moment (puts to memtable buckets not yet visited may
+    /// or may not show, as for any non-transactional scan). Sources,
+    /// newest first: the active memtable, the immutable one being flushed,
+    /// the branches newest to oldest; a key's first version found wins and
+    /// tombstones hide older versions. Memtables are read whole (their
+    /// buckets are unsorted); each branch yields at most `limit` records
+    /// from `start`, so the merge is exact only up to the smallest last key
+    /// of a branch that hit its limit — when that leaves fewer than `len`
+    /// live records, the scan retries with twice the limit.
+    pub fn scan(&self, start: &[u8], len: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let s = &self.s;
+        let r = s.get_page(self.store.root, Mode::Read)?;
+        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let mut mem: Vec<Vec<Record>> = Vec::new();
+        let mut sets = vec![v.active];
+        if v.pending {
+            sets.push(1 - v.active);
+        }
+        for k in sets {
+            let mut recs = Vec::new();
+            for &pg in &v.sets[k] {
+                let g = s.get_page(pg, Mode::Read)?;
+                let p = g.read_vec();
+                for i in 0..count(&p, PER_PAGE, pg)? {
+                    let rec = decode_rec(&p[rec_off(i)..rec_off(i) + REC], pg)?;
+                    if rec.key.as_slice() >= start {
+                        recs.push(rec);
+                    }
+                }
+            }
+            recs.sort_by(|a, b| a.key.cmp(&b.key));
+            mem.push(recs);
+        }
+        let mut limit = len.max(8);
+        loop {
+            let mut newest: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+                std::collections::BTreeMap::new();
+            for recs in &mem {
+                for rec in recs {
+                    newest
+                        .entry(rec.key.clone())
+                        .or_insert_with(|| rec.value.clone());
+                }
+            }
+            let mut bound: Option<Vec<u8>> = None;
+            for br in v.branches.iter().rev() {
+                let mut recs = Vec::new();
+                self.branch_range(br.root, br.height, start, limit, &mut recs)?;
+                if recs.len() >= limit {
+                    let last = &recs[recs.len() - 1].key;
+                    if bound.as_ref().is_none_or(|b| last < b) {
+                        bound = Some(last.clone());
+                    }
+                }
+                for rec in recs {
+                    newest.entry(rec.key).or_insert(rec.value);
+                }
+            }
+            let out: Vec<(Vec<u8>, Vec<u8>)> = newest
+                .into_iter()
+                .take_while(|(k, _)| bound.as_ref().is_none_or(|b| k <= b))
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .take(len)
+                .collect();
+            if out.len() == len || bound.is_none() {
+                drop(r);
+                return Ok(out);
+            }
+            limit *= 2;
+        }
+    }
+
+    /// Appends to `out` the records of the subtree at `pg` (`height`
+    /// index levels above its data pages) with key ≥ `start`, in key
+    /// order, until `out` holds `limit`.
+    fn branch_range(
+        &self,
+        pg: u32,
+        height: u32,
+        start: &[u8],
+        limit: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<()> {
+        let p = self.s.get_page(pg, Mode::Read)?.read_vec();
+        if height == 0 {
+            let n = count(&p, PER_PAGE, pg)?;
+            let key = |i: usize| {
+                let o = rec_off(i);
+                &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)]
+            };
+            // First record with key >= start.
+            let (mut lo, mut hi) = (0usize, n);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if key(mid) < start {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            for i in lo..n {
+                if out.len() >= limit {
+                    break;
+                }
+                out.push(decode_rec(&p[rec_off(i)..rec_off(i) + REC], pg)?);
+            }
+            return Ok(());
+        }
+        let n = count(&p, PER_INDEX, pg)?;
+        let first = |i: usize| {
+            let o = IDX_BASE + i * IDX;
+            &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)]
+        };
+        // The last child whose first key is <= start holds the first
+        // record >= start (or none, then its right neighbours do).
+        let mut lo = 0usize;
+        for i in 1..n {
+            if first(i) <= start {
+                lo = i;
+            } else {
+                break;
+            }
+        }
+        for i in lo..n {
+            if out.len() >= limit {
+                break;
+            }
+            let child = u32_at(&p, IDX_BASE + i * IDX + 28);
+            self.branch_range(child, height - 1, start, limit, out)?;
+        }
+        Ok(())
+    }
+
     /// Every record of a branch, in key order.
     fn branch_scan(&self, br: &Branch, out: &mut Vec<Record>) -> Result<()> {
         let mut pages = Vec::new();
@@ -584,7 +869,16 @@ impl StoreSession<'_> {
     /// Turns the active memtable into a branch (and compacts when there are
     /// too many branches). One flusher at a time.
     fn flush(&self) -> Result<()> {
-        let _one = self.store.flush.lock();
+        let _one = {
+            let mut round = 0u32;
+            loop {
+                if let Some(g) = self.store.flush.try_lock() {
+                    break g;
+                }
+                self.store.cache.wait_hint(round);
+                round = round.saturating_add(1);
+            }
+        };
         let s = &self.s;
         let root = self.store.root;
         // Transaction 1: the other (empty) set becomes active; this one immutable.
@@ -615,6 +909,14 @@ impl StoreSession<'_> {
         }
         recs.sort_by(|a, b| a.key.cmp(&b.key));
         let br = self.build_branch(&recs)?;
+        if self.store.fault == Some(StoreFault::EmptyBeforeLink) {
+            let mut guards = Vec::new();
+            for &pg in &v.sets[imm] {
+                let mut g = s.get_page(pg, Mode::Write)?;
+                g.write(0, &0u32.to_le_bytes());
+                guards.push(g);
+            }
+        }
         // Transaction 2: link the branch, empty the immutable memtable.
         {
             let mut r = s.get_page(root, Mode::Write)?;

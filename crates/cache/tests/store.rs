@@ -214,3 +214,59 @@ fn locks_upgrade_downgrade_and_non_tx() {
     disk.read(4, &mut b).unwrap();
     assert_eq!(b[8], 7);
 }
+
+/// Range scans against a model, over memtables, several branches and a
+/// compaction, with deletes (tombstones must hide older versions) and
+/// scans starting before, inside and past the keys.
+#[test]
+fn scans_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
+    let p = pool(200, 4096, Domain::Adr);
+    let c = Cache::create(
+        p.data(),
+        disk,
+        200,
+        4,
+        CacheOptions {
+            dram_pages: 8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Two memtable pages: flushes every ~60 puts, so branches pile up.
+    let st = Store::create(Arc::new(c), 2, None).unwrap();
+    let s = st.session().unwrap();
+    let mut model = BTreeMap::new();
+    let mut checked = 0;
+    for step in 0..1500u64 {
+        let i = step.wrapping_mul(7919) % 400;
+        if step % 9 == 4 {
+            s.delete(&key(i)).unwrap();
+            model.remove(&key(i));
+        } else {
+            s.put(&key(i), &value(i, step)).unwrap();
+            model.insert(key(i), value(i, step));
+        }
+        if step % 50 == 49 {
+            for (q, len) in [
+                (0u64, 1usize),
+                (step, 10),
+                (step * 3, 100),
+                (step * 5, 1000),
+            ] {
+                let start = if q == 0 { Vec::new() } else { key(q % 500) };
+                let got = s.scan(&start, len).unwrap();
+                let want: Vec<(Vec<u8>, Vec<u8>)> = model
+                    .range(start.clone()..)
+                    .take(len)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                assert_eq!(got, want, "scan from {start:?} len {len} at step {step}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100);
+    assert_eq!(s.scan(b"zzzz", 5).unwrap(), vec![]);
+}

@@ -250,13 +250,13 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
     ),
     (
         "cache",
-        "Persistron page cache [P1 ch5]: bank transfers as inferred CoW transactions with page allocation, over a 14-slot persistent tier, 2 DRAM frames and a simulated disk (unsynced pages lost or torn); crashes in commit, page-in, write-back, eviction, DRAM migration; 2 lockstep sessions and 1 (adr, adr tearing, eadr), nested recovery crashes",
+        "Persistron page cache [P1 ch5]: bank transfers as inferred CoW transactions with page allocation, over a 14-slot persistent tier, 2 DRAM frames and a simulated disk (unsynced pages lost or torn); crashes in commit, page-in, write-back, eviction, DRAM migration; 2 lockstep sessions and 1 (adr, adr tearing, eadr), nested recovery crashes; and the LSM-shaped store on it (puts, flushes, compaction) from 2 lockstep sessions and 1",
         true,
         run_cache,
     ),
     (
         "cache-planted",
-        "the cache with each planted bug (commit before the copy is durable, early lock release, eviction freeing a slot before its page is on disk and synced): each must be caught",
+        "the cache with each planted bug (commit before the copy is durable, early lock release, eviction freeing a slot before its page is on disk and synced) and the store with one (a flush empties the memtable in a transaction before the one linking its branch): each must be caught",
         false,
         run_cache_planted,
     ),
@@ -341,9 +341,27 @@ fn until_caught(
 /// violations in it.
 fn run_cache_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let faults = ferrite_cache::checks::PLANTED;
+    let store_faults = ferrite_cache::checks::STORE_PLANTED;
+    let n = faults.len() + store_faults.len();
     let mut out = Vec::new();
+    for f in store_faults {
+        let (runs, states, caught) = until_caught(split(cfg, n), |c| {
+            ferrite_cache::checks::check_store(c, Some(f)).map_err(|e| e.to_string())
+        })?;
+        if caught == 0 && cfg.only.is_none() {
+            return Err(format!(
+                "planted store bug {f:?} was not caught in {states} crash states (raise --budget)"
+            ));
+        }
+        for (run, report) in runs {
+            out.push(Outcome {
+                variant: format!("{f:?}/{run}"),
+                report,
+            });
+        }
+    }
     for f in faults {
-        let (runs, states, caught) = until_caught(split(cfg, faults.len()), |c| {
+        let (runs, states, caught) = until_caught(split(cfg, n), |c| {
             ferrite_cache::checks::check_fault(c, Some(f)).map_err(|e| e.to_string())
         })?;
         if caught == 0 && cfg.only.is_none() {

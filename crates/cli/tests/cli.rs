@@ -63,10 +63,23 @@ fn cache_check_passes_and_its_planted_bugs_are_caught() {
     let (states, violations) = closing_counts(&stdout(&o), "cache");
     assert!(states >= 350, "{states}");
     assert_eq!(violations, 0);
+    let out = stdout(&o);
+    for run in ["cache/store-adr-2t", "cache/store-adr-1t"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(run) && l.contains(" states")),
+            "{run} not explored: {out}"
+        );
+    }
     let o = ferrite(&["check", "cache-planted", "--budget", "300"]);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
-    for bug in ["CommitBeforeCopy", "EarlyRelease", "EvictBeforeSync"] {
+    for bug in [
+        "EmptyBeforeLink",
+        "CommitBeforeCopy",
+        "EarlyRelease",
+        "EvictBeforeSync",
+    ] {
         assert!(
             out.lines()
                 .any(|l| l.starts_with(&format!("cache-planted/{bug}/")) && l.contains(" states")),
