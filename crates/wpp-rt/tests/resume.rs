@@ -382,3 +382,27 @@ fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
     assert!(total > 0, "no failure landed before the program ended");
     eprintln!("pwr: the failure handler ran once per resume ({total} resumes)");
 }
+
+#[test]
+fn every_trapped_mapping_call_survives_random_failures() {
+    let prog = build("remap");
+    let plain = std::process::Command::new(&prog)
+        .arg("300")
+        .output()
+        .unwrap();
+    let expect = String::from_utf8(plain.stdout).unwrap();
+    assert!(plain.status.success(), "remap exits {:?}", plain.status);
+    campaign(
+        "remap",
+        vec![prog.display().to_string(), "300".into()],
+        None,
+        Duration::from_millis(150),
+        move |out| {
+            if out == expect {
+                Ok(())
+            } else {
+                Err(format!("stdout {out:?}, expected {expect:?}"))
+            }
+        },
+    );
+}
