@@ -43,10 +43,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         println!("bench wpp: skipped, no ferrite binary (build it, or set FERRITE_BIN)");
         return Ok(vec![]);
     };
-    let lib = bin
-        .parent()
-        .map(|d| d.join(ferrite_wpp::RUNTIME_LIB))
-        .filter(|p| p.is_file());
+    let lib = bin.parent().and_then(ferrite_wpp::find_runtime);
     let Some(lib) = lib else {
         println!(
             "bench wpp: skipped, the runtime library {} is not built beside {} (cargo build --release -p ferrite-wpp-rt)",

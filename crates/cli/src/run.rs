@@ -85,15 +85,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 fn default_lib() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    let here = dir.join(ferrite_wpp::RUNTIME_LIB);
-    if here.is_file() {
-        return here;
-    }
-    // Test binaries live in target/<profile>/deps.
-    dir.parent()
-        .map(|p| p.join(ferrite_wpp::RUNTIME_LIB))
-        .filter(|p| p.is_file())
-        .unwrap_or(here)
+    ferrite_wpp::find_runtime(&dir).unwrap_or_else(|| dir.join(ferrite_wpp::RUNTIME_LIB))
 }
 
 fn mib(b: u64) -> String {

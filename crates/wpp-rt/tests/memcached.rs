@@ -16,12 +16,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 fn runtime_lib() -> PathBuf {
+    // Testing this package builds its library: target/<profile>/ holds it,
+    // beside the test binary's deps/.
     let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(ferrite_wpp::RUNTIME_LIB)
+    ferrite_wpp::find_runtime(exe.parent().unwrap()).unwrap_or_else(|| {
+        panic!(
+            "{} not built beside {}",
+            ferrite_wpp::RUNTIME_LIB,
+            exe.display()
+        )
+    })
 }
 
 fn memcached() -> Option<PathBuf> {

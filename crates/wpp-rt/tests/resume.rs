@@ -12,16 +12,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn runtime_lib() -> PathBuf {
-    // target/<profile>/deps/resume-… → target/<profile>/libferrite_wpp_rt.so
+    // Testing this package builds its library: target/<profile>/ holds it,
+    // beside the test binary's deps/.
     let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(ferrite_wpp::RUNTIME_LIB);
-    assert!(lib.is_file(), "{} not built", lib.display());
-    lib
+    ferrite_wpp::find_runtime(exe.parent().unwrap()).unwrap_or_else(|| {
+        panic!(
+            "{} not built beside {}",
+            ferrite_wpp::RUNTIME_LIB,
+            exe.display()
+        )
+    })
 }
 
 fn build(name: &str) -> PathBuf {

@@ -33,6 +33,20 @@ pub const ENV_CLOEXEC: &str = "FERRITE_WPP_CLOEXEC";
 /// File name of the runtime library.
 pub const RUNTIME_LIB: &str = "libferrite_wpp_rt.so";
 
+/// The runtime library near a build's executables: in `dir` (where
+/// `cargo build -p ferrite-wpp-rt` puts it), in `dir/deps` (where it lands
+/// when built as a dependency of the `ferrite` command), or in `dir/..`
+/// (`dir` being a test binary's `deps`).
+pub fn find_runtime(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    [
+        dir.join(RUNTIME_LIB),
+        dir.join("deps").join(RUNTIME_LIB),
+        dir.join("..").join(RUNTIME_LIB),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
 /// The signal that stops a thread at a failure: the third-highest
 /// real-time signal (glibc keeps the lowest ones for itself).
 pub fn capture_signal() -> i32 {
