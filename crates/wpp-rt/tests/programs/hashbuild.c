@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* A bucket's stripe is a function of the bucket, so one lock guards each
+ * chain. */
 enum { BUCKETS = 1 << 14, STRIPES = 64 };
 
 struct node {
@@ -34,7 +36,7 @@ static void insert(unsigned long key) {
     n->val = h;
     for (int i = 0; i < 200; i++) /* work between locks */
         n->val = mix(n->val + (unsigned long)i);
-    pthread_mutex_t *l = &locks[(h / BUCKETS) % STRIPES];
+    pthread_mutex_t *l = &locks[(h % BUCKETS) % STRIPES];
     pthread_mutex_lock(l);
     n->next = table[h % BUCKETS];
     table[h % BUCKETS] = n;
@@ -43,7 +45,7 @@ static void insert(unsigned long key) {
 
 static void delete(unsigned long key) {
     unsigned long h = mix(key);
-    pthread_mutex_t *l = &locks[(h / BUCKETS) % STRIPES];
+    pthread_mutex_t *l = &locks[(h % BUCKETS) % STRIPES];
     pthread_mutex_lock(l);
     for (struct node **p = &table[h % BUCKETS]; *p; p = &(*p)->next) {
         if ((*p)->key == key) {
