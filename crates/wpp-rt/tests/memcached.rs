@@ -6,6 +6,8 @@
 //!
 //! `FERRITE_WPP_FAILURES` sets the number of failures (default 200).
 
+mod common;
+use common::runtime_lib;
 use ferrite_wpp::supervisor::{self, Options, Outcome};
 use rand::{Rng, SeedableRng};
 use std::io::{BufRead, BufReader, Write};
@@ -14,19 +16,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn runtime_lib() -> PathBuf {
-    // Testing this package builds its library: target/<profile>/ holds it,
-    // beside the test binary's deps/.
-    let exe = std::env::current_exe().unwrap();
-    ferrite_wpp::find_runtime(exe.parent().unwrap()).unwrap_or_else(|| {
-        panic!(
-            "{} not built beside {}",
-            ferrite_wpp::RUNTIME_LIB,
-            exe.display()
-        )
-    })
-}
 
 fn memcached() -> Option<PathBuf> {
     ["/usr/bin/memcached", "/usr/local/bin/memcached"]

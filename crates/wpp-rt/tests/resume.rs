@@ -6,23 +6,12 @@
 //! issue's bar); `FERRITE_WPP_SEED` the random seed. The C programs are in
 //! tests/programs and are built with the system C compiler.
 
+mod common;
+use common::runtime_lib;
 use ferrite_wpp::supervisor::{self, Options, Outcome};
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-fn runtime_lib() -> PathBuf {
-    // Testing this package builds its library: target/<profile>/ holds it,
-    // beside the test binary's deps/.
-    let exe = std::env::current_exe().unwrap();
-    ferrite_wpp::find_runtime(exe.parent().unwrap()).unwrap_or_else(|| {
-        panic!(
-            "{} not built beside {}",
-            ferrite_wpp::RUNTIME_LIB,
-            exe.display()
-        )
-    })
-}
 
 fn build(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));

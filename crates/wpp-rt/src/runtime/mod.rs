@@ -365,28 +365,43 @@ pub(crate) fn private_stack(i: u64) -> u64 {
     lo + format::PRIVATE_STACK
 }
 
-/// Creates mapping file `DIR/m<N>` of `len` bytes; returns (N, fd).
-pub(crate) fn new_file(len: u64) -> Result<(u64, i32), i64> {
-    let n = ctx().next_file.fetch_add(1, Ordering::Relaxed);
+/// `openat` (or, with `unlink`, `unlinkat`) of mapping file `DIR/m<N>`.
+fn at_file(n: u64, unlink: bool, flags: i32, mode: u64) -> i64 {
     let mut name = [0u8; 32];
     let mut w = Buf::new(&mut name);
     w.push(b"m");
     w.num(n);
     let p = w.cstr();
-    // SAFETY: p is NUL-terminated; dir fd is the runtime's.
-    let fd = unsafe {
+    let (nr, arg) = if unlink {
+        (sys::SYS_unlinkat, 0)
+    } else {
+        (sys::SYS_openat, flags as u64)
+    };
+    // SAFETY: p is NUL-terminated; the dir fd is the runtime's.
+    unsafe {
         syscall6(
-            sys::SYS_openat,
+            nr,
             [
                 DIR_FD.load(Ordering::Relaxed) as u64,
                 p as u64,
-                (libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC) as u64,
-                0o600,
+                arg,
+                mode,
                 0,
                 0,
             ],
         )
-    };
+    }
+}
+
+/// Creates mapping file `DIR/m<N>` of `len` bytes; returns (N, fd).
+pub(crate) fn new_file(len: u64) -> Result<(u64, i32), i64> {
+    let n = ctx().next_file.fetch_add(1, Ordering::Relaxed);
+    let fd = at_file(
+        n,
+        false,
+        libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+        0o600,
+    );
     if fd < 0 {
         return Err(fd);
     }
@@ -402,38 +417,12 @@ pub(crate) fn new_file(len: u64) -> Result<(u64, i32), i64> {
 
 /// Opens mapping file `DIR/m<N>`.
 pub(crate) fn open_file(n: u64) -> i64 {
-    let mut name = [0u8; 32];
-    let mut w = Buf::new(&mut name);
-    w.push(b"m");
-    w.num(n);
-    let p = w.cstr();
-    // SAFETY: p is NUL-terminated.
-    unsafe {
-        sc(
-            sys::SYS_openat,
-            DIR_FD.load(Ordering::Relaxed) as u64,
-            p as u64,
-            (libc::O_RDWR | libc::O_CLOEXEC) as u64,
-        )
-    }
+    at_file(n, false, libc::O_RDWR | libc::O_CLOEXEC, 0)
 }
 
 /// Deletes mapping file `DIR/m<N>`.
 pub(crate) fn unlink_file(n: u64) {
-    let mut name = [0u8; 32];
-    let mut w = Buf::new(&mut name);
-    w.push(b"m");
-    w.num(n);
-    let p = w.cstr();
-    // SAFETY: p is NUL-terminated.
-    unsafe {
-        sc(
-            sys::SYS_unlinkat,
-            DIR_FD.load(Ordering::Relaxed) as u64,
-            p as u64,
-            0,
-        )
-    };
+    at_file(n, true, 0, 0);
 }
 
 /// Frees a file range of mapping file `n` (reads back zero, as anonymous
