@@ -3,8 +3,9 @@
 //! updated in place under page locks (each put is one inferred
 //! transaction), immutable sorted *branches* built inside
 //! non-transactions and linked into the root by a transaction, and
-//! size-tiered compaction (all branches merged into one, built the same
-//! way). Keys up to 24 bytes, values up to 100 bytes.
+//! size-tiered compaction: after a flush, a run of the newest branches of
+//! similar size is merged into one, built the same way ([`pick_compaction`]
+//! has the rule). Keys up to 24 bytes, values up to 100 bytes.
 //!
 //! The same code runs over Persistron (every put durable when it returns:
 //! the cache's transaction is the durability) or over a volatile DRAM
@@ -22,7 +23,8 @@
 //!   16..20  branches n (≤ 15), newest last
 //!   20..24  1 while the other set is an immutable memtable being flushed
 //!   32..32+8M  page numbers of set 0 then set 1 (u32 each)
-//!   2048 + 16 i  branch i: root page (u32), height (u32), records (u64)
+//!   2048 + 32 i  branch i: root page (u32), height (u32), records (u64),
+//!                filter directory page (u32, 0: no filter), 12 zero bytes
 //! ```
 //! Memtable and branch data page: bytes 0..4 record count, records of
 //! [`REC`] bytes from offset 128 (31 per page): klen u8, vlen u8, flags u8
@@ -30,6 +32,14 @@
 //! pages hold records sorted by key. Index page: bytes 0..4 entry count,
 //! bytes 4..8 level, entries of 32 bytes from offset 32: klen u8, pad 3,
 //! first key (24 B), child page (u32).
+//!
+//! Each non-empty branch has a Bloom filter (SplinterDB keeps one per
+//! branch too), built with the branch and freed with it, so that a get
+//! probes only the branches that may hold its key. Filter directory page:
+//! bytes 0..4 filter pages n (1 ..= 1022), then n page numbers (u32) from
+//! offset 8. Filter page: 64 blocks of 64 bytes (512 bits); a key sets
+//! [`FILTER_PROBES`] bits of one block of one page ([`filter_bits`]), about
+//! [`FILTER_BITS_PER_KEY`] bits per key (1–2 % false positives).
 //!
 //! # The write-ahead log (the baseline's durability)
 //!
@@ -61,7 +71,7 @@
 //! of a branch whose construction a crash interrupted (they were
 //! allocated in place inside a non-transaction, never linked).
 
-use crate::cache::{Cache, Mode, Session};
+use crate::cache::{Cache, Mode, PageGuard, Session};
 use crate::error::{CacheError, Result};
 use crate::format::PAGE;
 use std::fs::File;
@@ -79,10 +89,63 @@ const IDX_BASE: usize = 32;
 const IDX: usize = 32;
 const PER_INDEX: usize = (PAGE - IDX_BASE) / IDX;
 const MAX_BRANCHES: usize = 15;
+const _: () = assert!(BRANCH_BASE + BRANCH_DESC * MAX_BRANCHES <= PAGE);
 const BRANCH_BASE: usize = 2048;
+/// Bytes of a branch descriptor in the root page.
+const BRANCH_DESC: usize = 32;
+/// Bloom filter sizing: bits per key, bits set per key.
+pub const FILTER_BITS_PER_KEY: u64 = 10;
+pub const FILTER_PROBES: usize = 6;
+/// Filter pages a directory page can list (larger branches get more false
+/// positives, never an error).
+const FILTER_MAX_PAGES: usize = (PAGE - 8) / 4;
+const FILTER_BLOCK: usize = 64;
 const MAGIC: &[u8; 8] = b"FERSTORE";
-/// Branches that trigger a compaction.
-const COMPACT_AT: usize = 6;
+/// Branches at which [`pick_compaction`] looks for a run to merge.
+const COMPACT_AT: usize = 4;
+/// Size ratio of the tiers: a branch joins the run of newer branches being
+/// merged when it holds at most `TIER_RATIO` times their records.
+const TIER_RATIO: u64 = 4;
+/// Branches at which the smallest adjacent pair is merged even when no
+/// run of similar sizes exists (bounds the branches a get probes).
+const FORCE_AT: usize = 8;
+
+/// Which branches to merge after a flush, given each branch's record
+/// count, oldest first; `None`: none.
+///
+/// Size-tiered, as in SplinterDB's trunk nodes: with at least
+/// [`COMPACT_AT`] branches, the run grows from the newest branch towards
+/// older ones while the next older holds at most [`TIER_RATIO`] times the
+/// records gathered so far, and is merged if it has two branches or more.
+/// A record is thus rewritten about once per tier (log base 5 of the
+/// data over a memtable), where merging every branch each time rewrote
+/// the whole dataset every few flushes. With [`FORCE_AT`] branches and no
+/// such run (sizes spread by more than the ratio), the adjacent pair with
+/// the fewest records is merged. Both keep the branches in age order, so
+/// "newest version wins" holds across a merge; after the caller's loop
+/// there are fewer than [`FORCE_AT`] branches.
+pub fn pick_compaction(records: &[u64]) -> Option<std::ops::Range<usize>> {
+    let n = records.len();
+    if n < COMPACT_AT {
+        return None;
+    }
+    let (mut sum, mut first) = (records[n - 1], n - 1);
+    for j in (0..n - 1).rev() {
+        if records[j] > TIER_RATIO.saturating_mul(sum) {
+            break;
+        }
+        sum += records[j];
+        first = j;
+    }
+    if first + 2 <= n {
+        return Some(first..n);
+    }
+    if n >= FORCE_AT {
+        let i = (0..n - 1).min_by_key(|&i| records[i] + records[i + 1])?;
+        return Some(i..i + 2);
+    }
+    None
+}
 
 /// A write-ahead log of operations for the volatile baseline.
 pub struct Wal {
@@ -292,6 +355,73 @@ struct Branch {
     root: u32,
     height: u32,
     records: u64,
+    /// Filter directory page, 0 for none (page 0 is the allocation
+    /// bitmap's, never a store page).
+    filter: u32,
+}
+
+impl Branch {
+    /// The descriptor in the root page (module documentation).
+    fn encode(&self) -> [u8; BRANCH_DESC] {
+        let mut d = [0u8; BRANCH_DESC];
+        d[0..4].copy_from_slice(&self.root.to_le_bytes());
+        d[4..8].copy_from_slice(&self.height.to_le_bytes());
+        d[8..16].copy_from_slice(&self.records.to_le_bytes());
+        d[16..20].copy_from_slice(&self.filter.to_le_bytes());
+        d
+    }
+
+    fn decode(d: &[u8]) -> Branch {
+        Branch {
+            root: u32_at(d, 0),
+            height: u32_at(d, 4),
+            records: u64::from_le_bytes(d[8..16].try_into().expect("8")),
+            filter: u32_at(d, 16),
+        }
+    }
+}
+
+/// Where `key` lives in a Bloom filter of `pages` pages: the page, the
+/// byte offset of its 64-byte block in that page, and the
+/// [`FILTER_PROBES`] bit numbers (0..512) within the block. Its own hash
+/// (not the memtable's bucket hash), so a memtable bucket's keys spread
+/// over the whole filter.
+pub fn filter_bits(key: &[u8], pages: usize) -> (usize, usize, [u16; FILTER_PROBES]) {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let h = mix(hash(key) ^ 0x9e37_79b9_7f4a_7c15);
+    let page = (((h & 0xffff_ffff) * pages as u64) >> 32) as usize;
+    let block = ((h >> 32) as usize % (PAGE / FILTER_BLOCK)) * FILTER_BLOCK;
+    let h2 = mix(h);
+    let mut bits = [0u16; FILTER_PROBES];
+    for (i, b) in bits.iter_mut().enumerate() {
+        *b = ((h2 >> (9 * i)) & 511) as u16;
+    }
+    (page, block, bits)
+}
+
+/// The filter pages a directory page (read-locked in `g`) lists.
+fn filter_count(g: &PageGuard<'_, '_>) -> Result<usize> {
+    let mut b = [0u8; 4];
+    g.read(0, &mut b);
+    let n = u32::from_le_bytes(b) as usize;
+    if n == 0 || n > FILTER_MAX_PAGES {
+        return Err(CacheError::Corrupt(format!(
+            "filter directory page {} claims {n} pages",
+            g.page()
+        )));
+    }
+    Ok(n)
+}
+
+/// Filter pages for a branch of `records` records.
+fn filter_pages(records: usize) -> usize {
+    (records as u64 * FILTER_BITS_PER_KEY)
+        .div_ceil(8 * PAGE as u64)
+        .clamp(1, FILTER_MAX_PAGES as u64) as usize
 }
 
 struct RootView {
@@ -316,14 +446,7 @@ fn parse_root(p: &[u8], root: u32) -> Result<RootView> {
     }
     let set = |k: usize| (0..m).map(|i| u32_at(p, 32 + 4 * (k * m + i))).collect();
     let branches = (0..n)
-        .map(|i| {
-            let o = BRANCH_BASE + 16 * i;
-            Branch {
-                root: u32_at(p, o),
-                height: u32_at(p, o + 4),
-                records: u64::from_le_bytes(p[o + 8..o + 16].try_into().expect("8")),
-            }
-        })
+        .map(|i| Branch::decode(&p[BRANCH_BASE + BRANCH_DESC * i..]))
         .collect();
     Ok(RootView {
         active,
@@ -442,7 +565,14 @@ impl Store {
         Ok(out)
     }
 
+    /// Every page of branch `b`: its filter (directory, then filter
+    /// pages), then its levels from the root down, the data pages last,
+    /// in key order.
     fn branch_pages(&self, s: &Session, b: &Branch, out: &mut Vec<u32>) -> Result<()> {
+        if b.filter != 0 {
+            out.push(b.filter);
+            out.extend(self.filter_dir(s, b.filter)?);
+        }
         let mut level = vec![b.root];
         for _ in 0..b.height {
             out.extend(&level);
@@ -459,7 +589,18 @@ impl Store {
         Ok(())
     }
 
-    /// A handle for one thread.
+    /// The filter pages listed by directory page `dir`.
+    fn filter_dir(&self, s: &Session, dir: u32) -> Result<Vec<u32>> {
+        let g = s.get_page(dir, Mode::Read)?;
+        let n = filter_count(&g)?;
+        let mut list = vec![0u8; 4 * n];
+        g.read(8, &mut list);
+        Ok(list
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+            .collect())
+    }
+
     /// Checks that the allocation bitmap holds exactly the pages the root
     /// reaches (no leak, nothing reachable unallocated). For tests and
     /// crash checks.
@@ -592,11 +733,36 @@ impl StoreSession<'_> {
             }
         }
         for br in v.branches.iter().rev() {
+            if !self.may_contain(br, key)? {
+                continue;
+            }
             if let Some(rec) = self.branch_get(br, key)? {
                 return Ok(rec.value);
             }
         }
         Ok(None)
+    }
+
+    /// `false` when branch `br`'s filter proves `key` absent (`true` for a
+    /// branch without one). Reads the directory's entry and one 64-byte
+    /// block: two page accesses, both of pages every get of the branch
+    /// touches, so they stay cached.
+    fn may_contain(&self, br: &Branch, key: &[u8]) -> Result<bool> {
+        if br.filter == 0 {
+            return Ok(true);
+        }
+        let s = &self.s;
+        let dir = s.get_page(br.filter, Mode::Read)?;
+        let (page, block, bits) = filter_bits(key, filter_count(&dir)?);
+        let mut b = [0u8; 4];
+        dir.read(8 + 4 * page, &mut b);
+        drop(dir);
+        let fp = u32::from_le_bytes(b);
+        let mut blk = [0u8; FILTER_BLOCK];
+        s.get_page(fp, Mode::Read)?.read(block, &mut blk);
+        Ok(bits
+            .iter()
+            .all(|&i| blk[i as usize / 8] & (1 << (i % 8)) != 0))
     }
 
     fn branch_get(&self, br: &Branch, key: &[u8]) -> Result<Option<Record>> {
@@ -858,10 +1024,33 @@ impl StoreSession<'_> {
                 }
                 level = next;
             }
+            let filter = if recs.is_empty() {
+                0
+            } else {
+                let n = filter_pages(recs.len());
+                let mut bits = vec![vec![0u8; PAGE]; n];
+                for r in recs {
+                    let (page, block, set) = filter_bits(&r.key, n);
+                    for i in set {
+                        bits[page][block + i as usize / 8] |= 1 << (i % 8);
+                    }
+                }
+                let mut dir = vec![0u8; PAGE];
+                dir[0..4].copy_from_slice(&(n as u32).to_le_bytes());
+                for (i, b) in bits.iter().enumerate() {
+                    let pg = s.alloc_page()?;
+                    s.get_page(pg, Mode::Write)?.write(0, b);
+                    dir[8 + 4 * i..12 + 4 * i].copy_from_slice(&pg.to_le_bytes());
+                }
+                let pg = s.alloc_page()?;
+                s.get_page(pg, Mode::Write)?.write(0, &dir);
+                pg
+            };
             Ok(Branch {
                 root: level[0].1,
                 height,
                 records: recs.len() as u64,
+                filter,
             })
         })?
     }
@@ -931,54 +1120,67 @@ impl StoreSession<'_> {
                 g.write(0, &0u32.to_le_bytes());
                 guards.push(g);
             }
-            let o = BRANCH_BASE + 16 * v.branches.len();
-            let mut d = [0u8; 16];
-            d[0..4].copy_from_slice(&br.root.to_le_bytes());
-            d[4..8].copy_from_slice(&br.height.to_le_bytes());
-            d[8..16].copy_from_slice(&br.records.to_le_bytes());
-            r.write(o, &d);
+            r.write(BRANCH_BASE + BRANCH_DESC * v.branches.len(), &br.encode());
             r.write(16, &((v.branches.len() + 1) as u32).to_le_bytes());
             r.write(20, &0u32.to_le_bytes());
             drop(guards);
         }
-        let v = parse_root(&s.get_page(root, Mode::Read)?.read_vec(), root)?;
-        if v.branches.len() >= COMPACT_AT {
-            self.compact(&v.branches)?;
+        loop {
+            let v = parse_root(&s.get_page(root, Mode::Read)?.read_vec(), root)?;
+            let sizes: Vec<u64> = v.branches.iter().map(|b| b.records).collect();
+            let Some(run) = pick_compaction(&sizes) else {
+                return Ok(());
+            };
+            self.compact(&v.branches, run)?;
         }
-        Ok(())
     }
 
-    /// Merges `branches` (all of them, newest wins, tombstones dropped)
-    /// into one built in a non-transaction; a transaction swaps it in and
-    /// frees the old branches' pages.
-    fn compact(&self, branches: &[Branch]) -> Result<()> {
+    /// Merges `branches[run]` (newest version of each key wins) into one
+    /// branch built in a non-transaction; a transaction puts it in the
+    /// run's place and frees the old branches' pages. Tombstones are
+    /// dropped only when the run includes the oldest branch: otherwise an
+    /// older branch may still hold a version they hide.
+    fn compact(&self, branches: &[Branch], run: std::ops::Range<usize>) -> Result<()> {
         let mut all: Vec<Record> = Vec::new();
         // Newest first, so a stable dedup keeps the newest version.
-        for br in branches.iter().rev() {
+        for br in branches[run.clone()].iter().rev() {
             self.branch_scan(br, &mut all)?;
         }
         all.sort_by(|a, b| a.key.cmp(&b.key));
         all.dedup_by(|later, first| later.key == first.key);
-        all.retain(|r| r.value.is_some());
+        if run.start == 0 {
+            all.retain(|r| r.value.is_some());
+        }
         let merged = self.build_branch(&all)?;
         let mut old = Vec::new();
-        for br in branches {
+        for br in &branches[run.clone()] {
             self.store.branch_pages(&self.s, br, &mut old)?;
         }
         let root = self.store.root;
         let mut r = self.s.get_page(root, Mode::Write)?;
         let p = r.read_vec();
         let v = parse_root(&p, root)?;
-        // Branches linked meanwhile (none: flushes hold the same mutex) stay.
-        let keep = &v.branches[branches.len()..];
-        let mut d = vec![0u8; 16 * (1 + keep.len())];
-        for (i, b) in std::iter::once(&merged).chain(keep).enumerate() {
-            d[16 * i..16 * i + 4].copy_from_slice(&b.root.to_le_bytes());
-            d[16 * i + 4..16 * i + 8].copy_from_slice(&b.height.to_le_bytes());
-            d[16 * i + 8..16 * i + 16].copy_from_slice(&b.records.to_le_bytes());
+        // Only flushes change the branch list, and they hold the same
+        // mutex as this compaction: the list is the one the run was
+        // picked from.
+        if v.branches.len() != branches.len()
+            || v.branches
+                .iter()
+                .zip(branches)
+                .any(|(a, b)| a.root != b.root)
+        {
+            return Err(CacheError::Corrupt(
+                "the store's branches changed during a compaction".into(),
+            ));
         }
+        let list: Vec<&Branch> = branches[..run.start]
+            .iter()
+            .chain(std::iter::once(&merged))
+            .chain(&branches[run.end..])
+            .collect();
+        let d: Vec<u8> = list.iter().flat_map(|b| b.encode()).collect();
         r.write(BRANCH_BASE, &d);
-        r.write(16, &((1 + keep.len()) as u32).to_le_bytes());
+        r.write(16, &(list.len() as u32).to_le_bytes());
         for pg in old {
             self.s.free_page(pg)?;
         }
