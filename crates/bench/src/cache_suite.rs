@@ -58,8 +58,6 @@ struct System {
     store: Store,
     /// Key numbers handed to `ycsb-load` inserts.
     next_insert: AtomicU64,
-    /// Syncs its log per write: few operations per batch.
-    slow_writes: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -171,7 +169,6 @@ fn build(
         name: cfg.name,
         store,
         next_insert: AtomicU64::new(0),
-        slow_writes: cfg.wal_sync_every == 1,
     })
 }
 
@@ -227,11 +224,15 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     // Persistron's two tiers (d + 4·(C − d) = 2.5 C; P1: 60 GiB over
     // 8 GiB DRAM, or 4 + 16 GiB, 3 ×); quick ≈ 3.7 × C and 1.5 × (a load
     // of 6 × takes most of a minute here). The C ratio shrinks as the
-    // dataset outgrows Persistron's tiers: measured 2.0–2.5× at 2.7 × C,
-    // 1.07× at 6 × C (quick runs of this suite, one each).
+    // dataset outgrows Persistron's tiers.
     let records = (dram_mib * ctx.scale.pick(30_000.0, 64_000.0)) as u64;
+    // Every configuration runs batches of the same length. They start
+    // from the same loaded store and draw the same operations, so a
+    // batch's flushes and compactions fall at the same operations in
+    // every configuration, and the medians compare like with like (a
+    // shorter batch for the slow synced log would leave most of its
+    // batches without the compactions the others pay for).
     let ops: u64 = ctx.scale.pick(2_500, 40_000);
-    let slow_ops: u64 = ctx.scale.pick(40, 400);
     let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
     // Room for the loaded records and every record the run can insert
     // (ycsb-load: (reps + 1 warm-up) batches at 1 and at 2 threads; D and
@@ -335,7 +336,6 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             };
             let w = Workload::parse(&format!("{spec}:records={records}:fields=1x100:ops=1g"))
                 .map_err(err)?;
-            let writes = wname != "ycsb-c";
             let mut variants = Vec::new();
             for sys in &systems {
                 if quick && threads > 1 && sys.name.starts_with("persistron-") {
@@ -351,12 +351,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 // A scan reads up to 100 records over every memtable page
                 // and each branch: YCSB-E batches are a twentieth as long
                 // (for every configuration alike).
-                let base = if wname == "ycsb-e" { ops / 20 } else { ops };
-                let per_thread = if sys.slow_writes && writes {
-                    slow_ops
-                } else {
-                    base
-                } / threads as u64;
+                let per_thread = if wname == "ycsb-e" { ops / 20 } else { ops } / threads as u64;
                 let w2 = w.clone();
                 let params = serde_json::json!({
                     "workload": wname,
