@@ -57,7 +57,9 @@ use crate::format::{BITS_PER_PAGE, Entry, Geometry, PAGE, SUPERBLOCK, SlotState,
 use ferrite_pmem::{LockHeld, Region};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+// Keys are page and slot numbers: FxHash, not SipHash (no untrusted keys,
+// and the lookup runs on every page access under the metadata mutex).
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -379,7 +381,7 @@ impl Cache {
         if changed {
             region.fence();
         }
-        let mut lookup = HashMap::new();
+        let mut lookup = HashMap::default();
         let mut free_slots = Vec::new();
         for s in (0..geo.slots).rev() {
             match entries[s as usize] {
@@ -402,13 +404,13 @@ impl Cache {
             accessed: vec![false; geo.slots as usize],
             slot_gen: vec![0; geo.slots as usize],
             wb_slots: vec![false; geo.slots as usize],
-            wb_pages: HashSet::new(),
+            wb_pages: HashSet::default(),
             wb_inflight: 0,
-            loading: HashSet::new(),
+            loading: HashSet::default(),
             reserved: 0,
             entries,
             lookup,
-            locks: HashMap::new(),
+            locks: HashMap::default(),
             free_slots,
             hand: 0,
             frame_page: vec![None; opts.dram_pages],
@@ -840,7 +842,7 @@ impl Cache {
                 return Err(format!("session {t}'s transaction word is set"));
             }
         }
-        let mut seen = HashMap::new();
+        let mut seen = HashMap::default();
         let mut free = 0usize;
         for s in 0..self.geo.slots {
             let w = self.region.load_u64(self.geo.entry_off(s));

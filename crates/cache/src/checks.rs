@@ -378,8 +378,8 @@ fn store_regions(pool: &Pool) -> (Region, Arc<PoolDisk>) {
 
 /// Put `j` of session `i` in a store run of `threads` sessions: 170
 /// distinct keys in all (each session its own), so the one-page memtable
-/// fills and flushes about every 31 puts and the sixth branch triggers a
-/// compaction.
+/// fills and flushes about every 31 puts, and the fourth branch of
+/// similar size triggers a compaction.
 fn store_put(threads: usize, i: usize, j: u64) -> (Vec<u8>, Vec<u8>) {
     let keys = 170 / threads as u64;
     let k = format!("s{i}key{:05}", mix(j % keys) % 100_000).into_bytes();

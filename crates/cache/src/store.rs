@@ -338,6 +338,22 @@ fn count(p: &[u8], max: usize, page: u32) -> Result<usize> {
     Ok(n)
 }
 
+/// A memtable or branch data page (read-locked in `g`) and its record
+/// count, reading only the bytes of its records (the rest stays zero).
+fn read_data_page(g: &PageGuard<'_, '_>) -> Result<(Vec<u8>, usize)> {
+    let mut p = vec![0u8; PAGE];
+    g.read(0, &mut p[..4]);
+    let n = count(&p, PER_PAGE, g.page())?;
+    g.read(REC_BASE, &mut p[REC_BASE..rec_off(n)]);
+    Ok((p, n))
+}
+
+/// The key of record `i` of a data page (read-locked in `g`), read alone.
+fn read_key(g: &PageGuard<'_, '_>, i: usize, buf: &mut [u8; 4 + MAX_KEY]) -> usize {
+    g.read(rec_off(i), buf);
+    (buf[0] as usize).min(MAX_KEY)
+}
+
 fn u32_at(p: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(p[o..o + 4].try_into().expect("4"))
 }
@@ -430,6 +446,24 @@ struct RootView {
     sets: [Vec<u32>; 2],
     pending: bool,
     branches: Vec<Branch>,
+}
+
+/// The root view of the read-locked root page `g`, reading only the
+/// bytes it uses (header, memtable page lists, branch descriptors): every
+/// operation reads the root, and copying all 4 KiB of it was a visible
+/// share of a cached get.
+fn read_root(g: &PageGuard<'_, '_>) -> Result<RootView> {
+    let mut p = vec![0u8; PAGE];
+    g.read(0, &mut p[..32]);
+    let (m, n) = (u32_at(&p, 12) as usize, u32_at(&p, 16) as usize);
+    if 32 + 8 * m <= BRANCH_BASE && n <= MAX_BRANCHES {
+        g.read(32, &mut p[32..32 + 8 * m]);
+        g.read(
+            BRANCH_BASE,
+            &mut p[BRANCH_BASE..BRANCH_BASE + BRANCH_DESC * n],
+        );
+    }
+    parse_root(&p, g.page())
 }
 
 fn parse_root(p: &[u8], root: u32) -> Result<RootView> {
@@ -556,7 +590,7 @@ impl Store {
     /// Every page the root reaches (root, memtables, branch pages).
     fn reachable(&self, s: &Session) -> Result<Vec<u32>> {
         let r = s.get_page(self.root, Mode::Read)?;
-        let v = parse_root(&r.read_vec(), self.root)?;
+        let v = read_root(&r)?;
         let mut out = vec![self.root];
         out.extend(v.sets[0].iter().chain(&v.sets[1]));
         for b in &v.branches {
@@ -688,7 +722,7 @@ impl StoreSession<'_> {
     fn try_write(&self, rec: &Record) -> Result<bool> {
         let s = &self.s;
         let r = s.get_page(self.store.root, Mode::Read)?;
-        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let v = read_root(&r)?;
         let pg = v.sets[v.active][(hash(&rec.key) % v.m as u64) as usize];
         // The root's read lock (held until the bucket is written) is what
         // keeps a flush from switching the memtables under this put.
@@ -715,7 +749,7 @@ impl StoreSession<'_> {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let s = &self.s;
         let r = s.get_page(self.store.root, Mode::Read)?;
-        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let v = read_root(&r)?;
         let b = (hash(key) % v.m as u64) as usize;
         let mut sets = vec![v.active];
         if v.pending {
@@ -723,9 +757,8 @@ impl StoreSession<'_> {
         }
         for k in sets {
             let pg = v.sets[k][b];
-            let g = s.get_page(pg, Mode::Read)?;
-            let p = g.read_vec();
-            for i in 0..count(&p, PER_PAGE, pg)? {
+            let (p, n) = read_data_page(&s.get_page(pg, Mode::Read)?)?;
+            for i in 0..n {
                 let o = rec_off(i);
                 if p[o] as usize == key.len() && &p[o + 4..o + 4 + key.len()] == key {
                     return Ok(decode_rec(&p[o..o + REC], pg)?.value);
@@ -765,44 +798,55 @@ impl StoreSession<'_> {
             .all(|&i| blk[i as usize / 8] & (1 << (i % 8)) != 0))
     }
 
+    /// Looks `key` up in branch `br`: a binary search down its index
+    /// pages, then in the data page, reading only the entries and keys it
+    /// compares (a handful of small reads, not a copy of each 4 KiB page).
     fn branch_get(&self, br: &Branch, key: &[u8]) -> Result<Option<Record>> {
         let s = &self.s;
         let mut pg = br.root;
         for _ in 0..br.height {
             let g = s.get_page(pg, Mode::Read)?;
-            let p = g.read_vec();
-            let n = count(&p, PER_INDEX, pg)?;
+            let mut head = [0u8; 4];
+            g.read(0, &mut head);
+            let n = count(&head, PER_INDEX, pg)?;
             if n == 0 {
                 return Ok(None);
             }
-            let first = |i: usize| {
-                let o = IDX_BASE + i * IDX;
-                &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)]
+            let entry = |i: usize| {
+                let mut e = [0u8; IDX];
+                g.read(IDX_BASE + i * IDX, &mut e);
+                e
             };
             // Last child whose first key is <= key.
             let (mut lo, mut hi) = (0usize, n);
             while hi - lo > 1 {
                 let mid = (lo + hi) / 2;
-                if first(mid) <= key {
+                let e = entry(mid);
+                if e[4..4 + (e[0] as usize).min(MAX_KEY)] <= *key {
                     lo = mid;
                 } else {
                     hi = mid;
                 }
             }
-            pg = u32_at(&p, IDX_BASE + lo * IDX + 28);
+            pg = u32_at(&entry(lo), 28);
         }
         let g = s.get_page(pg, Mode::Read)?;
-        let p = g.read_vec();
-        let n = count(&p, PER_PAGE, pg)?;
+        let mut head = [0u8; 4];
+        g.read(0, &mut head);
+        let n = count(&head, PER_PAGE, pg)?;
+        let mut k = [0u8; 4 + MAX_KEY];
         let (mut lo, mut hi) = (0usize, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let o = rec_off(mid);
-            let k = &p[o + 4..o + 4 + (p[o] as usize).min(MAX_KEY)];
-            match k.cmp(key) {
+            let kl = read_key(&g, mid, &mut k);
+            match k[4..4 + kl].cmp(key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return decode_rec(&p[o..o + REC], pg).map(Some),
+                std::cmp::Ordering::Equal => {
+                    let mut r = [0u8; REC];
+                    g.read(rec_off(mid), &mut r);
+                    return decode_rec(&r, pg).map(Some);
+                }
             }
         }
         Ok(None)
@@ -828,7 +872,7 @@ impl StoreSession<'_> {
         }
         let s = &self.s;
         let r = s.get_page(self.store.root, Mode::Read)?;
-        let v = parse_root(&r.read_vec(), self.store.root)?;
+        let v = read_root(&r)?;
         let mut mem: Vec<Vec<Record>> = Vec::new();
         let mut sets = vec![v.active];
         if v.pending {
@@ -1087,7 +1131,7 @@ impl StoreSession<'_> {
             r.write(20, &1u32.to_le_bytes());
             v.active
         };
-        let v = parse_root(&s.get_page(root, Mode::Read)?.read_vec(), root)?;
+        let v = read_root(&s.get_page(root, Mode::Read)?)?;
         let mut recs = Vec::new();
         for &pg in &v.sets[imm] {
             let g = s.get_page(pg, Mode::Read)?;
@@ -1126,7 +1170,7 @@ impl StoreSession<'_> {
             drop(guards);
         }
         loop {
-            let v = parse_root(&s.get_page(root, Mode::Read)?.read_vec(), root)?;
+            let v = read_root(&s.get_page(root, Mode::Read)?)?;
             let sizes: Vec<u64> = v.branches.iter().map(|b| b.records).collect();
             let Some(run) = pick_compaction(&sizes) else {
                 return Ok(());
