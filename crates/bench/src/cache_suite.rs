@@ -25,6 +25,10 @@
 //! then `ycsb-load` (inserts of fresh keys), Zipfian θ 0.99
 //! (`ferrite-workload`), 1 and 2 threads, interleaved rep by rep.
 //!
+//! Environment: `FERRITE_CACHE_DRAM_MIB` sets C (default 1 MiB quick,
+//! 8 MiB full; the dataset scales with it), `FERRITE_CACHE_WORKLOADS`
+//! (e.g. `ycsb-c,ycsb-load`) runs only those groups.
+//!
 //! What this machine cannot show: its "persistent memory" is DRAM, so the
 //! DRAM tier's gain (P1: +14 % on C) comes only from skipping the
 //! persistent tier's bookkeeping, not from Optane's 2–3× read latency, and
