@@ -13,7 +13,12 @@
 //! - ablations of Persistron: `persistron-no-dram` (DRAM tier off, same
 //!   persistent tier), `persistron-no-nontx` (branches built as ordinary
 //!   transactions), `persistron-early-release` (locks released before
-//!   commit: unsafe, measurement only — P1's strict-2PL overhead).
+//!   commit: unsafe, measurement only — P1's strict-2PL overhead);
+//! - P1 Fig. 5.6's other cost-equivalent points: `persistron-d75`
+//!   (d = 3C/4, P1's (6D, 8P)) and `persistron-d25` (d = C/4, (2D, 24P));
+//!   `persistron` is P1's chosen (4D, 16P).
+//!
+//! Rows carry `dram_mib` (C), `tier_dram_mib` (d) and `pmem_mib`.
 //!
 //! Every configuration runs the same store over a disk file in a temporary
 //! directory under `/var/tmp` (`O_DIRECT` when the filesystem allows it),
@@ -27,7 +32,9 @@
 //!
 //! Environment: `FERRITE_CACHE_DRAM_MIB` sets C (default 1 MiB quick,
 //! 8 MiB full; the dataset scales with it), `FERRITE_CACHE_WORKLOADS`
-//! (e.g. `ycsb-c,ycsb-load`) runs only those groups.
+//! (e.g. `ycsb-c,ycsb-load`) runs only those groups, `FERRITE_CACHE_DOMAIN`
+//! = `eadr` runs the persistent tier without flushes, as P1 assumes
+//! (default `adr`: `clwb` + `sfence`). Rows say which in `domain`.
 //!
 //! What this machine cannot show: its "persistent memory" is DRAM, so the
 //! DRAM tier's gain (P1: +14 % on C) comes only from skipping the
@@ -63,6 +70,10 @@ struct System {
     store: Store,
     /// Key numbers handed to `ycsb-load` inserts.
     next_insert: AtomicU64,
+    /// Persistron's DRAM tier d and persistent tier, MiB (0 for the
+    /// DRAM-cache baselines).
+    tier_dram_mib: f64,
+    pmem_mib: f64,
 }
 
 #[derive(Clone, Copy)]
@@ -73,6 +84,21 @@ struct Config {
     non_tx: bool,
     early_release: bool,
     wal_sync_every: u64,
+    /// Persistron's d as a share of the budget C; the persistent tier is
+    /// 4·(C − d) (P1 §5.6: a byte of persistent memory costs a quarter
+    /// of a byte of DRAM).
+    dram_share: f64,
+}
+
+impl Config {
+    /// (d, persistent tier) in MiB for a budget of `c` MiB.
+    fn tiers(&self, c: f64) -> (f64, f64) {
+        if !self.persistron {
+            return (0.0, 0.0);
+        }
+        let d = c * self.dram_share;
+        (d, 4.0 * (c - d))
+    }
 }
 
 const CONFIGS: &[Config] = &[
@@ -83,6 +109,7 @@ const CONFIGS: &[Config] = &[
         non_tx: true,
         early_release: false,
         wal_sync_every: 1,
+        dram_share: 0.0,
     },
     Config {
         name: "dram-wal-batch",
@@ -91,6 +118,7 @@ const CONFIGS: &[Config] = &[
         non_tx: true,
         early_release: false,
         wal_sync_every: 256,
+        dram_share: 0.0,
     },
     Config {
         name: "persistron",
@@ -99,6 +127,7 @@ const CONFIGS: &[Config] = &[
         non_tx: true,
         early_release: false,
         wal_sync_every: 0,
+        dram_share: 0.5,
     },
     Config {
         name: "persistron-no-dram",
@@ -107,6 +136,7 @@ const CONFIGS: &[Config] = &[
         non_tx: true,
         early_release: false,
         wal_sync_every: 0,
+        dram_share: 0.5,
     },
     Config {
         name: "persistron-no-nontx",
@@ -115,6 +145,7 @@ const CONFIGS: &[Config] = &[
         non_tx: false,
         early_release: false,
         wal_sync_every: 0,
+        dram_share: 0.5,
     },
     Config {
         name: "persistron-early-release",
@@ -123,6 +154,28 @@ const CONFIGS: &[Config] = &[
         non_tx: true,
         early_release: true,
         wal_sync_every: 0,
+        dram_share: 0.5,
+    },
+    // P1 Fig. 5.6's other cost-equivalent points: (6D, 8P) and (2D, 24P)
+    // for its C = 8 GiB, i.e. d = 3C/4 and d = C/4 (`persistron` is its
+    // chosen (4D, 16P), d = C/2).
+    Config {
+        name: "persistron-d75",
+        persistron: true,
+        dram_tier: true,
+        non_tx: true,
+        early_release: false,
+        wal_sync_every: 0,
+        dram_share: 0.75,
+    },
+    Config {
+        name: "persistron-d25",
+        persistron: true,
+        dram_tier: true,
+        non_tx: true,
+        early_release: false,
+        wal_sync_every: 0,
+        dram_share: 0.25,
     },
 ];
 
@@ -136,17 +189,17 @@ fn build(
     dir: &std::path::Path,
     dram_mib: f64,
     disk_pages: u32,
+    pmem_domain: Domain,
 ) -> Result<System, BenchError> {
     let disk: Arc<dyn Disk> = Arc::new(
         FileDisk::create(dir.join(format!("{}.disk", cfg.name)), disk_pages).map_err(err)?,
     );
+    let (d, pmem) = cfg.tiers(dram_mib);
     let (slots, frames, domain) = if cfg.persistron {
-        let d = dram_mib / 2.0;
-        let pmem = 4.0 * (dram_mib - d);
         (
             pages(pmem),
             if cfg.dram_tier { pages(d) } else { 0 },
-            Domain::Adr,
+            pmem_domain,
         )
     } else {
         (pages(dram_mib), 0, Domain::Volatile)
@@ -174,6 +227,8 @@ fn build(
         name: cfg.name,
         store,
         next_insert: AtomicU64::new(0),
+        tier_dram_mib: d,
+        pmem_mib: pmem,
     })
 }
 
@@ -240,6 +295,18 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             workloads.join(", ")
         )));
     }
+    // FERRITE_CACHE_DOMAIN=eadr runs the persistent tier as P1 assumes
+    // (eADR: stores durable once visible, fences only, no flushes); the
+    // default `adr` flushes every line it persists.
+    let pmem_domain = match std::env::var("FERRITE_CACHE_DOMAIN") {
+        Ok(v) => match Domain::parse(&v) {
+            Some(d @ (Domain::Adr | Domain::Eadr)) => d,
+            _ => {
+                return Err(err(format!("FERRITE_CACHE_DOMAIN: {v:?} (adr or eadr)")));
+            }
+        },
+        Err(_) => Domain::Adr,
+    };
     let quick = ctx.scale == Scale::Quick;
     let dram_mib: f64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
         .ok()
@@ -281,7 +348,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 let dir = dir.path();
                 sc.spawn(move || -> Result<System, BenchError> {
                     let t0 = std::time::Instant::now();
-                    let sys = build(cfg, dir, dram_mib, disk_pages)?;
+                    let sys = build(cfg, dir, dram_mib, disk_pages, pmem_domain)?;
                     let w = Workload::parse(&format!("ycsb-a:records={records}:fields=1x100"))
                         .map_err(err)?;
                     let mut l = Loader::new(&w);
@@ -377,7 +444,9 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 let params = serde_json::json!({
                     "workload": wname,
                     "dram_mib": dram_mib,
-                    "pmem_mib": if sys.name.starts_with("persistron") { pmem_mib } else { 0.0 },
+                    "pmem_mib": sys.pmem_mib,
+                    "tier_dram_mib": sys.tier_dram_mib,
+                    "domain": if sys.pmem_mib > 0.0 { pmem_domain.to_string() } else { "volatile".to_string() },
                     "records": records,
                 });
                 let load = wname == "ycsb-load";
