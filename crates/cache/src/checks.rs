@@ -16,8 +16,9 @@
 //! transaction `(i, seq)` write-locks two data pages `x < y` (its plan is
 //! a function of `(i, seq)`), moves one unit from `x` to `y`, stamps both
 //! with `seq` in its own stamp field, and toggles `x`'s *owned page*
-//! (allocates a disk page with [`Session::alloc_page`] and records it in
-//! `x`, or frees the one recorded) — the allocation commits with the
+//! (allocates a disk page with [`Session::alloc_page`], fills it through
+//! [`Session::get_new_page`] and records it in `x`, or frees the one
+//! recorded) — the allocation and the page's content commit with the
 //! transfer. It releases `x` before it writes `y`, which is what lets an
 //! early lock release show. Every fourth transaction reads pages twice
 //! (promotion to DRAM), every sixth writes back everything.
@@ -34,7 +35,8 @@
 //!   transaction or the one after; then every page's stamp, balance and
 //!   owned-page parity equal what exactly the transactions `(i, 1..=c_i)`
 //!   produce (all-or-nothing, durability of acknowledged ones, no
-//!   uncommitted effect visible);
+//!   uncommitted effect visible), and each owned page holds what the
+//!   transaction that allocated it wrote;
 //! - the allocation bitmap holds exactly the bitmap page, the data pages
 //!   and the owned pages, which are distinct (no page leaked or lost).
 //!
@@ -154,6 +156,18 @@ fn encode(page: u32, f: &Fields) -> Vec<u8> {
     b
 }
 
+/// What the transaction that allocates `owned` for data page `x` writes
+/// into it: both numbers, then a pattern of them.
+fn owned_content(x: u32, owned: u32) -> Vec<u8> {
+    let mut b = vec![0u8; PAGE];
+    b[0..4].copy_from_slice(&x.to_le_bytes());
+    b[4..8].copy_from_slice(&owned.to_le_bytes());
+    for (k, v) in b.iter_mut().enumerate().skip(64) {
+        *v = (mix(((x as u64) << 32 | owned as u64) ^ (k as u64 / 8)) >> ((k % 8) * 8)) as u8;
+    }
+    b
+}
+
 fn decode(page: u32, b: &[u8]) -> Result<Fields, String> {
     let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
     let f = Fields {
@@ -208,6 +222,10 @@ fn transfer(s: &Session, i: usize, seq: u64) -> crate::Result<()> {
         fx.owned = 0;
     } else {
         fx.owned = s.alloc_page()?;
+        // Fresh page: written through `get_new_page` (no disk read; the
+        // transaction's copy is a zeroed slot), committed with the rest.
+        s.get_new_page(fx.owned)?
+            .write(0, &owned_content(x, fx.owned));
     }
     gx.write(0, &encode(x, &fx));
     drop(gx);
@@ -316,6 +334,13 @@ fn check(c: &Cache, acked: &Acked, threads: usize, txs: u32) -> Result<(), Strin
         }
         if f.owned != 0 {
             owned.push(f.owned);
+            let g = s.get_page(f.owned, Mode::Read).map_err(|e| e.to_string())?;
+            if g.read_vec() != owned_content(p as u32, f.owned) {
+                return Err(format!(
+                    "page {p}: its owned page {} lost what the allocating transaction wrote",
+                    f.owned
+                ));
+            }
         }
     }
     for n in 0..DISK_PAGES {

@@ -13,7 +13,7 @@
 use crate::error::{CacheError, Result};
 use crate::format::PAGE;
 use ferrite_pmem::Region;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -179,8 +179,9 @@ impl Disk for FileDisk {
 pub struct PoolDisk {
     region: Region,
     pages: u32,
-    /// Pages written since the last sync.
-    unsynced: parking_lot::Mutex<BTreeSet<u32>>,
+    /// Pages written and not yet known durable, each with a count of its
+    /// writes (a page written again during a sync stays listed).
+    unsynced: parking_lot::Mutex<BTreeMap<u32, u64>>,
 }
 
 impl PoolDisk {
@@ -189,7 +190,7 @@ impl PoolDisk {
         PoolDisk {
             region,
             pages,
-            unsynced: parking_lot::Mutex::new(BTreeSet::new()),
+            unsynced: parking_lot::Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -207,17 +208,37 @@ impl Disk for PoolDisk {
 
     fn write(&self, n: u32, buf: &[u8]) -> Result<()> {
         check_page(n, self.pages, buf.len())?;
-        self.unsynced.lock().insert(n);
+        // Write, then record: a sync by another thread between the two
+        // must not take the page off the list before its new bytes are
+        // stored (it would flush the old ones, and the writer's own sync
+        // would then find nothing to flush). Found by `ferrite check
+        // cache` when a lockstep run switched threads between them.
         self.region.write(n as usize * PAGE, buf);
+        *self.unsynced.lock().entry(n).or_default() += 1;
         Ok(())
     }
 
+    /// Like `fdatasync`, makes durable every write that completed before
+    /// it began, whoever wrote it: it flushes every listed page, fences,
+    /// and only then unlists the pages not written again meanwhile. (It
+    /// used to take the list and clear it: a concurrent sync then returned
+    /// after its own fence while another thread's flushes of its pages
+    /// were not yet fenced — a fence orders only its own thread's flushes
+    /// — and the cache marked those pages CLEAN over a disk that could
+    /// still lose them. Found by `ferrite check cache`, two lockstep
+    /// sessions writing back at once.)
     fn sync(&self) -> Result<()> {
-        let pages = std::mem::take(&mut *self.unsynced.lock());
-        for n in pages {
+        let pages: Vec<(u32, u64)> = self.unsynced.lock().iter().map(|(&n, &w)| (n, w)).collect();
+        for &(n, _) in &pages {
             self.region.flush(n as usize * PAGE, PAGE);
         }
         self.region.fence();
+        let mut list = self.unsynced.lock();
+        for (n, w) in pages {
+            if list.get(&n) == Some(&w) {
+                list.remove(&n);
+            }
+        }
         Ok(())
     }
 

@@ -514,7 +514,7 @@ impl Store {
         for i in 0..2 * memtable_pages {
             let n = s.alloc_page()?;
             p[32 + 4 * i..36 + 4 * i].copy_from_slice(&n.to_le_bytes());
-            pages.push(s.get_page(n, Mode::Write)?);
+            pages.push(s.get_new_page(n)?);
         }
         for pg in &mut pages {
             pg.write(0, &[0u8; PAGE]);
@@ -1043,7 +1043,7 @@ impl StoreSession<'_> {
                 for (i, r) in chunk.iter().enumerate() {
                     p[rec_off(i)..rec_off(i) + REC].copy_from_slice(&encode_rec(r));
                 }
-                let mut g = s.get_page(pg, Mode::Write)?;
+                let mut g = s.get_new_page(pg)?;
                 g.write(0, &p);
                 level.push((chunk.first().map(|r| r.key.clone()).unwrap_or_default(), pg));
             }
@@ -1062,7 +1062,7 @@ impl StoreSession<'_> {
                         p[o + 4..o + 4 + k.len()].copy_from_slice(k);
                         p[o + 28..o + 32].copy_from_slice(&child.to_le_bytes());
                     }
-                    let mut g = s.get_page(pg, Mode::Write)?;
+                    let mut g = s.get_new_page(pg)?;
                     g.write(0, &p);
                     next.push((chunk[0].0.clone(), pg));
                 }
@@ -1083,11 +1083,11 @@ impl StoreSession<'_> {
                 dir[0..4].copy_from_slice(&(n as u32).to_le_bytes());
                 for (i, b) in bits.iter().enumerate() {
                     let pg = s.alloc_page()?;
-                    s.get_page(pg, Mode::Write)?.write(0, b);
+                    s.get_new_page(pg)?.write(0, b);
                     dir[8 + 4 * i..12 + 4 * i].copy_from_slice(&pg.to_le_bytes());
                 }
                 let pg = s.alloc_page()?;
-                s.get_page(pg, Mode::Write)?.write(0, &dir);
+                s.get_new_page(pg)?.write(0, &dir);
                 pg
             };
             Ok(Branch {

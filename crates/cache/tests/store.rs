@@ -215,6 +215,58 @@ fn locks_upgrade_downgrade_and_non_tx() {
     assert_eq!(b[8], 7);
 }
 
+/// `get_new_page` does not read an uncached page from the disk (it shows
+/// zeros), in a non-transaction and in a transaction, and the writes made
+/// through it reach the disk; a cached page keeps its bytes.
+#[test]
+fn new_pages_are_not_read_from_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 64).unwrap());
+    for n in 10..13 {
+        disk.write(n, &[0xee; 4096]).unwrap();
+    }
+    disk.sync().unwrap();
+    let p = pool(16, 64, Domain::Adr);
+    let c = Cache::create(p.data(), disk.clone(), 16, 4, CacheOptions::default()).unwrap();
+    let ins = || c.stats.page_ins.load(std::sync::atomic::Ordering::Relaxed);
+    let s = c.session().unwrap();
+    let before = ins();
+    s.non_tx(|s| {
+        let mut g = s.get_new_page(10).unwrap();
+        assert_eq!(g.read_u64(0), 0, "zeros, not the disk's bytes");
+        g.write_u64(0, 1);
+    })
+    .unwrap();
+    {
+        let mut g = s.get_new_page(11).unwrap();
+        assert!(s.in_tx(), "a transaction's copy");
+        assert_eq!(g.read_u64(8), 0);
+        g.write_u64(0, 2);
+    }
+    assert!(!s.in_tx(), "committed at the last release");
+    assert_eq!(ins(), before, "no page-in");
+    assert_eq!(
+        s.get_page(12, Mode::Read).unwrap().read_u64(0),
+        0xeeee_eeee_eeee_eeee
+    );
+    assert_eq!(
+        s.get_new_page(12).unwrap().read_u64(0),
+        0xeeee_eeee_eeee_eeee
+    );
+    drop(s);
+    c.verify().unwrap();
+    c.sync_all().unwrap();
+    let mut b = vec![0u8; 4096];
+    for (n, want) in [(10u32, 1u8), (11, 2)] {
+        disk.read(n, &mut b).unwrap();
+        assert_eq!(b[0], want, "page {n}");
+        assert!(
+            b[8..].iter().all(|&x| x == 0),
+            "page {n} is zeros elsewhere"
+        );
+    }
+}
+
 /// Range scans against a model, over memtables, several branches and a
 /// compaction, with deletes (tombstones must hide older versions) and
 /// scans starting before, inside and past the keys.
