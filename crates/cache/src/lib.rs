@@ -19,7 +19,8 @@
 //! Transactions are inferred from the locks (strict 2PL): a session's
 //! first write lock opens one, its last write release commits it with
 //! copy-on-write; [`Session::non_tx`] scopes write in place for structures
-//! not yet linked in; [`Session::alloc_page`]/[`Session::free_page`] keep
+//! not yet linked in; [`Session::get_new_page`] takes a page just
+//! allocated without reading it from the disk; [`Session::alloc_page`]/[`Session::free_page`] keep
 //! the disk's allocation bitmap as cached pages, so allocations commit
 //! with the transaction that makes them (P1 §5.5).
 //!
