@@ -40,11 +40,14 @@
 //! DRAM tier's gain (P1: +14 % on C) comes only from skipping the
 //! persistent tier's bookkeeping, not from Optane's 2–3× read latency, and
 //! Persistron's low-thread Load slowdown (Optane write bandwidth) does not
-//! appear; the gains from capacity (4× more cache per dollar) appear fully
-//! — the disk is a virtio disk where a small write plus `fdatasync`
-//! costs ~0.11 ms when the disk is idle (several times that under a
-//! concurrent load): that sync is what the durable baseline pays per
-//! write.
+//! appear. The gains from capacity (4× more cache per dollar) appear,
+//! but diluted: this virtio disk reads a 4 KiB page in ~25 µs (O_DIRECT,
+//! measured idle), so the ~6 µs of CPU a get spends on page locks and
+//! lookups is a large share of its time, and a YCSB-C miss ratio of
+//! 1.37 (full scale) shows as a time ratio of ~1.2. A small write plus
+//! `fdatasync` costs ~0.11 ms when the disk is idle (several times that
+//! under a concurrent load): that sync is what the durable baseline pays
+//! per write.
 
 use crate::ctx::{BenchCtx, Scale};
 use crate::error::BenchError;

@@ -17,7 +17,8 @@
 //!
 //! Root (the first page allocated, number = bitmap pages):
 //! ```text
-//!    0.. 8  magic "FERSTORE"
+//!    0.. 8  magic "FERSTOR2" (2: 32-byte branch descriptors with a filter;
+//!           a root of the first format, "FERSTORE", is refused)
 //!    8..12  active memtable set (0 or 1)
 //!   12..16  memtable pages per set M
 //!   16..20  branches n (≤ 15), newest last
@@ -100,7 +101,7 @@ pub const FILTER_PROBES: usize = 6;
 /// positives, never an error).
 const FILTER_MAX_PAGES: usize = (PAGE - 8) / 4;
 const FILTER_BLOCK: usize = 64;
-const MAGIC: &[u8; 8] = b"FERSTORE";
+const MAGIC: &[u8; 8] = b"FERSTOR2";
 /// Branches at which [`pick_compaction`] looks for a run to merge.
 const COMPACT_AT: usize = 4;
 /// Size ratio of the tiers: a branch joins the run of newer branches being
@@ -467,6 +468,12 @@ fn read_root(g: &PageGuard<'_, '_>) -> Result<RootView> {
 }
 
 fn parse_root(p: &[u8], root: u32) -> Result<RootView> {
+    if &p[0..8] == b"FERSTORE" {
+        return Err(CacheError::Config(format!(
+            "page {root} is a store root of the first format (16-byte branch \
+             descriptors, no filters): not readable by this version"
+        )));
+    }
     if &p[0..8] != MAGIC {
         return Err(CacheError::Corrupt(format!(
             "page {root} is not a store root"

@@ -215,6 +215,29 @@ fn locks_upgrade_downgrade_and_non_tx() {
     assert_eq!(b[8], 7);
 }
 
+/// A store root of the first format (magic "FERSTORE", 16-byte branch
+/// descriptors) is refused with a typed error, not misread.
+#[test]
+fn a_root_of_the_first_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 256).unwrap());
+    let p = pool(32, 256, Domain::Adr);
+    let c =
+        Arc::new(Cache::create(p.data(), disk.clone(), 32, 4, CacheOptions::default()).unwrap());
+    let st = Store::create(c.clone(), 2, None).unwrap();
+    st.session().unwrap().put(b"k", b"v").unwrap();
+    drop(st);
+    let root = c.geometry().bitmap_pages;
+    c.session()
+        .unwrap()
+        .get_page(root, Mode::Write)
+        .unwrap()
+        .write(0, b"FERSTORE");
+    let e = Store::open(c, None).err().expect("refused");
+    assert!(matches!(e, ferrite_cache::CacheError::Config(_)), "{e}");
+    assert!(e.to_string().contains("first format"), "{e}");
+}
+
 /// `get_new_page` does not read an uncached page from the disk (it shows
 /// zeros), in a non-transaction and in a transaction, and the writes made
 /// through it reach the disk; a cached page keeps its bytes.
