@@ -209,10 +209,9 @@ impl Disk for PoolDisk {
     fn write(&self, n: u32, buf: &[u8]) -> Result<()> {
         check_page(n, self.pages, buf.len())?;
         // Write, then record: a sync by another thread between the two
-        // must not take the page off the list before its new bytes are
-        // stored (it would flush the old ones, and the writer's own sync
-        // would then find nothing to flush). Found by `ferrite check
-        // cache` when a lockstep run switched threads between them.
+        // must not unlist the page before its new bytes are stored (it
+        // would flush the old ones, and the writer's own sync would then
+        // find nothing to flush).
         self.region.write(n as usize * PAGE, buf);
         *self.unsynced.lock().entry(n).or_default() += 1;
         Ok(())
