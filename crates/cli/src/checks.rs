@@ -345,38 +345,48 @@ fn run_cache_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
     let n = faults.len() + store_faults.len();
     let mut out = Vec::new();
     for f in store_faults {
-        let (runs, states, caught) = until_caught(split(cfg, n), |c| {
-            ferrite_cache::checks::check_store(c, Some(f)).map_err(|e| e.to_string())
-        })?;
-        if caught == 0 && cfg.only.is_none() {
-            return Err(format!(
-                "planted store bug {f:?} was not caught in {states} crash states (raise --budget)"
-            ));
-        }
-        for (run, report) in runs {
-            out.push(Outcome {
-                variant: format!("{f:?}/{run}"),
-                report,
-            });
-        }
+        planted_runs(
+            cfg,
+            n,
+            "planted store bug",
+            format!("{f:?}"),
+            &mut out,
+            |c| ferrite_cache::checks::check_store(c, Some(f)),
+        )?;
     }
     for f in faults {
-        let (runs, states, caught) = until_caught(split(cfg, n), |c| {
-            ferrite_cache::checks::check_fault(c, Some(f)).map_err(|e| e.to_string())
+        planted_runs(cfg, n, "planted bug", format!("{f:?}"), &mut out, |c| {
+            ferrite_cache::checks::check_fault(c, Some(f))
         })?;
-        if caught == 0 && cfg.only.is_none() {
-            return Err(format!(
-                "planted bug {f:?} was not caught in {states} crash states (raise --budget)"
-            ));
-        }
-        for (run, report) in runs {
-            out.push(Outcome {
-                variant: format!("{f:?}/{run}"),
-                report,
-            });
-        }
     }
     Ok(out)
+}
+
+/// Runs one planted bug's check on its share (1/`n`) of the budget until
+/// it is caught, and adds its runs to `out` as `<bug>/<run>`. Not caught
+/// within the cap is an error naming `kind` and `bug`.
+fn planted_runs<E: std::fmt::Display>(
+    cfg: &Config,
+    n: usize,
+    kind: &str,
+    bug: String,
+    out: &mut Vec<Outcome>,
+    mut check: impl FnMut(&Config) -> Result<Runs, E>,
+) -> Result<(), String> {
+    let (runs, states, caught) =
+        until_caught(split(cfg, n), |c| check(c).map_err(|e| e.to_string()))?;
+    if caught == 0 && cfg.only.is_none() {
+        return Err(format!(
+            "{kind} {bug} was not caught in {states} crash states (raise --budget)"
+        ));
+    }
+    for (run, report) in runs {
+        out.push(Outcome {
+            variant: format!("{bug}/{run}"),
+            report,
+        });
+    }
+    Ok(())
 }
 
 fn run_ptm(alg: ferrite_ptm::Algorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
