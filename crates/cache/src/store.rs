@@ -608,8 +608,9 @@ impl Store {
 
     /// Every page of branch `b`: its filter (directory, then filter
     /// pages), then its levels from the root down, the data pages last,
-    /// in key order.
-    fn branch_pages(&self, s: &Session, b: &Branch, out: &mut Vec<u32>) -> Result<()> {
+    /// in key order. Returns how many data pages it appended (the tail
+    /// of `out`).
+    fn branch_pages(&self, s: &Session, b: &Branch, out: &mut Vec<u32>) -> Result<usize> {
         if b.filter != 0 {
             out.push(b.filter);
             out.extend(self.filter_dir(s, b.filter)?);
@@ -627,7 +628,7 @@ impl Store {
             level = next;
         }
         out.extend(&level);
-        Ok(())
+        Ok(level.len())
     }
 
     /// The filter pages listed by directory page `dir`.
@@ -1000,13 +1001,11 @@ impl StoreSession<'_> {
         Ok(())
     }
 
-    /// Every record of a branch, in key order.
-    fn branch_scan(&self, br: &Branch, out: &mut Vec<Record>) -> Result<()> {
-        let mut pages = Vec::new();
-        self.store.branch_pages(&self.s, br, &mut pages)?;
-        // The last level listed is the data pages, in key order.
-        let data = &pages[pages.len() - self.leaf_count(br)?..];
-        for &pg in data {
+    /// Appends every record of a branch to `out`, in key order, and every
+    /// page of it to `pages` (see [`Store::branch_pages`]).
+    fn branch_scan(&self, br: &Branch, out: &mut Vec<Record>, pages: &mut Vec<u32>) -> Result<()> {
+        let leaves = self.store.branch_pages(&self.s, br, pages)?;
+        for &pg in &pages[pages.len() - leaves..] {
             let g = self.s.get_page(pg, Mode::Read)?;
             let p = g.read_vec();
             for i in 0..count(&p, PER_PAGE, pg)? {
@@ -1014,24 +1013,6 @@ impl StoreSession<'_> {
             }
         }
         Ok(())
-    }
-
-    fn leaf_count(&self, br: &Branch) -> Result<usize> {
-        let mut level = vec![br.root];
-        for _ in 0..br.height {
-            let mut next = 0usize;
-            let mut children = Vec::new();
-            for &pg in &level {
-                let g = self.s.get_page(pg, Mode::Read)?;
-                let p = g.read_vec();
-                let n = count(&p, PER_INDEX, pg)?;
-                next += n;
-                children.extend((0..n).map(|i| u32_at(&p, IDX_BASE + i * IDX + 28)));
-            }
-            debug_assert_eq!(next, children.len());
-            level = children;
-        }
-        Ok(level.len())
     }
 
     /// Builds a branch from sorted records inside a non-transaction:
@@ -1192,10 +1173,10 @@ impl StoreSession<'_> {
     /// dropped only when the run includes the oldest branch: otherwise an
     /// older branch may still hold a version they hide.
     fn compact(&self, branches: &[Branch], run: std::ops::Range<usize>) -> Result<()> {
-        let mut all: Vec<Record> = Vec::new();
+        let (mut all, mut old): (Vec<Record>, Vec<u32>) = (Vec::new(), Vec::new());
         // Newest first, so a stable dedup keeps the newest version.
         for br in branches[run.clone()].iter().rev() {
-            self.branch_scan(br, &mut all)?;
+            self.branch_scan(br, &mut all, &mut old)?;
         }
         all.sort_by(|a, b| a.key.cmp(&b.key));
         all.dedup_by(|later, first| later.key == first.key);
@@ -1203,10 +1184,6 @@ impl StoreSession<'_> {
             all.retain(|r| r.value.is_some());
         }
         let merged = self.build_branch(&all)?;
-        let mut old = Vec::new();
-        for br in &branches[run.clone()] {
-            self.store.branch_pages(&self.s, br, &mut old)?;
-        }
         let root = self.store.root;
         let mut r = self.s.get_page(root, Mode::Write)?;
         let p = r.read_vec();
