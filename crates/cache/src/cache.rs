@@ -1111,6 +1111,14 @@ impl<'c> Session<'c> {
         Ok(true)
     }
 
+    /// Whether a write lock taken now writes in place (inside a honoured
+    /// non-transaction scope, or with transactions off) rather than into
+    /// a transaction's copy.
+    fn writes_in_place(&self, st: &SessState) -> bool {
+        let o = &self.cache.opts;
+        (st.non_tx > 0 && o.honour_non_tx) || !o.transactions
+    }
+
     /// Gives the write-locked, uncached `page` a zeroed slot instead of
     /// paging it in ([`Session::get_new_page`]): in a transaction, the
     /// transaction's copy (UNCOMMITTED, no old slot: the committed version
@@ -1133,7 +1141,7 @@ impl<'c> Session<'c> {
         }
         let off = c.geo.slot_off(s);
         c.region.write(off, &[0u8; PAGE]);
-        let non_tx = (st.non_tx > 0 && c.opts.honour_non_tx) || !c.opts.transactions;
+        let non_tx = self.writes_in_place(st);
         if non_tx {
             c.region.persist(off, PAGE);
             c.set_entry_persist(
@@ -1172,7 +1180,7 @@ impl<'c> Session<'c> {
     fn prepare_write(&self, m: &mut MetaGuard<'_>, st: &mut SessState, page: u32) -> Result<()> {
         let c = self.cache;
         let loc = st.held[&page].loc;
-        let non_tx = (st.non_tx > 0 && c.opts.honour_non_tx) || !c.opts.transactions;
+        let non_tx = self.writes_in_place(st);
         if non_tx {
             let s = match loc {
                 Loc::Pmem(s) => {
