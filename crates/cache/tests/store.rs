@@ -26,6 +26,28 @@ fn pool(slots: u32, disk_pages: u32, domain: Domain) -> Pool {
     .unwrap()
 }
 
+/// A new store with `memtable_pages` per set on a Persistron cache of
+/// `slots` slots and 8 DRAM frames over a 4096-page file disk; the
+/// directory and pool are returned to outlive it.
+fn store_on_file(slots: u32, memtable_pages: usize) -> (tempfile::TempDir, Pool, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
+    let p = pool(slots, 4096, Domain::Adr);
+    let c = Cache::create(
+        p.data(),
+        disk,
+        slots,
+        4,
+        CacheOptions {
+            dram_pages: 8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let st = Store::create(Arc::new(c), memtable_pages, None).unwrap();
+    (dir, p, st)
+}
+
 fn run(opts: CacheOptions, wal: bool, reopen: bool, n: u64) {
     let dir = tempfile::tempdir().unwrap();
     let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
@@ -111,21 +133,7 @@ fn store_on_volatile_cache_with_wal() {
 
 #[test]
 fn two_threads_put_and_get() {
-    let dir = tempfile::tempdir().unwrap();
-    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
-    let p = pool(300, 4096, Domain::Adr);
-    let c = Cache::create(
-        p.data(),
-        disk,
-        300,
-        4,
-        CacheOptions {
-            dram_pages: 8,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let st = Store::create(Arc::new(c), 8, None).unwrap();
+    let (_dir, _p, st) = store_on_file(300, 8);
     std::thread::scope(|sc| {
         for t in 0..2u64 {
             let st = &st;
@@ -295,22 +303,8 @@ fn new_pages_are_not_read_from_the_disk() {
 /// scans starting before, inside and past the keys.
 #[test]
 fn scans_match_a_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let disk: Arc<dyn Disk> = Arc::new(FileDisk::create(dir.path().join("disk"), 4096).unwrap());
-    let p = pool(200, 4096, Domain::Adr);
-    let c = Cache::create(
-        p.data(),
-        disk,
-        200,
-        4,
-        CacheOptions {
-            dram_pages: 8,
-            ..Default::default()
-        },
-    )
-    .unwrap();
     // Two memtable pages: flushes every ~60 puts, so branches pile up.
-    let st = Store::create(Arc::new(c), 2, None).unwrap();
+    let (_dir, _p, st) = store_on_file(200, 2);
     let s = st.session().unwrap();
     let mut model = BTreeMap::new();
     let mut checked = 0;

@@ -67,6 +67,16 @@ fn volatile_pool() -> Pool {
     .unwrap()
 }
 
+/// A fresh store on `pool` whose log `dir/wal` syncs every operation.
+fn logged_store(dir: &Path, pool: &Pool) -> Store {
+    Store::create(
+        fresh_cache(dir, pool),
+        2,
+        Some(Wal::create(dir.join("wal"), 1).unwrap()),
+    )
+    .unwrap()
+}
+
 /// Every key of the first `n` operations reads back as the model says.
 fn assert_state(st: &Store, n: u64, what: &str) {
     let m = model(n);
@@ -84,12 +94,7 @@ fn assert_state(st: &Store, n: u64, what: &str) {
 /// Writes `n` operations through a store whose log syncs every op.
 fn write_log(dir: &Path, n: u64) -> Vec<u8> {
     let pool = volatile_pool();
-    let st = Store::create(
-        fresh_cache(dir, &pool),
-        2,
-        Some(Wal::create(dir.join("wal"), 1).unwrap()),
-    )
-    .unwrap();
+    let st = logged_store(dir, &pool);
     let s = st.session().unwrap();
     for i in 0..n {
         match op(i) {
@@ -223,12 +228,7 @@ fn wal_child_writer() {
     };
     let dir = Path::new(&dir);
     let pool = volatile_pool();
-    let st = Store::create(
-        fresh_cache(dir, &pool),
-        2,
-        Some(Wal::create(dir.join("wal"), 1).unwrap()),
-    )
-    .unwrap();
+    let st = logged_store(dir, &pool);
     let s = st.session().unwrap();
     let mut out = std::io::stdout().lock();
     for i in 0.. {
