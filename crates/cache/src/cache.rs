@@ -1152,26 +1152,33 @@ impl<'c> Session<'c> {
                     state: SlotState::Dirty,
                 }),
             );
+            m.accessed[s as usize] = true;
+            m.lookup.insert(page, Loc::Pmem(s));
         } else {
-            c.set_entry(
-                m,
-                s,
-                Some(Entry {
-                    page,
-                    state: SlotState::Uncommitted(self.id),
-                }),
-            );
             st.in_tx = true;
-            st.tx.push(TxPage {
-                page,
-                new: s,
-                old: None,
-            });
-            c.stats.cow_copies.fetch_add(1, Ordering::Relaxed);
+            self.add_copy(m, st, page, s, None);
         }
-        m.accessed[s as usize] = true;
-        m.lookup.insert(page, Loc::Pmem(s));
         Ok(Loc::Pmem(s))
+    }
+
+    /// Makes slot `new` (holding its bytes already) the transaction's copy
+    /// of `page`: UNCOMMITTED for this session, mapped, and listed with the
+    /// committed slot `old` it replaces at commit (`None`: the committed
+    /// version is the disk's).
+    fn add_copy(&self, m: &mut Meta, st: &mut SessState, page: u32, new: u32, old: Option<u32>) {
+        let c = self.cache;
+        c.set_entry(
+            m,
+            new,
+            Some(Entry {
+                page,
+                state: SlotState::Uncommitted(self.id),
+            }),
+        );
+        m.accessed[new as usize] = true;
+        m.lookup.insert(page, Loc::Pmem(new));
+        st.tx.push(TxPage { page, new, old });
+        c.stats.cow_copies.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Makes the write-locked `page` writable: a copy in the transaction,
@@ -1231,15 +1238,6 @@ impl<'c> Session<'c> {
         let mut data = vec![0u8; PAGE];
         c.read_loc(loc, 0, &mut data);
         c.region.write(c.geo.slot_off(new), &data);
-        c.set_entry(
-            m,
-            new,
-            Some(Entry {
-                page,
-                state: SlotState::Uncommitted(self.id),
-            }),
-        );
-        m.accessed[new as usize] = true;
         let old = match loc {
             Loc::Pmem(s) => Some(s),
             Loc::Dram(f) => {
@@ -1248,10 +1246,8 @@ impl<'c> Session<'c> {
                 None
             }
         };
-        m.lookup.insert(page, Loc::Pmem(new));
-        st.tx.push(TxPage { page, new, old });
+        self.add_copy(m, st, page, new, old);
         st.held.get_mut(&page).expect("held").loc = Loc::Pmem(new);
-        c.stats.cow_copies.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
