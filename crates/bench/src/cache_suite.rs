@@ -39,7 +39,9 @@
 //!
 //! Environment: `FERRITE_CACHE_DRAM_MIB` sets C (default 1 MiB quick,
 //! 8 MiB full; the dataset scales with it), `FERRITE_CACHE_WORKLOADS`
-//! (e.g. `ycsb-c,ycsb-load`) runs only those groups, `FERRITE_CACHE_DOMAIN`
+//! (e.g. `ycsb-c,ycsb-load`) runs only those groups,
+//! `FERRITE_CACHE_THREADS` (e.g. `1,2,8`) the thread counts (default 1
+//! and 2; P1 ran 8), `FERRITE_CACHE_DOMAIN`
 //! = `eadr` runs the persistent tier without flushes, as P1 assumes
 //! (default `adr`: `clwb` + `sfence`). Rows say which in `domain`.
 //!
@@ -211,6 +213,7 @@ fn build(
     dram_mib: f64,
     disk_pages: u32,
     pmem_domain: Domain,
+    sessions: u32,
 ) -> Result<System, BenchError> {
     let disk: Arc<dyn Disk> = Arc::new(
         FileDisk::create(dir.join(format!("{}.disk", cfg.name)), disk_pages).map_err(err)?,
@@ -227,7 +230,7 @@ fn build(
     } else {
         (pages(dram_mib), 0, Domain::Volatile)
     };
-    let bytes = Cache::required_bytes(slots as u32, 4, disk_pages).map_err(err)?;
+    let bytes = Cache::required_bytes(slots as u32, sessions, disk_pages).map_err(err)?;
     let size = (ferrite_pmem::HEADER_SIZE + bytes).next_multiple_of(PAGE) as u64;
     let pool =
         Pool::create_in_memory(&PoolOptions::new("ferrite-cache-bench", size).domain(domain))?;
@@ -238,7 +241,7 @@ fn build(
         sync_on_evict: cfg.persistron,
         fault: cfg.early_release.then_some(Fault::EarlyRelease),
     };
-    let cache = Cache::create(pool.data(), disk, slots as u32, 4, opts).map_err(err)?;
+    let cache = Cache::create(pool.data(), disk, slots as u32, sessions, opts).map_err(err)?;
     let wal = if cfg.persistron || cfg.capacity_bound {
         None
     } else {
@@ -331,6 +334,21 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         },
         Err(_) => Domain::Adr,
     };
+    // FERRITE_CACHE_THREADS=1,2,8 sets the thread counts (default 1 and 2;
+    // P1 ran 8 threads, with a disk that serves that many reads at once).
+    let thread_counts: Vec<usize> = match std::env::var("FERRITE_CACHE_THREADS") {
+        Ok(v) => v
+            .split(',')
+            .map(|t| match t.trim().parse::<usize>() {
+                Ok(n @ 1..=64) => Ok(n),
+                _ => Err(err(format!(
+                    "FERRITE_CACHE_THREADS: {t:?} is not a thread count (1 ..= 64)"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Err(_) => vec![1, 2],
+    };
+    let sessions = thread_counts.iter().copied().max().unwrap_or(1).max(4) as u32;
     let quick = ctx.scale == Scale::Quick;
     let dram_mib: f64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
         .ok()
@@ -353,10 +371,11 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let ops: u64 = ctx.scale.pick(2_500, 40_000);
     let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
     // Room for the loaded records and every record the run can insert
-    // (ycsb-load: (reps + 1 warm-up) batches at 1 and at 2 threads; D and
-    // E insert 5 %), each three times over (a compaction writes the merged
-    // branch before freeing the old ones); the file is sparse.
-    let inserts = 3 * (ctx.reps.max(1) as u64 + 1) * ops;
+    // (ycsb-load: (reps + 1 warm-up) batches at each thread count; D and
+    // E insert 5 %, one more share), each three times over (a compaction
+    // writes the merged branch before freeing the old ones); the file is
+    // sparse.
+    let inserts = (thread_counts.len() as u64 + 1) * (ctx.reps.max(1) as u64 + 1) * ops;
     let disk_pages =
         (((records + inserts) * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
     let dir = tempfile::Builder::new()
@@ -364,15 +383,20 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         .tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
         .map_err(|e| err(format!("temporary directory: {e}")))?;
-    // Load every configuration at once: the loads mostly wait for the disk.
+    // Load every configuration at once: the loads mostly wait for the disk
+    // (the read-only bound only when its group runs).
+    let reads_run = only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|w| w == "ycsb-c"));
     let built: Vec<Result<System, BenchError>> = std::thread::scope(|sc| {
         let hs: Vec<_> = CONFIGS
             .iter()
+            .filter(|cfg| reads_run || !cfg.capacity_bound)
             .map(|cfg| {
                 let dir = dir.path();
                 sc.spawn(move || -> Result<System, BenchError> {
                     let t0 = std::time::Instant::now();
-                    let sys = build(cfg, dir, dram_mib, disk_pages, pmem_domain)?;
+                    let sys = build(cfg, dir, dram_mib, disk_pages, pmem_domain, sessions)?;
                     let w = Workload::parse(&format!("ycsb-a:records={records}:fields=1x100"))
                         .map_err(err)?;
                     let mut l = Loader::new(&w);
@@ -440,7 +464,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         if only.as_ref().is_some_and(|o| !o.iter().any(|w| w == wname)) {
             continue;
         }
-        for threads in [1usize, 2] {
+        for &threads in &thread_counts {
             let spec = if wname == "ycsb-load" {
                 "ycsb-a"
             } else {
