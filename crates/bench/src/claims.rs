@@ -762,7 +762,7 @@ pub const CLAIMS: &[Claim] = &[
             den: pick(&["capacity-bound"], &[("workload", "ycsb-c")]),
         },
         paper: None,
-        paper_note: "the share of the capacity gain Persistron keeps after its tiers' costs",
+        paper_note: "Persistron's throughput as a share of the bound's: what its persistent and DRAM tiers cost",
         goal: Goal::Stated,
         source: "issue 15",
     },
