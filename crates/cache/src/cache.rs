@@ -717,6 +717,26 @@ impl Cache {
         self.map_clean(m, s, page);
     }
 
+    /// Puts `data`, the content of `page` about to be written in place,
+    /// into free slot `s`: the bytes are durable before the entry names
+    /// the page DIRTY (as in [`Cache::install_clean`]), then the slot is
+    /// mapped, referenced.
+    fn install_dirty(&self, m: &mut Meta, s: u32, page: u32, data: &[u8]) {
+        let off = self.geo.slot_off(s);
+        self.region.write(off, data);
+        self.region.persist(off, PAGE);
+        self.set_entry_persist(
+            m,
+            s,
+            Some(Entry {
+                page,
+                state: SlotState::Dirty,
+            }),
+        );
+        m.accessed[s as usize] = true;
+        m.lookup.insert(page, Loc::Pmem(s));
+    }
+
     /// Maps slot `s`, whose bytes (durable) are disk page `page`'s, as CLEAN.
     fn map_clean(&self, m: &mut Meta, s: u32, page: u32) {
         self.set_entry_persist(
@@ -1139,22 +1159,11 @@ impl<'c> Session<'c> {
             debug_assert!(false, "page {page} cached during install_fresh");
             return Ok(loc);
         }
-        let off = c.geo.slot_off(s);
-        c.region.write(off, &[0u8; PAGE]);
-        let non_tx = self.writes_in_place(st);
-        if non_tx {
-            c.region.persist(off, PAGE);
-            c.set_entry_persist(
-                m,
-                s,
-                Some(Entry {
-                    page,
-                    state: SlotState::Dirty,
-                }),
-            );
-            m.accessed[s as usize] = true;
-            m.lookup.insert(page, Loc::Pmem(s));
+        if self.writes_in_place(st) {
+            c.install_dirty(m, s, page, &[0u8; PAGE]);
         } else {
+            // The commit flushes the copy.
+            c.region.write(c.geo.slot_off(s), &[0u8; PAGE]);
             st.in_tx = true;
             self.add_copy(m, st, page, s, None);
         }
@@ -1208,22 +1217,10 @@ impl<'c> Session<'c> {
                 }
                 Loc::Dram(f) => {
                     let s = c.alloc_slot(m)?;
-                    let off = c.geo.slot_off(s);
                     let data = c.frames[f as usize].lock().to_vec();
-                    c.region.write(off, &data);
-                    c.region.persist(off, PAGE);
-                    c.set_entry_persist(
-                        m,
-                        s,
-                        Some(Entry {
-                            page,
-                            state: SlotState::Dirty,
-                        }),
-                    );
+                    c.install_dirty(m, s, page, &data);
                     m.frame_page[f as usize] = None;
                     m.free_frames.push(f);
-                    m.accessed[s as usize] = true;
-                    m.lookup.insert(page, Loc::Pmem(s));
                     s
                 }
             };
