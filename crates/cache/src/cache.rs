@@ -701,53 +701,29 @@ impl Cache {
             m.free_slots.push(s);
             return Err(e);
         }
-        self.map_clean(m, s, page);
+        self.map(m, s, page, SlotState::Clean);
         self.stats.page_ins.fetch_add(1, Ordering::Relaxed);
         Ok(Some(Loc::Pmem(s)))
     }
 
-    /// Puts the clean content `data` of disk page `page` into free slot
-    /// `s`: the slot's bytes are durable before its entry names the page
-    /// (so a crash never shows the entry over other bytes), then the slot
-    /// is mapped.
-    fn install_clean(&self, m: &mut Meta, s: u32, page: u32, data: &[u8]) {
+    /// Puts `data`, the content of disk page `page`, into free slot `s`
+    /// and maps it in `state` (CLEAN, or DIRTY for a page about to be
+    /// written in place): the slot's bytes are durable before its entry
+    /// names the page, so a crash never shows the entry over other bytes.
+    fn install(&self, m: &mut Meta, s: u32, page: u32, data: &[u8], state: SlotState) {
         let off = self.geo.slot_off(s);
         self.region.write(off, data);
         self.region.persist(off, PAGE);
-        self.map_clean(m, s, page);
+        self.map(m, s, page, state);
     }
 
-    /// Puts `data`, the content of `page` about to be written in place,
-    /// into free slot `s`: the bytes are durable before the entry names
-    /// the page DIRTY (as in [`Cache::install_clean`]), then the slot is
-    /// mapped, referenced.
-    fn install_dirty(&self, m: &mut Meta, s: u32, page: u32, data: &[u8]) {
-        let off = self.geo.slot_off(s);
-        self.region.write(off, data);
-        self.region.persist(off, PAGE);
-        self.set_entry_persist(
-            m,
-            s,
-            Some(Entry {
-                page,
-                state: SlotState::Dirty,
-            }),
-        );
-        m.accessed[s as usize] = true;
-        m.lookup.insert(page, Loc::Pmem(s));
-    }
-
-    /// Maps slot `s`, whose bytes (durable) are disk page `page`'s, as CLEAN.
-    fn map_clean(&self, m: &mut Meta, s: u32, page: u32) {
-        self.set_entry_persist(
-            m,
-            s,
-            Some(Entry {
-                page,
-                state: SlotState::Clean,
-            }),
-        );
-        m.accessed[s as usize] = false;
+    /// Maps slot `s`, whose bytes (durable) are disk page `page`'s, in
+    /// `state`, CLEAN or DIRTY (persisted). A page about to be written
+    /// starts referenced; one paged in or moved between the tiers does
+    /// not: the clock gives it a second chance only once it is used.
+    fn map(&self, m: &mut Meta, s: u32, page: u32, state: SlotState) {
+        self.set_entry_persist(m, s, Some(Entry { page, state }));
+        m.accessed[s as usize] = state == SlotState::Dirty;
         m.lookup.insert(page, Loc::Pmem(s));
     }
 
@@ -774,7 +750,7 @@ impl Cache {
             }
             if let Some(s) = m.free_slots.pop() {
                 let data = self.frames[f].lock().to_vec();
-                self.install_clean(m, s, page, &data);
+                self.install(m, s, page, &data, SlotState::Clean);
                 self.stats.demotions.fetch_add(1, Ordering::Relaxed);
             } else {
                 m.lookup.remove(&page);
@@ -802,7 +778,7 @@ impl Cache {
             // Every frame is locked (rare: a frame is locked only while a
             // session reads it): the page goes back to a slot.
             let s = m.free_slots.pop().expect("the slot just freed");
-            self.install_clean(m, s, page, &data);
+            self.install(m, s, page, &data, SlotState::Clean);
             return Ok(Loc::Pmem(s));
         };
         self.frames[f as usize].lock().copy_from_slice(&data);
@@ -1160,7 +1136,7 @@ impl<'c> Session<'c> {
             return Ok(loc);
         }
         if self.writes_in_place(st) {
-            c.install_dirty(m, s, page, &[0u8; PAGE]);
+            c.install(m, s, page, &[0u8; PAGE], SlotState::Dirty);
         } else {
             // The commit flushes the copy.
             c.region.write(c.geo.slot_off(s), &[0u8; PAGE]);
@@ -1218,7 +1194,7 @@ impl<'c> Session<'c> {
                 Loc::Dram(f) => {
                     let s = c.alloc_slot(m)?;
                     let data = c.frames[f as usize].lock().to_vec();
-                    c.install_dirty(m, s, page, &data);
+                    c.install(m, s, page, &data, SlotState::Dirty);
                     m.frame_page[f as usize] = None;
                     m.free_frames.push(f);
                     s
