@@ -63,20 +63,52 @@ fn run_to_completion(
     name: &str,
     env: &[(String, String)],
 ) -> Result<String, String> {
+    let (opts, outcome) = first_run(argv, stdin, &window, rng, name, env)?;
+    resume_to_completion(opts, outcome, &window, rng, tally, name)
+}
+
+/// The first run of `argv`, failed at a random moment in `window`.
+fn first_run(
+    argv: &[String],
+    stdin: Option<&Path>,
+    window: &std::ops::Range<Duration>,
+    rng: &mut impl Rng,
+    name: &str,
+    env: &[(String, String)],
+) -> Result<(Options, Outcome), String> {
     let dir = state_dir(name);
     let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.with_extension("out");
-    let mut opts = Options {
+    let opts = Options {
         state: dir.clone(),
         lib: runtime_lib(),
-        fail_after: Some(draw(&window, rng)),
+        fail_after: Some(draw(window, rng)),
         trigger: None,
         stdin: stdin.map(Path::to_path_buf),
-        stdout: Some(out.clone()),
+        stdout: Some(dir.with_extension("out")),
         env: env.to_vec(),
     };
     let args: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
-    let mut outcome = supervisor::start(&opts, &args).map_err(|e| e.to_string())?;
+    let outcome = supervisor::start(&opts, &args).map_err(|e| e.to_string())?;
+    Ok((opts, outcome))
+}
+
+/// A run's failures are bounded: a resumed program that stops making
+/// progress (it spins, or waits for something that never comes) fails the
+/// test instead of failing and resuming until CI's time runs out. The
+/// campaigns' programs need well under a hundred failures each.
+const MAX_FAILURES_PER_RUN: usize = 2000;
+
+/// Fails and resumes the program of `first_run` until it exits by itself;
+/// returns its stdout.
+fn resume_to_completion(
+    mut opts: Options,
+    mut outcome: Outcome,
+    window: &std::ops::Range<Duration>,
+    rng: &mut impl Rng,
+    tally: &mut Tally,
+    name: &str,
+) -> Result<String, String> {
+    let mut failures = 0;
     loop {
         match outcome {
             Outcome::Exited { code, signal } => {
@@ -99,16 +131,23 @@ fn run_to_completion(
                         f.gap_bytes, f.gaps
                     ));
                 }
+                failures += 1;
+                if failures > MAX_FAILURES_PER_RUN {
+                    return Err(format!(
+                        "{name}: still running after {failures} failures (no progress?)"
+                    ));
+                }
             }
         }
-        opts.fail_after = Some(draw(&window, rng));
+        opts.fail_after = Some(draw(window, rng));
         outcome = supervisor::resume(&opts)
             .map_err(|e| format!("{name}: resume: {e}"))?
             .0;
     }
-    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(&out);
+    let out = opts.stdout.as_deref().expect("first_run sets stdout");
+    let text = std::fs::read_to_string(out).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&opts.state);
+    let _ = std::fs::remove_file(out);
     Ok(text)
 }
 
@@ -394,4 +433,61 @@ fn every_trapped_mapping_call_survives_random_failures() {
             }
         },
     );
+}
+
+/// A program whose first run has PID 32767 resumes. `pid_max` defaults to
+/// 32768, so every wrap of the PIDs meets 32767, and the resume tests wrap
+/// them often. The runtime used to find glibc's thread-ID field by
+/// scanning the thread descriptor for the TID, and at 32767 it took the
+/// upper half of the `self` pointer (0x00007fff) for it: every resume then
+/// wrote each thread's TID there, and the program crashed.
+///
+/// The next PID is steered through `/proc/sys/kernel/ns_last_pid` (root
+/// only; the test says so and returns where it cannot write it). A process
+/// forked elsewhere in between can take 32767, so it tries again, up to 50
+/// times.
+#[test]
+fn a_program_whose_first_run_is_pid_32767_resumes() {
+    const NEXT: &str = "/proc/sys/kernel/ns_last_pid";
+    if std::fs::write(NEXT, "32766").is_err() {
+        eprintln!("{NEXT} not writable (not root?): test skipped");
+        return;
+    }
+    let prog = build("selfuse");
+    let plain = std::process::Command::new(&prog)
+        .arg("30000")
+        .output()
+        .unwrap();
+    let plain = String::from_utf8(plain.stdout).unwrap();
+    let expect = plain.split_once('\n').unwrap().1.to_string();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 32767);
+    let argv = [prog.display().to_string(), "30000".into()];
+    let window = Duration::ZERO..Duration::from_millis(60);
+    for attempt in 1..=50 {
+        std::fs::write(NEXT, "32766").unwrap();
+        let (opts, outcome) = first_run(&argv, None, &window, &mut rng, "pid32767", &[]).unwrap();
+        let out = opts.stdout.clone().unwrap();
+        let first = std::fs::read_to_string(&out).unwrap_or_default();
+        if first != "pid 32767\n" || !matches!(outcome, Outcome::Failed(_)) {
+            // Another process took the PID, or the failure came too late.
+            let _ = std::fs::remove_dir_all(&opts.state);
+            let _ = std::fs::remove_file(&out);
+            continue;
+        }
+        let mut tally = Tally::default();
+        let text = resume_to_completion(opts, outcome, &window, &mut rng, &mut tally, "pid32767")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            text,
+            format!("pid 32767\n{expect}"),
+            "after {} failures",
+            tally.failures
+        );
+        eprintln!(
+            "pid 32767 (attempt {attempt}): {} failures, resumed to the right output",
+            tally.failures
+        );
+        return;
+    }
+    panic!("no first run got PID 32767 in 50 attempts");
 }

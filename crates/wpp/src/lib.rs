@@ -80,7 +80,7 @@ pub enum WppError {
     RuntimeNotLoaded,
     #[error("{0} thread(s) did not stop within {1} ms (blocking the capture signal?)")]
     ThreadsDidNotStop(u32, u64),
-    #[error("the resumed process died before it ran: {0}")]
+    #[error("the resumed process did not run: {0}")]
     ResumeFailed(String),
 }
 

@@ -574,6 +574,11 @@ fn coverage(pid: i32, c: &Context) -> Result<(u64, u64, u64, Vec<String>)> {
     Ok((gap, pers, rt, gaps))
 }
 
+/// How long a resumed process may take to rebuild itself and run (a
+/// resume takes milliseconds; the limit only keeps a stuck one from
+/// hanging the supervisor).
+const RESUME_LIMIT: Duration = Duration::from_secs(30);
+
 /// Continues the process saved in `opts.state`.
 pub fn resume(opts: &Options) -> Result<(Outcome, Resumed)> {
     check_platform()?;
@@ -625,10 +630,21 @@ pub fn resume(opts: &Options) -> Result<(Outcome, Resumed)> {
             }
             // Leave the context as it was so the resume can be retried.
             c.state.store(State::Captured as u32, Ordering::Release);
-            return Err(WppError::ResumeFailed(format!("{st}")));
+            return Err(WppError::ResumeFailed(format!("it ended first ({st})")));
         }
         if c.state() == Some(State::Running) {
             break;
+        }
+        if t0.elapsed() > RESUME_LIMIT {
+            // Stuck before it ran (a runtime that waits for something that
+            // will not come): end it and leave the context as it was.
+            let _ = child.kill();
+            let _ = child.wait();
+            c.state.store(State::Captured as u32, Ordering::Release);
+            return Err(WppError::ResumeFailed(format!(
+                "still rebuilding itself after {} s (killed)",
+                RESUME_LIMIT.as_secs()
+            )));
         }
         std::thread::sleep(Duration::from_micros(100));
     }

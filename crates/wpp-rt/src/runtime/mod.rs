@@ -587,23 +587,59 @@ pub(crate) fn unsafe_zeroed_stat() -> libc::stat {
     unsafe { core::mem::zeroed() }
 }
 
-/// Offset of `tid` in glibc's `struct pthread`, found by looking for the
-/// calling thread's TID near its thread pointer.
+/// Offset of `tid` in glibc's `struct pthread` (0x2d0 in Debian 12's
+/// glibc), which a resume needs to give each re-created thread its new TID.
+///
+/// Asked, not guessed: glibc registers the main thread's `&pd->tid` with
+/// `set_tid_address` before any constructor runs, and the kernel hands that
+/// address back through `PR_GET_TID_ADDRESS`; where a kernel lacks that
+/// prctl (it needs `CONFIG_CHECKPOINT_RESTORE`), glibc's own descriptor for
+/// debuggers, `_thread_db_pthread_tid` (field bits, count, offset), says
+/// the same. Either answer must hold this thread's TID.
+///
+/// The earlier way, scanning the descriptor for the first word equal to the
+/// TID, went wrong at PID 32767 (`pid_max`'s default): the upper half of
+/// the `self` pointer at offset 0x10, `0x00007fff`, matched, and every
+/// resume then wrote each thread's TID over that half, and the program
+/// crashed when it next used `self`. PIDs wrap often enough under the
+/// resume tests that one run of them in about eight met it.
 fn find_tid_off() -> u32 {
     let fs = sys::fs_base();
     let tid = sys::gettid();
-    let mut off = 16u64;
-    while off < 2048 {
-        // SAFETY: the main thread's `struct pthread` (glibc's TCB, about
-        // 2.3 KiB) starts at the thread pointer; reads stay inside it.
-        let v = unsafe { core::ptr::read_volatile((fs + off) as *const i32) };
-        if v == tid {
-            return off as u32;
+    let holds_tid = |off: u64| {
+        (16..4096).contains(&off) && off.is_multiple_of(4) && {
+            // SAFETY: the main thread's `struct pthread` (glibc's TCB, about
+            // 2.3 KiB, then its static TLS) starts at the thread pointer and
+            // is mapped; the offset is inside its first 4 KiB.
+            unsafe { core::ptr::read_volatile((fs + off) as *const i32) == tid }
         }
-        off += 4;
+    };
+    let mut addr: u64 = 0;
+    // SAFETY: PR_GET_TID_ADDRESS writes one pointer through arg2.
+    let r = unsafe {
+        syscall6(
+            sys::SYS_prctl,
+            [PR_GET_TID_ADDRESS, &mut addr as *mut u64 as u64, 0, 0, 0, 0],
+        )
+    };
+    if r == 0 && addr.wrapping_sub(fs) < 4096 && holds_tid(addr - fs) {
+        return (addr - fs) as u32;
     }
-    die(b"cannot find the thread id in glibc's thread descriptor")
+    // SAFETY: dlsym looks up a symbol by a NUL-terminated name.
+    let d = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_thread_db_pthread_tid".as_ptr()) }
+        as *const u32;
+    if !d.is_null() {
+        // SAFETY: glibc defines the symbol as `const uint32_t [3]`.
+        let [bits, count, off] = unsafe { core::ptr::read(d as *const [u32; 3]) };
+        if bits == 32 && count == 1 && holds_tid(off as u64) {
+            return off;
+        }
+    }
+    die(b"cannot find the thread id in glibc's thread descriptor (neither PR_GET_TID_ADDRESS nor _thread_db_pthread_tid answered)")
 }
+
+/// `prctl` code (linux/prctl.h): the calling thread's `clear_child_tid`.
+const PR_GET_TID_ADDRESS: u64 = 40;
 
 /// First run: take over the address space, then let `main` run.
 fn start() {
