@@ -428,21 +428,14 @@ fn run_ptm_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
         .collect();
     let mut out = Vec::new();
     for (alg, (name, fault, fence_removal)) in &all {
-        let (runs, states, caught) = until_caught(split(cfg, all.len()), |c| {
-            ferrite_ptm::checks::check_ptm_fault(*alg, c.clone(), *fault, *fence_removal)
-                .map_err(|e| e.to_string())
-        })?;
-        if caught == 0 {
-            return Err(format!(
-                "planted bug {alg}/{name} was not caught in {states} crash states (raise --budget)"
-            ));
-        }
-        for (run, report) in runs {
-            out.push(Outcome {
-                variant: format!("{alg}-{name}/{run}"),
-                report,
-            });
-        }
+        planted_runs(
+            cfg,
+            all.len(),
+            "planted bug",
+            format!("{alg}-{name}"),
+            &mut out,
+            |c| ferrite_ptm::checks::check_ptm_fault(*alg, c.clone(), *fault, *fence_removal),
+        )?;
     }
     Ok(out)
 }
