@@ -26,6 +26,22 @@ fn build(name: &str) -> PathBuf {
     out
 }
 
+/// What `prog args` prints on stdout when nothing interrupts it (it must
+/// succeed).
+fn uninterrupted(prog: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(prog)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", prog.display()));
+    assert!(
+        out.status.success(),
+        "{} exits {:?}",
+        prog.display(),
+        out.status
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn failures_wanted() -> usize {
     std::env::var("FERRITE_WPP_FAILURES")
         .ok()
@@ -199,12 +215,7 @@ fn counter_resumes_after_every_random_failure() {
     let prog = build("counter");
     let reference =
         std::env::temp_dir().join(format!("ferrite-wpp-{}-counter.ref", std::process::id()));
-    let plain = std::process::Command::new(&prog)
-        .arg(&reference)
-        .arg("6000")
-        .output()
-        .unwrap();
-    let expect_out = String::from_utf8(plain.stdout).unwrap();
+    let expect_out = uninterrupted(&prog, &[reference.as_os_str(), "6000".as_ref()]);
     let expect_file = std::fs::read(&reference).unwrap();
     let progress = std::env::temp_dir().join(format!(
         "ferrite-wpp-{}-counter.progress",
@@ -235,11 +246,7 @@ fn counter_resumes_after_every_random_failure() {
 #[test]
 fn threaded_hash_table_builder_resumes_after_every_random_failure() {
     let prog = build("hashbuild");
-    let plain = std::process::Command::new(&prog)
-        .args(["4", "15000"])
-        .output()
-        .unwrap();
-    let expect = String::from_utf8(plain.stdout).unwrap();
+    let expect = uninterrupted(&prog, &["4".as_ref(), "15000".as_ref()]);
     campaign(
         "hashbuild",
         vec![prog.display().to_string(), "4".into(), "15000".into()],
@@ -301,11 +308,7 @@ fn fase_counterexample_of_fig_4_1_resumes_after_every_random_failure() {
 #[test]
 fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
     let prog = build("hashbuild");
-    let plain = std::process::Command::new(&prog)
-        .args(["4", "15000"])
-        .output()
-        .unwrap();
-    let expect = String::from_utf8(plain.stdout).unwrap();
+    let expect = uninterrupted(&prog, &["4".as_ref(), "15000".as_ref()]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
     let env = [("FERRITE_WPP_PLANT".to_string(), "private-anon".to_string())];
     let mut caught = None;
@@ -350,12 +353,7 @@ fn debian_python_running_a_benchmark_resumes_after_every_random_failure() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pybench.py");
-    let plain = std::process::Command::new(py)
-        .arg(&script)
-        .arg("4")
-        .output()
-        .unwrap();
-    let expect = String::from_utf8(plain.stdout).unwrap();
+    let expect = uninterrupted(py, &[script.as_os_str(), "4".as_ref()]);
     assert!(expect.starts_with("pybench 4 "), "{expect:?}");
     campaign(
         "python",
@@ -381,11 +379,7 @@ fn debian_python_running_a_benchmark_resumes_after_every_random_failure() {
 #[test]
 fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
     let prog = build("pwr");
-    let plain = std::process::Command::new(&prog)
-        .arg("4000")
-        .output()
-        .unwrap();
-    let expect = String::from_utf8(plain.stdout).unwrap();
+    let expect = uninterrupted(&prog, &["4000".as_ref()]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x5057);
     let mut total = 0;
     for _ in 0..10 {
@@ -415,12 +409,7 @@ fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
 #[test]
 fn every_trapped_mapping_call_survives_random_failures() {
     let prog = build("remap");
-    let plain = std::process::Command::new(&prog)
-        .arg("300")
-        .output()
-        .unwrap();
-    let expect = String::from_utf8(plain.stdout).unwrap();
-    assert!(plain.status.success(), "remap exits {:?}", plain.status);
+    let expect = uninterrupted(&prog, &["300".as_ref()]);
     campaign(
         "remap",
         vec![prog.display().to_string(), "300".into()],
@@ -455,11 +444,7 @@ fn a_program_whose_first_run_is_pid_32767_resumes() {
         return;
     }
     let prog = build("selfuse");
-    let plain = std::process::Command::new(&prog)
-        .arg("30000")
-        .output()
-        .unwrap();
-    let plain = String::from_utf8(plain.stdout).unwrap();
+    let plain = uninterrupted(&prog, &["30000".as_ref()]);
     let expect = plain.split_once('\n').unwrap().1.to_string();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 32767);
     let argv = [prog.display().to_string(), "30000".into()];
