@@ -1,12 +1,13 @@
-//! Raw system calls and the three pieces of machine code the runtime needs.
+//! Raw system calls and the pieces of machine code the runtime needs.
 //!
 //! Every system call the runtime makes after its seccomp filter is installed
 //! goes through [`syscall6`], whose `syscall` instruction sits at a fixed
 //! place: the filter lets calls from that one address through and traps the
 //! program's own memory and signal calls (see `runtime::trap`). The other
-//! two pieces are [`jump_sigreturn`] (resume a thread from a saved signal
-//! frame) and [`clone_thread`] (start a thread on a stack of our choosing,
-//! with no libc involved).
+//! pieces are [`jump_sigreturn`] (resume a thread from a saved signal
+//! frame) and [`clone_thread`] and [`clone3_thread_as`] (start a thread on
+//! a stack of our choosing, with no libc involved; the second under a
+//! thread ID of our choosing).
 //!
 //! x86-64 Linux only.
 
@@ -67,6 +68,25 @@ global_asm!(
     "2:",
     "    ret",
     //
+    // clone3_thread(args, size): clone3 with a clone_args whose stack ends
+    // in (entry, arg), pushed there by the caller; the child pops them and
+    // calls entry(arg), which never returns.
+    ".globl ferrite_wpp_clone3_thread",
+    ".hidden ferrite_wpp_clone3_thread",
+    ".type ferrite_wpp_clone3_thread,@function",
+    "ferrite_wpp_clone3_thread:",
+    "    mov eax, 435",
+    "    syscall",
+    "    test rax, rax",
+    "    jnz 3f",
+    "    pop rax",
+    "    pop rdi",
+    "    and rsp, -16",
+    "    call rax",
+    "    ud2",
+    "3:",
+    "    ret",
+    //
     // on_stack(stack_top, f, arg): run f(arg) on another stack and come
     // back to the caller's stack when it returns.
     ".globl ferrite_wpp_on_stack",
@@ -108,6 +128,7 @@ unsafe extern "C" {
         entry: extern "C" fn(u64) -> !,
         arg: u64,
     ) -> i64;
+    fn ferrite_wpp_clone3_thread(args: *const CloneArgs, size: u64) -> i64;
     fn ferrite_wpp_on_stack(stack_top: u64, f: extern "C" fn(u64), arg: u64);
     fn ferrite_wpp_restorer();
 }
@@ -176,6 +197,66 @@ pub unsafe fn clone_thread(
 ) -> i64 {
     // SAFETY: the caller vouches for the stack and the entry point.
     unsafe { ferrite_wpp_clone_thread(flags, stack_top, ptid, ctid, tls, entry, arg) }
+}
+
+/// The kernel's `struct clone_args` up to `set_tid_size`
+/// (`CLONE_ARGS_SIZE_VER1`, 80 bytes).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+}
+
+/// As [`clone_thread`], with `clone3(2)` asking for thread ID `tid`
+/// (`set_tid`: needs `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`, and the
+/// ID free). `stack_lo..stack_top` is the child's stack. Returns the
+/// child's TID, or a negative errno (`-EPERM`, `-EEXIST`, `-ENOSYS`, ...)
+/// with no thread started.
+///
+/// # Safety
+/// As [`clone_thread`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn clone3_thread_as(
+    tid: u32,
+    flags: u64,
+    stack_lo: u64,
+    stack_top: u64,
+    tidp: u64,
+    tls: u64,
+    entry: extern "C" fn(u64) -> !,
+    arg: u64,
+) -> i64 {
+    let top = (stack_top & !15) - 16;
+    // SAFETY: the caller reserves the stack for the child; the two words
+    // below its top are what the child pops first.
+    unsafe {
+        core::ptr::write(top as *mut u64, entry as *const () as u64);
+        core::ptr::write((top + 8) as *mut u64, arg);
+    }
+    let want = tid as i32;
+    let args = CloneArgs {
+        flags,
+        pidfd: 0,
+        child_tid: tidp,
+        parent_tid: tidp,
+        exit_signal: 0,
+        stack: stack_lo,
+        stack_size: top - stack_lo,
+        tls,
+        set_tid: &want as *const i32 as u64,
+        set_tid_size: 1,
+    };
+    // SAFETY: args is a valid clone_args of the size passed; the caller
+    // vouches for the stack and the entry point.
+    unsafe { ferrite_wpp_clone3_thread(&args, core::mem::size_of::<CloneArgs>() as u64) }
 }
 
 /// Runs `f(arg)` on the stack ending at `stack_top`, then returns on the

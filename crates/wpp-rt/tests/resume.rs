@@ -308,19 +308,36 @@ fn fase_counterexample_of_fig_4_1_resumes_after_every_random_failure() {
 #[test]
 fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
     let prog = build("hashbuild");
-    let expect = uninterrupted(&prog, &["4".as_ref(), "15000".as_ref()]);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
-    let env = [("FERRITE_WPP_PLANT".to_string(), "private-anon".to_string())];
+    let e = planted_bug_is_caught(
+        &[prog.display().to_string(), "4".into(), "15000".into()],
+        "private-anon",
+        seed(),
+    );
+    assert!(
+        e.contains("not persistent") || e.contains("wrong output") || e.contains("exited"),
+        "{e}"
+    );
+}
+
+/// Runs `argv` with planted bug `plant` (`FERRITE_WPP_PLANT`), failed at
+/// random moments, up to 20 times until a run goes wrong (an error, or
+/// output other than an uninterrupted run's); returns what went wrong.
+fn planted_bug_is_caught(argv: &[String], plant: &str, seed: u64) -> String {
+    let args: Vec<&std::ffi::OsStr> = argv[1..].iter().map(|a| a.as_ref()).collect();
+    let expect = uninterrupted(Path::new(&argv[0]), &args);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let env = [("FERRITE_WPP_PLANT".to_string(), plant.to_string())];
+    let name = format!("plant-{plant}");
     let mut caught = None;
     for _ in 0..20 {
         let mut tally = Tally::default();
         let r = run_to_completion(
-            &[prog.display().to_string(), "4".into(), "15000".into()],
+            argv,
             None,
             Duration::ZERO..Duration::from_millis(60),
             &mut rng,
             &mut tally,
-            "plant",
+            &name,
             &env,
         );
         match r {
@@ -335,14 +352,11 @@ fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
             Ok(_) => {}
         }
     }
-    let _ = std::fs::remove_dir_all(state_dir("plant"));
-    let _ = std::fs::remove_file(state_dir("plant").with_extension("out"));
-    let e = caught.expect("the planted bug went unnoticed in 20 runs");
-    assert!(
-        e.contains("not persistent") || e.contains("wrong output") || e.contains("exited"),
-        "{e}"
-    );
-    eprintln!("planted bug caught: {e}");
+    let _ = std::fs::remove_dir_all(state_dir(&name));
+    let _ = std::fs::remove_file(state_dir(&name).with_extension("out"));
+    let e = caught.unwrap_or_else(|| panic!("planted bug {plant} went unnoticed in 20 runs"));
+    eprintln!("planted bug {plant} caught: {e}");
+    e
 }
 
 #[test]
@@ -476,4 +490,58 @@ fn a_program_whose_first_run_is_pid_32767_resumes() {
         return;
     }
     panic!("no first run got PID 32767 in 50 attempts");
+}
+
+/// Whether this process may ask for thread IDs (`clone3`'s `set_tid`):
+/// root (strictly, `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`).
+fn may_choose_tids() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Mutexes whose owner glibc records by TID (recursive, error-checking),
+/// held when failures land, are released by their holders after every
+/// resume: the runtime gives each thread its old TID back. Root only
+/// (otherwise threads come back under new TIDs, a documented limit).
+#[test]
+fn mutexes_held_at_a_failure_are_released_after_resume() {
+    if !may_choose_tids() {
+        eprintln!("not root: thread IDs cannot be chosen, test skipped");
+        return;
+    }
+    let prog = build("owners");
+    let expect = uninterrupted(&prog, &["20000".as_ref()]);
+    campaign(
+        "owners",
+        vec![prog.display().to_string(), "20000".into()],
+        None,
+        Duration::from_millis(60),
+        move |out| {
+            if out == expect {
+                Ok(())
+            } else {
+                Err(format!("stdout {out:?}, expected {expect:?}"))
+            }
+        },
+    );
+}
+
+/// The planted bug (`FERRITE_WPP_PLANT=new-tids`: threads re-created under
+/// new TIDs, as before): the mutex-owner program must catch it.
+#[test]
+fn a_resume_under_new_thread_ids_is_caught() {
+    if !may_choose_tids() {
+        eprintln!("not root: thread IDs cannot be chosen, test skipped");
+        return;
+    }
+    let prog = build("owners");
+    let e = planted_bug_is_caught(
+        &[prog.display().to_string(), "20000".into()],
+        "new-tids",
+        seed() ^ 0x7d,
+    );
+    assert!(
+        e.contains("exited with Some(3)") || e.contains("failures"),
+        "{e}"
+    );
 }

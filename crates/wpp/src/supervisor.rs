@@ -448,9 +448,7 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
         // Every kernel thread must be registered and stopped: a thread
         // being born (cloned, not yet registered) registers and stops
         // itself; one that is exiting leaves.
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| d.count() as u32)
-            .unwrap_or(0);
+        let tasks = program_tasks(pid, c);
         if captured >= live && live > 0 && tasks <= live {
             break;
         }
@@ -498,6 +496,25 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
             p.set == 1 && p.handler > 1
         },
     }))
+}
+
+/// The process's kernel threads, less its first thread where that one is
+/// not a thread of the program: after a resume that gave the main thread
+/// its old TID, the process's first thread (TID = PID) stays parked in the
+/// runtime, every signal blocked, until the process ends.
+fn program_tasks(pid: i32, c: &Context) -> u32 {
+    let n = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count() as u32)
+        .unwrap_or(0);
+    let first_is_program = c.threads.iter().any(|t| {
+        let s = t.state.load(Ordering::Acquire);
+        (s == tstate::LIVE || s == tstate::CAPTURED) && t.tid.load(Ordering::Relaxed) == pid as u32
+    });
+    if first_is_program {
+        n
+    } else {
+        n.saturating_sub(1)
+    }
 }
 
 /// Records the signals pending at the failure, per thread and for the

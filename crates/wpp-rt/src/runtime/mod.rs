@@ -38,6 +38,10 @@ static LIB_HI: AtomicU64 = AtomicU64::new(0);
 /// memory mapped after start stays private, as a runtime that forgot it
 /// would leave it), which the resume tests must catch.
 pub(crate) static PLANT_PRIVATE_ANON: AtomicBool = AtomicBool::new(false);
+/// A planted bug for the tests (`FERRITE_WPP_PLANT=new-tids`: a resume
+/// re-creates every thread under a new TID, as the runtime did before it
+/// asked for the old ones), which the mutex-owner test must catch.
+pub(crate) static PLANT_NEW_TIDS: AtomicBool = AtomicBool::new(false);
 
 /// The state directory path, copied out of the environment (which lives on
 /// the main stack, rewritten by a resume).
@@ -161,8 +165,10 @@ extern "C" fn init(_argc: i32, _argv: *const *const u8, envp: *const *const u8) 
     };
     let resume = env_get(envp, ENV_MODE) == Some(b"resume");
     let cloexec = env_get(envp, ENV_CLOEXEC).unwrap_or(b"");
-    if env_get(envp, "FERRITE_WPP_PLANT") == Some(b"private-anon") {
-        PLANT_PRIVATE_ANON.store(true, Ordering::Relaxed);
+    match env_get(envp, "FERRITE_WPP_PLANT") {
+        Some(b"private-anon") => PLANT_PRIVATE_ANON.store(true, Ordering::Relaxed),
+        Some(b"new-tids") => PLANT_NEW_TIDS.store(true, Ordering::Relaxed),
+        _ => {}
     }
     if dir.len() >= 4000 {
         die(b"state directory path too long");

@@ -7,14 +7,17 @@
 //!    persistent files bring back heap, stacks and static data as they were
 //!    at the failure — this replaces the new process's memory wholesale;
 //! 3. re-install the program's signal dispositions and the runtime's;
-//! 4. fix each thread's TID in glibc's descriptor, start a kernel thread
-//!    per captured thread on its saved thread pointer, all held at a gate
-//!    until every one exists;
-//! 5. open the gate; every thread (the main one last) restores its robust
-//!    list and returns through `rt_sigreturn` from the frame saved on its
-//!    own stack, at the instruction it was stopped at. A program that
-//!    installed a SIGPWR handler receives SIGPWR first (its failure
-//!    handler).
+//! 4. start a kernel thread per captured thread on its saved thread
+//!    pointer, under its old TID where the kernel grants it (see
+//!    [`recreate`]; the main thread included, as a thread of this process),
+//!    all held at a gate until every one exists;
+//! 5. open the gate; every thread restores its robust list and returns
+//!    through `rt_sigreturn` from the frame saved on its own stack, at the
+//!    instruction it was stopped at. The process's first thread parks for
+//!    good, or, if the main thread could not have its TID back, becomes
+//!    the main thread (glibc's descriptor updated to the new TID) and
+//!    returns last. A program that installed a SIGPWR handler receives
+//!    SIGPWR first (its failure handler).
 //!
 //! The file descriptors were rebuilt by the supervisor before `exec`.
 
@@ -50,6 +53,16 @@ pub(crate) fn resume() -> ! {
             ],
         )
     };
+    // This thread's exit hooks point into the new process's main thread
+    // descriptor, where the old one is about to be mapped back: detached
+    // now, so that a kill at any moment of the resume (a failure right
+    // after it) cannot make the kernel clear the old main thread's tid
+    // field or walk its robust list as this thread's.
+    // SAFETY: detaching the calling thread's hooks.
+    unsafe {
+        sc(libc::SYS_set_tid_address, 0, 0, 0);
+        sc(libc::SYS_set_robust_list, 0, 24, 0);
+    }
     let top = private_stack(0);
     // SAFETY: the private stack is mapped and unused; resume_on_private
     // never returns (it ends in rt_sigreturn).
@@ -191,6 +204,71 @@ extern "C" fn thread_entry(i: u64) -> ! {
     }
 }
 
+/// `clone` flags of a re-created thread: glibc's, with its `tid` field as
+/// the parent-set and child-clear word (so `pthread_join` keeps working).
+const THREAD_FLAGS: i32 = libc::CLONE_VM
+    | libc::CLONE_FS
+    | libc::CLONE_FILES
+    | libc::CLONE_SIGHAND
+    | libc::CLONE_THREAD
+    | libc::CLONE_SYSVSEM
+    | libc::CLONE_SETTLS
+    | libc::CLONE_PARENT_SETTID
+    | libc::CLONE_CHILD_CLEARTID;
+
+/// Starts thread `i` of the table again on private stack `n`, under the
+/// TID it had when it was captured if the kernel grants it (`clone3` with
+/// `set_tid`: root, and the ID still free, which it is unless the PIDs
+/// wrapped all the way round since the failure). Otherwise, with
+/// `new_tid_ok`, under a new TID; else not at all. Returns the TID or a
+/// negative errno.
+///
+/// The same TID matters because glibc records owners by TID: a recursive
+/// or error-checking mutex held at the failure (the loader's
+/// `dl_load_lock`, taken by `dlsym`, `dlopen` and `exit`, among them)
+/// could not be released by a thread with a new one, and the next lock
+/// of it deadlocked.
+fn recreate(i: usize, n: u64, tid_off: u64, new_tid_ok: bool) -> i64 {
+    let t = &ctx().threads[i];
+    let top = private_stack(n);
+    let tidp = t.fs_base + tid_off;
+    let old = t.tid.load(Ordering::Relaxed);
+    let planted = super::PLANT_NEW_TIDS.load(Ordering::Relaxed);
+    let r = if planted {
+        -(libc::EPERM as i64)
+    } else {
+        // SAFETY: a fresh private stack, the thread's own thread pointer
+        // and its glibc tid field; thread_entry never returns.
+        unsafe {
+            sys::clone3_thread_as(
+                old,
+                THREAD_FLAGS as u64,
+                top - format::PRIVATE_STACK,
+                top,
+                tidp,
+                t.fs_base,
+                thread_entry,
+                i as u64,
+            )
+        }
+    };
+    if r > 0 || !new_tid_ok {
+        return r;
+    }
+    // SAFETY: as above, with plain clone and a new TID.
+    unsafe {
+        sys::clone_thread(
+            THREAD_FLAGS as u64,
+            top,
+            tidp,
+            tidp,
+            t.fs_base,
+            thread_entry,
+            i as u64,
+        )
+    }
+}
+
 extern "C" fn resume_on_private(_: u64) {
     map_all();
     restore_signals();
@@ -212,32 +290,8 @@ extern "C" fn resume_on_private(_: u64) {
             main = Some(i);
             continue;
         }
-        let top = private_stack(stack);
+        let tid = recreate(i, stack, tid_off, true);
         stack += 1;
-        let tidp = t.fs_base + tid_off;
-        let flags = libc::CLONE_VM
-            | libc::CLONE_FS
-            | libc::CLONE_FILES
-            | libc::CLONE_SIGHAND
-            | libc::CLONE_THREAD
-            | libc::CLONE_SYSVSEM
-            | libc::CLONE_SETTLS
-            | libc::CLONE_PARENT_SETTID
-            | libc::CLONE_CHILD_CLEARTID;
-        // SAFETY: a fresh private stack, glibc's tid field as the parent-set
-        // and child-clear word (so pthread_join keeps working), the thread's
-        // own thread pointer; thread_entry never returns.
-        let tid = unsafe {
-            sys::clone_thread(
-                flags as u64,
-                top,
-                tidp,
-                tidp,
-                t.fs_base,
-                thread_entry,
-                i as u64,
-            )
-        };
         if tid < 0 {
             super::die_errno(b"recreating a thread", tid);
         }
@@ -246,11 +300,21 @@ extern "C" fn resume_on_private(_: u64) {
     let Some(m) = main else {
         die(b"no main thread in the context");
     };
-    let main_fs = c.threads[m].fs_base;
-    // SAFETY: the main thread's descriptor is mapped back; its tid field
-    // takes this run's TID (the PID), as glibc expects.
-    unsafe { core::ptr::write_volatile((main_fs + tid_off) as *mut i32, pid as i32) };
-    c.threads[m].tid.store(pid as u32, Ordering::Relaxed);
+    // The main thread too gets its old TID back if it can: as a thread of
+    // this process, while this one (the new process's first thread, whose
+    // TID is the new PID) leaves once the others run. Otherwise this
+    // thread becomes the main thread, under the new PID.
+    let main_tid = recreate(m, stack, tid_off, false);
+    let main_apart = main_tid > 0;
+    if main_apart {
+        c.threads[m].tid.store(main_tid as u32, Ordering::Relaxed);
+    } else {
+        let main_fs = c.threads[m].fs_base;
+        // SAFETY: the main thread's descriptor is mapped back; its tid
+        // field takes this run's TID (the PID), as glibc expects.
+        unsafe { core::ptr::write_volatile((main_fs + tid_off) as *mut i32, pid as i32) };
+        c.threads[m].tid.store(pid as u32, Ordering::Relaxed);
+    }
     for t in c.threads.iter() {
         if t.state.load(Ordering::Relaxed) == tstate::CAPTURED {
             t.state.store(tstate::LIVE, Ordering::Release);
@@ -282,8 +346,15 @@ extern "C" fn resume_on_private(_: u64) {
     if pwr.set == 1 && pwr.handler > 1 {
         // The program's failure handler: pending until the main thread's
         // own mask is back.
-        // SAFETY: tgkill to ourselves.
-        unsafe { sc(libc::SYS_tgkill, pid, pid, libc::SIGPWR as u64) };
+        // SAFETY: tgkill to the main thread.
+        unsafe {
+            sc(
+                libc::SYS_tgkill,
+                pid,
+                c.threads[m].tid.load(Ordering::Relaxed) as u64,
+                libc::SIGPWR as u64,
+            )
+        };
     }
     c.gate.store(1, Ordering::Release);
     // SAFETY: wakes the threads waiting at the gate.
@@ -300,6 +371,30 @@ extern "C" fn resume_on_private(_: u64) {
             ],
         )
     };
+    if main_apart {
+        // This thread stays, parked with every signal blocked and its exit
+        // hooks detached (resume), until the process ends (glibc ends it
+        // when the program's last thread exits): a process whose first
+        // thread had exited would show no memory map or fds in /proc/PID,
+        // which a failure reads.
+        // SAFETY: a futex wait on a word no one wakes.
+        unsafe {
+            let word = 0u32;
+            loop {
+                syscall6(
+                    libc::SYS_futex,
+                    [
+                        &word as *const u32 as u64,
+                        (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ],
+                );
+            }
+        }
+    }
     // SAFETY: the main thread takes back its thread pointer, its exit hook
     // and robust list, then returns through its saved frame.
     unsafe {
