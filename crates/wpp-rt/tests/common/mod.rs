@@ -1,5 +1,7 @@
 //! What the integration tests share.
 
+pub mod campaign;
+
 use std::path::PathBuf;
 
 /// The runtime library this test run built: testing this package builds
