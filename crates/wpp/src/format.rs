@@ -32,7 +32,9 @@
 //! | 92        | 4         | runtime fd of this file (excluded from the fd table) |
 //! | 96        | 4         | failures so far |
 //! | 100       | 4         | resume barrier word (futex) |
-//! | 104       | 3992      | reserved, zero |
+//! | 104       | 8         | signals pending for the process at the last failure (bit N-1 = signal N) |
+//! | 112       | 4         | threads that came back under a new TID at the last resume (0: every one kept its TID) |
+//! | 116       | 3980      | reserved, zero |
 //! | 4096      | 64 × 16384| mapping table ([`MapRec`]) |
 //! | …         | 256 × 1024| path table ([`PathRec`]) |
 //! | …         | 64 × 1024 | thread table ([`ThreadRec`]) |
@@ -269,7 +271,8 @@ pub struct Context {
     pub failures: u32,
     pub gate: AtomicU32,
     pub shared_pending: u64,
-    pub reserved: [u8; 4096 - 112],
+    pub new_tids: u32,
+    pub reserved: [u8; 4096 - 116],
     pub maps: [MapRec; MAX_MAPS],
     pub paths: [PathRec; MAX_PATHS],
     pub threads: [ThreadRec; MAX_THREADS],
@@ -313,6 +316,8 @@ mod tests {
     #[test]
     fn header_fields_sit_where_the_table_says() {
         assert_eq!(core::mem::offset_of!(Context, gate), 100);
+        assert_eq!(core::mem::offset_of!(Context, shared_pending), 104);
+        assert_eq!(core::mem::offset_of!(Context, new_tids), 112);
         assert_eq!(core::mem::offset_of!(Context, maps), 4096);
         assert_eq!(core::mem::size_of::<MapRec>(), 64);
         assert_eq!(core::mem::size_of::<PathRec>(), 256);

@@ -666,6 +666,14 @@ pub fn resume(opts: &Options) -> Result<(Outcome, Resumed)> {
         std::thread::sleep(Duration::from_micros(100));
     }
     let restart = t0.elapsed();
+    let mut report = report;
+    if c.new_tids > 0 {
+        report.push(format!(
+            "{} thread(s) came back under a new thread ID (choosing it needs root, and the ID free): \
+             a recursive or error-checking mutex held at the failure stays held",
+            c.new_tids
+        ));
+    }
     // --fail-after counts from the moment the program runs again.
     let out = supervise(&ctx, child, opts, Instant::now())?;
     Ok((

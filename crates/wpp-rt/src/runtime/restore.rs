@@ -280,6 +280,7 @@ extern "C" fn resume_on_private(_: u64) {
     c.gate.store(0, Ordering::Release);
     let mut main = None;
     let mut stack = 1;
+    c.new_tids = 0;
     for (i, t) in c.threads.iter().enumerate() {
         match t.state.load(Ordering::Acquire) {
             tstate::CAPTURED => {}
@@ -295,6 +296,9 @@ extern "C" fn resume_on_private(_: u64) {
         if tid < 0 {
             super::die_errno(b"recreating a thread", tid);
         }
+        if tid as u32 != t.tid.load(Ordering::Relaxed) {
+            c.new_tids += 1;
+        }
         t.tid.store(tid as u32, Ordering::Relaxed);
     }
     let Some(m) = main else {
@@ -309,6 +313,9 @@ extern "C" fn resume_on_private(_: u64) {
     if main_apart {
         c.threads[m].tid.store(main_tid as u32, Ordering::Relaxed);
     } else {
+        if pid as u32 != c.threads[m].tid.load(Ordering::Relaxed) {
+            c.new_tids += 1;
+        }
         let main_fs = c.threads[m].fs_base;
         // SAFETY: the main thread's descriptor is mapped back; its tid
         // field takes this run's TID (the PID), as glibc expects.
