@@ -48,19 +48,10 @@ fn counter_resumes_after_every_random_failure() {
 #[test]
 fn threaded_hash_table_builder_resumes_after_every_random_failure() {
     let prog = build("hashbuild");
-    let expect = uninterrupted(&prog, &["4".as_ref(), "15000".as_ref()]);
-    campaign(
+    campaign_same_output(
         "hashbuild",
         vec![prog.display().to_string(), "4".into(), "15000".into()],
-        None,
         Duration::from_millis(60),
-        move |out| {
-            if out == expect {
-                Ok(())
-            } else {
-                Err(format!("stdout {out:?}, expected {expect:?}"))
-            }
-        },
     );
 }
 
@@ -125,8 +116,7 @@ fn a_runtime_that_leaves_anonymous_memory_private_is_caught() {
 /// random moments, up to 20 times until a run goes wrong (an error, or
 /// output other than an uninterrupted run's); returns what went wrong.
 fn planted_bug_is_caught(argv: &[String], plant: &str, seed: u64) -> String {
-    let args: Vec<&std::ffi::OsStr> = argv[1..].iter().map(|a| a.as_ref()).collect();
-    let expect = uninterrupted(Path::new(&argv[0]), &args);
+    let expect = uninterrupted_argv(argv);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let env = [("FERRITE_WPP_PLANT".to_string(), plant.to_string())];
     let name = format!("plant-{plant}");
@@ -225,19 +215,10 @@ fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
 #[test]
 fn every_trapped_mapping_call_survives_random_failures() {
     let prog = build("remap");
-    let expect = uninterrupted(&prog, &["300".as_ref()]);
-    campaign(
+    campaign_same_output(
         "remap",
         vec![prog.display().to_string(), "300".into()],
-        None,
         Duration::from_millis(150),
-        move |out| {
-            if out == expect {
-                Ok(())
-            } else {
-                Err(format!("stdout {out:?}, expected {expect:?}"))
-            }
-        },
     );
 }
 
@@ -259,19 +240,10 @@ fn mutexes_held_at_a_failure_are_released_after_resume() {
         return;
     }
     let prog = build("owners");
-    let expect = uninterrupted(&prog, &["20000".as_ref()]);
-    campaign(
+    campaign_same_output(
         "owners",
         vec![prog.display().to_string(), "20000".into()],
-        None,
         Duration::from_millis(60),
-        move |out| {
-            if out == expect {
-                Ok(())
-            } else {
-                Err(format!("stdout {out:?}, expected {expect:?}"))
-            }
-        },
     );
 }
 

@@ -205,3 +205,22 @@ pub fn campaign(
     );
     tally
 }
+
+/// [`campaign`] for a program every run of which must print what an
+/// uninterrupted run prints.
+pub fn campaign_same_output(name: &str, argv: Vec<String>, window: Duration) -> Tally {
+    let expect = uninterrupted_argv(&argv);
+    campaign(name, argv, None, window, move |out| {
+        if out == expect {
+            Ok(())
+        } else {
+            Err(format!("stdout {out:?}, expected {expect:?}"))
+        }
+    })
+}
+
+/// [`uninterrupted`] of a command line (program first).
+pub fn uninterrupted_argv(argv: &[String]) -> String {
+    let args: Vec<&std::ffi::OsStr> = argv[1..].iter().map(|a| a.as_ref()).collect();
+    uninterrupted(Path::new(&argv[0]), &args)
+}
