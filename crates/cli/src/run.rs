@@ -169,7 +169,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode, String> {
                 f.fds
             );
             if f.failure_handler {
-                eprintln!("ferrite run: the program's SIGPWR handler will run first on resume");
+                eprintln!(
+                    "ferrite run: the program's SIGPWR handler will run first on resume{}",
+                    if f.failure_handler_merged {
+                        " (once for this failure and the one before: the last resume's run had not begun)"
+                    } else {
+                        ""
+                    }
+                );
             }
             for g in &f.gaps {
                 eprintln!("ferrite run: not persistent: {g}");

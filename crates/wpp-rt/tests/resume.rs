@@ -181,13 +181,17 @@ fn debian_python_running_a_benchmark_resumes_after_every_random_failure() {
 }
 
 /// The program's failure handler (SIGPWR) runs once per resume, before the
-/// interrupted code goes on.
+/// interrupted code goes on — except that a resume whose run had not begun
+/// when the next failure came (the program was still inside the previous
+/// run, SIGPWR blocked) shares one run with the next resume: a standard
+/// signal does not queue twice. The supervisor reports each such merge
+/// from the kernel's pending set, and the count must match exactly.
 #[test]
 fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
     let prog = build("pwr");
     let expect = uninterrupted(&prog, &["4000".as_ref()]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x5057);
-    let mut total = 0;
+    let (mut total, mut merged) = (0, 0);
     for _ in 0..10 {
         let mut tally = Tally::default();
         let out = run_to_completion(
@@ -200,16 +204,23 @@ fn a_programs_sigpwr_failure_handler_runs_once_per_resume() {
             &[],
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let want = "failure handler ran\n".repeat(tally.with_handler) + &expect;
+        // One line per resume, less the runs that merged: a failure that
+        // found the last resume's SIGPWR still pending (the kernel's
+        // pending set, read at the failure) shares its run with the next.
+        let runs = tally.with_handler - tally.merged;
+        let want = "failure handler ran\n".repeat(runs) + &expect;
         assert_eq!(
             out, want,
-            "after {} failures ({} with the handler installed)",
-            tally.failures, tally.with_handler
+            "after {} failures ({} with the handler installed, {} merged)",
+            tally.failures, tally.with_handler, tally.merged
         );
         total += tally.with_handler;
+        merged += tally.merged;
     }
     assert!(total > 0, "no failure landed before the program ended");
-    eprintln!("pwr: the failure handler ran once per resume ({total} resumes)");
+    eprintln!(
+        "pwr: the failure handler ran once per resume ({total} resumes, {merged} merged with the next)"
+    );
 }
 
 #[test]

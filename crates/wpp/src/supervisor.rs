@@ -75,6 +75,11 @@ pub struct Failure {
     /// The program had a SIGPWR handler (its failure handler) installed:
     /// it runs first on resume.
     pub failure_handler: bool,
+    /// The last resume's SIGPWR was still pending for the main thread (it
+    /// had SIGPWR blocked since, inside the handler of the resume before):
+    /// that handler run had not begun, and it becomes one with the next
+    /// resume's, because a standard signal does not queue twice.
+    pub failure_handler_merged: bool,
 }
 
 #[derive(Debug)]
@@ -482,6 +487,10 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
     cm.capture_ns = capture.as_nanos() as u64;
     cm.failures += 1;
     cm.state.store(State::Captured as u32, Ordering::Release);
+    let handler = {
+        let p = &c.sigs[libc::SIGPWR as usize];
+        p.set == 1 && p.handler > 1
+    };
     Ok(Outcome::Failed(Failure {
         after,
         threads,
@@ -491,10 +500,13 @@ fn fail(ctx: &CtxFile, mut child: Child, after: Duration) -> Result<Outcome> {
         runtime_bytes: cov.2,
         gaps: cov.3,
         fds: table.fds.len(),
-        failure_handler: {
-            let p = &c.sigs[libc::SIGPWR as usize];
-            p.set == 1 && p.handler > 1
-        },
+        failure_handler: handler,
+        failure_handler_merged: handler
+            && c.threads.iter().any(|t| {
+                t.main == 1
+                    && t.state.load(Ordering::Acquire) == tstate::CAPTURED
+                    && t.pending & (1 << (libc::SIGPWR - 1)) != 0
+            }),
     }))
 }
 

@@ -60,6 +60,9 @@ pub struct Tally {
     pub failures: usize,
     /// Failures that found the program's SIGPWR handler installed.
     pub with_handler: usize,
+    /// Of those, failures that found the last resume's SIGPWR still
+    /// pending (its run merges with the next resume's).
+    pub merged: usize,
     pub runs: usize,
     pub max_gap: u64,
 }
@@ -137,6 +140,7 @@ pub fn resume_to_completion(
             Outcome::Failed(f) => {
                 tally.failures += 1;
                 tally.with_handler += f.failure_handler as usize;
+                tally.merged += f.failure_handler_merged as usize;
                 tally.max_gap = tally.max_gap.max(f.gap_bytes);
                 if f.gap_bytes != 0 {
                     return Err(format!(
