@@ -594,7 +594,9 @@ pub(crate) fn unsafe_zeroed_stat() -> libc::stat {
 }
 
 /// Offset of `tid` in glibc's `struct pthread` (0x2d0 in Debian 12's
-/// glibc), which a resume needs to give each re-created thread its new TID.
+/// glibc). A resume needs it: that field is each re-created thread's
+/// parent-set and child-clear word (`pthread_join` waits on it), and takes
+/// the thread's TID if it could not have its old one.
 ///
 /// Asked, not guessed: glibc registers the main thread's `&pd->tid` with
 /// `set_tid_address` before any constructor runs, and the kernel hands that
