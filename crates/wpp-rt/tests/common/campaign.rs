@@ -9,6 +9,8 @@ use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Builds `tests/programs/NAME.c` with the system C compiler into the temp
+/// directory (named after this test process); returns the binary.
 pub fn build(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
     let out = std::env::temp_dir().join(format!("ferrite-wpp-{}-{name}", std::process::id()));
@@ -38,6 +40,7 @@ pub fn uninterrupted(prog: &Path, args: &[&std::ffi::OsStr]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Failures per campaign: `FERRITE_WPP_FAILURES`, default 200.
 pub fn failures_wanted() -> usize {
     std::env::var("FERRITE_WPP_FAILURES")
         .ok()
@@ -45,6 +48,7 @@ pub fn failures_wanted() -> usize {
         .unwrap_or(200)
 }
 
+/// The state directory of campaign `name` (on /dev/shm where there is one).
 pub fn state_dir(name: &str) -> PathBuf {
     let base = if Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm")
