@@ -127,6 +127,13 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    // Memory for every item the run stores, so that none is evicted: each
+    // round acknowledges about a thousand (566k after 548 failures in a
+    // release build), at about 120 bytes each in memcached's slabs. With a
+    // fixed 64 MiB, a long run (FERRITE_WPP_FAILURES=1500) filled it
+    // after about 550 failures and memcached evicted the newest items,
+    // which the test could not tell from lost ones.
+    let mem_mib = (64 + failures / 4).to_string();
     let port = free_port();
     let dir = PathBuf::from("/dev/shm")
         .join(format!("ferrite-wpp-test-{}-memcached", std::process::id()));
@@ -149,6 +156,7 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
         let o = opts.clone();
         let sup = std::thread::spawn({
             let mc = mc.clone();
+            let mem_mib = mem_mib.clone();
             move || {
                 if round == 0 {
                     let argv: Vec<std::ffi::OsString> = vec![
@@ -162,7 +170,7 @@ fn memcached_keeps_every_acknowledged_item_across_random_failures() {
                         "-t".into(),
                         "2".into(),
                         "-m".into(),
-                        "64".into(),
+                        mem_mib.into(),
                         "-u".into(),
                         "root".into(),
                     ];
