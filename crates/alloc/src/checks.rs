@@ -256,7 +256,7 @@ fn sim_thread(t: usize) -> SimThread {
 
 /// One handle per simulated thread, each attached on its own simulated
 /// thread (attaching may flush and fence).
-fn attach(alloc: &dyn PAllocator) -> Vec<Box<dyn AllocThread + '_>> {
+fn attach(alloc: &dyn PAllocator) -> Vec<Box<dyn AllocThread + Send + '_>> {
     (0..THREADS)
         .map(|t| {
             let _sim = sim_thread(t);
@@ -338,7 +338,7 @@ fn drive(alloc: &dyn PAllocator, seed: u64, steps: usize, m: &mut Model) {
 }
 
 /// Drops each handle on its own simulated thread (detaching fences).
-fn detach(threads: Vec<Box<dyn AllocThread + '_>>) {
+fn detach(threads: Vec<Box<dyn AllocThread + Send + '_>>) {
     for (i, t) in threads.into_iter().enumerate() {
         let _sim = sim_thread(i);
         drop(t);
@@ -368,7 +368,7 @@ fn setup_xlane(pool: &Pool, target: Target) -> Result<(), AllocError> {
 
 /// The simulated threads of the cross-lane script.
 struct Xlane<'a, 'h> {
-    threads: Vec<Box<dyn AllocThread + 'h>>,
+    threads: Vec<Box<dyn AllocThread + Send + 'h>>,
     m: &'a mut Model,
     pool: Region,
 }

@@ -269,7 +269,7 @@ pub trait PAllocator: Send + Sync {
 
     /// Attaches the calling thread (the per-thread setup hook). Dropping the
     /// handle detaches it. Each thread uses its own handle.
-    fn thread(&self) -> Result<Box<dyn AllocThread + '_>>;
+    fn thread(&self) -> Result<Box<dyn AllocThread + Send + '_>>;
 
     /// Usable bytes of the published block at `off`.
     fn usable_size(&self, off: POff<u8>) -> Result<usize>;

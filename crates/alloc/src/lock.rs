@@ -861,7 +861,7 @@ impl PAllocator for LockHeap {
         "nstore-lock"
     }
 
-    fn thread(&self) -> Result<Box<dyn AllocThread + '_>> {
+    fn thread(&self) -> Result<Box<dyn AllocThread + Send + '_>> {
         Ok(Box::new(self.attach()))
     }
 

@@ -438,13 +438,13 @@ impl Opened {
         match self {
             Opened::Ferrite(fs) => {
                 let s = fs.store.session().map_err(|e| format!("session: {e}"))?;
-                let mut kv = Erased(FerriteKv(s));
+                let mut kv = Erased(FerriteKv(Box::new(s)));
                 Ok(f(&mut kv))
             }
             #[cfg(feature = "pmdk")]
             Opened::Pmdk(p) => {
                 let s = p.store.session().map_err(|e| format!("session: {e}"))?;
-                let mut kv = Erased(FerriteKv(s));
+                let mut kv = Erased(FerriteKv(Box::new(s)));
                 Ok(f(&mut kv))
             }
             Opened::Lmdb(l) => {

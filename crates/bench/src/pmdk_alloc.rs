@@ -344,7 +344,7 @@ impl PAllocator for PmdkAlloc {
         NAME
     }
 
-    fn thread(&self) -> ferrite_alloc::Result<Box<dyn AllocThread + '_>> {
+    fn thread(&self) -> ferrite_alloc::Result<Box<dyn AllocThread + Send + '_>> {
         Ok(Box::new(PmdkThread {
             alloc: self,
             owner: self.next_owner.fetch_add(1, Ordering::Relaxed),

@@ -518,7 +518,7 @@ pub mod record {
     use super::*;
     use ferrite_blocks::log::{Algorithm, Log, LogError};
     use ferrite_ds::{self as ds, DsOptions, Structure};
-    use ferrite_engine::{EngineKind, LAYOUT, Store, StoreOptions};
+    use ferrite_engine::{EngineKind, LAYOUT, Session, Store, StoreOptions};
     use ferrite_pmem::trace::{self, EventKind, ThreadTrace};
     use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
     use ferrite_tx::{Strategy, TxOptions, TxPool};
@@ -739,7 +739,7 @@ pub mod record {
             let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, bytes).domain(d))?;
             let store = Store::create(&pool, &StoreOptions::new(EngineKind::Inp))
                 .map_err(|e| bad("store", e))?;
-            let mut kv = FerriteKv(store.session().map_err(|e| bad("session", e))?);
+            let mut kv = FerriteKv(Box::new(store.session().map_err(|e| bad("session", e))?));
             TpccLoader::new::<ferrite_engine::EngineError>(&cfg, 7)
                 .and_then(|l| l.load_all(&mut kv, 64))
                 .map_err(|e| bad("tpcc load", e))?;
@@ -839,6 +839,7 @@ pub mod record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrite_engine::Session as _;
     use ferrite_sim::Op;
 
     #[test]

@@ -5,6 +5,7 @@
 //! of `scan` one `key<TAB>value` line per pair.
 
 use clap::Subcommand;
+use ferrite_engine::Session as _;
 use ferrite_engine::{AllocKind, EngineKind, Op, Store, StoreOptions};
 use std::path::Path;
 use std::process::ExitCode;

@@ -1,6 +1,7 @@
 //! The README's embedded-store example:
 //! `cargo run --release -p ferrite-engine --example fruit [POOL]`.
 
+use ferrite_engine::Session as _;
 use ferrite_engine::{EngineKind, Op, Store, StoreOptions};
 
 fn main() -> Result<(), ferrite_engine::EngineError> {

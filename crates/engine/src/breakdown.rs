@@ -146,7 +146,7 @@ impl<A: PAllocator + ?Sized> PAllocator for Measured<A> {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn thread(&self) -> AResult<Box<dyn AllocThread + '_>> {
+    fn thread(&self) -> AResult<Box<dyn AllocThread + Send + '_>> {
         let _g = phase(Phase::Mm);
         Ok(Box::new(MeasuredThread(self.0.thread()?)))
     }
@@ -170,7 +170,7 @@ impl<A: PAllocator + ?Sized> PAllocator for Measured<A> {
     }
 }
 
-struct MeasuredThread<'a>(Box<dyn AllocThread + 'a>);
+struct MeasuredThread<'a>(Box<dyn AllocThread + Send + 'a>);
 
 impl AllocThread for MeasuredThread<'_> {
     fn reserve(&mut self, size: usize) -> AResult<Reservation> {

@@ -457,7 +457,7 @@ fn check_main(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
             let store = Store::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
             let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
             let mut version = 0;
-            script(s.as_mut(), m, 0, &all, seed, MAIN_STEPS, &mut version);
+            script(&mut s, m, 0, &all, seed, MAIN_STEPS, &mut version);
         },
         |pool| recover(pool, opts),
         |_, r, m| check(r, m),
@@ -479,7 +479,7 @@ fn check_threads(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError>
                         let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
                         let mut version = (t as u64) << 32;
                         script(
-                            s.as_mut(),
+                            &mut s,
                             m,
                             t,
                             &keys,
@@ -625,7 +625,7 @@ mod tests {
                     let mut s = store.session().unwrap();
                     let all: Vec<usize> = (0..KEYS).collect();
                     let mut v = 0;
-                    script(s.as_mut(), &m, 0, &all, MAIN_SCRIPT ^ 1, MAIN_STEPS, &mut v);
+                    script(&mut s, &m, 0, &all, MAIN_SCRIPT ^ 1, MAIN_STEPS, &mut v);
                 }
                 let r = recover(&p, &opts).unwrap();
                 check(&r, &m).unwrap_or_else(|e| panic!("{kind}/{alloc}: {e}"));

@@ -27,7 +27,7 @@ impl SessionGate {
     pub(crate) fn enter<'a>(
         &'a self,
         alloc: &'a dyn PAllocator,
-    ) -> Result<(Ticket<'a>, Box<dyn AllocThread + 'a>)> {
+    ) -> Result<(Ticket<'a>, Box<dyn AllocThread + Send + 'a>)> {
         let mut n = self.open.load(Ordering::Acquire);
         loop {
             if n >= self.max {

@@ -73,6 +73,7 @@ pub mod error;
 mod gate;
 pub mod inp;
 pub mod lsm;
+pub mod range;
 pub mod store;
 pub mod verify;
 
@@ -80,9 +81,12 @@ pub mod verify;
 pub mod checks;
 
 pub use error::{EngineError, Result};
-pub use store::{Store, Superblock, area_bytes};
+pub use range::KeyRange;
+pub use store::{RangeIter, Store, StoreSession, Superblock, area_bytes};
 
 use ferrite_alloc::{PAllocator, RecoveryReport};
+pub use ferrite_pmem::Domain;
+use std::ops::Bound;
 use std::time::Duration;
 
 /// Layout name of every engine pool (the superblock says which engine).
@@ -199,27 +203,48 @@ pub enum Fault {
     Lsm(lsm::Fault),
 }
 
-/// How to create (or open) a store.
+/// How to create (or open) a store. Every setting has a default that needs
+/// no tuning: `StoreOptions::default()` creates an InP store with 8
+/// sessions on the Ferrite heap, in the domain `FERRITE_DOMAIN` names or
+/// detection finds, and opens any store.
+///
+/// At open, the engine and the session count come from the store's
+/// superblock; the ones set here are *expectations*: a store of another
+/// engine is refused with [`EngineError::WrongEngine`], another session
+/// count with [`EngineError::BadOption`]. Left unset, any store opens.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
-    pub engine: EngineKind,
-    pub allocator: AllocKind,
-    /// Most sessions open at once (each holds a log and an allocator lane).
-    pub sessions: u16,
-    /// Fixed nonce (reproducible images in the checks); random when `None`.
-    pub nonce: Option<u64>,
+    pub(crate) engine: EngineKind,
+    engine_set: bool,
+    pub(crate) allocator: AllocKind,
+    pub(crate) sessions: u16,
+    sessions_set: bool,
+    pub(crate) domain: Option<Domain>,
+    pub(crate) size: Option<u64>,
+    pub(crate) nonce: Option<u64>,
+    /// InP's knobs (log size per session, intent log).
     pub inp: inp::Options,
+    /// CoW's knobs (node size, inline values, group commit).
     pub cow: cow::Options,
+    /// LSM's knobs (memtable size, run fan-out, bloom bits).
     pub lsm: lsm::Options,
-    pub fault: Fault,
+    pub(crate) fault: Fault,
 }
 
-impl StoreOptions {
-    pub fn new(engine: EngineKind) -> StoreOptions {
+/// Pool size [`Store::open_or_create`] uses when no
+/// [`size`](StoreOptions::size) is given: 64 MiB.
+pub const DEFAULT_SIZE: u64 = 64 << 20;
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
         StoreOptions {
-            engine,
+            engine: EngineKind::Inp,
+            engine_set: false,
             allocator: AllocKind::Ferrite,
             sessions: 8,
+            sessions_set: false,
+            domain: None,
+            size: None,
             nonce: None,
             inp: inp::Options::default(),
             cow: cow::Options::default(),
@@ -227,25 +252,93 @@ impl StoreOptions {
             fault: Fault::None,
         }
     }
+}
 
+impl StoreOptions {
+    /// Options for a store of `engine` (and an open that expects it).
+    pub fn new(engine: EngineKind) -> StoreOptions {
+        StoreOptions::default().engine(engine)
+    }
+
+    /// The engine to create, and to expect at open.
+    pub fn engine(mut self, e: EngineKind) -> StoreOptions {
+        self.engine = e;
+        self.engine_set = true;
+        self
+    }
+
+    /// The persistent allocator (create only; recorded in the superblock).
     pub fn allocator(mut self, a: AllocKind) -> StoreOptions {
         self.allocator = a;
         self
     }
 
+    /// Most sessions open at once, 1..=1000 (each holds a log and an
+    /// allocator lane). Store-level operations ([`Store::get`],
+    /// [`Store::put`], …) wait for a free session instead of failing.
     pub fn sessions(mut self, n: u16) -> StoreOptions {
         self.sessions = n;
+        self.sessions_set = true;
         self
     }
 
+    /// The durability domain of a pool file the store creates or opens
+    /// (default: `FERRITE_DOMAIN`, else detection: `adr` on a DAX mapping,
+    /// `msync` on an ordinary file).
+    pub fn domain(mut self, d: Domain) -> StoreOptions {
+        self.domain = Some(d);
+        self
+    }
+
+    /// Size in bytes of a pool file [`Store::open_or_create`] creates
+    /// (default [`DEFAULT_SIZE`]; a whole number of 4 KiB pages).
+    pub fn size(mut self, bytes: u64) -> StoreOptions {
+        self.size = Some(bytes);
+        self
+    }
+
+    /// A fixed nonce instead of a random one: reproducible pool images for
+    /// tests. Two stores with one nonce can mistake each other's stale
+    /// records for their own; never use it for data.
+    #[doc(hidden)]
     pub fn nonce(mut self, n: u64) -> StoreOptions {
         self.nonce = Some(n);
         self
     }
 
+    /// Plants a bug on purpose (the crash checks show they catch it).
+    #[cfg(any(test, feature = "checks"))]
+    #[doc(hidden)]
     pub fn fault(mut self, f: Fault) -> StoreOptions {
         self.fault = f;
         self
+    }
+
+    /// The engine these options create.
+    pub fn engine_kind(&self) -> EngineKind {
+        self.engine
+    }
+
+    /// The domain set with [`domain`](Self::domain), if any.
+    pub fn domain_choice(&self) -> Option<Domain> {
+        self.domain
+    }
+
+    /// Refuses a store whose superblock disagrees with what was asked.
+    pub(crate) fn expect(&self, found: EngineKind, sessions: u16) -> Result<()> {
+        if self.engine_set && found != self.engine {
+            return Err(EngineError::WrongEngine {
+                found: found.name().into(),
+                asked: self.engine.name().into(),
+            });
+        }
+        if self.sessions_set && sessions != self.sessions {
+            return Err(EngineError::BadOption(format!(
+                "the store was created for {sessions} sessions, not {}",
+                self.sessions
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -317,9 +410,56 @@ pub trait Session {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize>;
+    /// Calls `f` for up to `limit` pairs with keys below `upto`
+    /// (`Included`: `<=`, `Excluded`: `<`, `Unbounded`: every key), in
+    /// descending key order; returns how many it visited.
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
     /// Applies every operation atomically (all or nothing after a crash);
     /// later operations on the same key win.
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()>;
+
+    /// Visits the pairs of `range` in its order until `f` returns false;
+    /// returns how many pairs `f` saw. Read in chunks of up to
+    /// [`range::MAX_CHUNK`] pairs, each a consistent view of its own.
+    fn range_with(
+        &mut self,
+        range: &KeyRange,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        range::drive(self, range, f)
+    }
+
+    /// The pairs of `range`, in its order (collected: for long ranges
+    /// prefer [`range_with`](Self::range_with) or [`Store::range`]).
+    fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut v = Vec::new();
+        self.range_with(range, &mut |k, val| {
+            v.push((k.to_vec(), val.to_vec()));
+            true
+        })?;
+        Ok(v)
+    }
+
+    /// The pair with the least key.
+    fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut out = None;
+        self.scan_with(&[], 1, &mut |k, v| out = Some((k.to_vec(), v.to_vec())))?;
+        Ok(out)
+    }
+
+    /// The pair with the greatest key.
+    fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut out = None;
+        self.scan_back_with(Bound::Unbounded, 1, &mut |k, v| {
+            out = Some((k.to_vec(), v.to_vec()))
+        })?;
+        Ok(out)
+    }
 
     /// Reads `key`.
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -342,7 +482,7 @@ pub trait Session {
 pub trait Engine: Send + Sync {
     fn kind(&self) -> EngineKind;
     /// Opens a session for the calling thread.
-    fn session(&self) -> Result<Box<dyn Session + '_>>;
+    fn session(&self) -> Result<Box<dyn Session + Send + '_>>;
     /// The allocator holding the engine's blocks.
     fn allocator(&self) -> &dyn PAllocator;
     /// What open did.

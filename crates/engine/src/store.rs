@@ -3,14 +3,19 @@
 //! The superblock's format is in the crate documentation.
 
 use crate::breakdown::Measured;
+use crate::range::Walker;
 use crate::{
-    AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, LAYOUT, Result,
-    Session, StoreOptions, Walk, cow, inp, lsm,
+    AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, KeyRange, LAYOUT, Op,
+    Result, Session, StoreOptions, Walk, cow, inp, lsm,
 };
 use ferrite_alloc::{Heap, HeapOptions, LockHeap, LockOptions, PAllocator};
 use ferrite_pmem::{HEADER_SIZE, PAGE, Pool, PoolOptions, Region};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 
 const MAGIC: &[u8; 8] = b"FRTENGN1";
@@ -117,18 +122,164 @@ pub struct EngineCtx {
 }
 
 /// An engine open on a pool. See the crate documentation.
+///
+/// A `Store` is a cheap handle: clones share one open engine and may move
+/// to and be used from any thread. The pool file closes when the last
+/// handle and the last [`StoreSession`] are gone (or at
+/// [`close`](Self::close) on the last handle).
+#[derive(Clone)]
 pub struct Store {
+    shared: Arc<Shared>,
+}
+
+/// What every handle of one open store shares.
+struct Shared {
+    core: Arc<Core>,
+    /// Sessions the store-level operations keep for reuse.
+    idle: Mutex<Vec<StoreSession>>,
+    /// Signalled when a session goes back to `idle`.
+    returned: Condvar,
+}
+
+/// The open engine and the pool file it lives in: what a session keeps
+/// alive.
+struct Core {
     engine: Box<dyn Engine>,
     sb: Superblock,
     recovery: EngineRecovery,
-    /// The pool file, when the store opened it itself.
+    /// The pool file, when the store opened it itself. Dropped after the
+    /// engine (field order), so nothing writes to an unlocked file.
     pool: Option<Pool>,
+}
+
+type SessionBox<'a> = Box<dyn Session + Send + 'a>;
+
+self_cell::self_cell!(
+    /// A session together with the engine it borrows.
+    struct OwnedSession {
+        owner: Arc<Core>,
+        #[covariant]
+        dependent: SessionBox,
+    }
+);
+
+/// One thread's session on a [`Store`]: owns what it needs (it keeps the
+/// store open), may move between threads, and is used by one at a time.
+/// See [`Session`] for its operations.
+pub struct StoreSession(OwnedSession);
+
+impl std::fmt::Debug for StoreSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSession")
+            .field("engine", &self.0.borrow_owner().sb.engine)
+            .finish()
+    }
+}
+
+impl Session for StoreSession {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.0.with_dependent_mut(|_, s| s.get_into(key, out))
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.0.with_dependent_mut(|_, s| s.put(key, value))
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        self.0.with_dependent_mut(|_, s| s.delete(key))
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.0
+            .with_dependent_mut(|_, s| s.scan_with(from, limit, f))
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.0
+            .with_dependent_mut(|_, s| s.scan_back_with(upto, limit, f))
+    }
+
+    fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        self.0.with_dependent_mut(|_, s| s.batch(ops))
+    }
+}
+
+/// An iterator over a [`KeyRange`] of a [`Store`]: yields owned pairs,
+/// reading them in chunks through a session of its own (held until the
+/// iterator is dropped). An error ends the iteration after it is yielded.
+pub struct RangeIter {
+    store: Store,
+    session: Option<StoreSession>,
+    walker: Walker,
+    buf: VecDeque<(Vec<u8>, Vec<u8>)>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for RangeIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeIter")
+            .field("walker", &self.walker)
+            .finish()
+    }
+}
+
+impl Iterator for RangeIter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.buf.is_empty() && !self.walker.done() && !self.failed {
+            let session = match &mut self.session {
+                Some(s) => s,
+                None => match self.store.checkout() {
+                    Ok(s) => self.session.insert(s),
+                    Err(e) => {
+                        self.failed = true;
+                        return Some(Err(e));
+                    }
+                },
+            };
+            let buf = &mut self.buf;
+            if let Err(e) = self.walker.step(session, &mut |k, v| {
+                buf.push_back((k.to_vec(), v.to_vec()));
+                true
+            }) {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        }
+        let item = self.buf.pop_front().map(Ok);
+        if self.buf.is_empty() && (self.walker.done() || self.failed) {
+            // Finished: give the session back for the store's other users.
+            if let Some(s) = self.session.take() {
+                self.store.checkin(s);
+            }
+        }
+        item
+    }
+}
+
+impl Drop for RangeIter {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            self.store.checkin(s);
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("superblock", &self.sb)
+            .field("superblock", &self.shared.core.sb)
             .finish()
     }
 }
@@ -175,6 +326,10 @@ impl Store {
     /// Formats an engine on `pool` (its data area must be unused) and
     /// opens it. The pool must have been created with layout [`LAYOUT`].
     pub fn create(pool: &Pool, opts: &StoreOptions) -> Result<Store> {
+        Self::create_core(pool, opts).map(Store::from_core)
+    }
+
+    fn create_core(pool: &Pool, opts: &StoreOptions) -> Result<Core> {
         let start = Instant::now();
         check_sessions(opts)?;
         let data = pool.data();
@@ -225,7 +380,7 @@ impl Store {
         alloc: Arc<dyn PAllocator>,
         opts: &StoreOptions,
         start: Instant,
-    ) -> Result<Store> {
+    ) -> Result<Core> {
         let ctx = Self::ctx(whole.clone(), sb_off, sb, Arc::new(Measured(alloc)));
         // The engine formats its area first; the superblock, written last,
         // is what makes the pool a store (a crash before it leaves no store).
@@ -236,7 +391,7 @@ impl Store {
         };
         whole.write(sb_off as usize, &sb.encode());
         whole.persist(sb_off as usize, 64);
-        Ok(Store {
+        Ok(Core {
             engine,
             sb,
             recovery: EngineRecovery {
@@ -249,14 +404,20 @@ impl Store {
     }
 
     /// Opens the store on `pool`, running the allocator's and the engine's
-    /// recovery. The engine and allocator come from the superblock; of
-    /// `opts` only the runtime knobs (and a planted fault) are used.
+    /// recovery. The engine and allocator come from the superblock; an
+    /// engine or session count set in `opts` that disagrees with it is
+    /// refused ([`StoreOptions`]); the runtime knobs are used.
     pub fn open(pool: &Pool, opts: &StoreOptions) -> Result<Store> {
+        Self::open_core(pool, opts).map(Store::from_core)
+    }
+
+    fn open_core(pool: &Pool, opts: &StoreOptions) -> Result<Core> {
         let start = Instant::now();
         let data = pool.data();
         let mut raw = [0u8; 64];
         data.read(0, &mut raw);
         let sb = Superblock::decode(&raw, data.len() as u64)?;
+        opts.expect(sb.engine, sb.sessions)?;
         if sb.heap_len == 0 {
             return Err(EngineError::Corrupt(
                 "superblock: a store on an external allocator in a Ferrite pool".into(),
@@ -282,7 +443,7 @@ impl Store {
         alloc: Arc<dyn PAllocator>,
         opts: &StoreOptions,
         start: Instant,
-    ) -> Result<Store> {
+    ) -> Result<Core> {
         let alloc_report = alloc.recovery().clone();
         let ctx = Self::ctx(whole, sb_off, sb, Arc::new(Measured(alloc)));
         let mut o = opts.clone();
@@ -296,7 +457,7 @@ impl Store {
         };
         recovery.alloc = alloc_report;
         recovery.elapsed = start.elapsed();
-        Ok(Store {
+        Ok(Core {
             engine,
             sb,
             recovery,
@@ -339,7 +500,7 @@ impl Store {
             heap_len: 0,
             nonce: opts.nonce.unwrap_or_else(rand::random),
         };
-        Self::format(whole, sb_off, sb, alloc, opts, start)
+        Self::format(whole, sb_off, sb, alloc, opts, start).map(Store::from_core)
     }
 
     /// Opens a store made by [`create_with`](Self::create_with), running
@@ -357,13 +518,31 @@ impl Store {
             .map_err(|e| EngineError::Corrupt(e.to_string()))?;
         whole.read(sb_off as usize, &mut raw);
         let sb = Superblock::decode(&raw, whole.len() as u64 - sb_off)?;
+        opts.expect(sb.engine, sb.sessions)?;
         if sb.heap_len != 0 || sb.allocator != opts.allocator {
             return Err(EngineError::Corrupt(format!(
                 "superblock: the store was made on the {} allocator, not on {}",
                 sb.allocator, opts.allocator
             )));
         }
-        Self::recover(whole, sb_off, sb, alloc, opts, start)
+        Self::recover(whole, sb_off, sb, alloc, opts, start).map(Store::from_core)
+    }
+
+    fn from_core(core: Core) -> Store {
+        Store {
+            shared: Arc::new(Shared {
+                core: Arc::new(core),
+                idle: Mutex::new(Vec::new()),
+                returned: Condvar::new(),
+            }),
+        }
+    }
+
+    fn with_pool(core: Core, pool: Pool) -> Store {
+        Store::from_core(Core {
+            pool: Some(pool),
+            ..core
+        })
     }
 
     fn ctx(whole: Region, sb_off: u64, sb: Superblock, alloc: Arc<dyn PAllocator>) -> EngineCtx {
@@ -376,21 +555,37 @@ impl Store {
         }
     }
 
-    /// Creates a pool file of `size` bytes at `path` (domain from
-    /// `FERRITE_DOMAIN` or detection) and a store on it.
+    fn pool_options(size: u64, opts: &StoreOptions) -> PoolOptions {
+        let po = PoolOptions::new(LAYOUT, size);
+        match opts.domain {
+            Some(d) => po.domain(d),
+            None => po,
+        }
+    }
+
+    /// Creates a pool file of `size` bytes at `path` (domain from the
+    /// options, else `FERRITE_DOMAIN` or detection) and a store on it. A
+    /// create that fails leaves no file behind.
     pub fn create_file(path: impl AsRef<Path>, size: u64, opts: &StoreOptions) -> Result<Store> {
-        let pool = Pool::create(path, &PoolOptions::new(LAYOUT, size))?;
-        let mut s = Store::create(&pool, opts)?;
-        s.pool = Some(pool);
-        Ok(s)
+        let path = path.as_ref();
+        let pool = Pool::create(path, &Self::pool_options(size, opts))?;
+        match Self::create_core(&pool, opts) {
+            Ok(core) => Ok(Store::with_pool(core, pool)),
+            Err(e) => {
+                drop(pool);
+                // The file is ours (create refused an existing one) and
+                // holds no store: leave nothing a later create trips on.
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
     }
 
     /// Opens the store in the pool file at `path`, recovering it.
     pub fn open_file(path: impl AsRef<Path>, opts: &StoreOptions) -> Result<Store> {
-        let pool = Pool::open(path, &PoolOptions::new(LAYOUT, 0))?;
-        let mut s = Store::open(&pool, opts)?;
-        s.pool = Some(pool);
-        Ok(s)
+        let pool = Pool::open(path, &Self::pool_options(0, opts))?;
+        let core = Self::open_core(&pool, opts)?;
+        Ok(Store::with_pool(core, pool))
     }
 
     /// Opens the store at `path`, creating the file (of `size` bytes) if
@@ -408,56 +603,194 @@ impl Store {
         }
     }
 
-    /// A session for the calling thread.
-    pub fn session(&self) -> Result<Box<dyn Session + '_>> {
-        self.engine.session()
+    /// Opens the store at `path`, creating it if there is none (of
+    /// [`StoreOptions::size`], default [`crate::DEFAULT_SIZE`]).
+    ///
+    /// ```no_run
+    /// use ferrite_engine::{KeyRange, Store, StoreOptions};
+    /// # fn main() -> Result<(), ferrite_engine::EngineError> {
+    /// let store = Store::open_or_create("/dev/shm/fruit.pool", &StoreOptions::default())?;
+    /// store.put(b"apple", b"red")?;
+    /// assert_eq!(store.get(b"apple")?.as_deref(), Some(&b"red"[..]));
+    /// for pair in store.range(KeyRange::prefix(b"app")) {
+    ///     let (k, v) = pair?;
+    ///     println!("{} = {}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn open_or_create(path: impl AsRef<Path>, opts: &StoreOptions) -> Result<Store> {
+        Store::open_or_create_file(path, opts.size.unwrap_or(crate::DEFAULT_SIZE), opts)
     }
 
+    fn core(&self) -> &Core {
+        &self.shared.core
+    }
+
+    /// A new session, owned: it may be kept in a struct, moved to another
+    /// thread, and outlive this handle. At most the store's session count
+    /// are open at once ([`EngineError::TooManySessions`] past it); the
+    /// sessions the store-level operations keep idle make room first.
+    pub fn session(&self) -> Result<StoreSession> {
+        loop {
+            let core = self.shared.core.clone();
+            match OwnedSession::try_new(core, |c| c.engine.session()) {
+                Ok(s) => return Ok(StoreSession(s)),
+                Err(EngineError::TooManySessions { max }) => {
+                    // Give back an idle session of the store-level
+                    // operations, if one is there, and try again.
+                    if self.shared.idle.lock().pop().is_none() {
+                        return Err(EngineError::TooManySessions { max });
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A session for one store-level operation: an idle one, a new one,
+    /// or (all open) the next one given back, waiting up to
+    /// [`SESSION_WAIT`].
+    fn checkout(&self) -> Result<StoreSession> {
+        let deadline = Instant::now() + SESSION_WAIT;
+        loop {
+            let mut idle = self.shared.idle.lock();
+            if let Some(s) = idle.pop() {
+                return Ok(s);
+            }
+            let core = self.shared.core.clone();
+            match OwnedSession::try_new(core, |c| c.engine.session()) {
+                Ok(s) => return Ok(StoreSession(s)),
+                Err(EngineError::TooManySessions { max }) => {
+                    if Instant::now() >= deadline {
+                        return Err(EngineError::TooManySessions { max });
+                    }
+                    // A session the caller holds is dropped without a
+                    // signal: look again now and then.
+                    self.shared
+                        .returned
+                        .wait_for(&mut idle, Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn checkin(&self, s: StoreSession) {
+        self.shared.idle.lock().push(s);
+        self.shared.returned.notify_one();
+    }
+
+    fn with_session<R>(&self, f: impl FnOnce(&mut StoreSession) -> Result<R>) -> Result<R> {
+        let mut s = self.checkout()?;
+        let r = f(&mut s);
+        self.checkin(s);
+        r
+    }
+
+    /// Reads `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.with_session(|s| s.get(key))
+    }
+
+    /// Reads `key` into `out` (cleared first); false when absent.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.with_session(|s| s.get_into(key, out))
+    }
+
+    /// Inserts or replaces; durable when it returns.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.with_session(|s| s.put(key, value))
+    }
+
+    /// Removes `key`; false when it was absent. Durable when it returns.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.with_session(|s| s.delete(key))
+    }
+
+    /// Applies `ops` atomically; durable when it returns.
+    pub fn batch(&self, ops: &[Op<'_>]) -> Result<()> {
+        self.with_session(|s| s.batch(ops))
+    }
+
+    /// The pairs of `range`, lazily, in its order.
+    pub fn range(&self, range: KeyRange) -> RangeIter {
+        RangeIter {
+            store: self.clone(),
+            session: None,
+            walker: Walker::new(range),
+            buf: VecDeque::new(),
+            failed: false,
+        }
+    }
+
+    /// The pair with the least key.
+    pub fn first(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.with_session(|s| s.first())
+    }
+
+    /// The pair with the greatest key.
+    pub fn last(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.with_session(|s| s.last())
+    }
+
+    /// The engine of this store.
     pub fn kind(&self) -> EngineKind {
-        self.sb.engine
+        self.core().sb.engine
     }
 
+    /// The allocator of this store.
     pub fn allocator_kind(&self) -> AllocKind {
-        self.sb.allocator
+        self.core().sb.allocator
     }
 
+    /// The decoded superblock.
     pub fn superblock(&self) -> &Superblock {
-        &self.sb
+        &self.core().sb
     }
 
+    /// The allocator holding the engine's blocks.
     pub fn allocator(&self) -> &dyn PAllocator {
-        self.engine.allocator()
+        self.core().engine.allocator()
     }
 
     /// What open (or create) did, and how long it took.
     pub fn recovery(&self) -> &EngineRecovery {
-        &self.recovery
+        &self.core().recovery
     }
 
+    /// Counters since open.
     pub fn stats(&self) -> EngineStats {
-        self.engine.stats()
+        self.core().engine.stats()
     }
 
     /// Finishes background work.
     pub fn quiesce(&self) -> Result<()> {
-        self.engine.quiesce()
+        self.core().engine.quiesce()
     }
 
     /// Walks the whole store (quiesce first; no session writing).
     pub fn walk(&self) -> Result<Walk> {
-        self.engine.walk()
+        self.core().engine.walk()
     }
 
     /// The pool file this store opened, if it opened one.
     pub fn pool(&self) -> Option<&Pool> {
-        self.pool.as_ref()
+        self.core().pool.as_ref()
     }
 
-    /// Finishes background work and closes the pool file (if the store
-    /// opened it).
+    /// Finishes background work; on the last handle (no clone, no session
+    /// left) also closes the pool file, if the store opened it, making
+    /// everything durable. On any other handle it is a drop.
     pub fn close(self) -> Result<()> {
-        self.engine.quiesce()?;
-        let Store { engine, pool, .. } = self;
+        self.quiesce()?;
+        let Ok(shared) = Arc::try_unwrap(self.shared) else {
+            return Ok(());
+        };
+        drop(shared.idle);
+        let Ok(core) = Arc::try_unwrap(shared.core) else {
+            return Ok(());
+        };
+        let Core { engine, pool, .. } = core;
         drop(engine);
         if let Some(p) = pool {
             p.close()?;
@@ -465,3 +798,6 @@ impl Store {
         Ok(())
     }
 }
+
+/// How long a store-level operation waits for a session when all are open.
+pub const SESSION_WAIT: Duration = Duration::from_secs(30);

@@ -1325,7 +1325,7 @@ impl PAllocator for Heap {
         "ferrite"
     }
 
-    fn thread(&self) -> Result<Box<dyn AllocThread + '_>> {
+    fn thread(&self) -> Result<Box<dyn AllocThread + Send + '_>> {
         Ok(Box::new(self.attach()?))
     }
 

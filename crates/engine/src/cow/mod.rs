@@ -159,6 +159,7 @@ use ferrite_pmem::{LockHeld, POff, Region};
 use format::{Ent, KIND_LEAF, MAX_HEIGHT, ValRef};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tree::Shadow;
@@ -1011,7 +1012,7 @@ impl Engine for CowEngine {
         EngineKind::Cow
     }
 
-    fn session(&self) -> Result<Box<dyn Session + '_>> {
+    fn session(&self) -> Result<Box<dyn Session + Send + '_>> {
         let (ticket, th) = self.sessions.enter(&*self.alloc)?;
         Ok(Box::new(CowSession {
             eng: self,
@@ -1082,7 +1083,7 @@ impl Engine for CowEngine {
 /// One thread's session.
 struct CowSession<'e> {
     eng: &'e CowEngine,
-    th: Box<dyn AllocThread + 'e>,
+    th: Box<dyn AllocThread + Send + 'e>,
     buf: Vec<u8>,
     _ticket: Ticket<'e>,
 }
@@ -1267,12 +1268,115 @@ impl Session for CowSession<'_> {
         Ok(n)
     }
 
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
+        let v = self.eng.snapshot();
+        let mut n = 0;
+        if v.root != 0 && limit > 0 {
+            let mut val = Vec::new();
+            let mut walk = BackWalk {
+                pool: &self.eng.pool,
+                upto,
+                limit,
+                n: &mut n,
+                f,
+                val: &mut val,
+            };
+            walk.node(v.root, 0)?;
+        }
+        Ok(n)
+    }
+
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
         check_ops(ops)?;
         if ops.is_empty() {
             return Ok(());
         }
         self.write(ops).map(drop)
+    }
+}
+
+/// A descending scan of one version: every pair below `upto`, greatest
+/// first, until `limit` pairs were visited.
+struct BackWalk<'a, 'f> {
+    pool: &'a Region,
+    upto: Bound<&'a [u8]>,
+    limit: usize,
+    n: &'a mut usize,
+    f: &'a mut (dyn FnMut(&[u8], &[u8]) + 'f),
+    val: &'a mut Vec<u8>,
+}
+
+impl BackWalk<'_, '_> {
+    fn below(&self, k: &[u8]) -> bool {
+        match self.upto {
+            Bound::Included(u) => k <= u,
+            Bound::Excluded(u) => k < u,
+            Bound::Unbounded => true,
+        }
+    }
+
+    fn node(&mut self, off: u64, depth: usize) -> Result<()> {
+        if depth > MAX_HEIGHT as usize {
+            return Err(EngineError::Corrupt(
+                "cow: tree deeper than the limit".into(),
+            ));
+        }
+        let mut buf = Vec::new();
+        let h = tree::read_node(self.pool, off, &mut buf)?;
+        if h.kind == KIND_LEAF {
+            let mut pairs = Vec::with_capacity(h.count as usize);
+            for e in format::Entries::new(&h, &buf) {
+                if let Ent::Leaf(k, v) = e? {
+                    pairs.push((k, v));
+                }
+            }
+            for &(k, v) in pairs.iter().rev() {
+                if !self.below(k) {
+                    continue;
+                }
+                match v {
+                    ValRef::Inline(x) => (self.f)(k, x),
+                    ValRef::Blob { off, len, .. } => {
+                        self.val.clear();
+                        tree::read_blob(self.pool, off, len as usize, self.val)?;
+                        (self.f)(k, self.val);
+                    }
+                }
+                *self.n += 1;
+                if *self.n >= self.limit {
+                    return Ok(());
+                }
+            }
+            return Ok(());
+        }
+        let mut children: Vec<(&[u8], u64)> = Vec::with_capacity(h.count as usize);
+        for e in format::Entries::new(&h, &buf) {
+            if let Ent::Branch(k, c, _) = e? {
+                children.push((k, c));
+            }
+        }
+        // Child i holds keys from its separator up to the next one: the
+        // last child that can hold a key below the bound, then every
+        // earlier one.
+        let end = match self.upto {
+            _ if children.len() <= 1 => children.len(),
+            Bound::Included(u) => 1 + children[1..].partition_point(|(k, _)| *k <= u),
+            Bound::Excluded(u) => 1 + children[1..].partition_point(|(k, _)| *k < u),
+            Bound::Unbounded => children.len(),
+        };
+        for &(_, c) in children[..end].iter().rev() {
+            self.node(c, depth + 1)?;
+            if *self.n >= self.limit {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -180,6 +180,7 @@ use ferrite_pmem::{HEADER_SIZE, LockHeld, POff, Region};
 use log::{Item, REC_HDR, RecBuf};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tree::{
@@ -1256,7 +1257,7 @@ impl Engine for Inp {
         EngineKind::Inp
     }
 
-    fn session(&self) -> Result<Box<dyn Session + '_>> {
+    fn session(&self) -> Result<Box<dyn Session + Send + '_>> {
         let (ticket, th) = self.gate.enter(&*self.alloc)?;
         Ok(Box::new(InpSession {
             eng: self,
@@ -1666,7 +1667,7 @@ impl Writer<'_, '_> {
 
 struct InpSession<'e> {
     eng: &'e Inp,
-    th: Box<dyn AllocThread + 'e>,
+    th: Box<dyn AllocThread + Send + 'e>,
     op: OpState,
     path: Vec<(u64, usize)>,
     kbuf: Box<[u8; MAX_KEY]>,
@@ -1816,6 +1817,67 @@ impl Session for InpSession<'_> {
                     path.push((p, i + 1));
                     let c = tree::inner_child_at(g, p, i + 1)?;
                     leaf = tree::leftmost(g, c, &mut path)?;
+                    break;
+                }
+            }
+        }
+        Err(corrupt("scan visited more leaves than the heap holds"))
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
+        let eng = self.eng;
+        let g = &eng.geo;
+        let _r = eng.rw.read();
+        let root = eng.root();
+        if root == 0 || limit == 0 {
+            return Ok(0);
+        }
+        let mut path = Vec::with_capacity(MAX_DEPTH);
+        // The leaf that holds the bound holds every key below it that a
+        // later leaf could not.
+        let mut leaf = match upto {
+            Bound::Included(u) | Bound::Excluded(u) => {
+                descend(g, root, u, &mut path, &mut self.kbuf)?
+            }
+            Bound::Unbounded => tree::rightmost(g, root, &mut path)?,
+        };
+        let below = |k: &[u8]| match upto {
+            Bound::Included(u) => k <= u,
+            Bound::Excluded(u) => k < u,
+            Bound::Unbounded => true,
+        };
+        let mut n = 0;
+        let mut val = Vec::new();
+        let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
+        for _ in 0..max_leaves {
+            let mut b = [0u8; LEAF_BYTES];
+            g.read(leaf, LEAF_BYTES, 0, &mut b)?;
+            for (k, t) in leaf_sorted(g, &b)?.into_iter().rev() {
+                if !below(&k) {
+                    continue;
+                }
+                g.tuple_value(t, &mut val)?;
+                f(&k, &val);
+                n += 1;
+                if n == limit {
+                    return Ok(n);
+                }
+            }
+            // Previous leaf: up to the first ancestor with an earlier child.
+            loop {
+                let Some((p, i)) = path.pop() else {
+                    return Ok(n);
+                };
+                if i > 0 {
+                    path.push((p, i - 1));
+                    let c = tree::inner_child_at(g, p, i - 1)?;
+                    leaf = tree::rightmost(g, c, &mut path)?;
                     break;
                 }
             }

@@ -294,6 +294,22 @@ pub(crate) fn leftmost<S: Src>(s: &S, mut cur: u64, path: &mut Vec<(u64, usize)>
     Err(corrupt("tree deeper than 32 levels (a cycle?)"))
 }
 
+/// Descends to the rightmost leaf below `cur`, pushing the path.
+pub(crate) fn rightmost<S: Src>(s: &S, mut cur: u64, path: &mut Vec<(u64, usize)>) -> Result<u64> {
+    for _ in 0..MAX_DEPTH {
+        if is_leaf(s, cur)? {
+            return Ok(cur);
+        }
+        let last = inner_n(s, cur)? - 1;
+        path.push((cur, last));
+        cur = inner_child_at(s, cur, last)?;
+        if path.len() > MAX_DEPTH {
+            break;
+        }
+    }
+    Err(corrupt("tree deeper than 32 levels (a cycle?)"))
+}
+
 // ---- leaves (operating on a copy of the node) ----------------------------
 
 #[inline]

@@ -639,6 +639,72 @@ impl Lsm {
         Ok(n)
     }
 
+    /// [`scan`](Self::scan) descending: pairs below `upto`, greatest first.
+    fn scan_back(
+        &self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let (mem, version) = {
+            let st = self.state.read();
+            let mut v = Vec::new();
+            let mut puts = 0;
+            for (k, val) in st.mem.range::<[u8], _>((Bound::Unbounded, upto)).rev() {
+                v.push((k.clone(), val.clone()));
+                if val.is_some() {
+                    puts += 1;
+                    if puts >= limit {
+                        break;
+                    }
+                }
+            }
+            (v, st.version.clone())
+        };
+        let mut srcs = Vec::with_capacity(version.runs.len());
+        for r in &version.runs {
+            srcs.push(RunBackCursor::seek(&self.pool, r, upto)?);
+        }
+        let mut mem_at = 0;
+        let mut n = 0;
+        while n < limit {
+            // The greatest current key; the newest source wins a tie
+            // (the memtable, then the runs newest first).
+            let mut best: Option<(usize, &[u8])> = mem.get(mem_at).map(|(k, _)| (0, k.as_slice()));
+            for (i, c) in srcs.iter().enumerate() {
+                if let Some((k, _)) = c.current()
+                    && best.is_none_or(|(_, b)| k > b)
+                {
+                    best = Some((i + 1, k));
+                }
+            }
+            let Some((b, key)) = best else { break };
+            let key = key.to_vec();
+            let value = if b == 0 {
+                mem[mem_at].1.clone()
+            } else {
+                srcs[b - 1].current().expect("live").1.map(<[u8]>::to_vec)
+            };
+            if let Some(v) = &value {
+                f(&key, v);
+                n += 1;
+            }
+            // The chosen entry and every older version of its key.
+            if mem.get(mem_at).is_some_and(|(k, _)| *k == key) {
+                mem_at += 1;
+            }
+            for c in &mut srcs {
+                while c.current().is_some_and(|(k, _)| k >= key.as_slice()) {
+                    c.retreat()?;
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// Appends `rec` (ops encoded by [`format::encode_ops`]) durably and
     /// applies `ops` to the memtable. Called with the writer lock held.
     /// [`append_record`](Self::append_record), one commit point of the
@@ -1043,6 +1109,101 @@ impl<'a> RunCursor<'a> {
     }
 }
 
+/// A run read backwards: every record of the current block is indexed
+/// when the block is loaded, then visited from the last.
+struct RunBackCursor<'a> {
+    pool: &'a Region,
+    run: &'a Run,
+    /// The block loaded; `None` before the first.
+    block: Option<usize>,
+    buf: Vec<u8>,
+    /// Every record of `buf`: (key start, key end, record end, tombstone).
+    recs: Vec<(usize, usize, usize, bool)>,
+    /// One past the current record in `recs`; 0 when exhausted.
+    at: usize,
+}
+
+impl<'a> RunBackCursor<'a> {
+    /// A cursor at the greatest record below `upto`.
+    fn seek(pool: &'a Region, run: &'a Run, upto: Bound<&[u8]>) -> Result<RunBackCursor<'a>> {
+        let blocks = &run.meta.blocks;
+        let end = match upto {
+            Bound::Included(u) => blocks.partition_point(|b| &*b.first <= u),
+            Bound::Excluded(u) => blocks.partition_point(|b| &*b.first < u),
+            Bound::Unbounded => blocks.len(),
+        };
+        let mut c = RunBackCursor {
+            pool,
+            run,
+            block: end.checked_sub(1),
+            buf: Vec::new(),
+            recs: Vec::new(),
+            at: 0,
+        };
+        c.load()?;
+        let below = |k: &[u8]| match upto {
+            Bound::Included(u) => k <= u,
+            Bound::Excluded(u) => k < u,
+            Bound::Unbounded => true,
+        };
+        while c.current().is_some_and(|(k, _)| !below(k)) {
+            c.retreat()?;
+        }
+        Ok(c)
+    }
+
+    /// Loads block `self.block` (nothing when `None`) and stands on its
+    /// last record.
+    fn load(&mut self) -> Result<()> {
+        self.buf.clear();
+        self.recs.clear();
+        self.at = 0;
+        let Some(b) = self.block.and_then(|i| self.run.meta.blocks.get(i)) else {
+            return Ok(());
+        };
+        read_checked(
+            self.pool,
+            self.run.off + RUN_HEADER as u64 + b.off,
+            u64::from(b.len),
+            &mut self.buf,
+        )?;
+        let mut p = 0;
+        while p < self.buf.len() {
+            let (k, v, next) = parse_run_record(&self.buf, p)?;
+            let ks = p + format::REC_FIXED;
+            self.recs.push((ks, ks + k.len(), next, v.is_none()));
+            p = next;
+        }
+        self.at = self.recs.len();
+        Ok(())
+    }
+
+    /// Steps to the previous record (the previous block's last at a block
+    /// start).
+    fn retreat(&mut self) -> Result<()> {
+        self.at = self.at.saturating_sub(1);
+        while self.at == 0 {
+            match self.block {
+                Some(i) if i > 0 => {
+                    self.block = Some(i - 1);
+                    self.load()?;
+                }
+                _ => {
+                    self.block = None;
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn current(&self) -> Option<MergedEntry<'_>> {
+        let &(ks, ke, end, tomb) = self.recs.get(self.at.checked_sub(1)?)?;
+        let v = (!tomb).then(|| &self.buf[ke..end]);
+        Some((&self.buf[ks..ke], v))
+    }
+}
+
 /// A merged entry: key and value (`None`: tombstone).
 type MergedEntry<'a> = (&'a [u8], Option<&'a [u8]>);
 
@@ -1142,7 +1303,7 @@ impl<'a> Merge<'a> {
 
 struct LsmSession<'a> {
     eng: &'a Lsm,
-    at: Box<dyn AllocThread + 'a>,
+    at: Box<dyn AllocThread + Send + 'a>,
     rec: Vec<u8>,
     blk: Vec<u8>,
     scratch: Vec<u8>,
@@ -1193,6 +1354,16 @@ impl Session for LsmSession<'_> {
         self.eng.scan(from, limit, f)
     }
 
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
+        self.eng.scan_back(upto, limit, f)
+    }
+
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
         check_ops(ops)?;
         if ops.is_empty() {
@@ -1228,7 +1399,7 @@ impl Engine for Lsm {
         EngineKind::Lsm
     }
 
-    fn session(&self) -> Result<Box<dyn Session + '_>> {
+    fn session(&self) -> Result<Box<dyn Session + Send + '_>> {
         let (ticket, at) = self.sessions.enter(&*self.alloc)?;
         Ok(Box::new(LsmSession {
             eng: self,

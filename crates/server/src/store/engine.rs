@@ -2,7 +2,7 @@
 //! each `put`/`delete` is durable when it returns (the engine's contract).
 
 use super::{Kv, KvReader, Result, StoreError};
-use ferrite_engine::{EngineError, Op, Session};
+use ferrite_engine::{EngineError, KeyRange, Op, Session};
 
 /// One thread's engine session.
 pub struct EngineKv<'a> {
@@ -36,11 +36,11 @@ impl Kv for EngineKv<'_> {
     }
 
     fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        // Bounded by the prefix: the scan stops at the first key past it.
         self.session
-            .scan_with(prefix, usize::MAX, &mut |k, v| {
-                if k.starts_with(prefix) {
-                    f(k, v)
-                }
+            .range_with(&KeyRange::prefix(prefix), &mut |k, v| {
+                f(k, v);
+                true
             })
             .map(|_| ())
             .map_err(err)
@@ -72,7 +72,12 @@ pub fn serve(
     let sessions = usize::from(store.superblock().sessions).max(1);
     opts.shards = opts.shards.clamp(1, (sessions - 1).max(1));
     crate::server::run(
-        || store.session().map(EngineKv::new).map_err(err),
+        || {
+            store
+                .session()
+                .map(|s| EngineKv::new(Box::new(s)))
+                .map_err(err)
+        },
         // The read fast path reads through a session of its own. Every
         // engine publishes a write to readers only after its commit is
         // durable (InP applies its redo record after the fence, LSM
@@ -81,7 +86,12 @@ pub fn serve(
         // session if the store has more than the shards and the scan need
         // (`ferrite serve` creates stores with one per connection thread
         // more), or once the scan has given its own back.
-        || Ok(store.session().ok().map(|s| KvReader(EngineKv::new(s)))),
+        || {
+            Ok(store
+                .session()
+                .ok()
+                .map(|s| KvReader(EngineKv::new(Box::new(s)))))
+        },
         opts,
         listener,
         stop,
