@@ -938,7 +938,7 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
                 let pool = Pool::open_image(&image, &opts, domain, None)
                     .map_err(|e| format!("image: {e}"))?;
                 let t0 = Instant::now();
-                let s = Store::open(&pool, &StoreOptions::new(EngineKind::Inp))
+                let s = Store::open(&pool, &StoreOptions::default())
                     .map_err(|e| format!("recovery: {e}"))?;
                 ms.push(t0.elapsed().as_secs_f64() * 1e3);
                 recovered = s.recovery().keys;

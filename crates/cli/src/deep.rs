@@ -27,7 +27,7 @@
 //! (freeing a block is only safe if nothing outside the walked roots
 //! references it, which no check can prove).
 
-use ferrite_engine::{EngineKind, Store, StoreOptions};
+use ferrite_engine::{Store, StoreOptions};
 use ferrite_pmem::{Domain, HEADER_SIZE, Header, Pool, PoolOptions};
 use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
 use ferrite_tx::TxPool;
@@ -423,8 +423,7 @@ fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>),
     let mut done = Vec::new();
     match holds {
         Holds::Engine => {
-            let store =
-                Store::open_file(path, &StoreOptions::new(EngineKind::Cow)).map_err(|x| e(&x))?;
+            let store = Store::open_file(path, &StoreOptions::default()).map_err(|x| e(&x))?;
             let rec = store.recovery().clone();
             store.close().map_err(|x| e(&x))?;
             done.push(format!("engine: recovery ran: {}", rec.detail));

@@ -157,7 +157,7 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
     }
     // Opening runs recovery, which takes a while on a large store.
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
-    let store = Store::open_file(path, &StoreOptions::new(EngineKind::Cow)).map_err(e)?;
+    let store = Store::open_file(path, &StoreOptions::default()).map_err(e)?;
     step.done(&format!(
         "recovery {:.1} s",
         store.recovery().elapsed.as_secs_f64()

@@ -323,8 +323,7 @@ fn open(
                 (Opened::Tx(Box::new(t)), Variant::Tx(s))
             }
             _ if hdr.layout == LAYOUT => {
-                let s =
-                    Store::open(&pool, &StoreOptions::new(EngineKind::Inp)).map_err(|x| e(&x))?;
+                let s = Store::open(&pool, &StoreOptions::default()).map_err(|x| e(&x))?;
                 let k = s.kind();
                 (Opened::Engine(Box::new(s)), Variant::Engine(k))
             }

@@ -75,6 +75,7 @@ pub mod inp;
 pub mod lsm;
 pub mod range;
 pub mod store;
+pub mod txn;
 pub mod verify;
 
 #[cfg(any(test, feature = "checks"))]
@@ -83,6 +84,7 @@ pub mod checks;
 pub use error::{EngineError, Result};
 pub use range::KeyRange;
 pub use store::{RangeIter, Store, StoreSession, Superblock, area_bytes};
+pub use txn::{Snapshot, WriteTxn};
 
 use ferrite_alloc::{PAllocator, RecoveryReport};
 pub use ferrite_pmem::Domain;
@@ -210,8 +212,10 @@ pub enum Fault {
 ///
 /// At open, the engine and the session count come from the store's
 /// superblock; the ones set here are *expectations*: a store of another
-/// engine is refused with [`EngineError::WrongEngine`], another session
-/// count with [`EngineError::BadOption`]. Left unset, any store opens.
+/// engine is refused with [`EngineError::WrongEngine`], one created for
+/// fewer sessions than asked with [`EngineError::BadOption`] (the count is
+/// fixed at create: each session has its log and allocator lane). Left
+/// unset, any store opens.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
     pub(crate) engine: EngineKind,
@@ -332,9 +336,9 @@ impl StoreOptions {
                 asked: self.engine.name().into(),
             });
         }
-        if self.sessions_set && sessions != self.sessions {
+        if self.sessions_set && self.sessions > sessions {
             return Err(EngineError::BadOption(format!(
-                "the store was created for {sessions} sessions, not {}",
+                "the store was created for at most {sessions} sessions, not {}",
                 self.sessions
             )));
         }
@@ -431,7 +435,7 @@ pub trait Session {
         range: &KeyRange,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
-        range::drive(self, range, f)
+        range::drive(&mut range::SessionScan(self), range, f)
     }
 
     /// The pairs of `range`, in its order (collected: for long ranges
@@ -477,12 +481,51 @@ pub trait Session {
     }
 }
 
+/// A consistent, read-only view of an engine: what [`Store::snapshot`]
+/// wraps. Every read sees the store as it was when the view was taken,
+/// whatever commits after. Not shared between threads.
+pub trait SnapshotRead {
+    /// Reads `key` into `out` (cleared first); false when absent.
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// As [`Session::scan_with`].
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+    /// As [`Session::scan_back_with`].
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+    /// Live keys in the view (InP, CoW: a counter; LSM: a merge of the
+    /// memtable and every run).
+    fn len(&mut self) -> Result<u64>;
+    /// True when the view holds no key.
+    fn is_empty(&mut self) -> Result<bool> {
+        let mut any = false;
+        self.scan_with(&[], 1, &mut |_, _| any = true)?;
+        Ok(!any)
+    }
+}
+
 /// An open engine. Implemented by [`inp`], [`cow`] and [`lsm`]; reached
 /// through [`Store`].
 pub trait Engine: Send + Sync {
     fn kind(&self) -> EngineKind;
     /// Opens a session for the calling thread.
     fn session(&self) -> Result<Box<dyn Session + Send + '_>>;
+    /// A consistent read-only view (isolation per engine: [`Store::snapshot`]).
+    fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>>;
+    /// Live keys now (InP, CoW: a counter; LSM: a merge of every run).
+    fn len(&self) -> Result<u64>;
+    /// True when the engine holds no key.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// The allocator holding the engine's blocks.
     fn allocator(&self) -> &dyn PAllocator;
     /// What open did.

@@ -10,7 +10,7 @@
 //! consistent view only inside one chunk, unless it is read through a
 //! snapshot.
 
-use crate::{MAX_KEY, Result, Session};
+use crate::{MAX_KEY, Result, Session, SnapshotRead};
 use std::ops::{Bound, RangeBounds};
 
 /// Pairs the first chunk of a range asks for.
@@ -154,6 +154,65 @@ fn successor(k: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
+/// The two scans a range is read with: a [`Session`]'s or a snapshot's.
+pub(crate) trait Scan {
+    fn scan_fwd(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+    fn scan_back(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+}
+
+/// A session seen as a [`Scan`].
+pub(crate) struct SessionScan<'a, S: Session + ?Sized>(pub(crate) &'a mut S);
+
+impl<S: Session + ?Sized> Scan for SessionScan<'_, S> {
+    fn scan_fwd(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.0.scan_with(from, limit, f)
+    }
+
+    fn scan_back(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.0.scan_back_with(upto, limit, f)
+    }
+}
+
+impl<T: SnapshotRead + ?Sized> Scan for Box<T> {
+    fn scan_fwd(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.as_mut().scan_with(from, limit, f)
+    }
+
+    fn scan_back(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.as_mut().scan_back_with(upto, limit, f)
+    }
+}
+
 /// Reads a [`KeyRange`] chunk by chunk; remembers where the next chunk
 /// starts.
 #[derive(Clone, Debug)]
@@ -194,9 +253,9 @@ impl Walker {
 
     /// Reads the next chunk, calling `f` for each pair in the range until
     /// it returns false (then the walk is over). Returns the pairs `f` saw.
-    pub(crate) fn step<S: Session + ?Sized>(
+    pub(crate) fn step(
         &mut self,
-        s: &mut S,
+        s: &mut dyn Scan,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         if self.done {
@@ -235,13 +294,13 @@ impl Walker {
             }
         };
         let got = if self.range.reverse {
-            s.scan_back_with(self.next.as_ref().map(Vec::as_slice), limit, &mut visit)?
+            s.scan_back(self.next.as_ref().map(Vec::as_slice), limit, &mut visit)?
         } else {
             let from: &[u8] = match &self.next {
                 Bound::Included(k) => k,
                 _ => &[],
             };
-            s.scan_with(from, limit, &mut visit)?
+            s.scan_fwd(from, limit, &mut visit)?
         };
         if stop || got < limit {
             self.done = true;
@@ -264,8 +323,8 @@ impl Walker {
 }
 
 /// Visits `range` through `s` until `f` returns false; the pairs visited.
-pub(crate) fn drive<S: Session + ?Sized>(
-    s: &mut S,
+pub(crate) fn drive(
+    s: &mut dyn Scan,
     range: &KeyRange,
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<usize> {

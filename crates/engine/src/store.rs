@@ -3,14 +3,15 @@
 //! The superblock's format is in the crate documentation.
 
 use crate::breakdown::Measured;
-use crate::range::Walker;
+use crate::range::{SessionScan, Walker};
+use crate::txn::{Snapshot, WriteTxn};
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, KeyRange, LAYOUT, Op,
     Result, Session, StoreOptions, Walk, cow, inp, lsm,
 };
 use ferrite_alloc::{Heap, HeapOptions, LockHeap, LockOptions, PAllocator};
 use ferrite_pmem::{HEADER_SIZE, PAGE, Pool, PoolOptions, Region};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::path::Path;
@@ -143,10 +144,14 @@ struct Shared {
 
 /// The open engine and the pool file it lives in: what a session keeps
 /// alive.
-struct Core {
-    engine: Box<dyn Engine>,
+pub(crate) struct Core {
+    pub(crate) engine: Box<dyn Engine>,
     sb: Superblock,
     recovery: EngineRecovery,
+    /// Writers' gate: a [`WriteTxn`] holds it exclusively for its life,
+    /// every other write (a session's put, delete, batch) shared for one
+    /// operation, so no write lands inside a write transaction.
+    pub(crate) writers: Arc<RwLock<()>>,
     /// The pool file, when the store opened it itself. Dropped after the
     /// engine (field order), so nothing writes to an unlocked file.
     pool: Option<Pool>,
@@ -182,11 +187,17 @@ impl Session for StoreSession {
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.0.with_dependent_mut(|_, s| s.put(key, value))
+        self.0.with_dependent_mut(|c, s| {
+            let _w = c.writers.read();
+            s.put(key, value)
+        })
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        self.0.with_dependent_mut(|_, s| s.delete(key))
+        self.0.with_dependent_mut(|c, s| {
+            let _w = c.writers.read();
+            s.delete(key)
+        })
     }
 
     fn scan_with(
@@ -210,7 +221,23 @@ impl Session for StoreSession {
     }
 
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        self.0.with_dependent_mut(|c, s| {
+            let _w = c.writers.read();
+            s.batch(ops)
+        })
+    }
+}
+
+impl StoreSession {
+    /// [`Session::batch`] without the writers' gate: for the
+    /// [`WriteTxn`] that holds it.
+    pub(crate) fn batch_in_txn(&mut self, ops: &[Op<'_>]) -> Result<()> {
         self.0.with_dependent_mut(|_, s| s.batch(ops))
+    }
+
+    /// The writers' gate of this session's store.
+    pub(crate) fn writers(&self) -> Arc<RwLock<()>> {
+        self.0.borrow_owner().writers.clone()
     }
 }
 
@@ -249,7 +276,7 @@ impl Iterator for RangeIter {
                 },
             };
             let buf = &mut self.buf;
-            if let Err(e) = self.walker.step(session, &mut |k, v| {
+            if let Err(e) = self.walker.step(&mut SessionScan(session), &mut |k, v| {
                 buf.push_back((k.to_vec(), v.to_vec()));
                 true
             }) {
@@ -394,6 +421,7 @@ impl Store {
         Ok(Core {
             engine,
             sb,
+            writers: Arc::default(),
             recovery: EngineRecovery {
                 elapsed: start.elapsed(),
                 detail: "created".into(),
@@ -458,6 +486,7 @@ impl Store {
         recovery.alloc = alloc_report;
         recovery.elapsed = start.elapsed();
         Ok(Core {
+            writers: Arc::default(),
             engine,
             sb,
             recovery,
@@ -650,7 +679,7 @@ impl Store {
     /// A session for one store-level operation: an idle one, a new one,
     /// or (all open) the next one given back, waiting up to
     /// [`SESSION_WAIT`].
-    fn checkout(&self) -> Result<StoreSession> {
+    pub(crate) fn checkout(&self) -> Result<StoreSession> {
         let deadline = Instant::now() + SESSION_WAIT;
         loop {
             let mut idle = self.shared.idle.lock();
@@ -675,7 +704,7 @@ impl Store {
         }
     }
 
-    fn checkin(&self, s: StoreSession) {
+    pub(crate) fn checkin(&self, s: StoreSession) {
         self.shared.idle.lock().push(s);
         self.shared.returned.notify_one();
     }
@@ -721,6 +750,45 @@ impl Store {
             buf: VecDeque::new(),
             failed: false,
         }
+    }
+
+    /// A write transaction: reads see the store with the transaction's
+    /// own writes; [`WriteTxn::commit`] applies them all at once (one
+    /// atomic, durable batch), dropping it applies none.
+    ///
+    /// Isolation: serializable. One write transaction at a time; while it
+    /// lives every other write of the store (any handle, any session)
+    /// waits, as in LMDB and redb. So a thread holding one must not write
+    /// through another handle (it would wait for itself); reads and
+    /// snapshots go on.
+    pub fn write(&self) -> Result<WriteTxn> {
+        let session = self.checkout()?;
+        Ok(WriteTxn::begin(self.clone(), session))
+    }
+
+    /// A read-only, consistent view: every read through it sees the store
+    /// as it was when it was taken.
+    ///
+    /// Per engine: **CoW** holds its version (writers go on; the blocks
+    /// they replace are freed only after the view is dropped). **LSM**
+    /// copies the memtable and holds the run list (writers go on; a
+    /// memtable flush waits until the view is dropped). **InP** updates in
+    /// place, so its view holds the engine's read lock: writers wait until
+    /// it is dropped. Keep views short-lived, and never write on a thread
+    /// that holds an InP or LSM view.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        Snapshot::take(self.shared.core.clone())
+    }
+
+    /// Live keys: exact. InP and CoW keep a counter (O(1)); LSM merges
+    /// the memtable with every run (O(keys)).
+    pub fn len(&self) -> Result<u64> {
+        self.core().engine.len()
+    }
+
+    /// True when the store holds no key.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.first()?.is_none())
     }
 
     /// The pair with the least key.

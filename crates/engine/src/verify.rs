@@ -168,7 +168,7 @@ pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
             return out;
         }
     };
-    let store = match Store::open(&pool, &StoreOptions::new(EngineKind::Cow)) {
+    let store = match Store::open(&pool, &StoreOptions::default()) {
         Ok(s) => s,
         Err(EngineError::Alloc(e)) => {
             out.findings.push(EngineFinding::Heap(av::refused(&e)));

@@ -152,7 +152,7 @@ use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
-    StoreOptions, Walk, check_key, check_ops, check_value,
+    SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Link, PAllocator, Publish, Reservation};
 use ferrite_pmem::{LockHeld, POff, Region};
@@ -1022,6 +1022,18 @@ impl Engine for CowEngine {
         }))
     }
 
+    fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>> {
+        Ok(Box::new(CowSnapshot {
+            eng: self,
+            v: self.snapshot(),
+            buf: Vec::new(),
+        }))
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.snapshot().keys)
+    }
+
     fn allocator(&self) -> &dyn PAllocator {
         &*self.alloc
     }
@@ -1192,48 +1204,8 @@ impl Session for CowSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
-        out.clear();
         let v = self.eng.snapshot();
-        let pool = &self.eng.pool;
-        let mut off = v.root;
-        if off == 0 {
-            return Ok(false);
-        }
-        for _ in 0..=MAX_HEIGHT {
-            let h = tree::read_node(pool, off, &mut self.buf)?;
-            let mut next = None;
-            for e in format::Entries::new(&h, &self.buf) {
-                match e? {
-                    Ent::Leaf(k, val) => {
-                        if k == key {
-                            match val {
-                                ValRef::Inline(x) => out.extend_from_slice(x),
-                                ValRef::Blob { off, len, .. } => {
-                                    tree::read_blob(pool, off, len as usize, out)?
-                                }
-                            }
-                            return Ok(true);
-                        }
-                        if k > key {
-                            return Ok(false);
-                        }
-                    }
-                    Ent::Branch(k, child, _) => {
-                        if next.is_some() && k > key {
-                            break;
-                        }
-                        next = Some(child);
-                    }
-                }
-            }
-            match next {
-                Some(c) if h.kind != KIND_LEAF => off = c,
-                _ => return Ok(false),
-            }
-        }
-        Err(EngineError::Corrupt(
-            "cow: tree deeper than the limit".into(),
-        ))
+        get_at(&self.eng.pool, &v, key, out, &mut self.buf)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -1260,12 +1232,7 @@ impl Session for CowSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
-        let mut n = 0;
-        if v.root != 0 && limit > 0 {
-            let mut val = Vec::new();
-            scan_node(&self.eng.pool, v.root, from, limit, &mut n, f, 0, &mut val)?;
-        }
-        Ok(n)
+        scan_at(&self.eng.pool, &v, from, limit, f)
     }
 
     fn scan_back_with(
@@ -1276,20 +1243,7 @@ impl Session for CowSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
-        let mut n = 0;
-        if v.root != 0 && limit > 0 {
-            let mut val = Vec::new();
-            let mut walk = BackWalk {
-                pool: &self.eng.pool,
-                upto,
-                limit,
-                n: &mut n,
-                f,
-                val: &mut val,
-            };
-            walk.node(v.root, 0)?;
-        }
-        Ok(n)
+        scan_back_at(&self.eng.pool, &v, upto, limit, f)
     }
 
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
@@ -1377,6 +1331,133 @@ impl BackWalk<'_, '_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Looks `key` up in version `v`.
+fn get_at(
+    pool: &Region,
+    v: &Version,
+    key: &[u8],
+    out: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+) -> Result<bool> {
+    out.clear();
+    let mut off = v.root;
+    if off == 0 {
+        return Ok(false);
+    }
+    for _ in 0..=MAX_HEIGHT {
+        let h = tree::read_node(pool, off, buf)?;
+        let mut next = None;
+        for e in format::Entries::new(&h, buf) {
+            match e? {
+                Ent::Leaf(k, val) => {
+                    if k == key {
+                        match val {
+                            ValRef::Inline(x) => out.extend_from_slice(x),
+                            ValRef::Blob { off, len, .. } => {
+                                tree::read_blob(pool, off, len as usize, out)?
+                            }
+                        }
+                        return Ok(true);
+                    }
+                    if k > key {
+                        return Ok(false);
+                    }
+                }
+                Ent::Branch(k, child, _) => {
+                    if next.is_some() && k > key {
+                        break;
+                    }
+                    next = Some(child);
+                }
+            }
+        }
+        match next {
+            Some(c) if h.kind != KIND_LEAF => off = c,
+            _ => return Ok(false),
+        }
+    }
+    Err(EngineError::Corrupt(
+        "cow: tree deeper than the limit".into(),
+    ))
+}
+
+/// Up to `limit` pairs of version `v` with keys `>= from`, ascending.
+fn scan_at(
+    pool: &Region,
+    v: &Version,
+    from: &[u8],
+    limit: usize,
+    f: &mut dyn FnMut(&[u8], &[u8]),
+) -> Result<usize> {
+    let mut n = 0;
+    if v.root != 0 && limit > 0 {
+        let mut val = Vec::new();
+        scan_node(pool, v.root, from, limit, &mut n, f, 0, &mut val)?;
+    }
+    Ok(n)
+}
+
+/// Up to `limit` pairs of version `v` below `upto`, descending.
+fn scan_back_at(
+    pool: &Region,
+    v: &Version,
+    upto: Bound<&[u8]>,
+    limit: usize,
+    f: &mut dyn FnMut(&[u8], &[u8]),
+) -> Result<usize> {
+    let mut n = 0;
+    if v.root != 0 && limit > 0 {
+        let mut val = Vec::new();
+        let mut walk = BackWalk {
+            pool,
+            upto,
+            limit,
+            n: &mut n,
+            f,
+            val: &mut val,
+        };
+        walk.node(v.root, 0)?;
+    }
+    Ok(n)
+}
+
+/// A read-only view of one version: the writer frees none of its blocks
+/// while the view holds the version's `Arc` ([`Writer::collect`]).
+struct CowSnapshot<'e> {
+    eng: &'e CowEngine,
+    v: Arc<Version>,
+    buf: Vec<u8>,
+}
+
+impl SnapshotRead for CowSnapshot<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        get_at(&self.eng.pool, &self.v, key, out, &mut self.buf)
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        scan_at(&self.eng.pool, &self.v, from, limit, f)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        scan_back_at(&self.eng.pool, &self.v, upto, limit, f)
+    }
+
+    fn len(&mut self) -> Result<u64> {
+        Ok(self.v.keys)
     }
 }
 

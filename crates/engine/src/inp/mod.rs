@@ -173,7 +173,7 @@ use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
-    Session, StoreOptions, Walk, check_key, check_ops, check_value,
+    Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Heap, LockHeap, MetaOp, PAllocator, Publish, Reservation};
 use ferrite_pmem::{HEADER_SIZE, LockHeld, POff, Region};
@@ -1039,6 +1039,10 @@ impl Inp {
         if !early {
             let _g = self.rw.write();
             self.apply(w);
+            // With the apply, under the lock: a snapshot's len matches its view.
+            self.add_keys(op.keys_delta);
+        } else {
+            self.add_keys(op.keys_delta);
         }
         // Allocator bookkeeping, now that the record is durable.
         let frees = std::mem::take(&mut op.frees);
@@ -1086,13 +1090,15 @@ impl Inp {
         self.st
             .leaves_freed
             .fetch_add(op.leaves_freed, Ordering::Relaxed);
-        if op.keys_delta >= 0 {
-            self.keys.fetch_add(op.keys_delta as u64, Ordering::Relaxed);
-        } else {
-            self.keys
-                .fetch_sub(op.keys_delta.unsigned_abs(), Ordering::Relaxed);
-        }
         Ok(())
+    }
+
+    fn add_keys(&self, delta: i64) {
+        if delta >= 0 {
+            self.keys.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.keys.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
     }
 
     /// Intent protocol: publishes the owed frees (in publishes of at most
@@ -1267,6 +1273,19 @@ impl Engine for Inp {
             path: Vec::with_capacity(MAX_DEPTH),
             kbuf: Box::new([0u8; MAX_KEY]),
         }))
+    }
+
+    fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>> {
+        Ok(Box::new(InpSnapshot {
+            eng: self,
+            _r: self.rw.read(),
+            path: Vec::with_capacity(MAX_DEPTH),
+            kbuf: Box::new([0u8; MAX_KEY]),
+        }))
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.keys.load(Ordering::Acquire))
     }
 
     fn allocator(&self) -> &dyn PAllocator {
@@ -1737,27 +1756,188 @@ impl<'e> InpSession<'e> {
     }
 }
 
+/// Looks `key` up; the caller holds `eng.rw` (read).
+fn get_locked(
+    eng: &Inp,
+    key: &[u8],
+    out: &mut Vec<u8>,
+    path: &mut Vec<(u64, usize)>,
+    kbuf: &mut [u8; MAX_KEY],
+) -> Result<bool> {
+    let root = eng.root();
+    out.clear();
+    if root == 0 {
+        return Ok(false);
+    }
+    let leaf = descend(&eng.geo, root, key, path, kbuf)?;
+    let mut b = [0u8; LEAF_BYTES];
+    eng.geo.read(leaf, LEAF_BYTES, 0, &mut b)?;
+    match leaf_find(&eng.geo, &b, key, prefix(key), kbuf)? {
+        Some((_, t)) => {
+            eng.geo.tuple_value(t, out)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Up to `limit` pairs with keys `>= from`, ascending; the caller holds
+/// `eng.rw` (read).
+fn scan_locked(
+    eng: &Inp,
+    from: &[u8],
+    limit: usize,
+    f: &mut dyn FnMut(&[u8], &[u8]),
+    kbuf: &mut [u8; MAX_KEY],
+) -> Result<usize> {
+    let g = &eng.geo;
+    let root = eng.root();
+    if root == 0 || limit == 0 {
+        return Ok(0);
+    }
+    let mut path = Vec::with_capacity(MAX_DEPTH);
+    let mut leaf = if from.is_empty() {
+        tree::leftmost(g, root, &mut path)?
+    } else {
+        descend(g, root, from, &mut path, kbuf)?
+    };
+    let mut n = 0;
+    let mut val = Vec::new();
+    let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
+    for _ in 0..max_leaves {
+        let mut b = [0u8; LEAF_BYTES];
+        g.read(leaf, LEAF_BYTES, 0, &mut b)?;
+        for (k, t) in leaf_sorted(g, &b)? {
+            if k.as_slice() < from {
+                continue;
+            }
+            g.tuple_value(t, &mut val)?;
+            f(&k, &val);
+            n += 1;
+            if n == limit {
+                return Ok(n);
+            }
+        }
+        // Next leaf: up to the first ancestor with a next child.
+        loop {
+            let Some((p, i)) = path.pop() else {
+                return Ok(n);
+            };
+            if i + 1 < tree::inner_n(g, p)? {
+                path.push((p, i + 1));
+                let c = tree::inner_child_at(g, p, i + 1)?;
+                leaf = tree::leftmost(g, c, &mut path)?;
+                break;
+            }
+        }
+    }
+    Err(corrupt("scan visited more leaves than the heap holds"))
+}
+
+/// Up to `limit` pairs below `upto`, descending; the caller holds
+/// `eng.rw` (read).
+fn scan_back_locked(
+    eng: &Inp,
+    upto: Bound<&[u8]>,
+    limit: usize,
+    f: &mut dyn FnMut(&[u8], &[u8]),
+    kbuf: &mut [u8; MAX_KEY],
+) -> Result<usize> {
+    let g = &eng.geo;
+    let root = eng.root();
+    if root == 0 || limit == 0 {
+        return Ok(0);
+    }
+    let mut path = Vec::with_capacity(MAX_DEPTH);
+    // The leaf that holds the bound holds every key below it that a
+    // later leaf could not.
+    let mut leaf = match upto {
+        Bound::Included(u) | Bound::Excluded(u) => descend(g, root, u, &mut path, kbuf)?,
+        Bound::Unbounded => tree::rightmost(g, root, &mut path)?,
+    };
+    let below = |k: &[u8]| match upto {
+        Bound::Included(u) => k <= u,
+        Bound::Excluded(u) => k < u,
+        Bound::Unbounded => true,
+    };
+    let mut n = 0;
+    let mut val = Vec::new();
+    let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
+    for _ in 0..max_leaves {
+        let mut b = [0u8; LEAF_BYTES];
+        g.read(leaf, LEAF_BYTES, 0, &mut b)?;
+        for (k, t) in leaf_sorted(g, &b)?.into_iter().rev() {
+            if !below(&k) {
+                continue;
+            }
+            g.tuple_value(t, &mut val)?;
+            f(&k, &val);
+            n += 1;
+            if n == limit {
+                return Ok(n);
+            }
+        }
+        // Previous leaf: up to the first ancestor with an earlier child.
+        loop {
+            let Some((p, i)) = path.pop() else {
+                return Ok(n);
+            };
+            if i > 0 {
+                path.push((p, i - 1));
+                let c = tree::inner_child_at(g, p, i - 1)?;
+                leaf = tree::rightmost(g, c, &mut path)?;
+                break;
+            }
+        }
+    }
+    Err(corrupt("scan visited more leaves than the heap holds"))
+}
+
+/// A read-only view: holds `rw` (read) for its whole life, so no write
+/// applies while it lives (InP updates in place: there is no older
+/// version to read). Writers wait for it.
+struct InpSnapshot<'e> {
+    eng: &'e Inp,
+    _r: parking_lot::RwLockReadGuard<'e, ()>,
+    path: Vec<(u64, usize)>,
+    kbuf: Box<[u8; MAX_KEY]>,
+}
+
+impl SnapshotRead for InpSnapshot<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        get_locked(self.eng, key, out, &mut self.path, &mut self.kbuf)
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        scan_locked(self.eng, from, limit, f, &mut self.kbuf)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        scan_back_locked(self.eng, upto, limit, f, &mut self.kbuf)
+    }
+
+    fn len(&mut self) -> Result<u64> {
+        Ok(self.eng.keys.load(Ordering::Acquire))
+    }
+}
+
 impl Session for InpSession<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
-        let eng = self.eng;
-        let _r = eng.rw.read();
-        let root = eng.root();
-        out.clear();
-        if root == 0 {
-            return Ok(false);
-        }
-        let leaf = descend(&eng.geo, root, key, &mut self.path, &mut self.kbuf)?;
-        let mut b = [0u8; LEAF_BYTES];
-        eng.geo.read(leaf, LEAF_BYTES, 0, &mut b)?;
-        match leaf_find(&eng.geo, &b, key, prefix(key), &mut self.kbuf)? {
-            Some((_, t)) => {
-                eng.geo.tuple_value(t, out)?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        let _r = self.eng.rw.read();
+        get_locked(self.eng, key, out, &mut self.path, &mut self.kbuf)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -1778,50 +1958,8 @@ impl Session for InpSession<'_> {
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
-        let eng = self.eng;
-        let g = &eng.geo;
-        let _r = eng.rw.read();
-        let root = eng.root();
-        if root == 0 || limit == 0 {
-            return Ok(0);
-        }
-        let mut path = Vec::with_capacity(MAX_DEPTH);
-        let mut leaf = if from.is_empty() {
-            tree::leftmost(g, root, &mut path)?
-        } else {
-            descend(g, root, from, &mut path, &mut self.kbuf)?
-        };
-        let mut n = 0;
-        let mut val = Vec::new();
-        let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
-        for _ in 0..max_leaves {
-            let mut b = [0u8; LEAF_BYTES];
-            g.read(leaf, LEAF_BYTES, 0, &mut b)?;
-            for (k, t) in leaf_sorted(g, &b)? {
-                if k.as_slice() < from {
-                    continue;
-                }
-                g.tuple_value(t, &mut val)?;
-                f(&k, &val);
-                n += 1;
-                if n == limit {
-                    return Ok(n);
-                }
-            }
-            // Next leaf: up to the first ancestor with a next child.
-            loop {
-                let Some((p, i)) = path.pop() else {
-                    return Ok(n);
-                };
-                if i + 1 < tree::inner_n(g, p)? {
-                    path.push((p, i + 1));
-                    let c = tree::inner_child_at(g, p, i + 1)?;
-                    leaf = tree::leftmost(g, c, &mut path)?;
-                    break;
-                }
-            }
-        }
-        Err(corrupt("scan visited more leaves than the heap holds"))
+        let _r = self.eng.rw.read();
+        scan_locked(self.eng, from, limit, f, &mut self.kbuf)
     }
 
     fn scan_back_with(
@@ -1831,58 +1969,8 @@ impl Session for InpSession<'_> {
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
-        let eng = self.eng;
-        let g = &eng.geo;
-        let _r = eng.rw.read();
-        let root = eng.root();
-        if root == 0 || limit == 0 {
-            return Ok(0);
-        }
-        let mut path = Vec::with_capacity(MAX_DEPTH);
-        // The leaf that holds the bound holds every key below it that a
-        // later leaf could not.
-        let mut leaf = match upto {
-            Bound::Included(u) | Bound::Excluded(u) => {
-                descend(g, root, u, &mut path, &mut self.kbuf)?
-            }
-            Bound::Unbounded => tree::rightmost(g, root, &mut path)?,
-        };
-        let below = |k: &[u8]| match upto {
-            Bound::Included(u) => k <= u,
-            Bound::Excluded(u) => k < u,
-            Bound::Unbounded => true,
-        };
-        let mut n = 0;
-        let mut val = Vec::new();
-        let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
-        for _ in 0..max_leaves {
-            let mut b = [0u8; LEAF_BYTES];
-            g.read(leaf, LEAF_BYTES, 0, &mut b)?;
-            for (k, t) in leaf_sorted(g, &b)?.into_iter().rev() {
-                if !below(&k) {
-                    continue;
-                }
-                g.tuple_value(t, &mut val)?;
-                f(&k, &val);
-                n += 1;
-                if n == limit {
-                    return Ok(n);
-                }
-            }
-            // Previous leaf: up to the first ancestor with an earlier child.
-            loop {
-                let Some((p, i)) = path.pop() else {
-                    return Ok(n);
-                };
-                if i > 0 {
-                    path.push((p, i - 1));
-                    let c = tree::inner_child_at(g, p, i - 1)?;
-                    leaf = tree::rightmost(g, c, &mut path)?;
-                    break;
-                }
-            }
-        }
-        Err(corrupt("scan visited more leaves than the heap holds"))
+        let _r = self.eng.rw.read();
+        scan_back_locked(self.eng, upto, limit, f, &mut self.kbuf)
     }
 
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {

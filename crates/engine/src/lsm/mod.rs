@@ -130,7 +130,7 @@ use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
     Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
-    StoreOptions, Walk, check_key, check_ops, check_value,
+    SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Link, PAllocator, Publish, Reservation};
 use ferrite_pmem::{LockHeld, POff, Region};
@@ -552,13 +552,7 @@ impl Lsm {
             }
             st.version.clone()
         };
-        for run in &version.runs {
-            if let Some(found) = self.run_get(run, key, out, blk)? {
-                return Ok(found);
-            }
-        }
-        out.clear();
-        Ok(false)
+        self.runs_get(&version, key, out, blk)
     }
 
     /// `Some(true)`: value in `out`; `Some(false)`: tombstone; `None`: not in this run.
@@ -608,23 +602,22 @@ impl Lsm {
         }
         let (mem, version) = {
             let st = self.state.read();
-            let mut v = Vec::new();
-            let mut puts = 0;
-            for (k, val) in st
-                .mem
-                .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
-            {
-                v.push((k.clone(), val.clone()));
-                if val.is_some() {
-                    puts += 1;
-                    if puts >= limit {
-                        break;
-                    }
-                }
-            }
-            (v, st.version.clone())
+            (mem_from(&st.mem, from, limit), st.version.clone())
         };
-        let mut m = Merge::new(&self.pool, entries_iter(&mem), &version.runs, from)?;
+        self.merge_from(&mem, &version, from, limit, f)
+    }
+
+    /// Merges `mem` (the memtable's entries from `from` on) with the runs
+    /// of `version`: up to `limit` pairs, ascending.
+    fn merge_from(
+        &self,
+        mem: &[Entry],
+        version: &Version,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let mut m = Merge::new(&self.pool, entries_iter(mem), &version.runs, from)?;
         let mut n = 0;
         while n < limit {
             match m.next()? {
@@ -639,6 +632,35 @@ impl Lsm {
         Ok(n)
     }
 
+    /// Live keys of (`mem`, `version`): a merge of everything.
+    fn count(&self, mem: &[Entry], version: &Version) -> Result<u64> {
+        let mut m = Merge::new(&self.pool, entries_iter(mem), &version.runs, &[])?;
+        let mut n = 0;
+        while let Some((_, v)) = m.next()? {
+            if v.is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Looks `key` up in the runs of `version`, newest first.
+    fn runs_get(
+        &self,
+        version: &Version,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        blk: &mut Vec<u8>,
+    ) -> Result<bool> {
+        for run in &version.runs {
+            if let Some(found) = self.run_get(run, key, out, blk)? {
+                return Ok(found);
+            }
+        }
+        out.clear();
+        Ok(false)
+    }
+
     /// [`scan`](Self::scan) descending: pairs below `upto`, greatest first.
     fn scan_back(
         &self,
@@ -651,19 +673,21 @@ impl Lsm {
         }
         let (mem, version) = {
             let st = self.state.read();
-            let mut v = Vec::new();
-            let mut puts = 0;
-            for (k, val) in st.mem.range::<[u8], _>((Bound::Unbounded, upto)).rev() {
-                v.push((k.clone(), val.clone()));
-                if val.is_some() {
-                    puts += 1;
-                    if puts >= limit {
-                        break;
-                    }
-                }
-            }
-            (v, st.version.clone())
+            (mem_below(&st.mem, upto, limit), st.version.clone())
         };
+        self.merge_below(&mem, &version, upto, limit, f)
+    }
+
+    /// Merges `mem` (the memtable's entries below `upto`, descending) with
+    /// the runs of `version`: up to `limit` pairs, descending.
+    fn merge_below(
+        &self,
+        mem: &[Entry],
+        version: &Version,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
         let mut srcs = Vec::with_capacity(version.runs.len());
         for r in &version.runs {
             srcs.push(RunBackCursor::seek(&self.pool, r, upto)?);
@@ -1109,6 +1133,103 @@ impl<'a> RunCursor<'a> {
     }
 }
 
+/// The memtable's entries from `from` on, ascending, until `limit` of
+/// them are puts (tombstones are kept: they shadow older runs).
+fn mem_from(mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, from: &[u8], limit: usize) -> Vec<Entry> {
+    let mut v = Vec::new();
+    let mut puts = 0;
+    for (k, val) in mem.range::<[u8], _>((Bound::Included(from), Bound::Unbounded)) {
+        v.push((k.clone(), val.clone()));
+        if val.is_some() {
+            puts += 1;
+            if puts >= limit {
+                break;
+            }
+        }
+    }
+    v
+}
+
+/// [`mem_from`] descending: the entries below `upto`.
+fn mem_below(
+    mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    upto: Bound<&[u8]>,
+    limit: usize,
+) -> Vec<Entry> {
+    let mut v = Vec::new();
+    let mut puts = 0;
+    for (k, val) in mem.range::<[u8], _>((Bound::Unbounded, upto)).rev() {
+        v.push((k.clone(), val.clone()));
+        if val.is_some() {
+            puts += 1;
+            if puts >= limit {
+                break;
+            }
+        }
+    }
+    v
+}
+
+/// A read-only view: a copy of the memtable and the run list of one
+/// moment. The runs it holds are not reused while it lives: the next
+/// memtable flush waits for it (`Lsm::wait_graveyard`), so a snapshot
+/// held across a flush stalls the writer that flushes.
+struct LsmSnapshot<'e> {
+    eng: &'e Lsm,
+    mem: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    version: Arc<Version>,
+    blk: Vec<u8>,
+}
+
+impl SnapshotRead for LsmSnapshot<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        if let Some(v) = self.mem.get(key) {
+            out.clear();
+            if let Some(v) = v {
+                out.extend_from_slice(v);
+            }
+            return Ok(v.is_some());
+        }
+        self.eng.runs_get(&self.version, key, out, &mut self.blk)
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mem = mem_from(&self.mem, from, limit);
+        self.eng.merge_from(&mem, &self.version, from, limit, f)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mem = mem_below(&self.mem, upto, limit);
+        self.eng.merge_below(&mem, &self.version, upto, limit, f)
+    }
+
+    fn len(&mut self) -> Result<u64> {
+        let mem: Vec<Entry> = self
+            .mem
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.eng.count(&mem, &self.version)
+    }
+}
+
 /// A run read backwards: every record of the current block is indexed
 /// when the block is loaded, then visited from the last.
 struct RunBackCursor<'a> {
@@ -1411,6 +1532,28 @@ impl Engine for Lsm {
         }))
     }
 
+    fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>> {
+        let (mem, version) = {
+            let st = self.state.read();
+            (st.mem.clone(), st.version.clone())
+        };
+        Ok(Box::new(LsmSnapshot {
+            eng: self,
+            mem,
+            version,
+            blk: Vec::new(),
+        }))
+    }
+
+    fn len(&self) -> Result<u64> {
+        let (mem, version) = {
+            let st = self.state.read();
+            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            (mem, st.version.clone())
+        };
+        self.count(&mem, &version)
+    }
+
     fn allocator(&self) -> &dyn PAllocator {
         &*self.alloc
     }
@@ -1425,15 +1568,9 @@ impl Engine for Lsm {
             let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             (mem, st.version.clone())
         };
-        let keys = (|| -> Result<u64> {
-            let mut m = Merge::new(&self.pool, entries_iter(&mem), &version.runs, &[])?;
-            let mut n = 0;
-            while let Some((_, v)) = m.next()? {
-                n += u64::from(v.is_some());
-            }
-            Ok(n)
-        })()
-        .unwrap_or(0);
+        // Stats are informational: a damaged run shows as 0 keys here and
+        // as an error from `len` and the reads.
+        let keys = self.count(&mem, &version).unwrap_or(0);
         let (pos, cap, gen_) = {
             let w = self.writer.lock();
             (w.pos, w.man.cap, w.man.gen_)

@@ -1,0 +1,389 @@
+//! Transactions over a [`Store`]: [`WriteTxn`] (reads its own writes,
+//! commits them as one atomic batch, serialized against every other
+//! write) and [`Snapshot`] (a consistent read-only view).
+//!
+//! A write transaction keeps its writes in DRAM, in key order, until
+//! [`WriteTxn::commit`] hands them to the engine as one batch: the engine's
+//! batch is what makes them atomic and durable (all or nothing after a
+//! crash: `ferrite check engine-*`). Reads merge those writes over the
+//! store; no other write can land meanwhile (the store's writers' gate,
+//! held exclusively), so what the transaction read is still true when it
+//! commits: serializable, as LMDB's and redb's single writer.
+//!
+//! The batch is bounded by the engine's: an InP batch must fit one log
+//! area ([`crate::inp::Options::log_bytes`]), so a transaction of more
+//! writes than that fails at commit with [`EngineError::BatchTooLarge`]
+//! and applies nothing.
+
+use crate::range::{Scan, SessionScan, Walker};
+use crate::store::Core;
+use crate::{
+    KeyRange, Op, Result, Session, SnapshotRead, Store, StoreSession, check_key, check_value,
+};
+use parking_lot::{ArcRwLockWriteGuard, RawRwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// A write transaction (see [`Store::write`]). Dropped without
+/// [`commit`](Self::commit), it applies nothing.
+pub struct WriteTxn {
+    store: Store,
+    session: Option<StoreSession>,
+    /// Key → new value (`None`: deleted), the transaction's writes.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The writers' gate, exclusively; released after the session goes
+    /// back (field order: dropped last).
+    _gate: ArcRwLockWriteGuard<RawRwLock, ()>,
+}
+
+impl std::fmt::Debug for WriteTxn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTxn")
+            .field("writes", &self.writes.len())
+            .finish()
+    }
+}
+
+impl Drop for WriteTxn {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            self.store.checkin(s);
+        }
+    }
+}
+
+/// BTreeMap::range panics on a start past the end: such a range is empty.
+fn valid(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s <= e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
+        | (Bound::Excluded(s), Bound::Included(e)) => s < e,
+        _ => true,
+    }
+}
+
+impl WriteTxn {
+    pub(crate) fn begin(store: Store, session: StoreSession) -> WriteTxn {
+        let gate = session.writers().write_arc();
+        WriteTxn {
+            store,
+            session: Some(session),
+            writes: BTreeMap::new(),
+            _gate: gate,
+        }
+    }
+
+    fn session(&mut self) -> &mut StoreSession {
+        self.session
+            .as_mut()
+            .expect("a live transaction has its session")
+    }
+
+    /// Reads `key` as this transaction sees it.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        check_key(key)?;
+        if let Some(v) = self.writes.get(key) {
+            return Ok(v.clone());
+        }
+        self.session().get(key)
+    }
+
+    /// Inserts or replaces `key` (applied at commit).
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// Removes `key` (at commit); false when it was absent.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let existed = self.get(key)?.is_some();
+        if existed {
+            self.writes.insert(key.to_vec(), None);
+        }
+        Ok(existed)
+    }
+
+    /// Writes buffered so far (puts and deletes, one per key).
+    pub fn pending(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// Visits `range` as this transaction sees it (the store with the
+    /// transaction's writes over it) until `f` returns false; returns the
+    /// pairs `f` saw.
+    pub fn range_with(
+        &mut self,
+        range: &KeyRange,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        let session = self.session.as_mut().expect("live");
+        merged(&mut SessionScan(session), &self.writes, range, f)
+    }
+
+    /// The pairs of `range` as this transaction sees them.
+    pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut v = Vec::new();
+        self.range_with(range, &mut |k, val| {
+            v.push((k.to_vec(), val.to_vec()));
+            true
+        })?;
+        Ok(v)
+    }
+
+    /// The pair with the least key.
+    pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.range_first(&KeyRange::all())
+    }
+
+    /// The pair with the greatest key.
+    pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.range_first(&KeyRange::all().rev())
+    }
+
+    fn range_first(&mut self, r: &KeyRange) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut out = None;
+        self.range_with(r, &mut |k, v| {
+            out = Some((k.to_vec(), v.to_vec()));
+            false
+        })?;
+        Ok(out)
+    }
+
+    /// Removes and returns the pair with the least key.
+    pub fn pop_first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let p = self.first()?;
+        if let Some((k, _)) = &p {
+            self.writes.insert(k.clone(), None);
+        }
+        Ok(p)
+    }
+
+    /// Removes and returns the pair with the greatest key.
+    pub fn pop_last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let p = self.last()?;
+        if let Some((k, _)) = &p {
+            self.writes.insert(k.clone(), None);
+        }
+        Ok(p)
+    }
+
+    /// Keeps the pairs of `range` for which `keep` is true and removes the
+    /// others; returns how many it removed.
+    pub fn retain(
+        &mut self,
+        range: &KeyRange,
+        mut keep: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        let mut gone = Vec::new();
+        self.range_with(range, &mut |k, v| {
+            if !keep(k, v) {
+                gone.push(k.to_vec());
+            }
+            true
+        })?;
+        let n = gone.len();
+        for k in gone {
+            self.writes.insert(k, None);
+        }
+        Ok(n)
+    }
+
+    /// Removes the pairs of `range` for which `take` is true and returns
+    /// them, in the range's order.
+    pub fn extract_if(
+        &mut self,
+        range: &KeyRange,
+        mut take: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.range_with(range, &mut |k, v| {
+            if take(k, v) {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+            true
+        })?;
+        for (k, _) in &out {
+            self.writes.insert(k.clone(), None);
+        }
+        Ok(out)
+    }
+
+    /// Removes every pair of `range`; returns how many.
+    pub fn delete_range(&mut self, range: &KeyRange) -> Result<usize> {
+        self.retain(range, |_, _| false)
+    }
+
+    /// Applies every write at once, atomically and durably. On an error
+    /// nothing was applied (and the transaction is gone).
+    pub fn commit(mut self) -> Result<()> {
+        let writes = std::mem::take(&mut self.writes);
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let ops: Vec<Op<'_>> = writes
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => Op::Put { key: k, value: v },
+                None => Op::Delete { key: k },
+            })
+            .collect();
+        self.session().batch_in_txn(&ops)
+    }
+
+    /// Drops every write (the same as dropping the transaction).
+    pub fn abort(self) {}
+}
+
+/// One buffered write: key and new value (`None`: deleted).
+type Write<'a> = (&'a Vec<u8>, &'a Option<Vec<u8>>);
+
+/// Visits `range` of the store read through `s`, with `writes` over it,
+/// until `f` returns false.
+fn merged(
+    s: &mut dyn Scan,
+    writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    range: &KeyRange,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<usize> {
+    let rev = range.is_reverse();
+    let mut over: Box<dyn Iterator<Item = Write<'_>>> = if !valid(range.start(), range.end()) {
+        Box::new(std::iter::empty())
+    } else if rev {
+        Box::new(writes.range::<[u8], _>((range.start(), range.end())).rev())
+    } else {
+        Box::new(writes.range::<[u8], _>((range.start(), range.end())))
+    };
+    let mut next_over = over.next();
+    let mut walker = Walker::new(range.clone());
+    let mut buf: VecDeque<(Vec<u8>, Vec<u8>)> = VecDeque::new();
+    let mut n = 0;
+    loop {
+        while buf.is_empty() && !walker.done() {
+            walker.step(s, &mut |k, v| {
+                buf.push_back((k.to_vec(), v.to_vec()));
+                true
+            })?;
+        }
+        // Which comes first in the range's order: the store's pair or
+        // the transaction's write (which wins a tie).
+        let take_over = match (buf.front(), next_over) {
+            (None, None) => return Ok(n),
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+            (Some((sk, _)), Some((ok, _))) => {
+                if sk == ok {
+                    buf.pop_front();
+                    true
+                } else {
+                    (ok.as_slice() < sk.as_slice()) != rev
+                }
+            }
+        };
+        if take_over {
+            let (k, v) = next_over.expect("chosen");
+            next_over = over.next();
+            let Some(v) = v else { continue };
+            n += 1;
+            if !f(k, v) {
+                return Ok(n);
+            }
+        } else {
+            let (k, v) = buf.pop_front().expect("chosen");
+            n += 1;
+            if !f(&k, &v) {
+                return Ok(n);
+            }
+        }
+    }
+}
+
+type SnapBox<'a> = Box<dyn SnapshotRead + Send + 'a>;
+
+self_cell::self_cell!(
+    /// A snapshot together with the engine it borrows.
+    struct OwnedSnapshot {
+        owner: Arc<Core>,
+        #[covariant]
+        dependent: SnapBox,
+    }
+);
+
+/// A consistent read-only view of a [`Store`] (see [`Store::snapshot`] for
+/// each engine's isolation). Owned: it may move to another thread and
+/// outlive the handle it came from.
+pub struct Snapshot(OwnedSnapshot);
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot").finish_non_exhaustive()
+    }
+}
+
+impl Snapshot {
+    pub(crate) fn take(core: Arc<Core>) -> Result<Snapshot> {
+        OwnedSnapshot::try_new(core, |c| c.engine.snapshot()).map(Snapshot)
+    }
+
+    /// Reads `key` into `out` (cleared first); false when absent.
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.0.with_dependent_mut(|_, s| s.get_into(key, out))
+    }
+
+    /// Reads `key`.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Visits `range` until `f` returns false; returns the pairs `f` saw.
+    pub fn range_with(
+        &mut self,
+        range: &KeyRange,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        self.0
+            .with_dependent_mut(|_, s| crate::range::drive(s, range, f))
+    }
+
+    /// The pairs of `range`.
+    pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut v = Vec::new();
+        self.range_with(range, &mut |k, val| {
+            v.push((k.to_vec(), val.to_vec()));
+            true
+        })?;
+        Ok(v)
+    }
+
+    /// The pair with the least key.
+    pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.one(&KeyRange::all())
+    }
+
+    /// The pair with the greatest key.
+    pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.one(&KeyRange::all().rev())
+    }
+
+    fn one(&mut self, r: &KeyRange) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut out = None;
+        self.range_with(r, &mut |k, v| {
+            out = Some((k.to_vec(), v.to_vec()));
+            false
+        })?;
+        Ok(out)
+    }
+
+    /// Live keys in the view (exact; LSM: a merge of everything).
+    pub fn len(&mut self) -> Result<u64> {
+        self.0.with_dependent_mut(|_, s| s.len())
+    }
+
+    /// True when the view holds no key.
+    pub fn is_empty(&mut self) -> Result<bool> {
+        Ok(self.first()?.is_none())
+    }
+}
