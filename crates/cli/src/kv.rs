@@ -6,7 +6,8 @@
 
 use clap::Subcommand;
 use ferrite_engine::Session as _;
-use ferrite_engine::{AllocKind, EngineKind, Op, Store, StoreOptions};
+use ferrite_engine::{AllocKind, Domain, EngineKind, KeyRange, Op, Store, StoreOptions};
+use std::ops::Bound;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -64,16 +65,28 @@ Examples:
         #[arg(required = true, allow_hyphen_values = true)]
         ops: Vec<String>,
     },
-    /// Print up to LIMIT pairs with keys >= FROM, in order (KEY<TAB>VALUE).
+    /// Print up to LIMIT pairs with keys >= FROM (and < END), in key
+    /// order or, with --reverse, from the last (KEY<TAB>VALUE).
     #[command(after_help = "\
 Examples:
   ferrite kv demo.pool create
-  ferrite kv demo.pool batch a=1 b=2 c=3
+  ferrite kv demo.pool batch a=1 b=2 c=3 user:1=x user:2=y
   ferrite kv demo.pool scan
-  ferrite kv demo.pool scan b --limit 1")]
+  ferrite kv demo.pool scan b --limit 1
+  ferrite kv demo.pool scan a --end c
+  ferrite kv demo.pool scan --prefix user: --reverse")]
     Scan {
         #[arg(default_value = "")]
         from: String,
+        /// Stop before this key.
+        #[arg(long)]
+        end: Option<String>,
+        /// Only keys starting with this (with FROM and --end, inside both).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Greatest key first.
+        #[arg(long)]
+        reverse: bool,
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
@@ -111,6 +124,38 @@ fn parse_alloc(s: &str) -> Result<AllocKind, String> {
     AllocKind::parse(s).ok_or_else(|| format!("unknown allocator '{s}' (ferrite or nstore-lock)"))
 }
 
+/// The keys `scan` prints: from FROM (the empty key: the first), before
+/// END, starting with PREFIX, in either order.
+fn scan_range(
+    from: &str,
+    end: Option<&str>,
+    prefix: Option<&str>,
+    reverse: bool,
+    hex: bool,
+) -> Result<KeyRange, String> {
+    let mut start = Bound::Included(decode(from, hex)?);
+    let mut stop = match end {
+        Some(e) => Bound::Excluded(decode(e, hex)?),
+        None => Bound::Unbounded,
+    };
+    if let Some(p) = prefix {
+        // The tighter of each pair of bounds.
+        let p = KeyRange::prefix(decode(p, hex)?);
+        if let Bound::Included(ps) = p.start()
+            && matches!(&start, Bound::Included(s) if s.as_slice() < ps)
+        {
+            start = Bound::Included(ps.to_vec());
+        }
+        if let Bound::Excluded(pe) = p.end()
+            && !matches!(&stop, Bound::Excluded(e) if e.as_slice() <= pe)
+        {
+            stop = Bound::Excluded(pe.to_vec());
+        }
+    }
+    let r = KeyRange::bounds(start, stop);
+    Ok(if reverse { r.rev() } else { r })
+}
+
 fn decode(s: &str, hex: bool) -> Result<Vec<u8>, String> {
     if !hex {
         return Ok(s.as_bytes().to_vec());
@@ -134,7 +179,11 @@ fn encode(b: &[u8], hex: bool) -> String {
     }
 }
 
-pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
+pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result<ExitCode, String> {
+    let base = match domain {
+        Some(d) => StoreOptions::default().domain(d),
+        None => StoreOptions::default(),
+    };
     let e = |e: ferrite_engine::EngineError| format!("{}: {e}", path.display());
     if let KvCmd::Create {
         engine,
@@ -143,8 +192,8 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
     } = cmd
     {
         let step = crate::progress::Step::start(format!("creating {}", path.display()));
-        let store = Store::create_file(path, size, &StoreOptions::new(engine).allocator(allocator))
-            .map_err(e)?;
+        let opts = base.engine(engine).allocator(allocator);
+        let store = Store::create_file(path, size, &opts).map_err(e)?;
         step.done("");
         println!(
             "created {}: {engine} engine on the {allocator} allocator, {}, domain {}",
@@ -157,7 +206,7 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
     }
     // Opening runs recovery, which takes a while on a large store.
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
-    let store = Store::open_file(path, &StoreOptions::default()).map_err(e)?;
+    let store = Store::open_file(path, &base).map_err(e)?;
     step.done(&format!(
         "recovery {:.1} s",
         store.recovery().elapsed.as_secs_f64()
@@ -212,11 +261,22 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
                 s.batch(&batch).map_err(e)?;
                 ExitCode::SUCCESS
             }
-            KvCmd::Scan { from, limit } => {
-                let from = decode(&from, hex)?;
-                // The empty key is below every key.
-                s.scan_with(&from, limit, &mut |k, v| {
-                    println!("{}\t{}", encode(k, hex), encode(v, hex))
+            KvCmd::Scan {
+                from,
+                end,
+                prefix,
+                reverse,
+                limit,
+            } => {
+                let range = scan_range(&from, end.as_deref(), prefix.as_deref(), reverse, hex)?;
+                let mut left = limit;
+                s.range_with(&range, &mut |k, v| {
+                    if left == 0 {
+                        return false;
+                    }
+                    println!("{}\t{}", encode(k, hex), encode(v, hex));
+                    left -= 1;
+                    left > 0
                 })
                 .map_err(e)?;
                 ExitCode::SUCCESS
@@ -257,7 +317,7 @@ pub fn run(path: &Path, hex: bool, cmd: KvCmd) -> Result<ExitCode, String> {
                 println!("path:       {}", path.display());
                 println!("engine:     {}", store.kind());
                 println!("allocator:  {}", store.allocator_kind());
-                println!("keys:       {}", st.keys);
+                println!("keys:       {}", store.len().map_err(e)?);
                 println!(
                     "space:      {} of {} bytes in use ({} of {}, {} blocks)",
                     a.in_use,

@@ -144,6 +144,10 @@ Examples:
         /// Keys and values are hexadecimal.
         #[arg(long, global = true)]
         hex: bool,
+        /// Durability domain of the pool: adr, eadr, pdram, pdram-lite,
+        /// msync or volatile (default: auto-detected, or FERRITE_DOMAIN).
+        #[arg(long, global = true)]
+        domain: Option<Domain>,
         #[command(subcommand)]
         cmd: kv::KvCmd,
     },
@@ -313,7 +317,12 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
             check(&target, &cfg)
         }
         Cmd::Pool { cmd } => pool(cmd),
-        Cmd::Kv { path, hex, cmd } => kv::run(&path, hex, cmd),
+        Cmd::Kv {
+            path,
+            hex,
+            domain,
+            cmd,
+        } => kv::run(&path, hex, domain, cmd),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Trace(a) => trace::run(a, |args| {
