@@ -21,15 +21,22 @@ use std::time::Instant;
 /// A share of P2's breakdown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
+    /// SCAN: finding things (index descent, run and filter probes, reads).
     Scan = 0,
+    /// CC: crash consistency (logs, flushes, fences, root switches) outside
+    /// the allocator.
     Cc = 1,
+    /// MM: memory management, every call into the persistent allocator.
     Mm = 2,
+    /// MOD: modifying the data, and all time not charged elsewhere (the
+    /// phase in force when none is open).
     Mod = 3,
 }
 
 /// Nanoseconds charged to each phase, indexed by `Phase as usize`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Breakdown {
+    /// Nanoseconds per phase, indexed by `Phase as usize`.
     pub ns: [u64; 4],
 }
 

@@ -67,6 +67,8 @@ const NONCE: u64 = 0x7e57_e6e1_5eed_0011;
 /// Why a check could not run (a violation is not an error: it is in the report).
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
+    /// The explorer itself failed (setup, pool or configuration), not the
+    /// invariant.
     #[error("explorer: {0}")]
     Explore(#[from] ExploreError),
 }
@@ -74,9 +76,14 @@ pub enum CheckError {
 /// One run of a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Run {
+    /// One session, one script, on the given allocator.
     Main(AllocKind),
+    /// The main run on the Ferrite heap in tearing mode (8-byte failure
+    /// atomicity).
     Tearing,
+    /// Two sessions on two lockstep threads, disjoint halves of the keys.
     Threads,
+    /// The main run in the `eadr` domain, crashing before every store.
     Eadr,
     /// InP's intent protocol (what a store on PMDK's allocator runs, which
     /// the simulator cannot host) on a Ferrite allocator.
@@ -86,6 +93,7 @@ pub enum Run {
 }
 
 impl Run {
+    /// The run's name in reports, e.g. `main-ferrite`, `threads-2`.
     pub fn name(self) -> String {
         match self {
             Run::Main(a) => format!("main-{a}"),
@@ -305,7 +313,9 @@ fn script(
 
 /// What recovery produced: the walk and the store.
 pub struct Recovered {
+    /// The walk of the recovered, quiesced store.
     pub walk: Walk,
+    /// The store as recovery left it (still open, for the work-after test).
     pub store: Store,
 }
 

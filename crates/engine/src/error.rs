@@ -3,38 +3,97 @@
 use ferrite_alloc::AllocError;
 use ferrite_pmem::PoolError;
 
+/// A result whose error defaults to [`EngineError`].
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
 /// Everything a store operation or open can fail with. Bad input and
 /// corrupt pools are errors, never panics.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// A key is empty or longer than [`MAX_KEY`](crate::MAX_KEY)
+    /// ([`check_key`](crate::check_key)).
     #[error("key of {len} bytes: keys are 1 to {max} bytes")]
-    KeySize { len: usize, max: usize },
+    KeySize {
+        /// The key's length, bytes.
+        len: usize,
+        /// The longest key allowed, bytes.
+        max: usize,
+    },
+    /// A value is longer than [`MAX_VALUE`](crate::MAX_VALUE)
+    /// ([`check_value`](crate::check_value)).
     #[error("value of {len} bytes is larger than the {max}-byte limit")]
-    ValueSize { len: usize, max: usize },
+    ValueSize {
+        /// The value's length, bytes.
+        len: usize,
+        /// The longest value allowed, bytes.
+        max: usize,
+    },
+    /// A batch does not fit in one commit: InP's per-session log (or
+    /// intent log), or LSM's 4 GiB record. Nothing was applied; split it.
     #[error("batch of {ops} operations is larger than this engine commits at once ({max})")]
-    BatchTooLarge { ops: usize, max: usize },
+    BatchTooLarge {
+        /// Operations in the batch.
+        ops: usize,
+        /// An estimate of how many such operations one commit holds.
+        max: usize,
+    },
+    /// The allocator is out of space (or asked for a block larger than it
+    /// serves), the LSM has no room for a run, or a pool is too small to
+    /// create a store in.
     #[error("store is full: {0}")]
     Full(String),
+    /// Every session place is taken; returned by `Store::session`, while
+    /// the store-level operations wait for a place instead.
     #[error("all {max} sessions of the store are open; drop one first")]
-    TooManySessions { max: usize },
+    TooManySessions {
+        /// Most sessions open at once (the superblock's count).
+        max: usize,
+    },
+    /// Any other allocator error: its open or recovery refused the heap,
+    /// or a call was misused. Out-of-space is [`Full`](Self::Full) instead.
     #[error("allocator: {0}")]
     Alloc(AllocError),
+    /// The pool file could not be created, opened, mapped or closed.
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// At open: the superblock's magic is not `FRTENGN1`.
     #[error("not a Ferrite store (bad superblock magic)")]
     NotAStore,
+    /// At open: the superblock's format version is not one this build reads.
     #[error("unsupported store format version {found} (this build reads version {supported})")]
-    UnsupportedVersion { found: u16, supported: u16 },
+    UnsupportedVersion {
+        /// The version the superblock records.
+        found: u16,
+        /// The version this build reads.
+        supported: u16,
+    },
+    /// At open: the superblock's CRC32C does not match its bytes.
     #[error(
         "store superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
     )]
-    Checksum { stored: u32, computed: u32 },
+    Checksum {
+        /// The checksum the superblock records.
+        stored: u32,
+        /// The checksum of the bytes as read.
+        computed: u32,
+    },
+    /// At open: the options expect another engine than the superblock's
+    /// ([`StoreOptions::new`](crate::StoreOptions::new)).
     #[error("the store holds engine '{found}', not '{asked}'")]
-    WrongEngine { found: String, asked: String },
+    WrongEngine {
+        /// The engine the store holds.
+        found: String,
+        /// The engine the options asked for.
+        asked: String,
+    },
+    /// The pool's contents are inconsistent: a superblock field out of
+    /// bounds, a fixed area, log record or node that fails its checks
+    /// (at open, or on a read or [`walk`](crate::Engine::walk)).
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The options cannot work: a session count outside 1..=1000 or unlike
+    /// the store's, engine knobs out of range, areas that do not fit, or
+    /// the PMDK allocator in a Ferrite pool.
     #[error("invalid store option: {0}")]
     BadOption(String),
 }

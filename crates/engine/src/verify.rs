@@ -39,8 +39,12 @@ pub enum EngineFinding {
     /// tree found by its recovery).
     Refused(String),
     /// The engine's recovery would act: the store was not closed cleanly.
-    /// `lines` is how many 64-byte lines of the pool it changes.
-    Recovery { lines: usize, detail: String },
+    Recovery {
+        /// How many 64-byte lines of the pool recovery changes.
+        lines: usize,
+        /// Recovery's one-line account of what it did.
+        detail: String,
+    },
     /// The walk of the recovered store fails (a node's checksum, order).
     Walk(String),
     /// The allocator holding the store's blocks.
@@ -89,9 +93,11 @@ impl std::fmt::Display for EngineFinding {
 pub struct EngineCheck {
     /// The superblock, when it decoded.
     pub superblock: Option<Superblock>,
+    /// Everything found wrong; empty for a sound, cleanly closed store.
     pub findings: Vec<EngineFinding>,
-    /// Live keys and referenced blocks the walk found (when it ran).
+    /// Live keys the walk found (when it ran).
     pub keys: u64,
+    /// Blocks the walk found referenced (when it ran).
     pub blocks: usize,
     /// Blocks allocated on the media (before recovery).
     pub allocated: usize,

@@ -35,7 +35,7 @@
 //! 20  4  n_pending: blocks pending free after this publish
 //! 24 ..  n_new entries of 16 bytes:
 //!          0  8  pool offset
-//!          4  4  bits 0..31: bytes used; bit 31: 1 node, 0 blob
+//!          8  4  bits 0..30: bytes used; bit 31: 1 node, 0 blob
 //!         12  4  its checksum (a node's header crc; a blob's
 //!                crc32c(nonce LE ‖ value))
 //!  then  n_pending pool offsets, 8 bytes each
@@ -115,7 +115,10 @@
 
 use crate::{EngineError, MAX_KEY, MAX_VALUE, Result};
 
+/// Magic of the fixed area's header line (bytes 0..8).
 pub const AREA_MAGIC: &[u8; 8] = b"FRCOWv01";
+/// Format version in the fixed area's header (bytes 8..12); the only one
+/// [`check_area`] accepts.
 pub const AREA_VERSION: u32 = 1;
 /// Bytes of the fixed area: header line and root-word line.
 pub const AREA_BYTES: usize = 128;
@@ -123,25 +126,40 @@ pub const AREA_BYTES: usize = 128;
 /// root, its crc (8 bytes each).
 pub const ROOT_AT: u64 = 64;
 const AREA_CRC_AT: usize = 60;
-/// Word indexes in the root line.
+/// Index of the 8-byte word in the root line (from [`ROOT_AT`]) holding
+/// the switch record's pool offset.
 pub const W_SR: u64 = 4;
+/// Index of the root-line word holding the switch record's checksum.
 pub const W_SR_CRC: u64 = 5;
+/// Index of the root-line word holding `gc_needed`.
 pub const W_GC: u64 = 6;
 
+/// Magic of a switch record (bytes 4..8).
 pub const SR_MAGIC: &[u8; 4] = b"CWSR";
+/// Bytes of a switch record's header, before its entries.
 pub const SR_HEADER: usize = 24;
+/// Bytes of one new-block entry of a switch record.
 pub const SR_NEW_ENTRY: usize = 16;
 /// Largest switch record written or accepted.
 pub const MAX_SR: usize = 256 * 1024;
 const SR_NODE_BIT: u32 = 1 << 31;
 
+/// Bytes of a node header, before its entries.
 pub const NODE_HEADER: usize = 16;
+/// Node kind byte of a leaf (level 0).
 pub const KIND_LEAF: u8 = 1;
+/// Node kind byte of a branch (level ≥ 1).
 pub const KIND_BRANCH: u8 = 2;
+/// Bytes of a leaf entry before its key.
 pub const LEAF_ENTRY_HEADER: usize = 8;
+/// Bytes of a leaf entry's blob reference (offset and checksum), after
+/// its key.
 pub const BLOB_REF: usize = 12;
+/// Bytes of a branch entry before its key.
 pub const BRANCH_ENTRY_HEADER: usize = 16;
+/// Leaf entry tag: the value follows the key inline.
 pub const TAG_INLINE: u8 = 0;
+/// Leaf entry tag: the value is in a blob the entry references.
 pub const TAG_BLOB: u8 = 1;
 /// Largest node accepted when reading: a node may exceed its split target
 /// by one entry (a maximal key with an inline value under the inline limit,
@@ -172,6 +190,8 @@ pub fn encode_area(nonce: u64) -> [u8; 64] {
     b
 }
 
+/// Checks the fixed area's header line: magic, version and checksum
+/// under this store's `nonce`; [`EngineError::Corrupt`] otherwise.
 pub fn check_area(b: &[u8; 64], nonce: u64) -> Result<()> {
     if &b[0..8] != AREA_MAGIC {
         return Err(corrupt("cow: fixed area magic"));
@@ -205,13 +225,19 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
 /// A node header, decoded and bounds-checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// [`KIND_LEAF`] or [`KIND_BRANCH`].
     pub kind: u8,
+    /// 0 for a leaf; a branch is one above its children (≤ [`MAX_HEIGHT`]).
     pub level: u8,
+    /// Entries in the node (≥ 1).
     pub count: u16,
+    /// Bytes of the node, header included ([`NODE_HEADER`] ..= [`MAX_NODE`]).
     pub len: usize,
 }
 
 impl Header {
+    /// Decodes the header at the start of `b` and checks its fields'
+    /// bounds (not the checksum: [`check_node_crc`]).
     pub fn decode(b: &[u8]) -> Result<Header> {
         if b.len() < NODE_HEADER {
             return Err(corrupt("cow: short node header"));
@@ -240,8 +266,17 @@ impl Header {
 /// Where a leaf's value is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValRef<'b> {
+    /// The value bytes, in the leaf itself.
     Inline(&'b [u8]),
-    Blob { off: u64, len: u32, crc: u32 },
+    /// In a blob of its own.
+    Blob {
+        /// Pool offset of the blob.
+        off: u64,
+        /// Bytes of the value (≥ 1).
+        len: u32,
+        /// The value's checksum, [`crc`] under the store's nonce.
+        crc: u32,
+    },
 }
 
 /// Parses the entries of a node held in `b` (`b.len() == header.len`):
@@ -255,14 +290,18 @@ pub struct Entries<'b> {
     first: bool,
 }
 
+/// One node entry, as [`Entries`] yields it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ent<'b> {
+    /// Key and where its value is.
     Leaf(&'b [u8], ValRef<'b>),
     /// Key, child offset, child checksum.
     Branch(&'b [u8], u64, u32),
 }
 
 impl<'b> Entries<'b> {
+    /// The entries of the node with header `h`, parsed from `b` (cut to
+    /// `h.len`; a shorter `b` ends in an error, not a panic).
     pub fn new(h: &Header, b: &'b [u8]) -> Entries<'b> {
         Entries {
             b: &b[..h.len.min(b.len())],
@@ -356,6 +395,8 @@ pub fn begin_node(out: &mut Vec<u8>, kind: u8, level: u8, count: usize) {
     out[6..8].copy_from_slice(&(count as u16).to_le_bytes());
 }
 
+/// Appends a leaf entry for `key` with its value inline or as a blob
+/// reference.
 pub fn push_leaf_entry(out: &mut Vec<u8>, key: &[u8], val: ValRef<'_>) {
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     match val {
@@ -375,6 +416,9 @@ pub fn push_leaf_entry(out: &mut Vec<u8>, key: &[u8], val: ValRef<'_>) {
     }
 }
 
+/// Appends a branch entry: the child at pool offset `child`, whose header
+/// checksum is `child_crc`, holds the keys from `key` (empty for the
+/// first entry) up to the next entry's key.
 pub fn push_branch_entry(out: &mut Vec<u8>, key: &[u8], child: u64, child_crc: u32) {
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.extend_from_slice(&[0u8; 2]);
@@ -409,17 +453,26 @@ pub fn check_node_crc(b: &[u8], nonce: u64, expected: u32) -> Result<()> {
 /// whether it is a node (else a blob).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fresh {
+    /// Pool offset of the block.
     pub off: u64,
+    /// Bytes of it used (< 2³¹: bit 31 of the entry holds `node`).
     pub len: u32,
+    /// A node's header checksum, or a blob's [`crc`] of its value.
     pub crc: u32,
+    /// True for a node, false for a blob.
     pub node: bool,
 }
 
 /// A decoded switch record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SwitchRecord {
+    /// Live keys in the version the root line points to.
     pub keys: u64,
+    /// Blocks newly written by the switch: recovery verifies them instead
+    /// of walking the tree.
     pub fresh: Vec<Fresh>,
+    /// Pool offsets of blocks pending free after the publish that linked
+    /// the record: recovery frees them.
     pub pending: Vec<u64>,
 }
 

@@ -35,41 +35,62 @@ pub enum DChild<'a> {
     Dirty(Box<DNode<'a>>),
 }
 
+/// A node of the shadow tree, decoded into DRAM: a durable node this
+/// group touched, or a new one.
 pub struct DNode<'a> {
+    /// 0 for a leaf, one above its children for a branch.
     pub level: u8,
+    /// The node's entries.
     pub body: Body<'a>,
     /// Block reserved for this node (0 until [`Shadow::reserve`]).
     new_off: u64,
 }
 
+/// The entries of a [`DNode`], in strictly increasing key order.
 pub enum Body<'a> {
+    /// A leaf's key-value entries.
     Leaf(Vec<LEnt<'a>>),
+    /// A branch's child pointers.
     Branch(Vec<BEnt<'a>>),
 }
 
+/// A leaf entry of the shadow tree.
 pub struct LEnt<'a> {
+    /// The key (1 ..= [`MAX_KEY`](crate::MAX_KEY) bytes).
     pub key: Cow<'a, [u8]>,
+    /// Where its value is.
     pub val: LVal<'a>,
 }
 
+/// Where a shadow leaf entry's value is.
 pub enum LVal<'a> {
+    /// In the leaf (at most the store's `inline_max` bytes).
     Inline(Cow<'a, [u8]>),
     /// A blob of the durable tree.
     Blob {
+        /// Pool offset of the blob.
         off: u64,
+        /// Bytes of the value.
         len: u32,
+        /// The value's checksum ([`format::crc`]).
         crc: u32,
     },
     /// A value of this group, to be written to a new blob at `off`.
     New {
+        /// The value, borrowed from the group's operations.
         data: &'a [u8],
+        /// Pool offset of the blob reserved for it; 0 until
+        /// [`Shadow::reserve`].
         off: u64,
     },
 }
 
+/// A branch entry of the shadow tree: the child holding the keys from
+/// `key` up to the next entry's key.
 pub struct BEnt<'a> {
     /// Empty for the first entry of a branch (−∞).
     pub key: Cow<'a, [u8]>,
+    /// The child, clean (still the durable node) or dirty.
     pub child: DChild<'a>,
 }
 
@@ -193,6 +214,10 @@ pub struct Shadow<'a> {
 }
 
 impl<'a> Shadow<'a> {
+    /// A shadow of the durable tree whose root node is at pool offset
+    /// `root.0` with checksum `root.1` (offset 0: the empty tree). Nodes
+    /// split above `target` bytes; values up to `inline_max` bytes are
+    /// stored in their leaf.
     pub fn new(
         pool: Region,
         nonce: u64,
