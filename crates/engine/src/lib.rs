@@ -10,25 +10,35 @@
 //!   bloom filters.
 //!
 //! Each runs over any allocator behind `ferrite-alloc`'s
-//! [`PAllocator`](ferrite_alloc::PAllocator) ([`AllocKind`]): P2's
+//! [`ferrite_alloc::PAllocator`] ([`AllocKind`]): P2's
 //! allocator axis. PMDK's included: InP, which folds allocator operations
 //! into its own log on Ferrite's allocators, runs an intent protocol on an
 //! allocator that cannot `prepare` them ([`inp`] module docs).
 //!
 //! # API
 //!
-//! A [`Store`] is one open engine on a pool; a [`Session`] is one thread's
-//! handle on it (it owns that thread's allocator handle and log), like a
-//! PMDK lane or an LMDB transaction. Keys are 1 to [`MAX_KEY`] bytes,
-//! values 0 to [`MAX_VALUE`] bytes; keys order bytewise.
+//! A [`Store`] is one open engine on a pool, and a cheap handle: clones
+//! share it and may be used from any thread. Its own methods
+//! ([`Store::get`], [`Store::put`], [`Store::batch`], [`Store::range`], …)
+//! borrow one of a few cached sessions for the call. A [`StoreSession`]
+//! (from [`Store::session`]) is one thread's own handle, like a PMDK lane:
+//! it owns that thread's allocator handle and log, and it is owned — it
+//! may sit in a struct beside the store and move between threads; see
+//! [`Session`] for its operations. [`Store::write`] opens a serializable
+//! [`WriteTxn`] that reads its own writes; [`Store::snapshot`] a consistent
+//! read-only [`Snapshot`]. Keys are 1 to [`MAX_KEY`] bytes, values 0 to
+//! [`MAX_VALUE`] bytes; keys order bytewise; a [`KeyRange`] has bounds, a
+//! prefix and a direction.
 //!
 //! ```no_run
-//! use ferrite_engine::{Store, StoreOptions, EngineKind};
+//! use ferrite_engine::{EngineKind, KeyRange, Session, Store, StoreOptions};
 //! # fn main() -> Result<(), ferrite_engine::EngineError> {
 //! let store = Store::create_file("/dev/shm/kv.pool", 64 << 20, &StoreOptions::new(EngineKind::Cow))?;
-//! let mut s = store.session()?;
-//! s.put(b"apple", b"red")?;
-//! assert_eq!(s.get(b"apple")?.as_deref(), Some(&b"red"[..]));
+//! store.put(b"apple", b"red")?;
+//! let mut s = store.session()?; // owned: Send + 'static
+//! s.put(b"avocado", b"green")?;
+//! let fruit: Vec<_> = store.range(KeyRange::prefix(b"a")).collect::<Result<_, _>>()?;
+//! assert_eq!(fruit.len(), 2);
 //! # Ok(()) }
 //! ```
 //!
@@ -66,6 +76,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod breakdown;
 pub mod cow;
@@ -101,14 +112,19 @@ pub const MAX_VALUE: usize = 1 << 20;
 /// Which engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EngineKind {
+    /// In place: values updated where they live, a redo log per session.
     Inp,
+    /// Copy on write: a shadow-paged B+tree, atomic root switches.
     Cow,
+    /// Log-structured merge tree: memtable, sorted runs, compaction.
     Lsm,
 }
 
 impl EngineKind {
+    /// Every engine.
     pub const ALL: [EngineKind; 3] = [EngineKind::Inp, EngineKind::Cow, EngineKind::Lsm];
 
+    /// Short name (`inp`, `cow`, `lsm`): tables, the CLI, options.
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Inp => "inp",
@@ -117,6 +133,7 @@ impl EngineKind {
         }
     }
 
+    /// The engine named `s` ([`name`](Self::name)).
     pub fn parse(s: &str) -> Option<EngineKind> {
         EngineKind::ALL.into_iter().find(|k| k.name() == s)
     }
@@ -156,6 +173,7 @@ impl AllocKind {
     /// The allocators of a Ferrite pool (PMDK's needs its own pool).
     pub const ALL: [AllocKind; 2] = [AllocKind::Ferrite, AllocKind::Lock];
 
+    /// Short name (`ferrite`, `nstore-lock`, `pmdk`).
     pub fn name(self) -> &'static str {
         match self {
             AllocKind::Ferrite => "ferrite",
@@ -164,6 +182,7 @@ impl AllocKind {
         }
     }
 
+    /// The allocator named `s` (`lock` also names `nstore-lock`).
     pub fn parse(s: &str) -> Option<AllocKind> {
         match s {
             "ferrite" => Some(AllocKind::Ferrite),
@@ -198,10 +217,14 @@ impl std::fmt::Display for AllocKind {
 /// Never set outside the checks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Fault {
+    /// No planted bug: the real protocols.
     #[default]
     None,
+    /// A bug in InP's protocol.
     Inp(inp::Fault),
+    /// A bug in CoW's protocol.
     Cow(cow::Fault),
+    /// A bug in LSM's protocol.
     Lsm(lsm::Fault),
 }
 
@@ -349,11 +372,22 @@ impl StoreOptions {
 /// One write of an atomic batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op<'a> {
-    Put { key: &'a [u8], value: &'a [u8] },
-    Delete { key: &'a [u8] },
+    /// Insert or replace `key`.
+    Put {
+        /// The key (1 to [`MAX_KEY`] bytes).
+        key: &'a [u8],
+        /// Its new value (up to [`MAX_VALUE`] bytes).
+        value: &'a [u8],
+    },
+    /// Remove `key` (nothing when absent).
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
 }
 
 impl Op<'_> {
+    /// The key the operation writes.
     pub fn key(&self) -> &[u8] {
         match self {
             Op::Put { key, .. } | Op::Delete { key } => key,
@@ -379,6 +413,8 @@ pub struct EngineRecovery {
 /// Counters of an open store (volatile; since open).
 #[derive(Clone, Debug, Default)]
 pub struct EngineStats {
+    /// Live keys (LSM: 0 when a run could not be read; [`Store::len`]
+    /// reports the error).
     pub keys: u64,
     /// Root switches (CoW), memtable flushes and compactions (LSM), log
     /// truncations (InP): one line of engine-specific counts.
@@ -515,6 +551,7 @@ pub trait SnapshotRead {
 /// An open engine. Implemented by [`inp`], [`cow`] and [`lsm`]; reached
 /// through [`Store`].
 pub trait Engine: Send + Sync {
+    /// Which engine this is.
     fn kind(&self) -> EngineKind;
     /// Opens a session for the calling thread.
     fn session(&self) -> Result<Box<dyn Session + Send + '_>>;
@@ -530,6 +567,7 @@ pub trait Engine: Send + Sync {
     fn allocator(&self) -> &dyn PAllocator;
     /// What open did.
     fn recovery(&self) -> &EngineRecovery;
+    /// Counters since open.
     fn stats(&self) -> EngineStats;
     /// Finishes background work (LSM compaction, a pending group commit)
     /// so that a [`walk`](Self::walk) sees a settled store.

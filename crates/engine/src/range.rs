@@ -1,5 +1,5 @@
 //! [`KeyRange`]: which keys a range read visits and in what order, and the
-//! [`Walker`] that reads a range in growing chunks through any
+//! `Walker` that reads a range in growing chunks through any
 //! [`Session`]'s two primitives, [`scan_with`](Session::scan_with)
 //! (ascending from a key) and [`scan_back_with`](Session::scan_back_with)
 //! (descending below a bound).
@@ -22,7 +22,8 @@ pub const MAX_CHUNK: usize = 1024;
 ///
 /// ```
 /// use ferrite_engine::KeyRange;
-/// let r = KeyRange::new(b"apple"..b"cherry"); // apple <= k < cherry
+/// let r = KeyRange::between(b"apple", b"cherry"); // apple <= k < cherry
+/// let s = KeyRange::new(b"b".to_vec()..=b"d".to_vec()); // any Rust range
 /// let p = KeyRange::prefix(b"user:").rev(); // keys starting "user:", last first
 /// let all = KeyRange::all();
 /// assert!(r.contains(b"banana") && !r.contains(b"cherry"));
@@ -60,13 +61,23 @@ impl KeyRange {
         }
     }
 
-    /// The keys of a Rust range: `a..b`, `a..=b`, `a..`, `..b`.
+    /// The keys of a Rust range: `a..b`, `a..=b`, `a..`, `..b`, of
+    /// `Vec<u8>`, `&[u8]`, `&str`, … (both ends of one type).
     pub fn new<K: AsRef<[u8]>>(r: impl RangeBounds<K>) -> KeyRange {
         KeyRange {
             start: owned(r.start_bound()),
             end: owned(r.end_bound()),
             reverse: false,
         }
+    }
+
+    /// The keys from `start` (included) to `end` (excluded): `start..end`
+    /// for byte strings of any lengths.
+    pub fn between(start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> KeyRange {
+        KeyRange::bounds(
+            Bound::Included(start.as_ref().to_vec()),
+            Bound::Excluded(end.as_ref().to_vec()),
+        )
     }
 
     /// Explicit bounds.

@@ -30,18 +30,25 @@ const SPARE_LANES: u16 = 4;
 /// The decoded superblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// The engine formatted in the pool.
     pub engine: EngineKind,
+    /// The allocator holding its blocks.
     pub allocator: AllocKind,
+    /// Most sessions open at once (logs and allocator lanes were made for them).
     pub sessions: u16,
     /// Engine area length from the data start (superblock included).
     pub engine_area: u64,
     /// Heap offset from the data start.
     pub heap_off: u64,
+    /// Heap length; 0 with an external allocator.
     pub heap_len: u64,
+    /// Seeds record checksums, so that stale records of an earlier store
+    /// never validate.
     pub nonce: u64,
 }
 
 impl Superblock {
+    /// The 64 bytes of the format in the crate documentation.
     pub fn encode(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(MAGIC);
@@ -117,8 +124,11 @@ pub struct EngineCtx {
     /// The engine's fixed area (after the superblock), as pool offsets
     /// `[area_off, area_off + area_len)`.
     pub area_off: u64,
+    /// Bytes of the fixed area.
     pub area_len: u64,
+    /// The store's superblock.
     pub sb: Superblock,
+    /// The allocator the engine allocates from.
     pub alloc: Arc<dyn PAllocator>,
 }
 

@@ -12,7 +12,7 @@
 //!
 //! The batch is bounded by the engine's: an InP batch must fit one log
 //! area ([`crate::inp::Options::log_bytes`]), so a transaction of more
-//! writes than that fails at commit with [`EngineError::BatchTooLarge`]
+//! writes than that fails at commit with [`EngineError::BatchTooLarge`](crate::EngineError::BatchTooLarge)
 //! and applies nothing.
 
 use crate::range::{Scan, SessionScan, Walker};

@@ -1,7 +1,7 @@
 //! Read-only verification of a store for `ferrite pool check --deep`.
 //!
 //! [`verify_image`] is handed the bytes of a pool of layout
-//! [`LAYOUT`](crate::LAYOUT) and never writes to the pool they came
+//! [`crate::LAYOUT`] and never writes to the pool they came
 //! from: everything runs on in-memory copies, so the engine's and the
 //! allocator's own recovery can run to learn what they would do.
 //!

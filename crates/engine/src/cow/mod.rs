@@ -208,6 +208,7 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Every planted bug, for the checks' planted runs.
     pub const ALL: &'static [Fault] = &[
         Fault::SwitchBeforeFlush,
         Fault::FreeBeforeSwitch,
@@ -673,6 +674,7 @@ struct Counts {
     freed: AtomicU64,
 }
 
+/// The CoW engine open on a pool (reached through [`crate::Store`]).
 pub struct CowEngine {
     pool: Region,
     nonce: u64,

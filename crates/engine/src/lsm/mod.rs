@@ -203,6 +203,7 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Every planted bug, for the checks' planted runs.
     pub const ALL: &'static [Fault] = &[
         Fault::RunUnflushed,
         Fault::AppendUnfenced,
