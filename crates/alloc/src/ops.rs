@@ -156,11 +156,18 @@ impl MetaOp {
     }
 }
 
-/// Adds `op` to `ops`, merging it into an earlier operation of the same kind
-/// on the same word (two allocation bits of one bitmap word become one `Or`).
+/// Operations a merge looks back over when adding one; beyond it,
+/// [`merge_ops`] merges in one pass (a publish of many blocks stays linear).
+const MERGE_WINDOW: usize = 16;
+
+/// Adds `op` to `ops`, merging it into a recent operation of the same kind
+/// on the same word (two allocation bits of one bitmap word become one
+/// `Or`). A list longer than [`MERGE_WINDOW`] may keep duplicates of older
+/// words: [`merge_ops`] finishes the job.
 pub(crate) fn push_merged(ops: &mut Vec<MetaOp>, op: MetaOp) {
+    let recent = ops.len().saturating_sub(MERGE_WINDOW);
     if op.kind != OpKind::Set
-        && let Some(o) = ops
+        && let Some(o) = ops[recent..]
             .iter_mut()
             .find(|o| o.kind == op.kind && o.off == op.off)
     {
@@ -170,12 +177,49 @@ pub(crate) fn push_merged(ops: &mut Vec<MetaOp>, op: MetaOp) {
     ops.push(op);
 }
 
+/// Merges every `Or` (and every `AndNot`) on one word into its first
+/// occurrence, keeping the order of first occurrences: what
+/// [`push_merged`] does for a short list, in O(n) for any length.
+pub(crate) fn merge_ops(ops: &mut Vec<MetaOp>) {
+    if ops.len() <= MERGE_WINDOW {
+        return;
+    }
+    let mut first: std::collections::HashMap<(OpKind, u64), usize> =
+        std::collections::HashMap::with_capacity(ops.len());
+    let mut kept = 0;
+    for i in 0..ops.len() {
+        let op = ops[i];
+        if op.kind != OpKind::Set {
+            if let Some(&j) = first.get(&(op.kind, op.off)) {
+                ops[j].val |= op.val;
+                continue;
+            }
+            first.insert((op.kind, op.off), kept);
+        }
+        ops[kept] = op;
+        kept += 1;
+    }
+    ops.truncate(kept);
+}
+
 /// Flushes the line of every operation's word once (no fence).
 pub(crate) fn flush_words(pool: &Region, ops: &[MetaOp], lines: &mut Vec<u64>) -> usize {
     lines.clear();
+    if ops.len() <= MERGE_WINDOW {
+        for op in ops {
+            let l = op.off / 64;
+            if !lines.contains(&l) {
+                lines.push(l);
+                pool.flush(op.off as usize, 8);
+            }
+        }
+        return lines.len();
+    }
+    // A long list (a publish of many blocks): a set, not a scan per word.
+    let mut seen = std::collections::HashSet::with_capacity(ops.len());
     for op in ops {
         let l = op.off / 64;
-        if !lines.contains(&l) {
+        if seen.insert(l) {
             lines.push(l);
             pool.flush(op.off as usize, 8);
         }
@@ -229,5 +273,34 @@ mod tests {
                 MetaOp::set(16, 2)
             ]
         );
+    }
+
+    /// The windowed push plus the final pass merge exactly what a search
+    /// of the whole list would, in the same order.
+    #[test]
+    fn merging_a_long_list_matches_a_full_search() {
+        let mut naive: Vec<MetaOp> = Vec::new();
+        let mut fast = Vec::new();
+        let mut x = 7u64;
+        for i in 0..5000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let word = 8 * ((x >> 33) % 300);
+            let op = match i % 5 {
+                0 => MetaOp::and_not(word, 1 << (x % 64)),
+                1 => MetaOp::set(word, i),
+                _ => MetaOp::or(word, 1 << (x % 64)),
+            };
+            match naive
+                .iter_mut()
+                .find(|o| op.kind != OpKind::Set && o.kind == op.kind && o.off == op.off)
+            {
+                Some(o) => o.val |= op.val,
+                None => naive.push(op),
+            }
+            push_merged(&mut fast, op);
+        }
+        assert!(fast.len() > naive.len(), "the window leaves far duplicates");
+        merge_ops(&mut fast);
+        assert_eq!(fast, naive);
     }
 }

@@ -7,7 +7,7 @@ use super::{
 use crate::class::{CLASSES, MAX_SMALL, NUM_CLASSES, class_of};
 use crate::error::{AllocError, Result};
 use crate::lane::{Cursor, Lane};
-use crate::ops::{MetaOp, flush_words, push_merged};
+use crate::ops::{MetaOp, flush_words, merge_ops, push_merged};
 use crate::{AllocThread, Link, Loc, Publish, Reservation};
 use ferrite_pmem::{PAGE, POff};
 use std::sync::atomic::Ordering;
@@ -274,6 +274,7 @@ impl<'h> HeapThread<'h> {
             for l in p.links {
                 ops.push(MetaOp::set(l.at.raw(), l.value));
             }
+            merge_ops(&mut ops);
             let max = self.lane.max_ops();
             if out.is_none() && ops.len() > max {
                 result = Err(AllocError::BatchTooLarge {
