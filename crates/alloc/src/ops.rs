@@ -283,7 +283,9 @@ mod tests {
         let mut fast = Vec::new();
         let mut x = 7u64;
         for i in 0..5000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let word = 8 * ((x >> 33) % 300);
             let op = match i % 5 {
                 0 => MetaOp::and_not(word, 1 << (x % 64)),

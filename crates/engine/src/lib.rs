@@ -20,7 +20,8 @@
 //! A [`Store`] is one open engine on a pool, and a cheap handle: clones
 //! share it and may be used from any thread. Its own methods
 //! ([`Store::get`], [`Store::put`], [`Store::batch`], [`Store::range`], …)
-//! borrow one of a few cached sessions for the call. A [`StoreSession`]
+//! read through cached [`Reader`]s (no session: any number of threads
+//! read at once) and write through one of a few cached sessions. A [`StoreSession`]
 //! (from [`Store::session`]) is one thread's own handle, like a PMDK lane:
 //! it owns that thread's allocator handle and log, and it is owned — it
 //! may sit in a struct beside the store and move between threads; see
@@ -95,7 +96,7 @@ pub mod checks;
 pub use error::{EngineError, Result};
 pub use range::KeyRange;
 pub use store::{RangeIter, Store, StoreSession, Superblock, area_bytes};
-pub use txn::{Snapshot, WriteTxn};
+pub use txn::{Reader, Snapshot, WriteTxn};
 
 use ferrite_alloc::{PAllocator, RecoveryReport};
 pub use ferrite_pmem::Domain;
@@ -557,6 +558,10 @@ pub trait Engine: Send + Sync {
     fn session(&self) -> Result<Box<dyn Session + Send + '_>>;
     /// A consistent read-only view (isolation per engine: [`Store::snapshot`]).
     fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>>;
+    /// A live reader: each read sees the store as it is then (no view
+    /// across reads). It holds no session, allocator lane or lock between
+    /// reads, so any number may be open.
+    fn reader(&self) -> Box<dyn SnapshotRead + Send + '_>;
     /// Live keys now (InP, CoW: a counter; LSM: a merge of every run).
     fn len(&self) -> Result<u64>;
     /// True when the engine holds no key.

@@ -3,8 +3,8 @@
 //! The superblock's format is in the crate documentation.
 
 use crate::breakdown::Measured;
-use crate::range::{SessionScan, Walker};
-use crate::txn::{Snapshot, WriteTxn};
+use crate::range::Walker;
+use crate::txn::{Reader, Snapshot, WriteTxn};
 use crate::{
     AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, KeyRange, LAYOUT, Op,
     Result, Session, StoreOptions, Walk, cow, inp, lsm,
@@ -135,9 +135,12 @@ pub struct EngineCtx {
 /// An engine open on a pool. See the crate documentation.
 ///
 /// A `Store` is a cheap handle: clones share one open engine and may move
-/// to and be used from any thread. The pool file closes when the last
-/// handle and the last [`StoreSession`] are gone (or at
-/// [`close`](Self::close) on the last handle).
+/// to and be used from any thread. Its reads ([`get`](Self::get),
+/// [`range`](Self::range), …) go through cached [`Reader`]s, which hold no
+/// session, so any number of threads read at once; its writes borrow one
+/// of the store's sessions for the call, waiting for one when all are open.
+/// The pool file closes when the last handle, session, reader and view are
+/// gone (or at [`close`](Self::close) on the last of them).
 #[derive(Clone)]
 pub struct Store {
     shared: Arc<Shared>,
@@ -150,6 +153,8 @@ struct Shared {
     idle: Mutex<Vec<StoreSession>>,
     /// Signalled when a session goes back to `idle`.
     returned: Condvar,
+    /// Live readers the store-level reads keep for reuse (any number).
+    readers: Mutex<Vec<Reader>>,
 }
 
 /// The open engine and the pool file it lives in: what a session keeps
@@ -252,11 +257,12 @@ impl StoreSession {
 }
 
 /// An iterator over a [`KeyRange`] of a [`Store`]: yields owned pairs,
-/// reading them in chunks through a session of its own (held until the
-/// iterator is dropped). An error ends the iteration after it is yielded.
+/// reading them in chunks through a [`Reader`] of its own (each chunk a
+/// consistent view of its own). An error ends the iteration after it is
+/// yielded.
 pub struct RangeIter {
     store: Store,
-    session: Option<StoreSession>,
+    reader: Option<Reader>,
     walker: Walker,
     buf: VecDeque<(Vec<u8>, Vec<u8>)>,
     failed: bool,
@@ -275,18 +281,9 @@ impl Iterator for RangeIter {
 
     fn next(&mut self) -> Option<Self::Item> {
         while self.buf.is_empty() && !self.walker.done() && !self.failed {
-            let session = match &mut self.session {
-                Some(s) => s,
-                None => match self.store.checkout() {
-                    Ok(s) => self.session.insert(s),
-                    Err(e) => {
-                        self.failed = true;
-                        return Some(Err(e));
-                    }
-                },
-            };
+            let reader = self.reader.get_or_insert_with(|| self.store.take_reader());
             let buf = &mut self.buf;
-            if let Err(e) = self.walker.step(&mut SessionScan(session), &mut |k, v| {
+            if let Err(e) = self.walker.step(&mut reader.scan(), &mut |k, v| {
                 buf.push_back((k.to_vec(), v.to_vec()));
                 true
             }) {
@@ -296,9 +293,9 @@ impl Iterator for RangeIter {
         }
         let item = self.buf.pop_front().map(Ok);
         if self.buf.is_empty() && (self.walker.done() || self.failed) {
-            // Finished: give the session back for the store's other users.
-            if let Some(s) = self.session.take() {
-                self.store.checkin(s);
+            // Finished: give the reader back for the store's other reads.
+            if let Some(r) = self.reader.take() {
+                self.store.give_reader(r);
             }
         }
         item
@@ -307,8 +304,8 @@ impl Iterator for RangeIter {
 
 impl Drop for RangeIter {
     fn drop(&mut self) {
-        if let Some(s) = self.session.take() {
-            self.store.checkin(s);
+        if let Some(r) = self.reader.take() {
+            self.store.give_reader(r);
         }
     }
 }
@@ -572,6 +569,7 @@ impl Store {
             shared: Arc::new(Shared {
                 core: Arc::new(core),
                 idle: Mutex::new(Vec::new()),
+                readers: Mutex::new(Vec::new()),
                 returned: Condvar::new(),
             }),
         }
@@ -726,14 +724,39 @@ impl Store {
         r
     }
 
-    /// Reads `key`.
+    fn take_reader(&self) -> Reader {
+        self.shared
+            .readers
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Reader::new(self.shared.core.clone()))
+    }
+
+    fn give_reader(&self, r: Reader) {
+        self.shared.readers.lock().push(r);
+    }
+
+    fn with_reader<R>(&self, f: impl FnOnce(&mut Reader) -> Result<R>) -> Result<R> {
+        let mut r = self.take_reader();
+        let out = f(&mut r);
+        self.give_reader(r);
+        out
+    }
+
+    /// A live reader of its own (owned, any number): reads that hold no
+    /// session, for a thread that reads a lot.
+    pub fn reader(&self) -> Reader {
+        Reader::new(self.shared.core.clone())
+    }
+
+    /// Reads `key` (through a reader: no session needed).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.with_session(|s| s.get(key))
+        self.with_reader(|r| r.get(key))
     }
 
     /// Reads `key` into `out` (cleared first); false when absent.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.with_session(|s| s.get_into(key, out))
+        self.with_reader(|r| r.get_into(key, out))
     }
 
     /// Inserts or replaces; durable when it returns.
@@ -755,7 +778,7 @@ impl Store {
     pub fn range(&self, range: KeyRange) -> RangeIter {
         RangeIter {
             store: self.clone(),
-            session: None,
+            reader: None,
             walker: Walker::new(range),
             buf: VecDeque::new(),
             failed: false,
@@ -803,12 +826,12 @@ impl Store {
 
     /// The pair with the least key.
     pub fn first(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.with_session(|s| s.first())
+        self.with_reader(|r| r.first())
     }
 
     /// The pair with the greatest key.
     pub fn last(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.with_session(|s| s.last())
+        self.with_reader(|r| r.last())
     }
 
     /// The engine of this store.
@@ -865,6 +888,7 @@ impl Store {
             return Ok(());
         };
         drop(shared.idle);
+        drop(shared.readers);
         let Ok(core) = Arc::try_unwrap(shared.core) else {
             return Ok(());
         };

@@ -316,9 +316,20 @@ self_cell::self_cell!(
 /// outlive the handle it came from.
 pub struct Snapshot(OwnedSnapshot);
 
+/// A live reader of a [`Store`] ([`Store::reader`]): each read sees the
+/// store as it is then. It holds no session, lane or lock between reads:
+/// any number of threads may each have one. Owned, like a [`Snapshot`].
+pub struct Reader(OwnedSnapshot);
+
 impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snapshot").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
     }
 }
 
@@ -326,64 +337,110 @@ impl Snapshot {
     pub(crate) fn take(core: Arc<Core>) -> Result<Snapshot> {
         OwnedSnapshot::try_new(core, |c| c.engine.snapshot()).map(Snapshot)
     }
+}
 
-    /// Reads `key` into `out` (cleared first); false when absent.
-    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.0.with_dependent_mut(|_, s| s.get_into(key, out))
+impl Reader {
+    pub(crate) fn new(core: Arc<Core>) -> Reader {
+        Reader(OwnedSnapshot::new(core, |c| c.engine.reader()))
     }
 
-    /// Reads `key`.
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        Ok(self.get_into(key, &mut out)?.then_some(out))
-    }
-
-    /// Visits `range` until `f` returns false; returns the pairs `f` saw.
-    pub fn range_with(
-        &mut self,
-        range: &KeyRange,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<usize> {
-        self.0
-            .with_dependent_mut(|_, s| crate::range::drive(s, range, f))
-    }
-
-    /// The pairs of `range`.
-    pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut v = Vec::new();
-        self.range_with(range, &mut |k, val| {
-            v.push((k.to_vec(), val.to_vec()));
-            true
-        })?;
-        Ok(v)
-    }
-
-    /// The pair with the least key.
-    pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.one(&KeyRange::all())
-    }
-
-    /// The pair with the greatest key.
-    pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.one(&KeyRange::all().rev())
-    }
-
-    fn one(&mut self, r: &KeyRange) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let mut out = None;
-        self.range_with(r, &mut |k, v| {
-            out = Some((k.to_vec(), v.to_vec()));
-            false
-        })?;
-        Ok(out)
-    }
-
-    /// Live keys in the view (exact; LSM: a merge of everything).
-    pub fn len(&mut self) -> Result<u64> {
-        self.0.with_dependent_mut(|_, s| s.len())
-    }
-
-    /// True when the view holds no key.
-    pub fn is_empty(&mut self) -> Result<bool> {
-        Ok(self.first()?.is_none())
+    /// The reader as a [`Scan`] (ranges read in chunks through it).
+    pub(crate) fn scan(&mut self) -> ReaderScan<'_> {
+        ReaderScan(&mut self.0)
     }
 }
+
+/// A [`Reader`] seen as a [`Scan`].
+pub(crate) struct ReaderScan<'a>(&'a mut OwnedSnapshot);
+
+impl Scan for ReaderScan<'_> {
+    fn scan_fwd(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.0
+            .with_dependent_mut(|_, s| s.scan_with(from, limit, f))
+    }
+
+    fn scan_back(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.0
+            .with_dependent_mut(|_, s| s.scan_back_with(upto, limit, f))
+    }
+}
+
+/// The read methods of a view: one body for [`Snapshot`] and [`Reader`].
+macro_rules! view_reads {
+    ($t:ty) => {
+        impl $t {
+            /// Reads `key` into `out` (cleared first); false when absent.
+            pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+                self.0.with_dependent_mut(|_, s| s.get_into(key, out))
+            }
+
+            /// Reads `key`.
+            pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+                let mut out = Vec::new();
+                Ok(self.get_into(key, &mut out)?.then_some(out))
+            }
+
+            /// Visits `range` until `f` returns false; returns the pairs `f` saw.
+            pub fn range_with(
+                &mut self,
+                range: &KeyRange,
+                f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+            ) -> Result<usize> {
+                self.0
+                    .with_dependent_mut(|_, s| crate::range::drive(s, range, f))
+            }
+
+            /// The pairs of `range`.
+            pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+                let mut v = Vec::new();
+                self.range_with(range, &mut |k, val| {
+                    v.push((k.to_vec(), val.to_vec()));
+                    true
+                })?;
+                Ok(v)
+            }
+
+            /// The pair with the least key.
+            pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+                self.one(&KeyRange::all())
+            }
+
+            /// The pair with the greatest key.
+            pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+                self.one(&KeyRange::all().rev())
+            }
+
+            fn one(&mut self, r: &KeyRange) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+                let mut out = None;
+                self.range_with(r, &mut |k, v| {
+                    out = Some((k.to_vec(), v.to_vec()));
+                    false
+                })?;
+                Ok(out)
+            }
+
+            /// Live keys (exact; LSM: a merge of everything).
+            pub fn len(&mut self) -> Result<u64> {
+                self.0.with_dependent_mut(|_, s| s.len())
+            }
+
+            /// True when there is no key.
+            pub fn is_empty(&mut self) -> Result<bool> {
+                Ok(self.first()?.is_none())
+            }
+        }
+    };
+}
+
+view_reads!(Snapshot);
+view_reads!(Reader);

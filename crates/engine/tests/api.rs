@@ -618,3 +618,49 @@ fn a_snapshot_keeps_its_view_while_writers_go_on() {
         assert_eq!(store.get(&key(8)).unwrap().as_deref(), Some(&b"new"[..]));
     }
 }
+
+#[test]
+fn any_number_of_threads_read_without_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
+        // One session: the writer's. Readers need none.
+        let store = Store::create_file(
+            dir.path().join(format!("{kind}.pool")),
+            16 << 20,
+            &StoreOptions::new(kind).sessions(1),
+        )
+        .unwrap();
+        for i in 0..100u32 {
+            store.put(&key(i), b"v").unwrap();
+        }
+        let mut writer = store.session().unwrap();
+        let readers: Vec<_> = (0..16)
+            .map(|_| {
+                let mut r = store.reader();
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100u32 {
+                        assert_eq!(r.get(&key(i)).unwrap().as_deref(), Some(&b"v"[..]));
+                        assert_eq!(store.get(&key(i)).unwrap().as_deref(), Some(&b"v"[..]));
+                    }
+                    assert_eq!(
+                        store
+                            .range(KeyRange::prefix(b"k"))
+                            .filter(|p| p.is_ok())
+                            .count(),
+                        100
+                    );
+                    r.range(&KeyRange::prefix(b"k0000")).unwrap().len()
+                })
+            })
+            .collect();
+        writer.put(b"other", b"w").unwrap();
+        for h in readers {
+            assert_eq!(h.join().unwrap(), 10, "{kind}");
+        }
+        assert!(matches!(
+            store.session(),
+            Err(EngineError::TooManySessions { max: 1 })
+        ));
+    }
+}

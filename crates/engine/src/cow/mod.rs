@@ -1024,6 +1024,13 @@ impl Engine for CowEngine {
         }))
     }
 
+    fn reader(&self) -> Box<dyn SnapshotRead + Send + '_> {
+        Box::new(CowReader {
+            eng: self,
+            buf: Vec::new(),
+        })
+    }
+
     fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>> {
         Ok(Box::new(CowSnapshot {
             eng: self,
@@ -1432,6 +1439,48 @@ struct CowSnapshot<'e> {
     eng: &'e CowEngine,
     v: Arc<Version>,
     buf: Vec<u8>,
+}
+
+/// A live reader: reads the current version at each call.
+struct CowReader<'e> {
+    eng: &'e CowEngine,
+    buf: Vec<u8>,
+}
+
+impl SnapshotRead for CowReader<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
+        get_at(
+            &self.eng.pool,
+            &self.eng.snapshot(),
+            key,
+            out,
+            &mut self.buf,
+        )
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        scan_at(&self.eng.pool, &self.eng.snapshot(), from, limit, f)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        scan_back_at(&self.eng.pool, &self.eng.snapshot(), upto, limit, f)
+    }
+
+    fn len(&mut self) -> Result<u64> {
+        Ok(self.eng.snapshot().keys)
+    }
 }
 
 impl SnapshotRead for CowSnapshot<'_> {

@@ -1275,6 +1275,14 @@ impl Engine for Inp {
         }))
     }
 
+    fn reader(&self) -> Box<dyn SnapshotRead + Send + '_> {
+        Box::new(InpReader {
+            eng: self,
+            path: Vec::with_capacity(MAX_DEPTH),
+            kbuf: Box::new([0u8; MAX_KEY]),
+        })
+    }
+
     fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>> {
         Ok(Box::new(InpSnapshot {
             eng: self,
@@ -1901,6 +1909,46 @@ struct InpSnapshot<'e> {
     _r: parking_lot::RwLockReadGuard<'e, ()>,
     path: Vec<(u64, usize)>,
     kbuf: Box<[u8; MAX_KEY]>,
+}
+
+/// A live reader: takes `rw` (read) for each read only.
+struct InpReader<'e> {
+    eng: &'e Inp,
+    path: Vec<(u64, usize)>,
+    kbuf: Box<[u8; MAX_KEY]>,
+}
+
+impl SnapshotRead for InpReader<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
+        let _r = self.eng.rw.read();
+        get_locked(self.eng, key, out, &mut self.path, &mut self.kbuf)
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let _r = self.eng.rw.read();
+        scan_locked(self.eng, from, limit, f, &mut self.kbuf)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let _r = self.eng.rw.read();
+        scan_back_locked(self.eng, upto, limit, f, &mut self.kbuf)
+    }
+
+    fn len(&mut self) -> Result<u64> {
+        Ok(self.eng.keys.load(Ordering::Acquire))
+    }
 }
 
 impl SnapshotRead for InpSnapshot<'_> {

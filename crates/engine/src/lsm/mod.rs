@@ -1182,6 +1182,42 @@ struct LsmSnapshot<'e> {
     blk: Vec<u8>,
 }
 
+/// A live reader: the engine's own lock-free read path.
+struct LsmReader<'e> {
+    eng: &'e Lsm,
+    blk: Vec<u8>,
+}
+
+impl SnapshotRead for LsmReader<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
+        self.eng.get_into(key, out, &mut self.blk)
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.eng.scan(from, limit, f)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.eng.scan_back(upto, limit, f)
+    }
+
+    fn len(&mut self) -> Result<u64> {
+        self.eng.len()
+    }
+}
+
 impl SnapshotRead for LsmSnapshot<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
@@ -1531,6 +1567,13 @@ impl Engine for Lsm {
             blk: Vec::new(),
             scratch: Vec::new(),
         }))
+    }
+
+    fn reader(&self) -> Box<dyn SnapshotRead + Send + '_> {
+        Box::new(LsmReader {
+            eng: self,
+            blk: Vec::new(),
+        })
     }
 
     fn snapshot(&self) -> Result<Box<dyn SnapshotRead + Send + '_>> {

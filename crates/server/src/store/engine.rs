@@ -1,7 +1,7 @@
 //! [`Kv`] over a `ferrite-engine` session (in-place, LSM or copy-on-write):
 //! each `put`/`delete` is durable when it returns (the engine's contract).
 
-use super::{Kv, KvReader, Result, StoreError};
+use super::{Kv, Result, StoreError};
 use ferrite_engine::{EngineError, KeyRange, Op, Session};
 
 /// One thread's engine session.
@@ -58,10 +58,20 @@ impl Kv for EngineKv<'_> {
     }
 }
 
+/// A connection thread's read fast path: an engine reader, which holds
+/// no session, so every connection thread has one.
+pub struct EngineReader(ferrite_engine::Reader);
+
+impl super::Reader for EngineReader {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.0.get_into(key, out).map_err(err)
+    }
+}
+
 /// Serve `store` (see [`crate::server::run`]); the shard count is capped
 /// at the sessions the store was created with, less the one the start-up
 /// scan holds (a store with one session cannot serve); connection threads
-/// take the sessions left for their read fast path ([`KvReader`]).
+/// read through readers of their own ([`EngineReader`]).
 pub fn serve(
     store: &ferrite_engine::Store,
     mut opts: crate::server::Options,
@@ -78,20 +88,12 @@ pub fn serve(
                 .map(|s| EngineKv::new(Box::new(s)))
                 .map_err(err)
         },
-        // The read fast path reads through a session of its own. Every
-        // engine publishes a write to readers only after its commit is
-        // durable (InP applies its redo record after the fence, LSM
+        // Every engine publishes a write to readers only after its commit
+        // is durable (InP applies its redo record after the fence, LSM
         // inserts into the memtable after its record's fence, CoW switches
-        // the version after the publish). A connection thread finds a
-        // session if the store has more than the shards and the scan need
-        // (`ferrite serve` creates stores with one per connection thread
-        // more), or once the scan has given its own back.
-        || {
-            Ok(store
-                .session()
-                .ok()
-                .map(|s| KvReader(EngineKv::new(Box::new(s)))))
-        },
+        // the version after the publish), so a reader never sees a write
+        // that was not acknowledged durable.
+        || Ok(Some(EngineReader(store.reader()))),
         opts,
         listener,
         stop,
