@@ -42,6 +42,16 @@ pub enum EngineError {
     /// create a store in.
     #[error("store is full: {0}")]
     Full(String),
+    /// The value stored under `key` fails its checksum (a stray write or
+    /// a bad media block): it is not returned. The store's other keys read
+    /// as before; `ferrite pool check --deep` lists every such key.
+    #[error("the value of key {} fails its checksum: {detail}", show_key(key))]
+    DamagedValue {
+        /// The key whose value is damaged.
+        key: Vec<u8>,
+        /// Where and how (block, stored and computed checksums).
+        detail: String,
+    },
     /// Every session place is taken; returned by `Store::session`, while
     /// the store-level operations wait for a place instead.
     #[error("all {max} sessions of the store are open; drop one first")]
@@ -108,5 +118,15 @@ impl From<AllocError> for EngineError {
             }
             e => EngineError::Alloc(e),
         }
+    }
+}
+
+/// A key for a message: text when it is printable ASCII, else hex.
+pub(crate) fn show_key(k: &[u8]) -> String {
+    if !k.is_empty() && k.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        format!("'{}'", String::from_utf8_lossy(k))
+    } else {
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        format!("0x{hex}")
     }
 }

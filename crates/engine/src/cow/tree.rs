@@ -174,6 +174,46 @@ fn bad_off(off: u64) -> EngineError {
     EngineError::Corrupt(format!("cow: node offset {off:#x} outside the pool"))
 }
 
+/// [`read_node`], then the node's checksum against its own and the one
+/// its parent (or the root line) recorded, `crc`: a damaged node is an
+/// error, never entries.
+pub fn read_node_checked(
+    pool: &Region,
+    nonce: u64,
+    off: u64,
+    crc: u32,
+    buf: &mut Vec<u8>,
+) -> Result<Header> {
+    let h = read_node(pool, off, buf)?;
+    format::check_node_crc(buf, nonce, crc)
+        .map_err(|e| EngineError::Corrupt(format!("node {off:#x}: {e}")))?;
+    Ok(h)
+}
+
+/// [`read_blob`], then the value's checksum against `crc` (what the leaf
+/// recorded): on a mismatch nothing is appended and the error names `key`.
+pub fn read_blob_checked(
+    pool: &Region,
+    nonce: u64,
+    key: &[u8],
+    (off, len, crc): (u64, u32, u32),
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let start = out.len();
+    read_blob(pool, off, len as usize, out)?;
+    let computed = format::crc(nonce, &out[start..]);
+    if computed != crc {
+        out.truncate(start);
+        return Err(EngineError::DamagedValue {
+            key: key.to_vec(),
+            detail: format!(
+                "cow blob {off:#x}+{len}: checksum {computed:#010x}, the leaf recorded {crc:#010x}"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Reads a blob's `len` bytes at `off`, appending them to `out`.
 pub fn read_blob(pool: &Region, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
     let o = usize::try_from(off).map_err(|_| bad_off(off))?;
@@ -247,11 +287,14 @@ impl<'a> Shadow<'a> {
         }
     }
 
-    /// Decodes the durable node at `off` (retiring its block).
-    fn load(&mut self, off: u64, expect_level: Option<u8>) -> Result<DNode<'a>> {
+    /// Decodes the durable node at `off`, whose checksum its parent
+    /// recorded as `crc` (retiring its block). A damaged node is an error:
+    /// a write never copies damage into a new version under a fresh
+    /// checksum.
+    fn load(&mut self, off: u64, crc: u32, expect_level: Option<u8>) -> Result<DNode<'a>> {
         let mut buf = std::mem::take(&mut self.buf);
         let r = (|| {
-            let h = read_node(&self.pool, off, &mut buf)?;
+            let h = read_node_checked(&self.pool, self.nonce, off, crc, &mut buf)?;
             if expect_level.is_some_and(|l| l != h.level) {
                 return Err(EngineError::Corrupt(format!(
                     "cow: node {off:#x} at level {} where {} was expected",
@@ -308,8 +351,8 @@ impl<'a> Shadow<'a> {
 
     /// Makes `c` dirty (decoding it if clean) and returns the node.
     fn dirty<'c>(&mut self, c: &'c mut DChild<'a>, level: Option<u8>) -> Result<&'c mut DNode<'a>> {
-        if let DChild::Clean(off, _) = *c {
-            let n = self.load(off, level)?;
+        if let DChild::Clean(off, crc) = *c {
+            let n = self.load(off, crc, level)?;
             *c = DChild::Dirty(Box::new(n));
         }
         match c {
@@ -412,10 +455,10 @@ impl<'a> Shadow<'a> {
     ) -> Result<bool> {
         // Look before copying: a delete of an absent key changes nothing.
         let mut checked = checked;
-        if let DChild::Clean(off, _) = *c
+        if let DChild::Clean(off, crc) = *c
             && !checked
         {
-            if !self.durable_contains(off, key)? {
+            if !self.durable_contains(off, crc, key)? {
                 return Ok(false);
             }
             checked = true;
@@ -447,11 +490,11 @@ impl<'a> Shadow<'a> {
     }
 
     /// Whether the durable subtree at `off` holds `key` (no copying).
-    fn durable_contains(&mut self, mut off: u64, key: &[u8]) -> Result<bool> {
+    fn durable_contains(&mut self, mut off: u64, mut crc: u32, key: &[u8]) -> Result<bool> {
         let mut buf = std::mem::take(&mut self.buf);
         let r = (|| {
             for _ in 0..=MAX_HEIGHT {
-                let h = read_node(&self.pool, off, &mut buf)?;
+                let h = read_node_checked(&self.pool, self.nonce, off, crc, &mut buf)?;
                 let mut next = None;
                 for e in format::Entries::new(&h, &buf) {
                     match e? {
@@ -463,16 +506,16 @@ impl<'a> Shadow<'a> {
                                 return Ok(false);
                             }
                         }
-                        Ent::Branch(k, child, _) => {
+                        Ent::Branch(k, child, ccrc) => {
                             if next.is_some() && k > key {
                                 break;
                             }
-                            next = Some(child);
+                            next = Some((child, ccrc));
                         }
                     }
                 }
                 match (h.kind, next) {
-                    (KIND_BRANCH, Some(c)) => off = c,
+                    (KIND_BRANCH, Some(c)) => (off, crc) = c,
                     _ => return Ok(false),
                 }
             }
