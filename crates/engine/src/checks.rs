@@ -43,7 +43,7 @@
 //! 1). Budget left over goes to further main and threads runs with new
 //! seeds.
 
-use crate::{AllocKind, EngineKind, Fault, Op, Session, Store, StoreOptions, Walk};
+use crate::{AllocKind, Durability, EngineKind, Fault, Op, Session, Store, StoreOptions, Walk};
 use ferrite_crash::explorer::spend_budget;
 use ferrite_crash::lockstep;
 use ferrite_crash::{Config, ExploreError, Explorer, Report};
@@ -90,6 +90,10 @@ pub enum Run {
     Intent(AllocKind),
     /// The same with two lockstep sessions.
     IntentThreads,
+    /// The main run with relaxed commits ([`crate::Durability::Eventual`])
+    /// and syncs among the durable ones: a crash may lose a suffix of the
+    /// relaxed commits since the last durable point, nothing else.
+    Relaxed,
 }
 
 impl Run {
@@ -102,6 +106,7 @@ impl Run {
             Run::Eadr => "eadr-stores".into(),
             Run::Intent(a) => format!("intent-{a}"),
             Run::IntentThreads => "intent-threads-2".into(),
+            Run::Relaxed => "relaxed".into(),
         }
     }
 }
@@ -175,6 +180,18 @@ pub struct Model {
 struct Inner {
     acked: BTreeMap<Vec<u8>, Vec<u8>>,
     inflight: [Option<Vec<Change>>; 2],
+    /// Relaxed commits acknowledged since the last durable point, in
+    /// commit order (the main run only: one thread).
+    relaxed: Vec<Vec<Change>>,
+}
+
+impl Inner {
+    /// A durable point: every relaxed commit before it is durable.
+    fn settle(&mut self) {
+        for ch in std::mem::take(&mut self.relaxed) {
+            apply(&mut self.acked, &ch);
+        }
+    }
 }
 
 impl Model {
@@ -185,12 +202,38 @@ impl Model {
     fn ack(&self, t: usize) {
         let mut g = self.inner.lock().expect("model lock");
         if let Some(ch) = g.inflight[t].take() {
+            g.settle();
             apply(&mut g.acked, &ch);
         }
     }
 
+    /// An operation that changed nothing returned (a delete of an absent
+    /// key): it committed nothing, so it is no durable point.
+    fn ack_noop(&self, t: usize) {
+        self.inner.lock().expect("model lock").inflight[t] = None;
+    }
+
+    /// A relaxed commit returned: visible, durable at the next durable point.
+    fn ack_relaxed(&self, t: usize) {
+        let mut g = self.inner.lock().expect("model lock");
+        if let Some(ch) = g.inflight[t].take() {
+            g.relaxed.push(ch);
+        }
+    }
+
+    /// A sync returned.
+    fn synced(&self) {
+        self.inner.lock().expect("model lock").settle();
+    }
+
+    /// What reads see: the acknowledged state with the relaxed commits.
     fn snapshot(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        self.inner.lock().expect("model lock").acked.clone()
+        let g = self.inner.lock().expect("model lock");
+        let mut m = g.acked.clone();
+        for ch in &g.relaxed {
+            apply(&mut m, ch);
+        }
+        m
     }
 }
 
@@ -226,8 +269,12 @@ fn script(
     seed: u64,
     steps: usize,
     version: &mut u64,
+    relaxed: Option<&Store>,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // The relaxed run draws from a stream of its own, so that the other
+    // runs' scripts stay what they were.
+    let mut rrng = ChaCha8Rng::seed_from_u64(seed ^ 0x0052_454c_4158_4544);
     const LENS: [usize; 6] = [0, 8, 40, 200, 700, 1500];
     let mut out = Vec::new();
     for step in 0..steps {
@@ -241,9 +288,16 @@ fn script(
             let k = pick(&mut rng);
             let v = value_of(&mut rng, &k);
             m.begin(t, vec![(k.clone(), Some(v.clone()))]);
-            s.put(&k, &v)
-                .unwrap_or_else(|e| panic!("step {step}: put: {e}"));
-            m.ack(t);
+            if relaxed.is_some() && rrng.random_range(0..2) == 0 {
+                s.batch_with(&[Op::Put { key: &k, value: &v }], Durability::Eventual)
+                    .unwrap_or_else(|e| panic!("step {step}: relaxed put: {e}"));
+                m.ack_relaxed(t);
+                maybe_sync(relaxed, &mut rrng, m, step);
+            } else {
+                s.put(&k, &v)
+                    .unwrap_or_else(|e| panic!("step {step}: put: {e}"));
+                m.ack(t);
+            }
         } else if d < 55 {
             let k = pick(&mut rng);
             let had = m.snapshot().contains_key(&k);
@@ -252,7 +306,13 @@ fn script(
                 .delete(&k)
                 .unwrap_or_else(|e| panic!("step {step}: delete: {e}"));
             assert_eq!(r, had, "step {step}: delete of {k:?} returned {r}");
-            m.ack(t);
+            if r {
+                m.ack(t);
+            } else {
+                // Nothing to delete: no commit, so no durable point for
+                // the relaxed commits before it.
+                m.ack_noop(t);
+            }
         } else if d < 72 {
             let n = rng.random_range(2..=4);
             let mut changes: Vec<Change> = Vec::new();
@@ -267,9 +327,18 @@ fn script(
             }
             let ops = batch_ops(&changes);
             m.begin(t, changes.clone());
-            s.batch(&ops)
-                .unwrap_or_else(|e| panic!("step {step}: batch: {e}"));
-            m.ack(t);
+            // In the relaxed run, most batches are relaxed, and now and
+            // then a sync makes them durable.
+            if relaxed.is_some() && rrng.random_range(0..4) != 0 {
+                s.batch_with(&ops, Durability::Eventual)
+                    .unwrap_or_else(|e| panic!("step {step}: relaxed batch: {e}"));
+                m.ack_relaxed(t);
+                maybe_sync(relaxed, &mut rrng, m, step);
+            } else {
+                s.batch(&ops)
+                    .unwrap_or_else(|e| panic!("step {step}: batch: {e}"));
+                m.ack(t);
+            }
         } else if d < 86 {
             let k = pick(&mut rng);
             let want = m.snapshot().get(&k).cloned();
@@ -308,6 +377,18 @@ fn script(
                 "step {step}: scan out of order"
             );
         }
+    }
+}
+
+/// The relaxed run, after a relaxed commit: a sync one time in three.
+fn maybe_sync(store: Option<&Store>, rng: &mut ChaCha8Rng, m: &Model, step: usize) {
+    if let Some(store) = store
+        && rng.random_range(0..3) == 0
+    {
+        store
+            .sync()
+            .unwrap_or_else(|e| panic!("step {step}: sync: {e}"));
+        m.synced();
     }
 }
 
@@ -371,22 +452,30 @@ fn check(r: &Recovered, m: &Model) -> Result<(), String> {
     }
     let found: BTreeMap<Vec<u8>, Vec<u8>> = entries.iter().cloned().collect();
     let g = m.inner.lock().expect("model lock").clone();
-    // Every combination of the in-flight operations applied or not.
+    // Every prefix of the relaxed commits, with every combination of the
+    // in-flight operations applied or not (an in-flight commit comes after
+    // every relaxed one: it is there only with all of them).
     let mut ok = false;
-    for mask in 0..4u32 {
-        let mut want = g.acked.clone();
-        let mut skip = false;
-        for t in 0..2 {
-            if mask & (1 << t) != 0 {
-                match &g.inflight[t] {
-                    Some(ch) => apply(&mut want, ch),
-                    None => skip = true,
+    'prefixes: for p in 0..=g.relaxed.len() {
+        let mut base = g.acked.clone();
+        for ch in &g.relaxed[..p] {
+            apply(&mut base, ch);
+        }
+        for mask in 0..4u32 {
+            let mut want = base.clone();
+            let mut skip = false;
+            for t in 0..2 {
+                if mask & (1 << t) != 0 {
+                    match &g.inflight[t] {
+                        Some(ch) if p == g.relaxed.len() => apply(&mut want, ch),
+                        _ => skip = true,
+                    }
                 }
             }
-        }
-        if !skip && want == found {
-            ok = true;
-            break;
+            if !skip && want == found {
+                ok = true;
+                break 'prefixes;
+            }
         }
     }
     if !ok {
@@ -467,7 +556,32 @@ fn check_main(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
             let store = Store::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
             let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
             let mut version = 0;
-            script(&mut s, m, 0, &all, seed, MAIN_STEPS, &mut version);
+            script(&mut s, m, 0, &all, seed, MAIN_STEPS, &mut version, None);
+        },
+        |pool| recover(pool, opts),
+        |_, r, m| check(r, m),
+    )?)
+}
+
+/// The relaxed run: the main run's script with relaxed batches and syncs.
+fn check_relaxed(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
+    let seed = cfg.seed ^ MAIN_SCRIPT;
+    let all: Vec<usize> = (0..KEYS).collect();
+    Ok(explorer(cfg, opts).explore(
+        |pool: &Pool, m: &mut Model| {
+            let store = Store::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
+            let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
+            let mut version = 0;
+            script(
+                &mut s,
+                m,
+                0,
+                &all,
+                seed,
+                MAIN_STEPS,
+                &mut version,
+                Some(&store),
+            );
         },
         |pool| recover(pool, opts),
         |_, r, m| check(r, m),
@@ -496,6 +610,7 @@ fn check_threads(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError>
                             seed.wrapping_add(t as u64),
                             THREAD_STEPS,
                             &mut version,
+                            None,
                         );
                     }) as Box<dyn FnOnce() + Send + '_>
                 })
@@ -527,6 +642,7 @@ pub fn check_run(
         ),
         Run::Intent(a) => check_main(cfg, &intent_options(a, fault)),
         Run::IntentThreads => check_threads(cfg, &intent_options(AllocKind::Ferrite, fault)),
+        Run::Relaxed => check_relaxed(cfg, &check_options(kind, AllocKind::Ferrite, fault)),
     }
 }
 
@@ -560,6 +676,10 @@ fn plan(cfg: &Config, kind: EngineKind, fault: Fault) -> Vec<(Run, usize)> {
     };
     if kind == EngineKind::Inp {
         p.extend(intent);
+    }
+    // Only the LSM commits relaxed for real (the others commit at once).
+    if kind == EngineKind::Lsm {
+        p.push((Run::Relaxed, 2));
     }
     p
 }
@@ -635,7 +755,16 @@ mod tests {
                     let mut s = store.session().unwrap();
                     let all: Vec<usize> = (0..KEYS).collect();
                     let mut v = 0;
-                    script(&mut s, &m, 0, &all, MAIN_SCRIPT ^ 1, MAIN_STEPS, &mut v);
+                    script(
+                        &mut s,
+                        &m,
+                        0,
+                        &all,
+                        MAIN_SCRIPT ^ 1,
+                        MAIN_STEPS,
+                        &mut v,
+                        None,
+                    );
                 }
                 let r = recover(&p, &opts).unwrap();
                 check(&r, &m).unwrap_or_else(|e| panic!("{kind}/{alloc}: {e}"));

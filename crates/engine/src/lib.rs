@@ -370,6 +370,21 @@ impl StoreOptions {
     }
 }
 
+/// When a commit is durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Durable when the call returns (the default of every write).
+    #[default]
+    Immediate,
+    /// Relaxed (redb's `Durability::None`, LMDB's `MDB_NOSYNC`): the
+    /// commit is visible at once and durable at the next immediate commit,
+    /// [`Store::sync`] or close. A crash loses a suffix of relaxed commits
+    /// — never part of one, never one without all after it. The LSM
+    /// engine skips the commit's fence; InP and CoW commit immediately
+    /// anyway (what they would save is not the fence).
+    Eventual,
+}
+
 /// One write of an atomic batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op<'a> {
@@ -463,6 +478,13 @@ pub trait Session {
     /// Applies every operation atomically (all or nothing after a crash);
     /// later operations on the same key win.
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()>;
+
+    /// [`batch`](Self::batch) with a choice of [`Durability`] (the
+    /// engines without a relaxed commit commit immediately).
+    fn batch_with(&mut self, ops: &[Op<'_>], d: Durability) -> Result<()> {
+        let _ = d;
+        self.batch(ops)
+    }
 
     /// Visits the pairs of `range` in its order until `f` returns false;
     /// returns how many pairs `f` saw. Read in chunks of up to
@@ -574,9 +596,14 @@ pub trait Engine: Send + Sync {
     fn recovery(&self) -> &EngineRecovery;
     /// Counters since open.
     fn stats(&self) -> EngineStats;
-    /// Finishes background work (LSM compaction, a pending group commit)
-    /// so that a [`walk`](Self::walk) sees a settled store.
+    /// Finishes background work (LSM compaction, a pending group commit,
+    /// relaxed commits made durable) so that a [`walk`](Self::walk) sees a
+    /// settled store.
     fn quiesce(&self) -> Result<()>;
+    /// Makes every relaxed commit ([`Durability::Eventual`]) durable.
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
     /// Walks the whole store (no session may be writing): contents in key
     /// order and every referenced block. Corruption is an error, never a panic.
     fn walk(&self) -> Result<Walk>;

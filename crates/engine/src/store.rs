@@ -6,8 +6,8 @@ use crate::breakdown::Measured;
 use crate::range::Walker;
 use crate::txn::{Reader, Snapshot, WriteTxn};
 use crate::{
-    AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, KeyRange, LAYOUT, Op,
-    Result, Session, StoreOptions, Walk, cow, inp, lsm,
+    AllocKind, Durability, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, KeyRange,
+    LAYOUT, Op, Result, Session, StoreOptions, Walk, cow, inp, lsm,
 };
 use ferrite_alloc::{Heap, HeapOptions, LockHeap, LockOptions, PAllocator};
 use ferrite_pmem::{HEADER_SIZE, PAGE, Pool, PoolOptions, Region};
@@ -241,13 +241,20 @@ impl Session for StoreSession {
             s.batch(ops)
         })
     }
+
+    fn batch_with(&mut self, ops: &[Op<'_>], d: Durability) -> Result<()> {
+        self.0.with_dependent_mut(|c, s| {
+            let _w = c.writers.read();
+            s.batch_with(ops, d)
+        })
+    }
 }
 
 impl StoreSession {
-    /// [`Session::batch`] without the writers' gate: for the
+    /// [`Session::batch_with`] without the writers' gate: for the
     /// [`WriteTxn`] that holds it.
-    pub(crate) fn batch_in_txn(&mut self, ops: &[Op<'_>]) -> Result<()> {
-        self.0.with_dependent_mut(|_, s| s.batch(ops))
+    pub(crate) fn batch_in_txn(&mut self, ops: &[Op<'_>], d: Durability) -> Result<()> {
+        self.0.with_dependent_mut(|_, s| s.batch_with(ops, d))
     }
 
     /// The writers' gate of this session's store.
@@ -772,6 +779,17 @@ impl Store {
     /// Applies `ops` atomically; durable when it returns.
     pub fn batch(&self, ops: &[Op<'_>]) -> Result<()> {
         self.with_session(|s| s.batch(ops))
+    }
+
+    /// Applies `ops` atomically, durable per `d` ([`Durability::Eventual`]:
+    /// at the next immediate commit, [`sync`](Self::sync) or close).
+    pub fn batch_with(&self, ops: &[Op<'_>], d: Durability) -> Result<()> {
+        self.with_session(|s| s.batch_with(ops, d))
+    }
+
+    /// Makes every relaxed commit durable.
+    pub fn sync(&self) -> Result<()> {
+        self.core().engine.sync()
     }
 
     /// The pairs of `range`, lazily, in its order.

@@ -18,7 +18,8 @@
 use crate::range::{Scan, SessionScan, Walker};
 use crate::store::Core;
 use crate::{
-    KeyRange, Op, Result, Session, SnapshotRead, Store, StoreSession, check_key, check_value,
+    Durability, KeyRange, Op, Result, Session, SnapshotRead, Store, StoreSession, check_key,
+    check_value,
 };
 use parking_lot::{ArcRwLockWriteGuard, RawRwLock};
 use std::collections::{BTreeMap, VecDeque};
@@ -32,6 +33,7 @@ pub struct WriteTxn {
     session: Option<StoreSession>,
     /// Key → new value (`None`: deleted), the transaction's writes.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    durability: Durability,
     /// The writers' gate, exclusively; released after the session goes
     /// back (field order: dropped last).
     _gate: ArcRwLockWriteGuard<RawRwLock, ()>,
@@ -70,6 +72,7 @@ impl WriteTxn {
             store,
             session: Some(session),
             writes: BTreeMap::new(),
+            durability: Durability::Immediate,
             _gate: gate,
         }
     }
@@ -104,6 +107,11 @@ impl WriteTxn {
             self.writes.insert(key.to_vec(), None);
         }
         Ok(existed)
+    }
+
+    /// When the commit is durable (default [`Durability::Immediate`]).
+    pub fn set_durability(&mut self, d: Durability) {
+        self.durability = d;
     }
 
     /// Writes buffered so far (puts and deletes, one per key).
@@ -230,7 +238,8 @@ impl WriteTxn {
                 None => Op::Delete { key: k },
             })
             .collect();
-        self.session().batch_in_txn(&ops)
+        let d = self.durability;
+        self.session().batch_in_txn(&ops, d)
     }
 
     /// Drops every write (the same as dropping the transaction).

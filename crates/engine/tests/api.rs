@@ -664,3 +664,39 @@ fn any_number_of_threads_read_without_sessions() {
         ));
     }
 }
+
+#[test]
+fn relaxed_commits_are_visible_at_once_and_durable_after_sync_or_close() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
+        let p = dir.path().join(format!("{kind}.pool"));
+        let store = Store::create_file(&p, 16 << 20, &StoreOptions::new(kind)).unwrap();
+        for i in 0..300u32 {
+            let k = key(i);
+            store
+                .batch_with(
+                    &[Op::Put {
+                        key: &k,
+                        value: b"relaxed",
+                    }],
+                    ferrite_engine::Durability::Eventual,
+                )
+                .unwrap();
+            assert_eq!(
+                store.get(&k).unwrap().as_deref(),
+                Some(&b"relaxed"[..]),
+                "{kind}"
+            );
+        }
+        store.sync().unwrap();
+        let mut tx = store.write().unwrap();
+        tx.set_durability(ferrite_engine::Durability::Eventual);
+        tx.put(b"from-txn", b"x").unwrap();
+        tx.commit().unwrap();
+        // Close makes them durable.
+        store.close().unwrap();
+        let store = Store::open_file(&p, &StoreOptions::default()).unwrap();
+        assert_eq!(store.len().unwrap(), 301, "{kind}");
+        assert_eq!(store.get(b"from-txn").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+}

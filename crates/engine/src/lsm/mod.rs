@@ -129,7 +129,7 @@ use crate::breakdown::{self, Phase};
 use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
-    Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
+    Durability, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
     SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Link, PAllocator, Publish, Reservation};
@@ -200,6 +200,8 @@ pub enum Fault {
     AppendUnfenced,
     /// Zero (truncate) the log before the manifest switch is durable.
     TruncateBeforeSwitch,
+    /// `sync` forgets its fence: relaxed commits it reports durable are not.
+    SyncUnfenced,
 }
 
 impl Fault {
@@ -208,6 +210,7 @@ impl Fault {
         Fault::RunUnflushed,
         Fault::AppendUnfenced,
         Fault::TruncateBeforeSwitch,
+        Fault::SyncUnfenced,
     ];
 }
 
@@ -249,6 +252,9 @@ struct Writer {
     /// After a flush failed for want of space, the log position before
     /// which no flush is tried again (0: none failed).
     retry_at: u64,
+    /// Log bytes `[start, end)` appended by relaxed commits and not fenced
+    /// since: the next durable commit, `sync` or flush makes them durable.
+    unfenced: Option<(u64, u64)>,
 }
 
 pub(crate) struct Lsm {
@@ -522,6 +528,7 @@ impl Lsm {
                 graveyard: Vec::new(),
                 buf: Vec::new(),
                 retry_at: 0,
+                unfenced: None,
             }),
             state: RwLock::new(State {
                 mem,
@@ -741,13 +748,27 @@ impl Lsm {
         at: &mut dyn AllocThread,
         rec: &mut [u8],
         ops: &[Op<'_>],
+        d: Durability,
     ) -> Result<()> {
         let scope = ferrite_pmem::trace::commit_scope();
-        let r = self.append_record(w, at, rec, ops);
-        if r.is_ok() {
+        let r = self.append_record(w, at, rec, ops, d);
+        if r.is_ok() && d == Durability::Immediate {
             scope.mark();
         }
         r
+    }
+
+    /// Makes the records of relaxed commits durable: flushes their log
+    /// bytes — on this thread, so that its fence covers them whichever
+    /// thread stored them — and fences. With the writer lock held.
+    fn sync_unfenced(&self, w: &mut Writer) {
+        if let Some((start, end)) = w.unfenced.take() {
+            self.pool
+                .flush((w.man.seg + start) as usize, (end - start) as usize);
+            if self.fault != Some(Fault::SyncUnfenced) {
+                self.pool.fence();
+            }
+        }
     }
 
     fn append_record(
@@ -756,6 +777,7 @@ impl Lsm {
         at: &mut dyn AllocThread,
         rec: &mut [u8],
         ops: &[Op<'_>],
+        d: Durability,
     ) -> Result<()> {
         let len = round_line(rec.len() as u64);
         let over_threshold = w.pos > 0 && w.pos + len > self.opts.memtable_bytes;
@@ -803,10 +825,31 @@ impl Lsm {
         let cc = breakdown::phase(Phase::Cc);
         format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen);
         let at_off = (w.man.seg + w.pos) as usize;
-        // Stored and flushed (non-temporal stores for a large record).
-        self.pool.write_nodrain(at_off, rec);
-        if self.fault != Some(Fault::AppendUnfenced) {
-            self.pool.fence();
+        match d {
+            Durability::Eventual => {
+                // Stored, not flushed (rule 8: no flush left in flight):
+                // the next durable commit, sync or memtable flush flushes
+                // and fences it. A crash may lose a suffix of such records,
+                // never part of one (the record's checksum) and never one
+                // without those after it (replay stops at the first
+                // invalid record and scrubs the rest).
+                self.pool.write(at_off, rec);
+                let start = w.unfenced.map_or(w.pos, |(s, _)| s);
+                w.unfenced = Some((start, w.pos + len));
+            }
+            Durability::Immediate => {
+                // Stored and flushed (non-temporal stores for a large record).
+                self.pool.write_nodrain(at_off, rec);
+                if let Some((start, _)) = w.unfenced.take() {
+                    // Earlier relaxed records, stored but not flushed,
+                    // share this record's fence.
+                    self.pool
+                        .flush((w.man.seg + start) as usize, (w.pos - start) as usize);
+                }
+                if self.fault != Some(Fault::AppendUnfenced) {
+                    self.pool.fence();
+                }
+            }
         }
         drop(cc);
         w.pos += len;
@@ -1040,6 +1083,8 @@ impl Lsm {
         w.man = man;
         w.man_off = man_off;
         w.pos = 0;
+        // The records of relaxed commits are in the run now, durable.
+        w.unfenced = None;
         {
             let mut st = self.state.write();
             st.version = Arc::new(Version { runs: new_runs });
@@ -1482,7 +1527,13 @@ impl Session for LsmSession<'_> {
         format::encode_ops(&mut self.rec, &ops);
         let mut w = self.eng.writer.lock();
         let _held = LockHeld::enter();
-        self.eng.append(&mut w, &mut *self.at, &mut self.rec, &ops)
+        self.eng.append(
+            &mut w,
+            &mut *self.at,
+            &mut self.rec,
+            &ops,
+            Durability::Immediate,
+        )
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
@@ -1498,7 +1549,13 @@ impl Session for LsmSession<'_> {
         }
         drop(scan);
         self.eng
-            .append(&mut w, &mut *self.at, &mut self.rec, &ops)
+            .append(
+                &mut w,
+                &mut *self.at,
+                &mut self.rec,
+                &ops,
+                Durability::Immediate,
+            )
             .map(|()| true)
     }
 
@@ -1523,6 +1580,10 @@ impl Session for LsmSession<'_> {
     }
 
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        self.batch_with(ops, Durability::Immediate)
+    }
+
+    fn batch_with(&mut self, ops: &[Op<'_>], d: Durability) -> Result<()> {
         check_ops(ops)?;
         if ops.is_empty() {
             return Ok(());
@@ -1548,7 +1609,8 @@ impl Session for LsmSession<'_> {
         format::encode_ops(&mut self.rec, ops);
         let mut w = self.eng.writer.lock();
         let _held = LockHeld::enter();
-        self.eng.append(&mut w, &mut *self.at, &mut self.rec, ops)
+        self.eng
+            .append(&mut w, &mut *self.at, &mut self.rec, ops, d)
     }
 }
 
@@ -1636,7 +1698,15 @@ impl Engine for Lsm {
     }
 
     fn quiesce(&self) -> Result<()> {
-        // Flushes and merges run inline in the writer: nothing in the background.
+        // Flushes and merges run inline in the writer: nothing in the
+        // background; relaxed commits become durable.
+        self.sync()
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        let _held = LockHeld::enter();
+        self.sync_unfenced(&mut w);
         Ok(())
     }
 
