@@ -518,7 +518,7 @@ pub mod record {
     use super::*;
     use ferrite_blocks::log::{Algorithm, Log, LogError};
     use ferrite_ds::{self as ds, DsOptions, Structure};
-    use ferrite_engine::{EngineKind, LAYOUT, Session, Store, StoreOptions};
+    use ferrite_engine::{EngineKind, LAYOUT, Store, StoreOptions};
     use ferrite_pmem::trace::{self, EventKind, ThreadTrace};
     use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
     use ferrite_tx::{Strategy, TxOptions, TxPool};
@@ -839,7 +839,6 @@ pub mod record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_engine::Session as _;
     use ferrite_sim::Op;
 
     #[test]

@@ -1162,7 +1162,7 @@ fn rough_throughput_50_50() {
         let Some(s) = engine_or_skip(pmdk_store(&dir.file(), 256 << 20, &opts), kind) else {
             continue;
         };
-        let pmdk = run(&mut *s.session().unwrap());
+        let pmdk = run(&mut s.session().unwrap());
         let mut line = format!("{kind}: pmdk {pmdk:.3} Mops/s");
         for a in ferrite_engine::AllocKind::ALL {
             let pool = ferrite_pmem::Pool::create_in_memory(
@@ -1171,7 +1171,7 @@ fn rough_throughput_50_50() {
             )
             .unwrap();
             let fs = ferrite_engine::Store::create(&pool, &opts.clone().allocator(a)).unwrap();
-            let m = run(&mut *fs.session().unwrap());
+            let m = run(&mut fs.session().unwrap());
             line += &format!(", {a} {m:.3} Mops/s");
         }
         eprintln!("{line}");

@@ -5,7 +5,6 @@
 //! of `scan` one `key<TAB>value` line per pair.
 
 use clap::Subcommand;
-use ferrite_engine::Session as _;
 use ferrite_engine::{AllocKind, Domain, EngineKind, KeyRange, Op, Store, StoreOptions};
 use std::ops::Bound;
 use std::path::Path;

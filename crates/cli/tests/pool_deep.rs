@@ -5,7 +5,6 @@
 
 use ferrite_alloc::PAllocator;
 use ferrite_blocks::log::{Algorithm, Layout, Log, Variant};
-use ferrite_engine::Session as _;
 use ferrite_engine::{AllocKind, EngineKind, Store, StoreOptions};
 use ferrite_pmem::{Pool, PoolOptions};
 use ferrite_ptm::{Ptm, PtmOptions};

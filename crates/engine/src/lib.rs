@@ -32,7 +32,7 @@
 //! prefix and a direction.
 //!
 //! ```no_run
-//! use ferrite_engine::{EngineKind, KeyRange, Session, Store, StoreOptions};
+//! use ferrite_engine::{EngineKind, KeyRange, Store, StoreOptions};
 //! # fn main() -> Result<(), ferrite_engine::EngineError> {
 //! let store = Store::create_file("/dev/shm/kv.pool", 64 << 20, &StoreOptions::new(EngineKind::Cow))?;
 //! store.put(b"apple", b"red")?;

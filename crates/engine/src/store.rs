@@ -250,6 +250,70 @@ impl Session for StoreSession {
     }
 }
 
+/// The session's operations as inherent methods, so that a caller needs
+/// no `use ferrite_engine::Session` (each is the [`Session`] method of the
+/// same name).
+impl StoreSession {
+    /// [`Session::get`].
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Session::get(self, key)
+    }
+
+    /// [`Session::get_into`].
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        Session::get_into(self, key, out)
+    }
+
+    /// [`Session::put`].
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        Session::put(self, key, value)
+    }
+
+    /// [`Session::delete`].
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        Session::delete(self, key)
+    }
+
+    /// [`Session::batch`].
+    pub fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        Session::batch(self, ops)
+    }
+
+    /// [`Session::batch_with`].
+    pub fn batch_with(&mut self, ops: &[Op<'_>], d: Durability) -> Result<()> {
+        Session::batch_with(self, ops, d)
+    }
+
+    /// [`Session::scan`].
+    pub fn scan(&mut self, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Session::scan(self, from, limit)
+    }
+
+    /// [`Session::range`].
+    pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Session::range(self, range)
+    }
+
+    /// [`Session::range_with`].
+    pub fn range_with(
+        &mut self,
+        range: &KeyRange,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        Session::range_with(self, range, f)
+    }
+
+    /// [`Session::first`].
+    pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        Session::first(self)
+    }
+
+    /// [`Session::last`].
+    pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        Session::last(self)
+    }
+}
+
 impl StoreSession {
     /// [`Session::batch_with`] without the writers' gate: for the
     /// [`WriteTxn`] that holds it.

@@ -18,8 +18,7 @@
 use crate::range::{Scan, SessionScan, Walker};
 use crate::store::Core;
 use crate::{
-    Durability, KeyRange, Op, Result, Session, SnapshotRead, Store, StoreSession, check_key,
-    check_value,
+    Durability, KeyRange, Op, Result, SnapshotRead, Store, StoreSession, check_key, check_value,
 };
 use parking_lot::{ArcRwLockWriteGuard, RawRwLock};
 use std::collections::{BTreeMap, VecDeque};

@@ -277,7 +277,6 @@ pub fn recognise(image: &[u8], layout: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Session as _;
 
     fn image(kind: EngineKind, alloc: AllocKind) -> (Pool, Vec<u8>) {
         let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, 8 << 20)).unwrap();

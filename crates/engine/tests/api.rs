@@ -3,7 +3,7 @@
 //! (bounds, prefix, reverse) against a model on every engine.
 
 use ferrite_engine::{
-    Domain, EngineError, EngineKind, KeyRange, Op, Session, Store, StoreOptions, StoreSession,
+    Domain, EngineError, EngineKind, KeyRange, Op, Store, StoreOptions, StoreSession,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -4,7 +4,6 @@
 //! planted faults.
 
 use super::Fault;
-use crate::Session as _;
 use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Op, Store, StoreOptions};
 use ferrite_crash::explorer::{Config, Explorer, SimRun};
 use ferrite_pmem::{Domain, Pool, PoolOptions};

@@ -3,7 +3,6 @@
 //! pool, fence counts, and a crash exploration catching the planted faults.
 
 use super::Fault;
-use crate::Session as _;
 use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Op, Store, StoreOptions};
 use ferrite_crash::{Config, Explorer, InFlight};
 use ferrite_pmem::{Domain, Mapping, Pool, PoolOptions, SimObserver};

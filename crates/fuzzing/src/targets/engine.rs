@@ -4,7 +4,6 @@
 
 use super::{reopen, run_image};
 use crate::image::{Bases, Recipe, build};
-use ferrite_engine::Session as _;
 use ferrite_engine::{AllocKind, EngineKind, Op, Store, StoreOptions};
 use ferrite_pmem::Pool;
 use std::sync::OnceLock;
