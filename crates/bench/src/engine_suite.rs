@@ -119,6 +119,7 @@ use serde_json::json;
 use std::sync::Mutex;
 use std::time::Instant;
 
+pub mod redb_bench;
 pub mod workloads;
 
 pub use workloads::{Workload, WorkloadSpec};
@@ -1046,15 +1047,20 @@ pub struct Plan {
     pub eadr_max_threads: usize,
     /// Recovery dataset sizes, bytes.
     pub recovery_bytes: Vec<u64>,
-    /// Workloads by name (empty: the P2 list). `ferrite bench engine` takes them
-    /// from the environment variable [`WORKLOADS_ENV`] (comma-separated).
+    /// Workloads by name (empty: the P2 list and `redb`). `ferrite bench
+    /// engine` takes them from the environment variable [`WORKLOADS_ENV`]
+    /// (comma-separated).
     pub workloads: Vec<String>,
+    /// Sizes of the redb comparison workload (when it runs).
+    pub redb: redb_bench::Counts,
 }
 
 /// Environment variable choosing `ferrite bench engine`'s workloads,
 /// e.g. `FERRITE_ENGINE_WORKLOADS=p2-a,p2-f` or `ycsb-e,tpcc` (any
 /// ferrite-workload name, options included; `none`: only the recovery
-/// rows). Unset: the P2 list.
+/// rows; `redb`: redb's comparison workload, [`redb_bench`], against
+/// LMDB, redb and fjall — a list of only `redb` runs nothing else, not
+/// even the recovery rows). Unset: the P2 list, then the redb workload.
 pub const WORKLOADS_ENV: &str = "FERRITE_ENGINE_WORKLOADS";
 
 impl Plan {
@@ -1077,6 +1083,7 @@ impl Plan {
                         .collect()
                 })
                 .unwrap_or_default(),
+            redb: redb_bench::Counts::for_ctx(ctx),
         }
     }
 }
@@ -1096,10 +1103,13 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     } else {
         plan.workloads
             .iter()
-            .filter(|n| n.as_str() != "none")
+            .filter(|n| n.as_str() != "none" && n.as_str() != redb_bench::NAME)
             .map(|n| WorkloadSpec::parse(n))
             .collect()
     };
+    let redb = plan.workloads.is_empty() || plan.workloads.iter().any(|n| n == redb_bench::NAME);
+    let only_redb =
+        !plan.workloads.is_empty() && plan.workloads.iter().all(|n| n == redb_bench::NAME);
     for spec in &specs {
         for &threads in &plan.threads {
             let ops = if *spec == WorkloadSpec::Tpcc {
@@ -1141,8 +1151,13 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
             }
         }
     }
-    for &bytes in &plan.recovery_bytes {
-        rows.extend(recovery(ctx, bytes, plan.domains[0]));
+    if redb {
+        rows.extend(redb_bench::run(ctx, &plan.redb));
+    }
+    if !only_redb {
+        for &bytes in &plan.recovery_bytes {
+            rows.extend(recovery(ctx, bytes, plan.domains[0]));
+        }
     }
     ctx.note(format!(
         "[engine] done in {:.0} s",
