@@ -101,7 +101,10 @@ fn every_phase_runs_on_every_system_and_leaves_the_same_data() {
                     .iter()
                     .map(|r| extra_u64(r, "removed").unwrap())
                     .collect();
-                assert!(removed.iter().all(|&n| n == removed[0] && n > 0), "{removed:?}");
+                assert!(
+                    removed.iter().all(|&n| n == removed[0] && n > 0),
+                    "{removed:?}"
+                );
             }
             Phase::Sorted => {
                 // The whole table, walked after the last phase: the model's

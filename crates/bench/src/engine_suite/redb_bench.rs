@@ -195,7 +195,7 @@ impl Counts {
             nosync: 2_000,
             reads: 20_000,
             scans: 10_000,
-            pops: 5_000,
+            pops: 2_000,
             sorted: 10_000,
             max_reps: 5,
             ..Counts::full()
@@ -672,7 +672,7 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
             let subject = &mut run.subject;
             let ((removed, c), secs, counters) = timed(|| {
                 subject.retain(&mut |_, _| {
-                    let keep = i % 2 == 0;
+                    let keep = i.is_multiple_of(2);
                     i += 1;
                     keep
                 })
@@ -709,8 +709,7 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
         Phase::Pop => {
             let n = counts.pops.min(run.len);
             let (len, subject) = (run.len, &mut run.subject);
-            let (p, secs, counters) =
-                timed(|| subject.pop(n, len, (n / 100).max(1)))?;
+            let (p, secs, counters) = timed(|| subject.pop(n, len, (n / 100).max(1)))?;
             if p.popped != n {
                 return Err(format!("popped {} of {n}", p.popped));
             }
@@ -745,7 +744,10 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
 fn verify(run: &mut Run, counts: &Counts) -> Res<(u64, u64)> {
     let (n, digest) = run.subject.digest()?;
     if n != run.len {
-        return Err(format!("the table holds {n} entries, the model {}", run.len));
+        return Err(format!(
+            "the table holds {n} entries, the model {}",
+            run.len
+        ));
     }
     let len = run.subject.len()?;
     if len != n {
@@ -878,12 +880,12 @@ pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
         };
         if together {
             let mut runs: Vec<Option<Run>> = tallies.iter_mut().map(open).collect();
-            for pi in 0..phases.len() {
+            for (pi, phase) in phases.iter().enumerate() {
                 ctx.note(format!(
                     "[engine] redb rep {}/{reps}: {} x{} ({:.0} s so far)",
                     rep + 1,
-                    phases[pi].workload(),
-                    phases[pi].threads(),
+                    phase.workload(),
+                    phase.threads(),
                     started.elapsed().as_secs_f64()
                 ));
                 for &i in &order {
@@ -1041,6 +1043,10 @@ fn measured_row(t: &Tally, samples: &[Sample], params: serde_json::Value, phase:
     row.msync_bytes_per_op = per_op(c.msync_bytes, all_ops);
     row.counters_observed = matches!(t.peer, Peer::Ferrite(_));
     row.set_extra("median_ms", round3(med * 1e3));
+    row.set_extra(
+        "samples_ms",
+        secs.iter().map(|s| round3(s * 1e3)).collect::<Vec<f64>>(),
+    );
     if let Some(n) = samples.last().and_then(|s| s.removed) {
         row.set_extra("removed", n);
     }
@@ -1098,7 +1104,10 @@ pub fn summarize(rows: &[Row]) -> Vec<Outcome> {
         .collect();
     let mut keys: Vec<(String, usize)> = Vec::new();
     for r in &rows {
-        let k = (r.params["workload"].as_str().unwrap_or("").to_string(), r.threads);
+        let k = (
+            r.params["workload"].as_str().unwrap_or("").to_string(),
+            r.threads,
+        );
         if !keys.contains(&k) {
             keys.push(k);
         }

@@ -66,8 +66,7 @@ pub trait Reader {
     /// Copies the value of `key` into `out`; false when absent.
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Res<bool>;
     /// Calls `f` for up to `limit` entries with keys `>= from`, in order.
-    fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8]))
-    -> Res<usize>;
+    fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize>;
     /// Calls `f` for every entry in key order; returns how many.
     fn for_each(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64>;
 }
@@ -124,6 +123,9 @@ pub trait Subject: Send + Sync {
     fn set_sync(&mut self, on: bool) -> Res<bool>;
     /// Live entries.
     fn len(&self) -> Res<u64>;
+    fn is_empty(&self) -> Res<bool> {
+        Ok(self.len()? == 0)
+    }
     /// A read view for the calling thread.
     fn reader(&self) -> Res<Box<dyn Reader + '_>>;
     /// Whether ferrite-pmem's counters see the system's persists.
@@ -236,9 +238,12 @@ pub fn ferrite_sessions(max_threads: usize) -> u16 {
     u16::try_from(max_threads + 4).unwrap_or(1000).min(1000)
 }
 
-/// InP's log area per session: a batch must fit one log record, and
-/// redb's batches are 1000 writes of 174 bytes (~200 KiB of record), over
-/// InP's default 128 KiB. Larger batches (the bulk load) are split.
+/// InP's log area per session. A batch must fit one log record: with
+/// InP's default 128 KiB a batch of these 174-byte writes could hold about
+/// 7 500 of them into an empty store but only about 1 100 into one of
+/// 400 000 entries (measured), so redb's 1000-write batches would be split
+/// at full scale; 1 MiB keeps them whole. Larger batches (the bulk load at
+/// full scale) are still split ([`apply_batches`]).
 pub const INP_LOG_BYTES: usize = 1 << 20;
 
 /// The options every Ferrite store of the workload is created with.
@@ -385,9 +390,17 @@ impl Txn for OpBuf {
 }
 
 impl FerriteSubject {
+    /// Applies `buf` durably: one write as the session's own `put` or
+    /// `delete`, more as [`apply_batches`].
     fn commit(&mut self, buf: &OpBuf) -> Res<Committed> {
         let ops = buf.ops();
-        apply_batches(self.session.get_mut(), &ops, &mut self.limit).map_err(|e| e.to_string())
+        let s = self.session.get_mut();
+        match ops[..] {
+            [Op::Put { key, value }] => s.put(key, value).map_err(err("put"))?,
+            [Op::Delete { key }] => drop(s.delete(key).map_err(err("delete"))?),
+            _ => return apply_batches(s, &ops, &mut self.limit).map_err(|e| e.to_string()),
+        }
+        Ok(Committed::one(1))
     }
 }
 
@@ -421,7 +434,10 @@ pub fn ferrite_extract_if(
     take: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Res<(u64, Committed)> {
     let mut doomed = OpBuf::default();
-    let range = KeyRange::bounds(Bound::Included(start.to_vec()), Bound::Excluded(end.to_vec()));
+    let range = KeyRange::bounds(
+        Bound::Included(start.to_vec()),
+        Bound::Excluded(end.to_vec()),
+    );
     f.session
         .get_mut()
         .range_with(&range, &mut |k, v| {
@@ -531,12 +547,7 @@ impl Reader for FerriteReader {
         self.0.get_into(key, out).map_err(err("get"))
     }
 
-    fn scan(
-        &mut self,
-        from: &[u8],
-        limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Res<usize> {
+    fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize> {
         self.0.scan_with(from, limit, f).map_err(err("scan"))
     }
 
@@ -640,12 +651,7 @@ impl Reader for crate::lmdb::LmdbRead<'_> {
         }
     }
 
-    fn scan(
-        &mut self,
-        from: &[u8],
-        limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Res<usize> {
+    fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize> {
         crate::lmdb::LmdbRead::scan(self, from, limit, f).map_err(err("lmdb range"))
     }
 
@@ -694,7 +700,10 @@ struct RedbTxn<'a, 'b>(&'b mut redb::Table<'a, &'static [u8], &'static [u8]>);
 
 impl Txn for RedbTxn<'_, '_> {
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Res<()> {
-        self.0.insert(key, value).map(drop).map_err(err("redb insert"))
+        self.0
+            .insert(key, value)
+            .map(drop)
+            .map_err(err("redb insert"))
     }
 
     fn remove(&mut self, key: &[u8]) -> Res<()> {
@@ -795,12 +804,7 @@ impl Reader for RedbReader {
         }
     }
 
-    fn scan(
-        &mut self,
-        from: &[u8],
-        limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Res<usize> {
+    fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize> {
         use redb::ReadableTable;
         let mut n = 0;
         for item in ReadableTable::range(&self.table, from..)
@@ -997,12 +1001,7 @@ impl Reader for FjallReader<'_> {
         }
     }
 
-    fn scan(
-        &mut self,
-        from: &[u8],
-        limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Res<usize> {
+    fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize> {
         use fjall::Readable;
         let mut n = 0;
         for g in self.snap.range(self.ks, from..).take(limit) {
