@@ -69,6 +69,16 @@
 //! warm-up and the timed repetitions delete, each thread deleting its own
 //! partition, so the last repetition empties the store.
 //!
+//! # redb's workload
+//!
+//! [`redb_bench`] adds the phases of redb's own benchmark (bulk load,
+//! individual, batch and nosync writes, len, random, range and threaded
+//! reads, removals, retain, extract-if, pop, sorted inserts; 24-byte keys,
+//! 150-byte values) on `inp`, `cow`, `lsm`, LMDB, redb and fjall: rows
+//! `workload = redb-…`, LMDB the baseline, `extra.ratio_vs_redb` and
+//! `extra.ratio_vs_fjall` beside it. It runs after the P2 groups;
+//! `FERRITE_ENGINE_WORKLOADS=redb` ([`WORKLOADS_ENV`]) runs it alone.
+//!
 //! # Latency
 //!
 //! Each operation (a TPC-C transaction counts as one) is timed in the

@@ -19,6 +19,11 @@
 //!   bookkeeping and the system calls. That is the fairest stand-in for
 //!   persistent memory we have: LMDB has no persistent-memory mode, and on
 //!   real PM its syncs would cost at least what Ferrite's flushes do.
+//!   The one exception is the nosync phase of the redb workload
+//!   ([`LmdbStore::set_nosync`]: `MDB_NOSYNC`, as redb's benchmark runs
+//!   LMDB there), which also uses the explicit transactions
+//!   ([`LmdbStore::write_txn`], [`LmdbStore::read_txn`]: cursor deletes for
+//!   pop, retain and extract-if, `MDB_APPEND` for sorted keys).
 //! - Reads open a read-only transaction per `get` / `scan` (LMDB reuses
 //!   the thread's reader slot, so this is cheap) and copy the value out,
 //!   as Ferrite's `get_into` does.

@@ -68,11 +68,15 @@
 //!   commit with LMDB's default flags (two `fdatasync`s each), `MDB_NOSYNC`
 //!   in the nosync phase; pop, retain and extract-if delete at a cursor;
 //!   sorted inserts use `MDB_APPEND` (as redb's benchmark does).
-//! - **redb** (the crate, 3.x): `Durability::Immediate` (its default)
+//! - **redb** (the crate, 4.x): `Durability::Immediate` (its default)
 //!   per commit, `Durability::None` in the nosync phase; its own `retain`,
-//!   `extract_from_if`, `pop_first` / `pop_last`; sorted inserts are plain
-//!   inserts (the appending cursor redb's benchmark uses is newer than
-//!   3.x). Page cache as in redb's benchmark (4 GiB).
+//!   `extract_from_if`, `pop_first` / `pop_last`; sorted inserts through
+//!   its appending cursor (`upper_bound_mut` + `insert_before`), as redb's
+//!   benchmark does. Page cache as in redb's benchmark (4 GiB). Not 3.x:
+//!   redb 3.1.3's `retain` grows the file about 30-fold (4 GiB after a
+//!   retain over 500 000 entries, measured; 4.6: 174 MiB) and is as much
+//!   slower, which would misstate redb and, at 5 M entries, fill the
+//!   machine's memory (tmpfs).
 //! - **fjall** (the crate, 3.x): its single-writer transactional
 //!   database, as in redb's benchmark; each commit persists the journal
 //!   with `PersistMode::SyncAll`, and the nosync phase's commits persist
@@ -104,7 +108,17 @@
 //! has `baseline = lmdb` and `ratio_vs_baseline` (its throughput ÷
 //! LMDB's), plus `extra.ratio_vs_redb` and `extra.ratio_vs_fjall`.
 //! A pop phase that redb's rule deems too slow (its first 1 % takes over
-//! 1 s) is estimated from that 1 %, as redb does (`extra.estimated`).
+//! 1 s; here checked at every 1 %, see [`subjects::Popped`]) is estimated
+//! from the pops made, as redb does (`extra.estimated`).
+//! `extra.files_mib` is the most memory the system's files took after a
+//! phase (tmpfs blocks; a Ferrite pool's untouched pages take none),
+//! `extra.samples_ms` the phase's time in each repetition.
+//!
+//! Memory: tmpfs files are memory, and a store that outgrows the machine
+//! would bring the OOM killer onto this process and its neighbours and
+//! leave its files behind. A watchdog polls `MemAvailable` and, under
+//! [`MEMORY_FLOOR`], the running phase stops and the system fails (its
+//! rows say so) and is dropped, its files removed.
 //!
 //! [`summarize`] turns the rows into one claim per phase: the best Ferrite
 //! engine against the better of LMDB and redb, target ≥ 1×.
@@ -119,8 +133,9 @@ use crate::row::{Row, set_ratios};
 use ferrite_engine::EngineKind;
 use ferrite_pmem::Counters;
 use serde_json::json;
-use std::sync::Barrier;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
 use subjects::{Committed, FerriteSubject, FjallSubject, LmdbSubject, RedbSubject, Res, Subject};
 
 use super::{LMDB, SUITE, skipped_row};
@@ -447,6 +462,63 @@ struct Sample {
     estimated: bool,
     /// Why the phase did not run on this system (Ferrite's nosync).
     skipped: Option<String>,
+    /// Bytes of memory the system's files took after the phase.
+    footprint: u64,
+}
+
+/// Memory the machine keeps free while the workload runs. A store that
+/// grows past what the machine has (tmpfs files are memory) would bring
+/// the OOM killer onto this process and its neighbours, and leave its
+/// files behind: the watchdog stops the system instead.
+pub const MEMORY_FLOOR: u64 = 1536 * MIB;
+
+static LOW_MEMORY: AtomicBool = AtomicBool::new(false);
+
+/// Polls `MemAvailable` while the workload runs and raises
+/// [`LOW_MEMORY`] below [`MEMORY_FLOOR`]; the phases' loops check it
+/// ([`memory_ok`]) and fail the system, whose files are then removed.
+struct Watchdog {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn start() -> Watchdog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("redb-bench-watchdog".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    let low = super::mem_available().is_some_and(|a| a < MEMORY_FLOOR);
+                    LOW_MEMORY.store(low, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+            .ok();
+        Watchdog { stop, handle }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        LOW_MEMORY.store(false, Ordering::Relaxed);
+    }
+}
+
+/// An error once memory ran low (see [`MEMORY_FLOOR`]).
+fn memory_ok() -> Res<()> {
+    if LOW_MEMORY.load(Ordering::Relaxed) {
+        return Err(format!(
+            "stopped: under {} MiB of memory left (the store outgrew the machine)",
+            MEMORY_FLOOR / MIB
+        ));
+    }
+    Ok(())
 }
 
 /// One system's pass through the phases in one repetition.
@@ -507,7 +579,10 @@ fn timed<T>(f: impl FnOnce() -> Res<T>) -> Res<(T, f64, Counters)> {
 fn refill(run: &mut Run, n: u64) -> Res<()> {
     let Run { subject, pairs, .. } = run;
     subject.write(&mut |t| {
-        for _ in 0..n {
+        for i in 0..n {
+            if i % 1024 == 0 {
+                memory_ok()?;
+            }
             let (k, v) = pairs.pair();
             t.insert(&k, &v)?;
         }
@@ -547,8 +622,12 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
             let (c, secs, counters) = timed(|| {
                 let mut total = Committed::default();
                 for _ in 0..commits {
+                    memory_ok()?;
                     let c = subject.write(&mut |t| {
-                        for _ in 0..per {
+                        for i in 0..per {
+                            if i % 1024 == 1023 {
+                                memory_ok()?;
+                            }
                             let (k, v) = pairs.pair();
                             t.insert(&k, &v)?;
                         }
@@ -657,7 +736,10 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
             let (c, secs, counters) = timed(|| {
                 let mut g = Gen::new();
                 subject.write(&mut |t| {
-                    for _ in 0..n {
+                    for i in 0..n {
+                        if i % 1024 == 1023 {
+                            memory_ok()?;
+                        }
                         let (k, _) = g.pair();
                         t.remove(&k)?;
                     }
@@ -721,6 +803,7 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
             s.removed = Some(n);
         }
         Phase::Sorted => {
+            memory_ok()?;
             let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..counts.sorted)
                 .map(|i| (sorted_key(i), run.pairs.value().to_vec()))
                 .collect();
@@ -735,6 +818,8 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
             (s.secs, s.ops, s.counters, s.committed) = (secs, counts.sorted, counters, Some(c));
         }
     }
+    s.footprint = run.subject.footprint();
+    memory_ok()?;
     Ok(s)
 }
 
@@ -792,6 +877,7 @@ pub fn run(ctx: &BenchCtx, counts: &Counts) -> Vec<Row> {
 /// As [`run`], on `peers` only (LMDB among them is the baseline).
 pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
     let started = Instant::now();
+    let _watchdog = Watchdog::start();
     let reps = ctx.reps.clamp(1, counts.max_reps.max(1));
     let phases = counts.phases();
     let shards = Shards::new(counts);
@@ -906,7 +992,16 @@ pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
                     started.elapsed().as_secs_f64()
                 ));
                 let mut run = open(&mut tallies[i]);
-                for pi in 0..phases.len() {
+                for (pi, phase) in phases.iter().enumerate() {
+                    if run.is_some() {
+                        ctx.note(format!(
+                            "[engine] redb   {} {} x{} ({:.0} s so far)",
+                            tallies[i].peer.variant(),
+                            phase.workload(),
+                            phase.threads(),
+                            started.elapsed().as_secs_f64()
+                        ));
+                    }
                     exec(&mut tallies[i], &mut run, pi);
                 }
                 if let Some(r) = run {
@@ -1050,6 +1145,8 @@ fn measured_row(t: &Tally, samples: &[Sample], params: serde_json::Value, phase:
     if let Some(n) = samples.last().and_then(|s| s.removed) {
         row.set_extra("removed", n);
     }
+    let most = samples.iter().map(|s| s.footprint).max().unwrap_or(0);
+    row.set_extra("files_mib", round3(most as f64 / MIB as f64));
     let refused: u64 = samples
         .iter()
         .filter_map(|s| s.committed.map(|c| c.refused))
