@@ -207,7 +207,7 @@ pub trait Subject: Send + Sync {
                     return Err(format!("pop {i} of {n}: the table is empty"));
                 }
                 popped += 1;
-                if popped % sample == 0 && popped < n {
+                if popped.is_multiple_of(sample) && popped < n {
                     let took = start.elapsed();
                     if took > POP_SAMPLE_LIMIT.mul_f64((popped / sample) as f64) {
                         estimate = Some(took.mul_f64(n as f64 / popped as f64));
