@@ -26,7 +26,7 @@
 //! | `redb-removal` | deleting the first half of the pairs in one transaction | ½ | ½ |
 //! | `redb-retain` | removing every other entry in key order, one transaction | ½ of the table | ½ |
 //! | `redb-extract-if` | removing every other entry of keys `[0x55;24]..[0xAA;24]` (⅓ of the key space), one transaction | ⅙ of the table | ⅙ |
-//! | `redb-pop` | N pops, alternately the first and the last entry, one transaction | 500 000 | 5 000 |
+//! | `redb-pop` | N pops, alternately the first and the last entry, one transaction | 500 000 | 2 000 |
 //! | `redb-sorted` | N inserts of ascending keys past every key (`[0xFF;24]` + a big-endian counter), one transaction | 1 000 000 | 10 000 |
 //!
 //! After retain, extract-if and pop the removed count of fresh pairs is
