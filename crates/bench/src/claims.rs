@@ -1118,6 +1118,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Outcome> {
             .map(Outcome::from),
     );
     out.extend(crate::server_suite::summarize(rows));
+    out.extend(crate::engine_suite::redb_bench::summarize(rows));
     out
 }
 

@@ -69,6 +69,16 @@
 //! warm-up and the timed repetitions delete, each thread deleting its own
 //! partition, so the last repetition empties the store.
 //!
+//! # redb's workload
+//!
+//! [`redb_bench`] adds the phases of redb's own benchmark (bulk load,
+//! individual, batch and nosync writes, len, random, range and threaded
+//! reads, removals, retain, extract-if, pop, sorted inserts; 24-byte keys,
+//! 150-byte values) on `inp`, `cow`, `lsm`, LMDB, redb and fjall: rows
+//! `workload = redb-…`, LMDB the baseline, `extra.ratio_vs_redb` and
+//! `extra.ratio_vs_fjall` beside it. It runs after the P2 groups;
+//! `FERRITE_ENGINE_WORKLOADS=redb` ([`WORKLOADS_ENV`]) runs it alone.
+//!
 //! # Latency
 //!
 //! Each operation (a TPC-C transaction counts as one) is timed in the
@@ -119,6 +129,7 @@ use serde_json::json;
 use std::sync::Mutex;
 use std::time::Instant;
 
+pub mod redb_bench;
 pub mod workloads;
 
 pub use workloads::{Workload, WorkloadSpec};
@@ -1046,15 +1057,20 @@ pub struct Plan {
     pub eadr_max_threads: usize,
     /// Recovery dataset sizes, bytes.
     pub recovery_bytes: Vec<u64>,
-    /// Workloads by name (empty: the P2 list). `ferrite bench engine` takes them
-    /// from the environment variable [`WORKLOADS_ENV`] (comma-separated).
+    /// Workloads by name (empty: the P2 list and `redb`). `ferrite bench
+    /// engine` takes them from the environment variable [`WORKLOADS_ENV`]
+    /// (comma-separated).
     pub workloads: Vec<String>,
+    /// Sizes of the redb comparison workload (when it runs).
+    pub redb: redb_bench::Counts,
 }
 
 /// Environment variable choosing `ferrite bench engine`'s workloads,
 /// e.g. `FERRITE_ENGINE_WORKLOADS=p2-a,p2-f` or `ycsb-e,tpcc` (any
 /// ferrite-workload name, options included; `none`: only the recovery
-/// rows). Unset: the P2 list.
+/// rows; `redb`: redb's comparison workload, [`redb_bench`], against
+/// LMDB, redb and fjall — a list of only `redb` runs nothing else, not
+/// even the recovery rows). Unset: the P2 list, then the redb workload.
 pub const WORKLOADS_ENV: &str = "FERRITE_ENGINE_WORKLOADS";
 
 impl Plan {
@@ -1077,6 +1093,7 @@ impl Plan {
                         .collect()
                 })
                 .unwrap_or_default(),
+            redb: redb_bench::Counts::for_ctx(ctx),
         }
     }
 }
@@ -1096,10 +1113,13 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     } else {
         plan.workloads
             .iter()
-            .filter(|n| n.as_str() != "none")
+            .filter(|n| n.as_str() != "none" && n.as_str() != redb_bench::NAME)
             .map(|n| WorkloadSpec::parse(n))
             .collect()
     };
+    let redb = plan.workloads.is_empty() || plan.workloads.iter().any(|n| n == redb_bench::NAME);
+    let only_redb =
+        !plan.workloads.is_empty() && plan.workloads.iter().all(|n| n == redb_bench::NAME);
     for spec in &specs {
         for &threads in &plan.threads {
             let ops = if *spec == WorkloadSpec::Tpcc {
@@ -1141,8 +1161,13 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
             }
         }
     }
-    for &bytes in &plan.recovery_bytes {
-        rows.extend(recovery(ctx, bytes, plan.domains[0]));
+    if redb {
+        rows.extend(redb_bench::run(ctx, &plan.redb));
+    }
+    if !only_redb {
+        for &bytes in &plan.recovery_bytes {
+            rows.extend(recovery(ctx, bytes, plan.domains[0]));
+        }
     }
     ctx.note(format!(
         "[engine] done in {:.0} s",

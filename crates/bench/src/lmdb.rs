@@ -19,6 +19,11 @@
 //!   bookkeeping and the system calls. That is the fairest stand-in for
 //!   persistent memory we have: LMDB has no persistent-memory mode, and on
 //!   real PM its syncs would cost at least what Ferrite's flushes do.
+//!   The one exception is the nosync phase of the redb workload
+//!   ([`LmdbStore::set_nosync`]: `MDB_NOSYNC`, as redb's benchmark runs
+//!   LMDB there), which also uses the explicit transactions
+//!   ([`LmdbStore::write_txn`], [`LmdbStore::read_txn`]: cursor deletes for
+//!   pop, retain and extract-if, `MDB_APPEND` for sorted keys).
 //! - Reads open a read-only transaction per `get` / `scan` (LMDB reuses
 //!   the thread's reader slot, so this is cheap) and copy the value out,
 //!   as Ferrite's `get_into` does.
@@ -34,7 +39,7 @@
 use crate::error::BenchError;
 use ferrite_workload::{BatchOp, Kv};
 use heed::types::Bytes;
-use heed::{Database, Env, EnvOpenOptions};
+use heed::{Database, Env, EnvFlags, EnvOpenOptions, FlagSetMode, PutFlags};
 use std::ops::Bound;
 use std::path::Path;
 
@@ -86,6 +91,22 @@ impl LmdbStore {
         data_bytes: u64,
         threads: usize,
     ) -> Result<LmdbStore, BenchError> {
+        Self::create_mapped_in(parent, map_bytes_for(data_bytes), threads)
+    }
+
+    /// A fresh environment under `/dev/shm` mapping `map_bytes` bytes
+    /// (rounded up to whole pages), for up to `threads` concurrent users.
+    pub fn create_mapped(map_bytes: u64, threads: usize) -> Result<LmdbStore, BenchError> {
+        let page = 4096u64;
+        let map = usize::try_from(map_bytes.div_ceil(page) * page).unwrap_or(usize::MAX / 2);
+        Self::create_mapped_in(Path::new(SHM), map, threads)
+    }
+
+    fn create_mapped_in(
+        parent: &Path,
+        map_bytes: usize,
+        threads: usize,
+    ) -> Result<LmdbStore, BenchError> {
         let dir = tempfile::Builder::new()
             .prefix("ferrite-bench-lmdb-")
             .tempdir_in(parent)
@@ -93,7 +114,6 @@ impl LmdbStore {
                 path: parent.to_path_buf(),
                 source: e,
             })?;
-        let map_bytes = map_bytes_for(data_bytes);
         let mut opts = EnvOpenOptions::new();
         opts.map_size(map_bytes)
             .max_readers((threads as u32).saturating_add(8).max(126))
@@ -374,4 +394,235 @@ pub fn open_existing(dir: &Path, map_bytes: usize) -> Result<u64, heed::Error> {
     // Close now, so the next open of the same path is a fresh one.
     env.prepare_for_closing().wait();
     Ok(n)
+}
+
+// ---------------------------------------------------------------------
+// Transactions for the redb comparison workload
+// ---------------------------------------------------------------------
+
+impl LmdbStore {
+    /// Turns `MDB_NOSYNC` on or off (the redb workload's nosync phase).
+    /// With it on, a commit writes its pages but does not `fdatasync`
+    /// them: what it wrote survives a crash of the process, not of the
+    /// machine, until a later durable commit (or `mdb_env_sync`) syncs it.
+    pub fn set_nosync(&mut self, on: bool) -> Result<(), heed::Error> {
+        let mode = if on {
+            FlagSetMode::Enable
+        } else {
+            FlagSetMode::Disable
+        };
+        // SAFETY: heed marks `set_flags` unsafe for two reasons. (1) LMDB
+        // requires that no two threads call `mdb_env_set_flags` at once:
+        // `&mut self` is the only handle on this environment (it is private
+        // to the store and its directory), so no other call can run
+        // concurrently. (2) `NO_SYNC` trades durability against a machine
+        // crash for speed: that is what the nosync phase measures, and it
+        // is switched off again before any durable commit is timed; it has
+        // no effect on memory safety.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.env.set_flags(EnvFlags::NO_SYNC, mode)
+        }
+    }
+
+    /// Opens a write transaction (one durable commit, unless `MDB_NOSYNC`
+    /// is on).
+    pub fn write_txn(&self) -> Result<LmdbWrite<'_>, heed::Error> {
+        Ok(LmdbWrite {
+            txn: self.env.write_txn()?,
+            db: self.db,
+        })
+    }
+
+    /// Opens a read transaction: a snapshot for the calling thread.
+    pub fn read_txn(&self) -> Result<LmdbRead<'_>, heed::Error> {
+        Ok(LmdbRead {
+            txn: self.env.read_txn()?,
+            db: self.db,
+        })
+    }
+}
+
+/// An LMDB write transaction with the operations of redb's benchmark:
+/// cursor deletes for pop / retain / extract-if, append for sorted keys.
+/// Dropping it without [`commit`](Self::commit) aborts it.
+pub struct LmdbWrite<'a> {
+    txn: heed::RwTxn<'a>,
+    db: Database<Bytes, Bytes>,
+}
+
+impl std::fmt::Debug for LmdbWrite<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LmdbWrite").finish_non_exhaustive()
+    }
+}
+
+impl LmdbWrite<'_> {
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), heed::Error> {
+        self.db.put(&mut self.txn, key, value)
+    }
+
+    /// `MDB_APPEND`: writes at the end of the tree without searching it;
+    /// `key` must be greater than every key in the database.
+    pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<(), heed::Error> {
+        self.db
+            .put_with_flags(&mut self.txn, PutFlags::APPEND, key, value)
+    }
+
+    /// Removes `key`; false when it was absent.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, heed::Error> {
+        self.db.delete(&mut self.txn, key)
+    }
+
+    /// Removes the entry with the least key; false when empty.
+    pub fn pop_first(&mut self) -> Result<bool, heed::Error> {
+        let mut it = self.db.iter_mut(&mut self.txn)?;
+        if it.next().transpose()?.is_none() {
+            return Ok(false);
+        }
+        // SAFETY: the entry `next` returned was dropped at the end of the
+        // statement above; no reference into the map is held across the
+        // delete.
+        #[allow(unsafe_code)]
+        unsafe {
+            it.del_current()
+        }
+    }
+
+    /// Removes the entry with the greatest key; false when empty.
+    pub fn pop_last(&mut self) -> Result<bool, heed::Error> {
+        let mut it = self.db.rev_iter_mut(&mut self.txn)?;
+        if it.next().transpose()?.is_none() {
+            return Ok(false);
+        }
+        // SAFETY: as in `pop_first`: no reference into the map is held.
+        #[allow(unsafe_code)]
+        unsafe {
+            it.del_current()
+        }
+    }
+
+    /// Visits every entry in key order and removes those for which `keep`
+    /// returns false (a cursor delete each); returns how many it removed.
+    pub fn retain(
+        &mut self,
+        keep: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<u64, heed::Error> {
+        let mut it = self.db.iter_mut(&mut self.txn)?;
+        let mut removed = 0u64;
+        loop {
+            // The predicate's borrows of the key and value end with this
+            // statement, before any delete.
+            let kept = match it.next() {
+                None => break,
+                Some(r) => {
+                    let (k, v) = r?;
+                    keep(k, v)
+                }
+            };
+            if !kept {
+                // SAFETY: no reference into the map is held (above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    it.del_current()?;
+                }
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Visits the entries with `start <= key < end` and removes those for
+    /// which `take` returns true; returns how many it removed.
+    pub fn extract_if(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        take: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<u64, heed::Error> {
+        let range: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Included(start), Bound::Excluded(end));
+        let mut it = self.db.range_mut(&mut self.txn, &range)?;
+        let mut taken = 0u64;
+        loop {
+            let hit = match it.next() {
+                None => break,
+                Some(r) => {
+                    let (k, v) = r?;
+                    take(k, v)
+                }
+            };
+            if hit {
+                // SAFETY: no reference into the map is held (the borrows
+                // of the predicate ended above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    it.del_current()?;
+                }
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Commits: durable when it returns, unless `MDB_NOSYNC` is on.
+    pub fn commit(self) -> Result<(), heed::Error> {
+        self.txn.commit()
+    }
+}
+
+/// An LMDB read transaction (one consistent snapshot).
+pub struct LmdbRead<'a> {
+    txn: heed::RoTxn<'a, heed::WithTls>,
+    db: Database<Bytes, Bytes>,
+}
+
+impl std::fmt::Debug for LmdbRead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LmdbRead").finish_non_exhaustive()
+    }
+}
+
+impl LmdbRead<'_> {
+    /// The value of `key`, borrowed from the map.
+    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>, heed::Error> {
+        self.db.get(&self.txn, key)
+    }
+
+    /// Calls `f` for up to `limit` entries with keys `>= from`, in key
+    /// order; returns how many.
+    pub fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, heed::Error> {
+        let range: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Included(from), Bound::Unbounded);
+        let mut n = 0;
+        for item in self.db.range(&self.txn, &range)?.take(limit) {
+            let (k, v) = item?;
+            f(k, v);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Calls `f` for every entry in key order; returns how many.
+    pub fn for_each(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<u64, heed::Error> {
+        let mut n = 0;
+        for item in self.db.iter(&self.txn)? {
+            let (k, v) = item?;
+            f(k, v);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Entries (LMDB keeps the count in the tree's header: O(1)).
+    pub fn len(&self) -> Result<u64, heed::Error> {
+        self.db.len(&self.txn)
+    }
+
+    pub fn is_empty(&self) -> Result<bool, heed::Error> {
+        Ok(self.len()? == 0)
+    }
 }
