@@ -7,7 +7,7 @@ use ferrite_bench::engine_suite::redb_bench::subjects::{self, apply_batches};
 use ferrite_bench::engine_suite::redb_bench::{self, Counts, Peer, Phase};
 use ferrite_bench::engine_suite::{LMDB, SUITE};
 use ferrite_bench::{BenchCtx, claims};
-use ferrite_engine::{EngineKind, Op, Session, Store, StoreOptions};
+use ferrite_engine::{EngineKind, Op, Store, StoreOptions};
 
 fn extra<'a>(r: &'a Row, k: &str) -> Option<&'a serde_json::Value> {
     r.extra.as_ref()?.get(k)
