@@ -500,12 +500,7 @@ pub trait Session {
     /// The pairs of `range`, in its order (collected: for long ranges
     /// prefer [`range_with`](Self::range_with) or [`Store::range`]).
     fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut v = Vec::new();
-        self.range_with(range, &mut |k, val| {
-            v.push((k.to_vec(), val.to_vec()));
-            true
-        })?;
-        Ok(v)
+        range::collect(|f| self.range_with(range, f))
     }
 
     /// The pair with the least key.

@@ -333,6 +333,34 @@ impl Walker {
     }
 }
 
+/// A visit of a range: calls its argument per pair until it returns false.
+type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> bool;
+
+/// The pairs a visit yields, copied out: what every `range` method returns
+/// over its `range_with`.
+pub(crate) fn collect(
+    visit: impl FnOnce(Visit<'_>) -> Result<usize>,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut v = Vec::new();
+    visit(&mut |k, val| {
+        v.push((k.to_vec(), val.to_vec()));
+        true
+    })?;
+    Ok(v)
+}
+
+/// The first pair a visit yields (it stops there): `first` and `last`.
+pub(crate) fn first_of(
+    visit: impl FnOnce(Visit<'_>) -> Result<usize>,
+) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut out = None;
+    visit(&mut |k, v| {
+        out = Some((k.to_vec(), v.to_vec()));
+        false
+    })?;
+    Ok(out)
+}
+
 /// Visits `range` through `s` until `f` returns false; the pairs visited.
 pub(crate) fn drive(
     s: &mut dyn Scan,

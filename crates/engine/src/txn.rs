@@ -132,31 +132,17 @@ impl WriteTxn {
 
     /// The pairs of `range` as this transaction sees them.
     pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut v = Vec::new();
-        self.range_with(range, &mut |k, val| {
-            v.push((k.to_vec(), val.to_vec()));
-            true
-        })?;
-        Ok(v)
+        crate::range::collect(|f| self.range_with(range, f))
     }
 
     /// The pair with the least key.
     pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.range_first(&KeyRange::all())
+        crate::range::first_of(|f| self.range_with(&KeyRange::all(), f))
     }
 
     /// The pair with the greatest key.
     pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.range_first(&KeyRange::all().rev())
-    }
-
-    fn range_first(&mut self, r: &KeyRange) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let mut out = None;
-        self.range_with(r, &mut |k, v| {
-            out = Some((k.to_vec(), v.to_vec()));
-            false
-        })?;
-        Ok(out)
+        crate::range::first_of(|f| self.range_with(&KeyRange::all().rev(), f))
     }
 
     /// Removes and returns the pair with the least key.
@@ -410,31 +396,17 @@ macro_rules! view_reads {
 
             /// The pairs of `range`.
             pub fn range(&mut self, range: &KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-                let mut v = Vec::new();
-                self.range_with(range, &mut |k, val| {
-                    v.push((k.to_vec(), val.to_vec()));
-                    true
-                })?;
-                Ok(v)
+                crate::range::collect(|f| self.range_with(range, f))
             }
 
             /// The pair with the least key.
             pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-                self.one(&KeyRange::all())
+                crate::range::first_of(|f| self.range_with(&KeyRange::all(), f))
             }
 
             /// The pair with the greatest key.
             pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-                self.one(&KeyRange::all().rev())
-            }
-
-            fn one(&mut self, r: &KeyRange) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-                let mut out = None;
-                self.range_with(r, &mut |k, v| {
-                    out = Some((k.to_vec(), v.to_vec()));
-                    false
-                })?;
-                Ok(out)
+                crate::range::first_of(|f| self.range_with(&KeyRange::all().rev(), f))
             }
 
             /// Live keys (exact; LSM: a merge of everything).
