@@ -122,6 +122,10 @@ pub struct Config {
     pub layout: String,
     /// Size of the simulated pool in bytes (keep it small: images are copied).
     pub pool_size: u64,
+    /// Makes the simulated pool growable from `pool_size` up to this many
+    /// bytes ([`PoolOptions::max_size`]); its growths are crash points like
+    /// any other (the simulator's durable image grows with the medium).
+    pub max_size: Option<u64>,
     pub domain: Domain,
     /// 8-byte units instead of cache lines (x86's real atomicity guarantee).
     pub tearing: bool,
@@ -167,6 +171,7 @@ impl Config {
         Config {
             layout: layout.to_string(),
             pool_size: 64 * 1024,
+            max_size: None,
             domain: Domain::Adr,
             tearing: false,
             crash_on_flush: false,
@@ -200,6 +205,11 @@ impl Config {
     }
     pub fn pool_size(mut self, n: u64) -> Config {
         self.pool_size = n;
+        self
+    }
+    /// Makes the simulated pool growable up to `n` bytes.
+    pub fn max_size(mut self, n: u64) -> Config {
+        self.max_size = Some(n);
         self
     }
     pub fn tearing(mut self, t: bool) -> Config {
@@ -416,7 +426,11 @@ impl<'a> Explorer<'a> {
     }
 
     fn opts(&self) -> PoolOptions {
-        PoolOptions::new(&self.cfg.layout, self.cfg.pool_size)
+        let o = PoolOptions::new(&self.cfg.layout, self.cfg.pool_size);
+        match self.cfg.max_size {
+            Some(m) => o.max_size(m),
+            None => o,
+        }
     }
 
     fn initial_image(&self) -> Result<Vec<u8>, ExploreError> {

@@ -270,7 +270,9 @@ fn unit_size(model: CrashModel) -> usize {
 }
 
 fn capture(s: &State, map: &Mapping, at: CrashAt) -> CrashState {
-    let mut live = vec![0u8; map.len()];
+    // A growable medium: what is accessible now (its durable image grew
+    // with it, see `grown`).
+    let mut live = vec![0u8; map.mapped()];
     map.read(0, &mut live);
     match s.model {
         CrashModel::LiveImage => CrashState {
@@ -280,7 +282,7 @@ fn capture(s: &State, map: &Mapping, at: CrashAt) -> CrashState {
         },
         CrashModel::Nothing => CrashState {
             at,
-            durable: vec![0u8; map.len()],
+            durable: vec![0u8; map.mapped()],
             units: Vec::new(),
         },
         CrashModel::InFlight { unit } => {
@@ -318,6 +320,16 @@ impl SimObserver for SimMedium {
         crate::lockstep::at_wait();
     }
 
+    /// A growth extends the durable image with zeros at once: a grown
+    /// file's length is durable before the growth returns
+    /// ([`ferrite_pmem::Mapping::grow_to`]), and its new blocks read zero.
+    fn grown(&self, _map: &Mapping, len: usize) {
+        let mut s = self.lock();
+        if s.durable.len() < len {
+            s.durable.resize(len, 0);
+        }
+    }
+
     fn flushed(&self, map: &Mapping, off: usize, len: usize) {
         // Under a lockstep run the baton may pass here, before the event
         // counts: the schedule decides which thread's event comes next.
@@ -337,7 +349,7 @@ impl SimObserver for SimMedium {
         let gran = unit.max(CACHE_LINE);
         let start = off / gran * gran;
         let end = (off + len).div_ceil(gran) * gran;
-        let end = end.min(map.len());
+        let end = end.min(map.mapped());
         let mut buf = vec![0u8; unit];
         let mut u = start;
         while u < end {

@@ -7,16 +7,21 @@
 //! |      0 |    8 | magic `b"FERRITE\0"`                                          |
 //! |      8 |    4 | format version (`1`)                                          |
 //! |     12 |    4 | header length in bytes (`4096`)                               |
-//! |     16 |    4 | feature flags (none defined; unknown bits are refused)        |
+//! |     16 |    4 | feature flags (bit 0 [`FEATURE_GROWABLE`]; unknown bits are refused) |
 //! |     20 |    4 | durability domain created for ([`Domain::code`])              |
-//! |     24 |    8 | pool size in bytes (file length)                              |
+//! |     24 |    8 | pool size in bytes at creation (the file length; a growable pool's file may be longer) |
 //! |     32 |    8 | creation time, nanoseconds since the Unix epoch               |
 //! |     40 |   16 | UUID (random, version 4)                                      |
 //! |     56 |   64 | layout name, UTF-8, NUL-padded (1–63 bytes)                   |
-//! |    120 |    4 | reserved, zero                                                |
+//! |    120 |    4 | growable pools: the most the pool may grow to, in MiB (≥ the size); else zero |
 //! |    124 |    4 | CRC32C of bytes 0..124                                        |
 //! |    128 |    8 | root offset ([`POff`](crate::POff); 0 = none) — not checksummed |
 //! |    136 | 3960 | reserved, zero                                                |
+//!
+//! A growable pool reserves address space for its maximum when mapped and
+//! extends its file on demand ([`crate::Mapping::grow_to`]); what it uses of
+//! the grown part is recorded by its owner (the allocator's page count), so
+//! the header itself never changes.
 //!
 //! Bytes 0..128 are written once, at creation, and never change; the CRC
 //! covers them. The root offset is the only mutable field: it sits alone in
@@ -38,8 +43,12 @@ pub const ROOT_OFF: usize = 128;
 pub const MIN_POOL_SIZE: u64 = 2 * HEADER_SIZE as u64;
 /// Maximum layout name length in bytes.
 pub const MAX_LAYOUT: usize = 63;
+/// Feature bit: the pool grows on demand up to [`Header::max_size`].
+pub const FEATURE_GROWABLE: u32 = 1;
 /// Feature bits this build understands.
-pub const KNOWN_FEATURES: u32 = 0;
+pub const KNOWN_FEATURES: u32 = FEATURE_GROWABLE;
+/// Unit of the recorded maximum size of a growable pool.
+pub const MAX_SIZE_UNIT: u64 = 1 << 20;
 
 const CRC_OFF: usize = 124;
 
@@ -50,6 +59,10 @@ pub struct Header {
     pub features: u32,
     pub domain: Domain,
     pub size: u64,
+    /// The most a growable pool may grow to (a multiple of
+    /// [`MAX_SIZE_UNIT`], at least `size`); 0 for a fixed-size pool. Set
+    /// exactly when `features` has [`FEATURE_GROWABLE`].
+    pub max_size: u64,
     pub created_ns: u64,
     pub uuid: [u8; 16],
     pub layout: String,
@@ -70,6 +83,8 @@ impl Header {
         out[32..40].copy_from_slice(&self.created_ns.to_le_bytes());
         out[40..56].copy_from_slice(&self.uuid);
         out[56..56 + self.layout.len()].copy_from_slice(self.layout.as_bytes());
+        let max_units = (self.max_size / MAX_SIZE_UNIT) as u32;
+        out[120..124].copy_from_slice(&max_units.to_le_bytes());
         let crc = crc32c::crc32c(&out[..CRC_OFF]);
         out[CRC_OFF..CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
     }
@@ -138,12 +153,19 @@ impl Header {
                 actual: actual_len,
             });
         }
-        // Reserved means zero: a header with bits set here was not written
-        // by this format version (and would not encode back to its bytes).
-        if u32_at(120) != 0 {
+        // Bytes 120..124: the maximum of a growable pool, else reserved and
+        // zero (a header with bits set there was not written by this format
+        // and would not encode back to its bytes).
+        let max_size = u64::from(u32_at(120)) * MAX_SIZE_UNIT;
+        if features & FEATURE_GROWABLE == 0 && max_size != 0 {
             return corrupt(format!(
                 "reserved bytes 120..124 are {:#010x}, not zero",
                 u32_at(120)
+            ));
+        }
+        if features & FEATURE_GROWABLE != 0 && max_size < size {
+            return corrupt(format!(
+                "growable pool's maximum {max_size} is below its size {size}"
             ));
         }
         let name = &bytes[56..120];
@@ -159,10 +181,16 @@ impl Header {
             features,
             domain,
             size,
+            max_size,
             created_ns: u64_at(32),
             uuid: bytes[40..56].try_into().unwrap(),
             layout: layout.to_string(),
         })
+    }
+
+    /// True for a pool that grows on demand.
+    pub fn growable(&self) -> bool {
+        self.features & FEATURE_GROWABLE != 0
     }
 
     /// The UUID in canonical 8-4-4-4-12 form.
@@ -207,6 +235,7 @@ mod tests {
             features: 0,
             domain: Domain::Adr,
             size: 1 << 20,
+            max_size: 0,
             created_ns: 123,
             uuid: new_uuid(),
             layout: "test".into(),
@@ -246,6 +275,28 @@ mod tests {
         b[122] = 4;
         let crc = crc32c::crc32c(&b[..CRC_OFF]);
         b[CRC_OFF..CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Header::decode(&b, 1 << 20),
+            Err(PoolError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn a_growable_header_round_trips_and_a_maximum_below_the_size_is_refused() {
+        let h = Header {
+            features: FEATURE_GROWABLE,
+            max_size: 64 << 20,
+            ..sample()
+        };
+        let mut b = vec![0u8; HEADER_SIZE];
+        h.encode(&mut b);
+        assert_eq!(Header::decode(&b, 1 << 20).unwrap(), h);
+        assert!(h.growable() && !sample().growable());
+        let small = Header {
+            max_size: 0,
+            ..h.clone()
+        };
+        small.encode(&mut b);
         assert!(matches!(
             Header::decode(&b, 1 << 20),
             Err(PoolError::Corrupt { .. })

@@ -18,7 +18,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Page size used for `msync` granularity and mapping alignment.
 pub const PAGE: usize = 4096;
@@ -47,13 +48,41 @@ pub type KeepAlive =
     Box<dyn std::any::Any + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe>;
 
 /// A mapped byte range. Unmapped on drop, unless [`MapKind::External`].
+///
+/// # Growth
+///
+/// A *growable* mapping ([`Mapping::map_file_growable`],
+/// [`Mapping::anonymous_growable`]) reserves `len` bytes of address space
+/// up front and makes only its first [`mapped`](Self::mapped) bytes
+/// accessible; [`grow_to`](Self::grow_to) extends the accessible prefix in
+/// place (for a file: allocate the file's blocks, make its new length
+/// durable, then map the new part at its fixed address). Addresses never
+/// move, so offsets and pointers handed out before a growth stay valid and
+/// readers need no lock: every access checks its range against the
+/// accessible length (one atomic load), so an offset past it is an
+/// [`OutOfBounds`] error, never a fault.
 pub struct Mapping {
     ptr: NonNull<u8>,
+    /// Bytes reserved (the most the mapping can ever make accessible).
     len: usize,
+    /// Bytes accessible now (`== len` unless growable); only grows.
+    mapped: AtomicUsize,
+    /// How to grow (`None`: the mapping has a fixed size).
+    grow: Option<Mutex<Growth>>,
     kind: MapKind,
     /// What keeps an external mapping mapped (dropped after the `Mapping`
     /// stops using the range; `None` for mappings of our own).
     _keep_alive: Option<KeepAlive>,
+}
+
+/// What a growable mapping needs to grow.
+struct Growth {
+    /// The mapped file (a duplicate descriptor), `None` for anonymous memory
+    /// (reserved readable and writable from the start: growth only moves
+    /// the accessible length).
+    file: Option<File>,
+    /// `mmap` flags the file was mapped with (`MAP_SYNC` kept on growth).
+    flags: libc::c_int,
 }
 
 impl std::fmt::Debug for Mapping {
@@ -61,6 +90,7 @@ impl std::fmt::Debug for Mapping {
         f.debug_struct("Mapping")
             .field("ptr", &self.ptr)
             .field("len", &self.len)
+            .field("mapped", &self.mapped())
             .field("kind", &self.kind)
             .finish()
     }
@@ -111,6 +141,8 @@ impl Mapping {
         Ok(Mapping {
             ptr,
             len,
+            mapped: AtomicUsize::new(len),
+            grow: None,
             kind: MapKind::External,
             _keep_alive: Some(keep_alive),
         })
@@ -142,12 +174,7 @@ impl Mapping {
                 )
             };
             if p != libc::MAP_FAILED {
-                return Ok(Mapping {
-                    ptr: nonnull(p),
-                    len,
-                    kind: MapKind::FileSync,
-                    _keep_alive: None,
-                });
+                return Ok(Mapping::owned(p, len, len, None, MapKind::FileSync));
             }
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
@@ -160,16 +187,212 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping {
+        Ok(Mapping::owned(p, len, len, None, MapKind::FileShared))
+    }
+
+    fn owned(
+        p: *mut libc::c_void,
+        len: usize,
+        mapped: usize,
+        grow: Option<Growth>,
+        kind: MapKind,
+    ) -> Mapping {
+        Mapping {
             ptr: nonnull(p),
             len,
-            kind: MapKind::FileShared,
+            mapped: AtomicUsize::new(mapped),
+            grow: grow.map(Mutex::new),
+            kind,
             _keep_alive: None,
-        })
+        }
+    }
+
+    /// Maps the first `len` bytes of `file` shared inside a reservation of
+    /// `reserve >= len` bytes of address space, so that
+    /// [`grow_to`](Self::grow_to) can later extend the file and the mapping
+    /// up to `reserve` without moving it. `MAP_SYNC` is tried first when
+    /// `try_sync`, as in [`map_file`](Self::map_file). Both lengths must be
+    /// multiples of [`PAGE`].
+    pub fn map_file_growable(
+        file: &File,
+        len: usize,
+        reserve: usize,
+        try_sync: bool,
+    ) -> io::Result<Mapping> {
+        if len == 0 || reserve < len || !len.is_multiple_of(PAGE) || !reserve.is_multiple_of(PAGE) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot map {len} of {reserve} reserved bytes"),
+            ));
+        }
+        let growth_file = file.try_clone()?;
+        // SAFETY: an anonymous PROT_NONE reservation with a null hint has no
+        // memory-safety preconditions; the result is checked before use.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mut flags = [libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, libc::MAP_SHARED].to_vec();
+        if !try_sync {
+            flags.remove(0);
+        }
+        let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+        for (i, &f) in flags.iter().enumerate() {
+            // SAFETY: `base..base+len` lies inside the reservation just made,
+            // which no Rust value refers to yet; MAP_FIXED replaces that part
+            // of it with the file.
+            let p = unsafe {
+                libc::mmap(
+                    base,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    f | libc::MAP_FIXED,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                let kind = if i == 0 && try_sync {
+                    MapKind::FileSync
+                } else {
+                    MapKind::FileShared
+                };
+                let growth = Growth {
+                    file: Some(growth_file),
+                    flags: f,
+                };
+                return Ok(Mapping::owned(base, reserve, len, Some(growth), kind));
+            }
+            last = io::Error::last_os_error();
+            if !matches!(
+                last.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+            ) {
+                break;
+            }
+        }
+        // SAFETY: `base..base+reserve` is the reservation made above, not
+        // yet owned by any Mapping.
+        unsafe {
+            libc::munmap(base, reserve);
+        }
+        Err(last)
+    }
+
+    /// Zero-filled anonymous memory of which the first `mapped` bytes are
+    /// accessible and up to `len` can become so by [`grow_to`](Self::grow_to)
+    /// (in-memory and simulated growable pools). The whole range is
+    /// reserved with `MAP_NORESERVE`: untouched pages cost nothing.
+    pub fn anonymous_growable(mapped: usize, len: usize) -> io::Result<Mapping> {
+        if mapped == 0 || len < mapped {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot make {mapped} of {len} bytes accessible"),
+            ));
+        }
+        let mut m = Mapping::anonymous_flags(len, libc::MAP_NORESERVE)?;
+        m.mapped = AtomicUsize::new(mapped);
+        m.grow = Some(Mutex::new(Growth {
+            file: None,
+            flags: 0,
+        }));
+        Ok(m)
+    }
+
+    /// True when [`grow_to`](Self::grow_to) can extend this mapping.
+    pub fn growable(&self) -> bool {
+        self.grow.is_some()
+    }
+
+    /// Bytes accessible now: `len()` for a fixed mapping, the grown prefix
+    /// of the reservation for a growable one.
+    #[inline]
+    pub fn mapped(&self) -> usize {
+        self.mapped.load(Ordering::Acquire)
+    }
+
+    /// Makes at least the first `want` bytes accessible (rounded up to
+    /// [`PAGE`]) and returns the accessible length. For a file mapping the
+    /// file's blocks are allocated (`posix_fallocate`, so running out of
+    /// space is an error now rather than `SIGBUS` later) and its new length
+    /// made durable (`fdatasync`) *before* the new part is mapped: a caller
+    /// that then records durably that it uses the new bytes never finds,
+    /// after a crash, a file too short for what it recorded. Serialised by
+    /// a lock; accesses by other threads go on meanwhile. Fails with
+    /// `Unsupported` on a fixed mapping and `OutOfMemory` past the
+    /// reservation.
+    pub fn grow_to(&self, want: usize) -> io::Result<usize> {
+        let now = self.mapped();
+        if want <= now {
+            return Ok(now);
+        }
+        let Some(grow) = &self.grow else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this mapping has a fixed size",
+            ));
+        };
+        let want = want.next_multiple_of(PAGE);
+        if want > self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("{want} bytes exceed the {}-byte maximum", self.len),
+            ));
+        }
+        let g = grow.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.mapped();
+        if want <= now {
+            return Ok(now);
+        }
+        if let Some(file) = &g.file {
+            let fd = file.as_raw_fd();
+            // SAFETY: posix_fallocate on an owned descriptor.
+            let rc = unsafe {
+                libc::posix_fallocate(fd, now as libc::off_t, (want - now) as libc::off_t)
+            };
+            match rc {
+                0 => {}
+                libc::EOPNOTSUPP | libc::EINVAL => file.set_len(want as u64)?,
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+            file.sync_data()?;
+            // SAFETY: `ptr+now..ptr+want` lies inside this mapping's own
+            // reservation (want <= len) and is not accessible yet (no access
+            // passes the bounds check past `now`), so replacing it with the
+            // file's pages at their offsets disturbs nothing.
+            let p = unsafe {
+                libc::mmap(
+                    self.ptr.as_ptr().add(now) as *mut libc::c_void,
+                    want - now,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    g.flags | libc::MAP_FIXED,
+                    fd,
+                    now as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        self.mapped.store(want, Ordering::Release);
+        Ok(want)
     }
 
     /// Zero-filled anonymous memory of `len` bytes, page aligned.
     pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        Mapping::anonymous_flags(len, 0)
+    }
+
+    fn anonymous_flags(len: usize, extra: libc::c_int) -> io::Result<Mapping> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -182,7 +405,7 @@ impl Mapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra,
                 -1,
                 0,
             )
@@ -199,12 +422,7 @@ impl Mapping {
                 libc::madvise(p, len, libc::MADV_HUGEPAGE);
             }
         }
-        Ok(Mapping {
-            ptr: nonnull(p),
-            len,
-            kind: MapKind::Anonymous,
-            _keep_alive: None,
-        })
+        Ok(Mapping::owned(p, len, len, None, MapKind::Anonymous))
     }
 
     /// Anonymous memory holding a copy of `image`.
@@ -214,6 +432,8 @@ impl Mapping {
         Ok(m)
     }
 
+    /// Bytes reserved: the mapping's full extent, of which the first
+    /// [`mapped`](Self::mapped) are accessible.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -236,15 +456,14 @@ impl Mapping {
         self.ptr.as_ptr() as usize + off
     }
 
-    /// `Ok` when `off..off+len` lies inside the mapping.
+    /// `Ok` when `off..off+len` lies inside the accessible part of the
+    /// mapping.
+    #[inline]
     pub fn check(&self, off: usize, len: usize) -> Result<(), OutOfBounds> {
+        let size = self.mapped();
         match off.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(OutOfBounds {
-                off,
-                len,
-                size: self.len,
-            }),
+            Some(end) if end <= size => Ok(()),
+            _ => Err(OutOfBounds { off, len, size }),
         }
     }
 
@@ -254,7 +473,8 @@ impl Mapping {
         if let Err(e) = self.check(off, len) {
             panic!("{e}");
         }
-        // SAFETY: `off + len <= self.len`, so the pointer stays in the mapping.
+        // SAFETY: `off + len <= mapped <= len`, so the pointer stays in the
+        // accessible part of the mapping.
         unsafe { self.ptr.as_ptr().add(off) }
     }
 
@@ -406,7 +626,7 @@ impl Mapping {
         self.at(off, len);
         let start = off / PAGE * PAGE;
         let end = (off + len).div_ceil(PAGE) * PAGE;
-        let end = end.min(self.len.div_ceil(PAGE) * PAGE);
+        let end = end.min(self.mapped().div_ceil(PAGE) * PAGE);
         // SAFETY: the page-rounded range lies within the mapping (mappings
         // are page-granular), and msync does not touch Rust-visible memory.
         let rc = unsafe {
@@ -430,7 +650,9 @@ impl Drop for Mapping {
             // function, with the other fields) lets its owner unmap it.
             return;
         }
-        // SAFETY: `ptr`/`len` came from a successful mmap and are unmapped once.
+        // SAFETY: `ptr`/`len` came from a successful mmap (the whole
+        // reservation, for a growable mapping, whose file parts were mapped
+        // inside it) and are unmapped once.
         unsafe {
             libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len);
         }
@@ -524,6 +746,57 @@ mod tests {
         assert!(!m.is_pmem());
         m.write(0, b"x");
         assert_eq!(m.msync(0, 1).unwrap(), PAGE);
+    }
+
+    #[test]
+    fn a_growable_file_mapping_grows_in_place_and_bounds_follow() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(8192).unwrap();
+        let m = Mapping::map_file_growable(&f, 8192, 64 * PAGE, true).unwrap();
+        assert!(m.growable());
+        assert_eq!((m.len(), m.mapped()), (64 * PAGE, 8192));
+        let base = m.addr(0);
+        m.write(8000, b"early");
+        assert!(m.check(8192, 1).is_err(), "past the accessible part");
+        assert!(std::panic::catch_unwind(|| m.write(8192, b"x")).is_err());
+        assert_eq!(m.grow_to(10_000).unwrap(), 3 * PAGE, "rounded to pages");
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            3 * PAGE as u64,
+            "file extended first"
+        );
+        m.write(8192, b"grown");
+        assert_eq!(m.addr(0), base, "never moves");
+        let mut b = [0u8; 5];
+        m.read(8000, &mut b);
+        assert_eq!(&b, b"early");
+        // The new part is the file's: what is written there is in the file.
+        m.msync(0, 3 * PAGE).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut b, 8192).unwrap();
+        assert_eq!(&b, b"grown");
+        assert_eq!(m.grow_to(PAGE).unwrap(), 3 * PAGE, "never shrinks");
+        let e = m.grow_to(65 * PAGE).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
+        assert_eq!(m.grow_to(64 * PAGE).unwrap(), 64 * PAGE);
+        m.write(64 * PAGE - 1, b"z");
+    }
+
+    #[test]
+    fn fixed_mappings_refuse_to_grow_and_anonymous_ones_grow() {
+        let m = Mapping::anonymous(PAGE).unwrap();
+        assert!(!m.growable());
+        assert_eq!(
+            m.grow_to(2 * PAGE).unwrap_err().kind(),
+            io::ErrorKind::Unsupported
+        );
+        let a = Mapping::anonymous_growable(PAGE, 1 << 30).unwrap();
+        assert_eq!((a.mapped(), a.len()), (PAGE, 1 << 30));
+        assert!(a.check(PAGE, 8).is_err());
+        a.grow_to(1 << 20).unwrap();
+        a.store_u64((1 << 20) - 8, 7, Ordering::Release);
+        assert_eq!(a.load_u64((1 << 20) - 8, Ordering::Acquire), 7);
+        assert!(Mapping::anonymous_growable(2 * PAGE, PAGE).is_err());
     }
 
     #[test]

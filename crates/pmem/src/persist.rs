@@ -41,6 +41,9 @@ pub trait SimObserver: Send + Sync {
     fn flushed(&self, map: &Mapping, off: usize, len: usize);
     fn fenced(&self, map: &Mapping);
     fn storing(&self, _map: &Mapping, _off: usize, _len: usize) {}
+    /// The medium grew to `len` accessible bytes ([`Medium::grow_to`]); the
+    /// new bytes are zero and, like a file's new length, durable.
+    fn grown(&self, _map: &Mapping, _len: usize) {}
     /// The caller waits for another thread (a lock it found taken, a
     /// transaction it must let finish): a simulator that runs threads one at
     /// a time hands control over here, or the wait would never end.
@@ -154,6 +157,21 @@ impl Medium {
 
     pub fn config(&self) -> PersistConfig {
         self.cfg
+    }
+
+    /// Makes at least `want` bytes of a growable medium accessible
+    /// ([`Mapping::grow_to`]: for a file, its new length is durable when
+    /// this returns) and tells the simulator, whose durable image grows
+    /// with it. Returns the accessible length.
+    pub fn grow_to(&self, want: usize) -> io::Result<usize> {
+        let before = self.map.mapped();
+        let now = self.map.grow_to(want)?;
+        if now > before
+            && let Some(o) = &self.observer
+        {
+            o.grown(&self.map, now);
+        }
+        Ok(now)
     }
 
     pub fn domain(&self) -> Domain {
@@ -418,7 +436,7 @@ impl Medium {
     /// Synchronises an `msync`-domain medium completely (used at close).
     pub fn sync_all(&self) -> io::Result<()> {
         if self.cfg.domain == Domain::Msync && self.observer.is_none() {
-            self.map.msync(0, self.map.len())?;
+            self.map.msync(0, self.map.mapped())?;
         }
         Ok(())
     }

@@ -11,11 +11,19 @@
 //!
 //! A pool file is locked exclusively (`flock`) while open: a second opener,
 //! in this process or another, gets [`PoolError::Locked`].
+//!
+//! A pool created with [`PoolOptions::max_size`] is *growable*: its file
+//! starts at `size` bytes, address space for `max_size` is reserved when it
+//! is mapped, and [`Medium::grow_to`] extends file and mapping in place
+//! (what a grown part is used for is for the pool's owner to record
+//! durably, after the growth returned). Growing costs an `fallocate`, an
+//! `fdatasync` and an `mmap` of the new part; nothing moves, so readers go
+//! on without a lock.
 
 use crate::domain::{self, Detection, Domain};
 use crate::error::{PoolError, Result};
 use crate::header::{self, HEADER_SIZE, Header, MIN_POOL_SIZE, ROOT_OFF};
-use crate::map::{MapKind, Mapping};
+use crate::map::{MapKind, Mapping, PAGE};
 use crate::persist::{Medium, PersistConfig, SimObserver};
 use crate::region::{POff, Region};
 use std::fs::{File, OpenOptions};
@@ -29,8 +37,12 @@ use std::sync::Arc;
 pub struct PoolOptions {
     /// Layout name recorded at creation and demanded at open.
     pub layout: String,
-    /// Size in bytes (creation only).
+    /// Size in bytes (creation only): the whole pool, or a growable pool's
+    /// initial size.
     pub size: u64,
+    /// Creation only: makes the pool growable up to this many bytes
+    /// (rounded up to a MiB; at least `size`).
+    pub max_size: Option<u64>,
     /// Explicit durability domain (overrides environment and header).
     pub domain: Option<Domain>,
     /// Explicit flush instruction for `adr`.
@@ -44,10 +56,38 @@ impl PoolOptions {
         PoolOptions {
             layout: layout.to_string(),
             size,
+            max_size: None,
             domain: None,
             flush: None,
             nt_threshold: crate::persist::DEFAULT_NT_THRESHOLD,
         }
+    }
+
+    /// Makes the pool growable up to `bytes` ([`PoolOptions::max_size`]).
+    pub fn max_size(mut self, bytes: u64) -> PoolOptions {
+        self.max_size = Some(bytes);
+        self
+    }
+
+    /// The header fields `(features, max_size)` these options create.
+    fn growth(&self) -> Result<(u32, u64)> {
+        let Some(max) = self.max_size else {
+            return Ok((0, 0));
+        };
+        let max = max.next_multiple_of(header::MAX_SIZE_UNIT);
+        if max < self.size || max / header::MAX_SIZE_UNIT > u64::from(u32::MAX) {
+            return Err(PoolError::Config(format!(
+                "a pool's maximum size ({max} bytes) must be at least its size ({}) and at most 4 PiB",
+                self.size
+            )));
+        }
+        if !self.size.is_multiple_of(PAGE as u64) {
+            return Err(PoolError::Config(format!(
+                "a growable pool's size ({}) must be a multiple of {PAGE}",
+                self.size
+            )));
+        }
+        Ok((header::FEATURE_GROWABLE, max))
     }
 
     pub fn domain(mut self, d: Domain) -> PoolOptions {
@@ -151,6 +191,7 @@ impl Pool {
             });
         }
         let explicit = opts.chosen_domain()?;
+        opts.growth()?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -190,15 +231,17 @@ impl Pool {
         let len = usize::try_from(opts.size).map_err(|_| PoolError::OutOfSpace {
             what: "pool larger than the address space".into(),
         })?;
-        let map = Mapping::map_file(&file, len, true).map_err(|e| io_err(path, e))?;
+        let (features, max_size) = opts.growth()?;
+        let map = map_pool_file(&file, len, max_size).map_err(|e| io_err(path, e))?;
         let detection = domain::detect(map.kind() == MapKind::FileSync);
         let domain = explicit.unwrap_or(detection.domain);
         let cfg = opts.persist_config(domain)?;
         let header = Header {
             version: header::FORMAT_VERSION,
-            features: 0,
+            features,
             domain,
             size: opts.size,
+            max_size,
             created_ns: now_ns(),
             uuid: header::new_uuid(),
             layout: opts.layout.clone(),
@@ -236,10 +279,18 @@ impl Pool {
         lock(&file, path)?;
         let header = read_header(&mut file, path)?;
         check_layout(&header, &opts.layout)?;
-        let len = usize::try_from(header.size).map_err(|_| PoolError::Corrupt {
+        // A growable pool maps all of its file (it may have grown), at most
+        // its maximum, in whole pages.
+        let len = if header.growable() {
+            let actual = file.metadata().map_err(|e| io_err(path, e))?.len();
+            actual.min(header.max_size) / PAGE as u64 * PAGE as u64
+        } else {
+            header.size
+        };
+        let len = usize::try_from(len).map_err(|_| PoolError::Corrupt {
             what: "size exceeds the address space".into(),
         })?;
-        let map = Mapping::map_file(&file, len, true).map_err(|e| io_err(path, e))?;
+        let map = map_pool_file(&file, len, header.max_size).map_err(|e| io_err(path, e))?;
         let detection = domain::detect(map.kind() == MapKind::FileSync);
         let cfg = opts.persist_config(explicit.unwrap_or(header.domain))?;
         let medium = Arc::new(Medium::new(map, cfg, None));
@@ -302,14 +353,16 @@ impl Pool {
         let len = usize::try_from(opts.size).map_err(|_| PoolError::OutOfSpace {
             what: "pool larger than the address space".into(),
         })?;
-        let map = Mapping::anonymous(len).map_err(|e| PoolError::OutOfSpace {
+        let (features, max_size) = opts.growth()?;
+        let map = anonymous_pool(len, max_size).map_err(|e| PoolError::OutOfSpace {
             what: e.to_string(),
         })?;
         let header = Header {
             version: header::FORMAT_VERSION,
-            features: 0,
+            features,
             domain,
             size: opts.size,
+            max_size,
             created_ns: now_ns(),
             uuid: header::new_uuid(),
             layout: opts.layout.clone(),
@@ -335,10 +388,16 @@ impl Pool {
     ) -> Result<Pool> {
         let header = Header::decode(image, image.len() as u64)?;
         check_layout(&header, &opts.layout)?;
-        let len = header.size as usize;
-        let map = Mapping::from_image(&image[..len]).map_err(|e| PoolError::OutOfSpace {
+        // A growable pool's image is as long as the pool had grown.
+        let len = if header.growable() {
+            (image.len() as u64).min(header.max_size) as usize / PAGE * PAGE
+        } else {
+            header.size as usize
+        };
+        let map = anonymous_pool(len, header.max_size).map_err(|e| PoolError::OutOfSpace {
             what: e.to_string(),
         })?;
+        map.write(0, &image[..len]);
         let medium = Arc::new(Medium::new(map, opts.persist_config(domain)?, observer));
         Ok(Pool {
             medium,
@@ -405,9 +464,15 @@ impl Pool {
         Ok(())
     }
 
-    /// A copy of every byte of the pool.
+    /// True for a pool that grows on demand ([`PoolOptions::max_size`]).
+    pub fn growable(&self) -> bool {
+        self.header.growable()
+    }
+
+    /// A copy of every byte of the pool (of a growable pool: as far as it
+    /// has grown).
     pub fn image(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.medium.map().len()];
+        let mut v = vec![0u8; self.medium.map().mapped()];
         self.medium.map().read(0, &mut v);
         v
     }
@@ -419,6 +484,30 @@ impl Pool {
             source: e,
         })
     }
+}
+
+/// Maps a pool file: `len` bytes, inside a reservation of `max_size` when
+/// the pool is growable (`max_size > 0`).
+fn map_pool_file(file: &File, len: usize, max_size: u64) -> std::io::Result<Mapping> {
+    if max_size == 0 {
+        return Mapping::map_file(file, len, true);
+    }
+    let reserve = usize::try_from(max_size).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            "maximum pool size exceeds the address space",
+        )
+    })?;
+    Mapping::map_file_growable(file, len, reserve, true)
+}
+
+/// Anonymous memory for an in-memory or simulated pool of `len` bytes,
+/// growable up to `max_size` when that is non-zero.
+fn anonymous_pool(len: usize, max_size: u64) -> std::io::Result<Mapping> {
+    if max_size == 0 {
+        return Mapping::anonymous(len);
+    }
+    Mapping::anonymous_growable(len, max_size as usize)
 }
 
 fn write_header(medium: &Arc<Medium>, header: &Header) {

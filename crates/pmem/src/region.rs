@@ -32,9 +32,19 @@ impl Region {
         }
     }
 
-    /// A sub-window; `off..off+len` must lie inside this region.
+    /// A sub-window; `off..off+len` must lie inside this region (on a
+    /// growable medium it may extend past what is accessible yet).
     pub fn sub(&self, off: usize, len: usize) -> Result<Region, OutOfBounds> {
-        self.check(off, len)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => {}
+            _ => {
+                return Err(OutOfBounds {
+                    off,
+                    len,
+                    size: self.len,
+                });
+            }
+        }
         Ok(Region {
             medium: self.medium.clone(),
             base: self.base + off,
@@ -61,9 +71,19 @@ impl Region {
 
     /// `Ok` when `off..off+len` is inside the region: validate offsets read
     /// from the medium with this before using them.
+    ///
+    /// On a growable medium the region may extend past what is accessible
+    /// yet; such a range is out of bounds too (until the medium grows).
     pub fn check(&self, off: usize, len: usize) -> Result<(), OutOfBounds> {
         match off.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
+            Some(end) if end <= self.len => {
+                let size = self.medium.map().mapped().saturating_sub(self.base);
+                if end <= size {
+                    Ok(())
+                } else {
+                    Err(OutOfBounds { off, len, size })
+                }
+            }
             _ => Err(OutOfBounds {
                 off,
                 len,
