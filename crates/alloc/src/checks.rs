@@ -98,6 +98,9 @@ const MAIN_SCRIPT: u64 = 0x6d61_696e;
 const RESTART_SCRIPT: u64 = 0x7265_7374;
 const RESTARTS: u32 = 2;
 const MAX_EXTRA: u64 = 12;
+/// Initial size of the growable pool of `/grow` runs (a heap of 5 pages;
+/// it grows up to [`CHECK_POOL_SIZE`] rounded up to a MiB).
+const GROW_INITIAL: u64 = 32 * 1024;
 /// Request sizes: five run classes (16 B – 2 KiB, 24 pages of runs per
 /// thread) and an extent, so the ~60-page heap fills up now and then.
 const SIZES: [usize; 6] = [16, 48, 100, 256, 2000, 20_000];
@@ -111,7 +114,9 @@ pub enum CheckError {
     Pool(#[from] PoolError),
     #[error("cannot build the heap under test: {0}")]
     Alloc(#[from] AllocError),
-    #[error("unknown check run '{0}' (expected ferrite|lock[/torn][/store][/restartN])")]
+    #[error(
+        "unknown check run '{0}' (expected ferrite|lock[/torn][/store][/restartN], ferrite[/grow])"
+    )]
     UnknownRun(String),
 }
 
@@ -784,6 +789,9 @@ struct RunSpec {
     /// The cross-lane script instead of the seeded main workload.
     xlane: bool,
     restart: Option<u32>,
+    /// A growable pool that starts with a few pages: the heap grows as the
+    /// workload fills it (Ferrite heap only).
+    grow: bool,
     /// Cross-lane recovery replays the transaction log before the heap
     /// judges its records: the wrong order, to show it is caught (tests only).
     tx_first: bool,
@@ -797,6 +805,7 @@ impl RunSpec {
             store: false,
             xlane: false,
             restart: None,
+            grow: false,
             tx_first: false,
         }
     }
@@ -807,6 +816,7 @@ impl RunSpec {
             (self.torn, "/torn"),
             (self.store, "/store"),
             (self.xlane, "/xlane"),
+            (self.grow, "/grow"),
         ] {
             if on {
                 s.push_str(part);
@@ -831,6 +841,7 @@ impl RunSpec {
                 "torn" => &mut spec.torn,
                 "store" => &mut spec.store,
                 "xlane" => &mut spec.xlane,
+                "grow" if target == Target::Ferrite => &mut spec.grow,
                 _ if spec.restart.is_none() => {
                     spec.restart = Some(p.strip_prefix("restart")?.parse().ok()?);
                     continue;
@@ -890,7 +901,11 @@ impl RunSpec {
 }
 
 fn pool_opts(cfg: &Config) -> PoolOptions {
-    PoolOptions::new(&cfg.layout, cfg.pool_size)
+    let o = PoolOptions::new(&cfg.layout, cfg.pool_size);
+    match cfg.max_size {
+        Some(m) => o.max_size(m),
+        None => o,
+    }
 }
 
 fn initial_image(cfg: &Config, spec: RunSpec) -> Result<Vec<u8>, CheckError> {
@@ -958,11 +973,14 @@ fn failed_start(cfg: &Config, at: CrashAt, salt: u64, message: String) -> Report
 
 fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckError> {
     let target = spec.target;
-    let cfg = cfg
+    let mut cfg = cfg
         .clone()
         .pool_size(CHECK_POOL_SIZE)
         .tearing(cfg.tearing || spec.torn)
         .crash_on_store(cfg.crash_on_store || spec.store);
+    if spec.grow {
+        cfg = cfg.pool_size(GROW_INITIAL).max_size(CHECK_POOL_SIZE);
+    }
     let recover = |pool: &Pool| spec.recover(pool, fault);
     #[allow(clippy::borrowed_box)] // the explorer hands recovery's value back by reference
     let invariant = |pool: &Pool, a: &Box<dyn PAllocator>, m: &Model| check(pool, &**a, m);
@@ -1047,6 +1065,9 @@ fn plan(target: Target, cfg: &Config) -> Vec<(RunSpec, usize)> {
                 },
                 1,
             ));
+        }
+        if target == Target::Ferrite {
+            out.push((RunSpec { grow: true, ..spec }, 1));
         }
         // As much as the main workload: the cross-lane script is where a
         // protocol that leans on another thread's fence shows (it had a
@@ -1213,6 +1234,36 @@ mod tests {
             assert!(rep.ok(), "{name}: {rep}");
             assert!(rep.states > 0, "{name}");
         }
+    }
+
+    /// The `/grow` run: the heap starts with 5 pages of a growable pool and
+    /// grows while the workload fills it; every crash around its growths
+    /// recovers. A count stored without being persisted is caught.
+    #[test]
+    fn growth_survives_every_crash_and_an_unpersisted_count_is_caught() {
+        let spec = RunSpec {
+            grow: true,
+            ..RunSpec::new(Target::Ferrite)
+        };
+        // The workload does grow the heap.
+        let c = cfg(1).pool_size(GROW_INITIAL).max_size(CHECK_POOL_SIZE);
+        let initial = initial_image(&c, spec).unwrap();
+        assert!(initial.len() as u64 <= 2 * GROW_INITIAL, "starts small");
+        let (end, _) = Explorer::new(c.clone())
+            .simulate(&initial, None, |pool, m: &mut Model| {
+                spec.workload(pool, Fault::None, m);
+                assert!(
+                    pool.medium().map().mapped() as u64 > 4 * GROW_INITIAL,
+                    "the heap grew the pool"
+                );
+            })
+            .unwrap();
+        assert!(matches!(end, SimRun::Finished(..)));
+        let rep = run_one(spec, &cfg(1500), Fault::None).unwrap();
+        assert!(rep.ok(), "{}: {rep}", spec.name());
+        assert!(rep.states > 100, "{}", spec.name());
+        let rep = run_one(spec, &cfg(1500), Fault::UnpersistedGrowth).unwrap();
+        assert!(!rep.ok(), "an unpersisted page count went unseen: {rep}");
     }
 
     #[test]

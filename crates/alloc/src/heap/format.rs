@@ -9,10 +9,13 @@ use ferrite_pmem::{CACHE_LINE, PAGE};
 
 /// `FERRHEAP`: identifies a heap superblock.
 pub(crate) const MAGIC: [u8; 8] = *b"FERRHEAP";
-/// On-media format version this build writes and reads.
-pub(crate) const VERSION: u16 = 1;
+/// On-media format version this build writes (it reads 1 and 2).
+pub(crate) const VERSION: u16 = 2;
 /// Region offset of the root line (the root word is its first 8 bytes).
 pub(crate) const ROOT_OFF: usize = CACHE_LINE;
+/// Region offset of the word holding the pages in use (version 2): the
+/// root line's second word.
+pub(crate) const PAGES_NOW_OFF: usize = ROOT_OFF + 8;
 /// Region offset of lane 0.
 pub(crate) const LANES_OFF: usize = 2 * CACHE_LINE;
 /// Bytes of one page descriptor.
@@ -27,72 +30,227 @@ pub(crate) const MAX_PAGES: u64 = u32::MAX as u64;
 pub(crate) const MAX_EXTENT_PAGES: u32 = (1 << 24) - 1;
 /// Fewest pages a heap needs: one run of the smallest classes.
 pub(crate) const MIN_PAGES: u64 = 4;
+/// Pages of one zone of a heap too large for a single zone: 256 MiB of
+/// pages behind a 4 MiB descriptor block. A run or extent never crosses a
+/// zone, so this is also the largest extent of such a heap.
+pub(crate) const ZONE_PAGES: u32 = 1 << 16;
 
 /// Where everything lives in the heap region.
+///
+/// The pages are grouped in *zones*: zone `z` starts at region offset
+/// `zone0 + z·stride` with a descriptor block of `zone_desc` bytes (the
+/// descriptors of its `zone_pages` pages), followed by those pages
+/// (`stride = zone_desc + 4096·zone_pages`). A heap that fits in one zone
+/// has one (its descriptors, then its pages, as version 1 laid them out);
+/// a larger one, a growable heap's reservation above all, has zones of
+/// [`ZONE_PAGES`], so that its descriptors grow with its pages instead of
+/// being set aside for the largest size up front.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
+    pub version: u16,
     pub lanes: u16,
     pub lane_bytes: u32,
+    /// Pages the region can hold (a growable heap uses a prefix of them,
+    /// the page count in its `PAGES_NOW_OFF` word).
     pub pages: u64,
-    /// Region offset of the descriptor of page 0.
-    pub desc_off: usize,
-    /// Region offset of page 0 (a multiple of 4096).
-    pub data_off: usize,
+    /// Pages per zone.
+    pub zone_pages: u32,
+    /// Region offset of zone 0 (its descriptor block).
+    pub zone0: usize,
+    /// Bytes of a zone's descriptor block (version 2: a multiple of 4096).
+    pub zone_desc: usize,
     pub region_len: usize,
+}
+
+/// What a region offset of a heap holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spot {
+    /// Superblock, root line, lanes (or a version-1 heap's padding).
+    Meta,
+    /// Byte `at` of page `page`'s descriptor.
+    Desc { page: u32, at: usize },
+    /// Byte `at` of page `page`.
+    Data { page: u32, at: usize },
+    /// Past the last page the region holds.
+    Beyond,
+}
+
+fn lanes_end(lanes: u16, lane_bytes: u32) -> Result<usize> {
+    if lanes == 0 || lanes > 1024 {
+        return Err(AllocError::BadOption(format!(
+            "lanes must be 1..=1024, not {lanes}"
+        )));
+    }
+    if (lane_bytes as usize) < MIN_LANE_BYTES
+        || !(lane_bytes as usize).is_multiple_of(CACHE_LINE)
+        || lane_bytes > 1 << 20
+    {
+        return Err(AllocError::BadOption(format!(
+            "lane_bytes must be a multiple of 64 in {MIN_LANE_BYTES}..=1048576, not {lane_bytes}"
+        )));
+    }
+    Ok(LANES_OFF + lanes as usize * lane_bytes as usize)
+}
+
+/// The most pages `n` with a descriptor block of `n` lines (rounded up to
+/// a page when `align`) and the pages themselves within `avail` bytes.
+fn one_zone_pages(avail: usize, align: bool) -> u64 {
+    let fits = |n: u64| -> bool {
+        let n = n as usize;
+        let d = n * DESC;
+        (if align { d.next_multiple_of(PAGE) } else { d }) + n * PAGE <= avail
+    };
+    let mut n = (avail / (PAGE + DESC)) as u64;
+    while n > 0 && !fits(n) {
+        n -= 1;
+    }
+    while fits(n + 1) {
+        n += 1;
+    }
+    n
 }
 
 impl Geometry {
     /// The largest heap with `lanes` lanes of `lane_bytes` that fits in
-    /// `region_len` bytes.
+    /// `region_len` bytes (the current format).
     pub fn compute(region_len: usize, lanes: u16, lane_bytes: u32) -> Result<Geometry> {
-        if lanes == 0 || lanes > 1024 {
-            return Err(AllocError::BadOption(format!(
-                "lanes must be 1..=1024, not {lanes}"
-            )));
-        }
-        if (lane_bytes as usize) < MIN_LANE_BYTES
-            || !(lane_bytes as usize).is_multiple_of(CACHE_LINE)
-            || lane_bytes > 1 << 20
-        {
-            return Err(AllocError::BadOption(format!(
-                "lane_bytes must be a multiple of 64 in {MIN_LANE_BYTES}..=1048576, not {lane_bytes}"
-            )));
-        }
-        let desc_off = LANES_OFF + lanes as usize * lane_bytes as usize;
-        let fits = |n: u64| -> bool {
-            let n = n as usize;
-            (desc_off + n * DESC).next_multiple_of(PAGE) + n * PAGE <= region_len
+        let zone0 = lanes_end(lanes, lane_bytes)?.next_multiple_of(PAGE);
+        let avail = region_len.saturating_sub(zone0);
+        let one = one_zone_pages(avail, true);
+        let (zone_pages, pages) = if one <= u64::from(ZONE_PAGES) {
+            (one as u32, one)
+        } else {
+            let z = ZONE_PAGES as usize;
+            let zone_desc = (z * DESC).next_multiple_of(PAGE);
+            let stride = zone_desc + z * PAGE;
+            let rem = avail % stride;
+            let last = if rem > zone_desc {
+                (rem - zone_desc) / PAGE
+            } else {
+                0
+            };
+            (ZONE_PAGES, ((avail / stride) * z + last) as u64)
         };
-        let mut n = (region_len.saturating_sub(desc_off) / (PAGE + DESC)) as u64;
-        while n > 0 && !fits(n) {
-            n -= 1;
-        }
-        while fits(n + 1) {
-            n += 1;
-        }
-        n = n.min(MAX_PAGES);
-        if n < MIN_PAGES {
-            let min = (desc_off + MIN_PAGES as usize * DESC).next_multiple_of(PAGE)
-                + MIN_PAGES as usize * PAGE;
+        let pages = pages.min(MAX_PAGES);
+        if pages < MIN_PAGES {
+            let min = zone0 + PAGE + MIN_PAGES as usize * PAGE;
             return Err(AllocError::RegionTooSmall {
                 len: region_len,
                 min,
             });
         }
         Ok(Geometry {
+            version: VERSION,
+            lanes,
+            lane_bytes,
+            pages,
+            zone_pages: zone_pages.max(1),
+            zone0,
+            zone_desc: (zone_pages as usize * DESC).next_multiple_of(PAGE),
+            region_len,
+        })
+    }
+
+    /// The geometry version 1 computed: one zone right after the lanes,
+    /// descriptors unaligned, pages from the next 4 KiB boundary.
+    fn compute_v1(region_len: usize, lanes: u16, lane_bytes: u32) -> Result<Geometry> {
+        let desc_off = lanes_end(lanes, lane_bytes)?;
+        let avail = region_len.saturating_sub(desc_off);
+        // Version 1 rounded `desc_off + n·64` up to a page, not `n·64`.
+        let fits = |n: u64| -> bool {
+            let n = n as usize;
+            (desc_off + n * DESC).next_multiple_of(PAGE) + n * PAGE <= region_len
+        };
+        let mut n = one_zone_pages(avail, false);
+        while n > 0 && !fits(n) {
+            n -= 1;
+        }
+        let n = n.min(MAX_PAGES);
+        if n < MIN_PAGES {
+            return Err(AllocError::RegionTooSmall {
+                len: region_len,
+                min: (desc_off + MIN_PAGES as usize * DESC).next_multiple_of(PAGE)
+                    + MIN_PAGES as usize * PAGE,
+            });
+        }
+        let data_off = (desc_off + n as usize * DESC).next_multiple_of(PAGE);
+        Ok(Geometry {
+            version: 1,
             lanes,
             lane_bytes,
             pages: n,
-            desc_off,
-            data_off: (desc_off + n as usize * DESC).next_multiple_of(PAGE),
+            zone_pages: n as u32,
+            zone0: desc_off,
+            zone_desc: data_off - desc_off,
             region_len,
         })
+    }
+
+    #[inline]
+    fn stride(&self) -> usize {
+        self.zone_desc + self.zone_pages as usize * PAGE
+    }
+
+    #[inline]
+    fn zone_base(&self, p: u32) -> usize {
+        self.zone0 + (p / self.zone_pages) as usize * self.stride()
     }
 
     /// Region offset of page `p`'s descriptor.
     #[inline]
     pub fn desc(&self, p: u32) -> usize {
-        self.desc_off + p as usize * DESC
+        self.zone_base(p) + (p % self.zone_pages) as usize * DESC
+    }
+
+    /// Region offset of page `p`.
+    #[inline]
+    pub fn page_off(&self, p: u32) -> usize {
+        self.zone_base(p) + self.zone_desc + (p % self.zone_pages) as usize * PAGE
+    }
+
+    /// Pages lying entirely below region offset `end`.
+    pub fn pages_below(&self, end: usize) -> u64 {
+        if end <= self.zone0 {
+            return 0;
+        }
+        let rel = end - self.zone0;
+        let (z, rem) = (rel / self.stride(), rel % self.stride());
+        let last = if rem > self.zone_desc {
+            ((rem - self.zone_desc) / PAGE).min(self.zone_pages as usize)
+        } else {
+            0
+        };
+        ((z * self.zone_pages as usize + last) as u64).min(self.pages)
+    }
+
+    /// What region offset `rel` holds.
+    pub fn classify(&self, rel: usize) -> Spot {
+        if rel < self.zone0 {
+            return Spot::Meta;
+        }
+        let r = rel - self.zone0;
+        let z = r / self.stride();
+        let inz = r % self.stride();
+        let first = z as u64 * u64::from(self.zone_pages);
+        let (page, at, desc) = if inz < self.zone_desc {
+            (first + (inz / DESC) as u64, inz % DESC, true)
+        } else {
+            let d = inz - self.zone_desc;
+            (first + (d / PAGE) as u64, d % PAGE, false)
+        };
+        if desc && inz / DESC >= self.zone_pages as usize {
+            // The padding that rounds a descriptor block up to a page.
+            return Spot::Meta;
+        }
+        if page >= self.pages {
+            return Spot::Beyond;
+        }
+        let page = page as u32;
+        if desc {
+            Spot::Desc { page, at }
+        } else {
+            Spot::Data { page, at }
+        }
     }
 }
 
@@ -104,6 +262,7 @@ pub(crate) struct Superblock {
 }
 
 impl Superblock {
+    /// Encodes a version-2 superblock.
     pub fn encode(&self) -> [u8; CACHE_LINE] {
         let g = &self.geo;
         let mut b = [0u8; CACHE_LINE];
@@ -112,8 +271,9 @@ impl Superblock {
         b[10..12].copy_from_slice(&g.lanes.to_le_bytes());
         b[12..16].copy_from_slice(&g.lane_bytes.to_le_bytes());
         b[16..24].copy_from_slice(&g.pages.to_le_bytes());
-        b[24..32].copy_from_slice(&(g.desc_off as u64).to_le_bytes());
-        b[32..40].copy_from_slice(&(g.data_off as u64).to_le_bytes());
+        b[24..28].copy_from_slice(&g.zone_pages.to_le_bytes());
+        // 28..32: zero.
+        b[32..40].copy_from_slice(&(g.zone0 as u64).to_le_bytes());
         b[40..48].copy_from_slice(&(g.region_len as u64).to_le_bytes());
         b[48..56].copy_from_slice(&self.nonce.to_le_bytes());
         // 56..60: flags, none defined.
@@ -122,8 +282,9 @@ impl Superblock {
         b
     }
 
-    /// Decodes and validates a superblock read from a region of `region_len`
-    /// bytes. Order: magic, version, checksum, flags, geometry.
+    /// Decodes and validates a superblock (version 1 or 2) read from a
+    /// region of `region_len` bytes. Order: magic, version, checksum,
+    /// flags, geometry.
     pub fn decode(b: &[u8], region_len: usize) -> Result<Superblock> {
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -132,7 +293,7 @@ impl Superblock {
             return Err(AllocError::NotAHeap { what: "heap" });
         }
         let version = u16_at(8);
-        if version != VERSION {
+        if version != 1 && version != VERSION {
             return Err(AllocError::UnsupportedVersion {
                 what: "heap",
                 found: version,
@@ -160,16 +321,33 @@ impl Superblock {
                 "heap was created in a region of {recorded_len} bytes, opened in one of {region_len}"
             )));
         }
-        let geo = Geometry::compute(region_len, u16_at(10), u32_at(12))
-            .map_err(|e| AllocError::Corrupt(format!("superblock geometry: {e}")))?;
-        if geo.pages != u64_at(16)
-            || geo.desc_off as u64 != u64_at(24)
-            || geo.data_off as u64 != u64_at(32)
-        {
-            return Err(AllocError::Corrupt(
-                "superblock geometry does not match its lane settings".into(),
-            ));
-        }
+        let (lanes, lane_bytes) = (u16_at(10), u32_at(12));
+        let bad_geo = |e: AllocError| AllocError::Corrupt(format!("superblock geometry: {e}"));
+        let geo = if version == 1 {
+            let g = Geometry::compute_v1(region_len, lanes, lane_bytes).map_err(bad_geo)?;
+            let data_off = g.zone0 + g.zone_desc;
+            if g.pages != u64_at(16)
+                || g.zone0 as u64 != u64_at(24)
+                || data_off as u64 != u64_at(32)
+            {
+                return Err(AllocError::Corrupt(
+                    "superblock geometry does not match its lane settings".into(),
+                ));
+            }
+            g
+        } else {
+            let g = Geometry::compute(region_len, lanes, lane_bytes).map_err(bad_geo)?;
+            if g.pages != u64_at(16)
+                || g.zone_pages != u32_at(24)
+                || u32_at(28) != 0
+                || g.zone0 as u64 != u64_at(32)
+            {
+                return Err(AllocError::Corrupt(
+                    "superblock geometry does not match its lane settings".into(),
+                ));
+            }
+            g
+        };
         Ok(Superblock {
             geo,
             nonce: u64_at(48),
@@ -252,10 +430,12 @@ mod tests {
     fn geometry_fits_and_is_maximal() {
         for len in [64 * 1024usize, 252 * 1024, 1 << 20, (64 << 20) + 12345] {
             let g = Geometry::compute(len, 4, 1024).unwrap();
-            assert!(g.data_off + g.pages as usize * PAGE <= len);
-            assert!(g.data_off.is_multiple_of(PAGE));
-            assert!(g.desc_off + g.pages as usize * DESC <= g.data_off);
-            let bigger = (g.desc_off + (g.pages as usize + 1) * DESC).next_multiple_of(PAGE)
+            assert_eq!(g.zone_pages as u64, g.pages, "one zone");
+            let last = g.pages as u32 - 1;
+            assert!(g.page_off(last) + PAGE <= len);
+            assert!(g.page_off(0).is_multiple_of(PAGE));
+            assert!(g.desc(last) + DESC <= g.page_off(0));
+            let bigger = (g.zone0 + ((g.pages as usize + 1) * DESC).next_multiple_of(PAGE))
                 + (g.pages as usize + 1) * PAGE;
             assert!(bigger > len, "one more page would have fitted in {len}");
         }
@@ -265,6 +445,40 @@ mod tests {
         ));
         assert!(Geometry::compute(1 << 20, 0, 1024).is_err());
         assert!(Geometry::compute(1 << 20, 4, 100).is_err());
+    }
+
+    #[test]
+    fn zones_interleave_descriptors_and_pages_and_classify_inverts_them() {
+        let len = (3usize << 30) + (5 << 20);
+        let g = Geometry::compute(len, 4, 1024).unwrap();
+        assert_eq!(g.zone_pages, ZONE_PAGES);
+        assert!(g.pages > 3 * u64::from(ZONE_PAGES));
+        for p in [
+            0u32,
+            1,
+            ZONE_PAGES - 1,
+            ZONE_PAGES,
+            2 * ZONE_PAGES + 7,
+            g.pages as u32 - 1,
+        ] {
+            assert!(g.page_off(p) + PAGE <= len);
+            assert!(g.page_off(p).is_multiple_of(PAGE));
+            assert_eq!(
+                g.classify(g.page_off(p) + 10),
+                Spot::Data { page: p, at: 10 }
+            );
+            assert_eq!(g.classify(g.desc(p) + 8), Spot::Desc { page: p, at: 8 });
+            assert_eq!(g.pages_below(g.page_off(p) + PAGE), u64::from(p) + 1);
+            assert_eq!(g.pages_below(g.page_off(p) + PAGE - 1), u64::from(p));
+        }
+        assert_eq!(
+            g.page_off(ZONE_PAGES) - (g.page_off(ZONE_PAGES - 1) + PAGE),
+            g.zone_desc,
+            "the next zone's descriptors sit between two zones' pages"
+        );
+        assert_eq!(g.classify(0), Spot::Meta);
+        assert_eq!(g.classify(len + 1), Spot::Beyond);
+        assert_eq!(g.pages_below(len), g.pages);
     }
 
     #[test]
@@ -292,6 +506,33 @@ mod tests {
             Superblock::decode(&b, len + 4096),
             Err(AllocError::Corrupt(_))
         ));
+    }
+
+    #[test]
+    fn a_version_1_superblock_still_opens_as_one_zone() {
+        let len = 1 << 20;
+        let g = Geometry::compute_v1(len, 8, 2048).unwrap();
+        let data_off = g.zone0 + g.zone_desc;
+        let mut b = [0u8; CACHE_LINE];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..10].copy_from_slice(&1u16.to_le_bytes());
+        b[10..12].copy_from_slice(&8u16.to_le_bytes());
+        b[12..16].copy_from_slice(&2048u32.to_le_bytes());
+        b[16..24].copy_from_slice(&g.pages.to_le_bytes());
+        b[24..32].copy_from_slice(&(g.zone0 as u64).to_le_bytes());
+        b[32..40].copy_from_slice(&(data_off as u64).to_le_bytes());
+        b[40..48].copy_from_slice(&(len as u64).to_le_bytes());
+        b[48..56].copy_from_slice(&7u64.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        let sb = Superblock::decode(&b, len).unwrap();
+        assert_eq!(sb.geo, g);
+        assert_eq!(
+            sb.geo.desc(3),
+            g.zone0 + 3 * DESC,
+            "version 1's descriptor layout"
+        );
+        assert_eq!(sb.geo.page_off(3), data_off + 3 * PAGE, "and its pages");
     }
 
     #[test]

@@ -49,7 +49,7 @@
 //!   garbage-collection pass and user data is never read, so recovery time
 //!   depends on the heap's size, not on what it holds.
 //!
-//! # On-media format (version 1, little-endian)
+//! # On-media format (version 2, little-endian)
 //!
 //! The heap lives in a [`Region`] starting on a 4 KiB boundary of the pool.
 //! Offsets are from the region's start:
@@ -57,22 +57,43 @@
 //! | offset                 | bytes            | content                                    |
 //! |------------------------|------------------|--------------------------------------------|
 //! | 0                      | 64               | superblock — written once at creation      |
-//! | 64                     | 64               | root line: root object pool offset, u64 (0 = none); rest zero |
+//! | 64                     | 64               | root line: root object pool offset, u64 (0 = none); at 72 the pages in use, u64; rest zero |
 //! | 128                    | lanes·lane_bytes | lanes ([`crate::lane`] documents their format) |
-//! | desc_off = 128 + lanes·lane_bytes | 64·pages | page descriptors                   |
-//! | data_off (4 KiB aligned) | 4096·pages     | pages                                      |
+//! | zone0 = the next 4 KiB boundary | zones   | zone `z` at `zone0 + z·stride`: `zone_desc` bytes of page descriptors (64 per page, padded to 4 KiB), then its `zone_pages` pages of 4 KiB |
+//!
+//! `stride = zone_desc + 4096·zone_pages`. Page `p` is page `p mod
+//! zone_pages` of zone `p / zone_pages`. A heap whose region fits one zone
+//! of up to 65 536 pages has one zone sized to it; a larger region (a
+//! growable pool's whole reservation) has zones of 65 536 pages (256 MiB
+//! behind 4 MiB of descriptors), and runs, extents and free ranges never
+//! cross a zone (so 256 MiB is such a heap's largest extent).
+//!
+//! **Growth.** The word at 72 counts the pages in use: all the region holds
+//! for a fixed heap; for a heap on a growable medium
+//! ([`ferrite_pmem::Mapping::grow_to`]), the pages the medium held at
+//! creation, raised when pages run out: the medium grows first (its new
+//! length durable), the new pages' descriptors are zero (zeroed and
+//! fenced if a reused region left anything there), then the count is
+//! stored and persisted in one 8-byte store, and only then are the pages
+//! handed out. Recovery reads the count and walks those pages only; a
+//! count past the end of the medium is refused as corrupt.
+//!
+//! Version 1 (still read; no longer written) was one zone starting right
+//! after the lanes, descriptors unaligned, all pages in use, and had no
+//! page count word.
 //!
 //! Superblock:
 //!
 //! | bytes  | field                                                             |
 //! |--------|-------------------------------------------------------------------|
 //! | 0..8   | magic `FERRHEAP`                                                  |
-//! | 8..10  | format version, u16 = 1                                           |
+//! | 8..10  | format version, u16 = 2                                           |
 //! | 10..12 | lanes, u16 (1..=1024)                                             |
 //! | 12..16 | lane_bytes, u32 (multiple of 64, ≥ 768)                           |
-//! | 16..24 | pages, u64                                                        |
-//! | 24..32 | desc_off, u64                                                     |
-//! | 32..40 | data_off, u64                                                     |
+//! | 16..24 | pages the region holds, u64                                       |
+//! | 24..28 | zone_pages, u32                                                   |
+//! | 28..32 | zero                                                              |
+//! | 32..40 | zone0, u64                                                        |
 //! | 40..48 | region length, u64                                                |
 //! | 48..56 | nonce, u64, random per heap (keys every checksum)                 |
 //! | 56..60 | flags, u32 = 0 (unknown bits are refused)                         |
@@ -209,11 +230,12 @@ use crate::ops::{MetaOp, OpKind, flush_words};
 use crate::{AllocStats, AllocThread, PAllocator, RecoveryReport};
 use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, PAGE, POff, Region};
 use format::{
-    DESC, Geometry, LANES_OFF, MAX_EXTENT_PAGES, PageHdr, ROOT_OFF, SHARE_OFF, SHARE_WORDS,
-    Superblock,
+    DESC, Geometry, LANES_OFF, MAX_EXTENT_PAGES, MIN_PAGES, PAGES_NOW_OFF, PageHdr, ROOT_OFF,
+    SHARE_OFF, SHARE_WORDS, Spot, Superblock,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -240,6 +262,9 @@ pub enum Fault {
     /// markers were flushed across threads. Sound only if a fence completed
     /// every thread's flushes, so only per-thread fences catch it.
     UnfencedMarkers,
+    /// A growth stores the new page count without flushing it: the new
+    /// pages are handed out while a crash may still forget they exist.
+    UnpersistedGrowth,
 }
 
 /// How to create a heap.
@@ -328,6 +353,45 @@ struct PageV {
     word: AtomicU64,
     aux: AtomicU64,
     st: [AtomicU64; ST_WORDS],
+}
+
+/// Pages per chunk of the DRAM page table.
+const CHUNK_SHIFT: u32 = 12;
+const CHUNK: usize = 1 << CHUNK_SHIFT;
+
+/// The DRAM mirrors of a heap's pages, in chunks of 4096 allocated as the
+/// heap grows, so that a growable heap's reservation costs one pointer per
+/// chunk until it is used, and lookups stay lock-free while it grows.
+struct PageTable {
+    chunks: Box<[OnceLock<Box<[PageV]>>]>,
+}
+
+impl PageTable {
+    /// A table for up to `max` pages with the first `now` allocated.
+    fn new(max: u64, now: u64) -> PageTable {
+        let t = PageTable {
+            chunks: (0..(max as usize).div_ceil(CHUNK))
+                .map(|_| OnceLock::new())
+                .collect(),
+        };
+        t.cover(now);
+        t
+    }
+
+    /// Allocates the chunks of the first `now` pages.
+    fn cover(&self, now: u64) {
+        for c in &self.chunks[..(now as usize).div_ceil(CHUNK)] {
+            c.get_or_init(|| (0..CHUNK).map(|_| PageV::default()).collect());
+        }
+    }
+
+    #[inline]
+    fn get(&self, p: u32) -> &PageV {
+        let chunk = self.chunks[(p >> CHUNK_SHIFT) as usize]
+            .get()
+            .expect("the page table covers every page below the heap's page count");
+        &chunk[p as usize & (CHUNK - 1)]
+    }
 }
 
 /// Pairs that are free (`00`): the low bit of each such pair.
@@ -422,7 +486,10 @@ pub struct Heap {
     nonce: u64,
     /// Identity of this open heap (reservations carry it).
     id: u64,
-    pages: Box<[PageV]>,
+    pages: PageTable,
+    /// Pages in use: `geo.pages` for a fixed heap, the durable page count
+    /// of a growable one. Changes only under the central mutex.
+    pages_now: AtomicU64,
     central: Mutex<Central>,
     /// One per lane, plus one for work done under the central mutex.
     stats: Box<[LaneStats]>,
@@ -441,7 +508,8 @@ impl std::fmt::Debug for Heap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Heap")
             .field("base", &self.region.base())
-            .field("pages", &self.geo.pages)
+            .field("pages", &self.pages_now.load(Ordering::Relaxed))
+            .field("max_pages", &self.geo.pages)
             .field("lanes", &self.geo.lanes)
             .finish()
     }
@@ -482,10 +550,25 @@ impl Heap {
             let u = ferrite_pmem::header::new_uuid();
             u64::from_le_bytes(u[..8].try_into().expect("8 bytes"))
         });
+        // A growable heap starts with the pages its medium holds now (at
+        // least the minimum); a fixed one with all of them.
+        let medium = region.medium().clone();
+        let now = if medium.map().growable() {
+            let min_end = region.base() + geo.page_off(MIN_PAGES as u32 - 1) + PAGE;
+            medium
+                .grow_to(min_end)
+                .map_err(|e| AllocError::BadOption(format!("cannot grow the pool: {e}")))?;
+            geo.pages_below(medium.map().mapped() - region.base())
+        } else {
+            geo.pages
+        };
         // Invalidate first, so a crash below cannot leave an old superblock
         // vouching for half-zeroed metadata.
         region.fill_persist(0, DESC, 0);
-        region.fill_nodrain(DESC, geo.data_off - DESC, 0);
+        region.fill_nodrain(DESC, geo.zone0 - DESC, 0);
+        zero_descriptors(&region, &geo, 0, now as u32, false);
+        region.store_u64(PAGES_NOW_OFF, now);
+        region.flush(PAGES_NOW_OFF, 8);
         region.fence();
         let sb = Superblock { geo, nonce };
         region.write(0, &sb.encode());
@@ -518,15 +601,32 @@ impl Heap {
         }
         let sb = Superblock::decode(&region.read_vec(0, DESC), region.len())?;
         let geo = sb.geo;
+        let now = if geo.version == 1 {
+            geo.pages
+        } else {
+            let now = region.load_u64(PAGES_NOW_OFF);
+            if !(MIN_PAGES..=geo.pages).contains(&now) {
+                return Err(AllocError::Corrupt(format!(
+                    "heap says it uses {now} pages, not 4..={}",
+                    geo.pages
+                )));
+            }
+            if region.check(geo.page_off(now as u32 - 1), PAGE).is_err() {
+                return Err(AllocError::Corrupt(format!(
+                    "heap uses {now} pages but its pool ends before the last of them (was the file truncated?)"
+                )));
+            }
+            now
+        };
         let pool = Region::whole(region.medium().clone());
-        let pages: Box<[PageV]> = (0..geo.pages).map(|_| PageV::default()).collect();
         let mut heap = Heap {
             region,
             pool,
             geo,
             nonce: sb.nonce,
             id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
-            pages,
+            pages: PageTable::new(geo.pages, now),
+            pages_now: AtomicU64::new(now),
             central: Mutex::new(Central {
                 free: BTreeMap::new(),
                 by_len: BTreeSet::new(),
@@ -560,10 +660,22 @@ impl Heap {
         }
     }
 
-    /// Pool offset of page 0.
+    /// Pool offset of page `p`.
     #[inline]
-    fn data_pool(&self) -> u64 {
-        (self.region.base() + self.geo.data_off) as u64
+    fn page_pool(&self, p: u32) -> u64 {
+        (self.region.base() + self.geo.page_off(p)) as u64
+    }
+
+    /// The DRAM mirror of page `p` (below the page count).
+    #[inline]
+    fn page(&self, p: u32) -> &PageV {
+        self.pages.get(p)
+    }
+
+    /// Pages in use.
+    #[inline]
+    fn pages_now(&self) -> u64 {
+        self.pages_now.load(Ordering::Acquire)
     }
 
     /// Pool offset of page `p`'s header word.
@@ -596,29 +708,27 @@ impl Heap {
             return bad("is outside the pool's data area");
         }
         let base = self.region.base();
-        if a < base || a >= base + self.geo.data_off {
-            return if op.kind == OpKind::Set {
-                Ok(())
-            } else {
-                bad("changes bits outside the heap's bitmaps")
-            };
-        }
-        let rel = a - base;
-        if rel == ROOT_OFF && op.kind == OpKind::Set {
-            return Ok(());
-        }
-        let desc_end = self.geo.desc_off + self.geo.pages as usize * DESC;
-        if rel < self.geo.desc_off || rel >= desc_end {
-            return bad("targets heap metadata that is never logged");
-        }
-        let page = ((rel - self.geo.desc_off) / DESC) as u32;
-        match ((rel - self.geo.desc_off) % DESC, op.kind) {
-            (0, OpKind::Set) => match PageHdr::decode(op.val, page, self.nonce)? {
-                PageHdr::Run { .. } => bad("creates a run (runs are never logged)"),
-                _ => Ok(()),
-            },
-            (w, OpKind::Or | OpKind::AndNot)
-                if (SHARE_OFF..SHARE_OFF + 8 * SHARE_WORDS).contains(&w) =>
+        let spot = if a < base || a - base >= self.region.len() {
+            Spot::Beyond
+        } else {
+            self.geo.classify(a - base)
+        };
+        match (spot, op.kind) {
+            (Spot::Beyond | Spot::Data { .. }, OpKind::Set) => Ok(()),
+            (Spot::Beyond | Spot::Data { .. }, _) => bad("changes bits outside the heap's bitmaps"),
+            (Spot::Meta, OpKind::Set) if a - base == ROOT_OFF => Ok(()),
+            (Spot::Meta, _) => bad("targets heap metadata that is never logged"),
+            (Spot::Desc { page, .. }, _) if u64::from(page) >= self.pages_now() => {
+                bad("targets a page past the heap's page count")
+            }
+            (Spot::Desc { page, at: 0 }, OpKind::Set) => {
+                match PageHdr::decode(op.val, page, self.nonce)? {
+                    PageHdr::Run { .. } => bad("creates a run (runs are never logged)"),
+                    _ => Ok(()),
+                }
+            }
+            (Spot::Desc { at, .. }, OpKind::Or | OpKind::AndNot)
+                if (SHARE_OFF..SHARE_OFF + 8 * SHARE_WORDS).contains(&at) =>
             {
                 Ok(())
             }
@@ -699,7 +809,8 @@ impl Heap {
 
     /// Walks the descriptors, validating them, and builds the volatile state.
     fn walk(&mut self, report: &mut RecoveryReport) -> Result<()> {
-        let pages = self.geo.pages as u32;
+        let pages = self.pages_now() as u32;
+        let zone = self.geo.zone_pages;
         let mut c = self.central.lock();
         let mut line = [0u8; DESC];
         let word = |line: &[u8; DESC], i: usize| {
@@ -716,7 +827,7 @@ impl Heap {
             if hdr != PageHdr::Free
                 && let Some(s) = free_start.take()
             {
-                give_range(&mut c, s, p - s);
+                give_range(&mut c, zone, s, p - s);
             }
             match hdr {
                 PageHdr::Free => {
@@ -731,9 +842,11 @@ impl Heap {
                 PageHdr::Run { class } => {
                     let class = class as usize;
                     let info = CLASSES[class];
-                    if p as u64 + info.pages as u64 > pages as u64 {
+                    if p as u64 + info.pages as u64 > pages as u64
+                        || u64::from(p % zone) + u64::from(info.pages) > u64::from(zone)
+                    {
                         return Err(AllocError::Corrupt(format!(
-                            "run at page {p} runs past the end of the heap"
+                            "run at page {p} runs past the end of the heap or its zone"
                         )));
                     }
                     let mut set = 0u32;
@@ -752,7 +865,7 @@ impl Heap {
                                 "page {q} has reserved descriptor bytes set"
                             )));
                         }
-                        let pv = &self.pages[q as usize];
+                        let pv = &self.page(q);
                         pv.word.store(v_run(class, p), Ordering::Relaxed);
                         for w in 0..SHARE_WORDS {
                             let bits = word(&line, 1 + w);
@@ -771,7 +884,7 @@ impl Heap {
                         }
                     }
                     let free = info.blocks - set;
-                    let head = &self.pages[p as usize];
+                    let head = &self.page(p);
                     if free > 0 {
                         head.aux.store(u64::from(free) | LISTED, Ordering::Relaxed);
                         c.lists[class].push(p);
@@ -783,9 +896,12 @@ impl Heap {
                     p += info.pages;
                 }
                 PageHdr::Extent { pages: n } => {
-                    if p as u64 + n as u64 > pages as u64 || n > MAX_EXTENT_PAGES {
+                    if p as u64 + n as u64 > pages as u64
+                        || n > MAX_EXTENT_PAGES
+                        || u64::from(p % zone) + u64::from(n) > u64::from(zone)
+                    {
                         return Err(AllocError::Corrupt(format!(
-                            "extent at page {p} runs past the end of the heap"
+                            "extent at page {p} runs past the end of the heap or its zone"
                         )));
                     }
                     if line[8..].iter().any(|&b| b != 0) {
@@ -801,9 +917,7 @@ impl Heap {
                             )));
                         }
                     }
-                    self.pages[p as usize]
-                        .word
-                        .store(v_ext(V_EXT, n), Ordering::Relaxed);
+                    self.page(p).word.store(v_ext(V_EXT, n), Ordering::Relaxed);
                     in_use += i64::from(n) * PAGE as i64;
                     blocks += 1;
                     claimed += u64::from(n);
@@ -813,7 +927,7 @@ impl Heap {
             }
         }
         if let Some(s) = free_start {
-            give_range(&mut c, s, pages - s);
+            give_range(&mut c, zone, s, pages - s);
         }
         drop(c);
         let central = &self.stats[self.geo.lanes as usize];
@@ -832,10 +946,64 @@ impl Heap {
         if let Some(s) = take_range(c, n) {
             return Some(s);
         }
-        if self.retire_empty_runs(c) {
-            return take_range(c, n);
+        if self.retire_empty_runs(c)
+            && let Some(s) = take_range(c, n)
+        {
+            return Some(s);
+        }
+        // Each growth adds pages until the maximum, so this ends.
+        while self.grow(c, n) {
+            if let Some(s) = take_range(c, n) {
+                return Some(s);
+            }
         }
         None
+    }
+
+    /// Grows a growable heap by at least `n` pages (by half its size, at
+    /// least 64 KiB and at most 1 GiB of pages, when there is room), under
+    /// the central mutex. Returns false when it cannot: a fixed heap, the
+    /// maximum reached, or the medium refusing (out of space).
+    ///
+    /// Crash safety: the medium grows first (a file's new length is
+    /// durable before it returns); the new pages' descriptors are zero
+    /// (a new file block reads zero; a region reused from an old heap is
+    /// zeroed and fenced here); then the page count is stored and
+    /// persisted in one 8-byte word. Only then are the new pages handed
+    /// out. A crash before that store leaves the old count, and unused
+    /// zero bytes past it; after it, free pages.
+    fn grow(&self, c: &mut Central, n: u32) -> bool {
+        let medium = self.region.medium();
+        let now = self.pages_now();
+        if !medium.map().growable() || now >= self.geo.pages || n > self.geo.zone_pages {
+            return false;
+        }
+        let _held = ferrite_pmem::LockHeld::enter();
+        let step = (now / 2).clamp(16, 1 << 18).max(u64::from(n));
+        let mut target = (now + step).min(self.geo.pages);
+        let end = |t: u64| self.region.base() + self.geo.page_off(t as u32 - 1) + PAGE;
+        if medium.grow_to(end(target)).is_err() {
+            // Less, if only the big step did not fit.
+            target = (now + u64::from(n)).min(self.geo.pages);
+            if medium.grow_to(end(target)).is_err() {
+                return false;
+            }
+        }
+        let st = &self.stats[self.geo.lanes as usize];
+        if zero_descriptors(&self.region, &self.geo, now as u32, target as u32, true) {
+            self.region.fence();
+            st.fences.fetch_add(1, Ordering::Relaxed);
+        }
+        self.region.store_u64(PAGES_NOW_OFF, target);
+        if self.fault != Fault::UnpersistedGrowth {
+            self.region.persist(PAGES_NOW_OFF, 8);
+        }
+        st.fences.fetch_add(1, Ordering::Relaxed);
+        st.meta_lines.fetch_add(1, Ordering::Relaxed);
+        self.pages.cover(target);
+        self.pages_now.store(target, Ordering::Release);
+        give_range(c, self.geo.zone_pages, now as u32, (target - now) as u32);
+        true
     }
 
     /// Returns every empty, unowned run's pages to the free ranges (one
@@ -848,7 +1016,7 @@ impl Heap {
             let blocks = u64::from(info.blocks);
             let pages = &self.pages;
             list.retain(|&r| {
-                let head = &pages[r as usize];
+                let head = pages.get(r);
                 // Listed runs are not owned, so nobody can reserve from them
                 // and no free is pending: an all-free count is stable.
                 if head.aux.load(Ordering::Acquire) & FREE_MASK == blocks {
@@ -875,11 +1043,11 @@ impl Heap {
         for (r, class) in retired {
             let n = CLASSES[class].pages;
             for q in r..r + n {
-                let pv = &self.pages[q as usize];
+                let pv = &self.page(q);
                 pv.word.store(V_FREE, Ordering::Release);
                 pv.aux.store(0, Ordering::Relaxed);
             }
-            give_range(c, r, n);
+            give_range(c, self.geo.zone_pages, r, n);
             self.claimed_pages
                 .fetch_sub(u64::from(n), Ordering::Relaxed);
         }
@@ -896,9 +1064,7 @@ impl Heap {
         let mut c = self.central.lock();
         if let Some(r) = c.lists[class].pop() {
             // LISTED → OWNED in one step: concurrent frees only add to the count.
-            self.pages[r as usize]
-                .aux
-                .fetch_xor(LISTED | OWNED, Ordering::AcqRel);
+            self.page(r).aux.fetch_xor(LISTED | OWNED, Ordering::AcqRel);
             return Ok(r);
         }
         let info = CLASSES[class];
@@ -909,11 +1075,11 @@ impl Heap {
             });
         };
         for q in start..start + info.pages {
-            self.pages[q as usize]
+            self.page(q)
                 .word
                 .store(v_run(class, start), Ordering::Release);
         }
-        self.pages[start as usize]
+        self.page(start)
             .aux
             .store(u64::from(info.blocks) | OWNED, Ordering::Release);
         // The pages may be an extent's that a record with a pending marker
@@ -949,9 +1115,7 @@ impl Heap {
 
     /// The owner stops allocating from run `start`; lists it if it has room.
     fn release_run(&self, start: u32) {
-        let old = self.pages[start as usize]
-            .aux
-            .fetch_and(!OWNED, Ordering::AcqRel);
+        let old = self.page(start).aux.fetch_and(!OWNED, Ordering::AcqRel);
         if old & FREE_MASK > 0 {
             self.try_list(start);
         }
@@ -959,7 +1123,7 @@ impl Heap {
 
     /// Lists run `start` unless it is owned, listed or full.
     fn try_list(&self, start: u32) {
-        let head = &self.pages[start as usize];
+        let head = &self.page(start);
         let mut cur = head.aux.load(Ordering::Acquire);
         loop {
             if cur & (OWNED | LISTED) != 0 || cur & FREE_MASK == 0 {
@@ -975,15 +1139,13 @@ impl Heap {
                 Err(seen) => cur = seen,
             }
         }
-        let class = v_class(self.pages[start as usize].word.load(Ordering::Acquire));
+        let class = v_class(self.page(start).word.load(Ordering::Acquire));
         self.central.lock().lists[class].push(start);
     }
 
     /// A block became free (cancelled or freed durably) in run `start`.
     fn block_freed(&self, start: u32) {
-        let old = self.pages[start as usize]
-            .aux
-            .fetch_add(1, Ordering::AcqRel);
+        let old = self.page(start).aux.fetch_add(1, Ordering::AcqRel);
         if old & (OWNED | LISTED) == 0 {
             self.try_list(start);
         }
@@ -992,7 +1154,7 @@ impl Heap {
     /// Reserves a free block of `class` in run `start`, starting the search
     /// at block `hint`. Returns (block index, share page, row).
     fn take_block(&self, start: u32, class: usize, hint: &mut u32) -> Option<(u32, u32, u32)> {
-        let head = &self.pages[start as usize];
+        let head = &self.page(start);
         if head.aux.load(Ordering::Acquire) & FREE_MASK == 0 {
             return None;
         }
@@ -1021,7 +1183,7 @@ impl Heap {
             loop {
                 let mut best: Option<(u32, u32, u64)> = None;
                 for s in 0..np {
-                    let x = self.pages[(start + s) as usize].st[wi].load(Ordering::Acquire);
+                    let x = self.page(start + s).st[wi].load(Ordering::Acquire);
                     let m = free_pairs(x) & valid_pairs(info.blocks, np, s, wi) & window;
                     if m != 0 {
                         let b = m.trailing_zeros();
@@ -1031,7 +1193,7 @@ impl Heap {
                     }
                 }
                 let Some((b, s, x)) = best else { break };
-                let w = &self.pages[(start + s) as usize].st[wi];
+                let w = &self.page(start + s).st[wi];
                 if w.compare_exchange(
                     x,
                     x | (ST_RESERVED << b),
@@ -1061,7 +1223,7 @@ impl Heap {
                 free: c.free_pages * PAGE as u64,
             });
         };
-        self.pages[start as usize]
+        self.page(start)
             .word
             .store(v_ext(V_EXT_RESERVED, n), Ordering::Release);
         self.claimed_pages
@@ -1072,10 +1234,8 @@ impl Heap {
     /// Returns an extent's pages (cancelled, or freed durably).
     fn release_extent(&self, start: u32, n: u32) {
         let mut c = self.central.lock();
-        self.pages[start as usize]
-            .word
-            .store(V_FREE, Ordering::Release);
-        give_range(&mut c, start, n);
+        self.page(start).word.store(V_FREE, Ordering::Release);
+        give_range(&mut c, self.geo.zone_pages, start, n);
         self.claimed_pages
             .fetch_sub(u64::from(n), Ordering::Relaxed);
     }
@@ -1137,18 +1297,20 @@ impl Heap {
     /// Finds the block or extent that starts at pool offset `off`.
     pub(crate) fn locate(&self, off: u64) -> Result<Found> {
         let bad = AllocError::NotAllocated { off };
-        let rel = off.checked_sub(self.data_pool()).ok_or(bad)?;
-        let page = rel / PAGE as u64;
-        if page >= self.geo.pages {
-            return Err(AllocError::NotAllocated { off });
-        }
-        let w = self.pages[page as usize].word.load(Ordering::Acquire);
+        let rel = off.checked_sub(self.region.base() as u64).ok_or(bad)?;
+        let rel = usize::try_from(rel).map_err(|_| AllocError::NotAllocated { off })?;
+        let (page, at) = match self.geo.classify(rel) {
+            Spot::Data { page, at } if u64::from(page) < self.pages_now() => (page, at as u64),
+            _ => return Err(AllocError::NotAllocated { off }),
+        };
+        let w = self.page(page).word.load(Ordering::Acquire);
         match v_kind(w) {
             V_RUN => {
                 let start = v_hi(w);
                 let class = v_class(w);
                 let info = CLASSES[class];
-                let boff = rel - u64::from(start) * PAGE as u64;
+                // A run lies in one zone: its pages are contiguous.
+                let boff = u64::from(page - start) * PAGE as u64 + at;
                 if !boff.is_multiple_of(u64::from(info.size)) {
                     return Err(AllocError::NotAllocated { off });
                 }
@@ -1163,19 +1325,17 @@ impl Heap {
                     row: idx / info.pages,
                 })
             }
-            V_EXT | V_EXT_RESERVED | V_EXT_FREEING if rel.is_multiple_of(PAGE as u64) => {
-                Ok(Found::Extent {
-                    page: page as u32,
-                    pages: v_hi(w),
-                    kind: v_kind(w),
-                })
-            }
+            V_EXT | V_EXT_RESERVED | V_EXT_FREEING if at == 0 => Ok(Found::Extent {
+                page,
+                pages: v_hi(w),
+                kind: v_kind(w),
+            }),
             _ => Err(AllocError::NotAllocated { off }),
         }
     }
 
     fn block_state(&self, page: u32, row: u32) -> u64 {
-        let w = self.pages[page as usize].st[row as usize / 32].load(Ordering::Acquire);
+        let w = self.page(page).st[row as usize / 32].load(Ordering::Acquire);
         (w >> (2 * (row % 32))) & 0b11
     }
 
@@ -1183,10 +1343,20 @@ impl Heap {
     fn check_link(&self, at: POff<u64>) -> Result<()> {
         let a = at.raw();
         let base = self.region.base() as u64;
+        let owned = || {
+            if a < base || a - base >= self.region.len() as u64 {
+                return true;
+            }
+            match self.geo.classify((a - base) as usize) {
+                Spot::Data { .. } | Spot::Beyond => true,
+                Spot::Meta => a == self.root_word(),
+                Spot::Desc { .. } => false,
+            }
+        };
         let ok = a.is_multiple_of(8)
             && a >= HEADER_SIZE as u64
             && a + 8 <= self.pool.len() as u64
-            && (a < base || a >= base + self.geo.data_off as u64 || a == self.root_word());
+            && owned();
         if ok {
             Ok(())
         } else {
@@ -1220,22 +1390,31 @@ impl Heap {
         &self.region
     }
 
-    /// Pool offsets `(meta_lo, data_lo, data_hi)`: the heap's page
+    /// Pool offsets `(meta_lo, data_lo, data_hi)` of a heap of one zone
+    /// (every fixed-size heap of up to 256 MiB of pages): its page
     /// descriptors start at `meta_lo` (allocator operations target words
     /// in `meta_lo..data_lo`), and the pages it hands out are
-    /// `data_lo..data_hi`.
+    /// `data_lo..data_hi`. A larger heap interleaves descriptors and pages
+    /// zone by zone; its range is that of the first zone.
     pub fn bounds(&self) -> (u64, u64, u64) {
         let base = self.region.base() as u64;
-        let data_lo = base + self.geo.data_off as u64;
+        let data_lo = self.page_pool(0);
+        let pages = self.pages_now().min(u64::from(self.geo.zone_pages));
         (
-            base + self.geo.desc_off as u64,
+            base + self.geo.zone0 as u64,
             data_lo,
-            data_lo + self.capacity(),
+            data_lo + pages * PAGE as u64,
         )
     }
 
-    /// Pool bytes the heap can hand out (its pages).
+    /// Pool bytes the heap can hand out now (its pages; a growable heap
+    /// grows past this up to [`max_capacity`](Self::max_capacity)).
     pub fn capacity(&self) -> u64 {
+        self.pages_now() * PAGE as u64
+    }
+
+    /// Pool bytes the heap could hand out at its largest.
+    pub fn max_capacity(&self) -> u64 {
         self.geo.pages * PAGE as u64
     }
 
@@ -1246,7 +1425,12 @@ impl Heap {
 
     /// The largest request this heap could ever satisfy.
     pub fn max_alloc(&self) -> usize {
-        (self.geo.pages.min(u64::from(MAX_EXTENT_PAGES)) as usize) * PAGE
+        (self
+            .geo
+            .pages
+            .min(u64::from(self.geo.zone_pages))
+            .min(u64::from(MAX_EXTENT_PAGES)) as usize)
+            * PAGE
     }
 
     fn stats_now(&self) -> AllocStats {
@@ -1290,6 +1474,36 @@ impl Heap {
     }
 }
 
+/// Zeroes the descriptors of pages `from..to` (flushed, not fenced). With
+/// `only_dirty`, reads them first and writes only lines that are not zero
+/// already (a growth over fresh, zero file blocks then stores nothing).
+/// Returns whether it wrote anything.
+fn zero_descriptors(region: &Region, geo: &Geometry, from: u32, to: u32, only_dirty: bool) -> bool {
+    let mut wrote = false;
+    let mut p = from;
+    let mut buf = Vec::new();
+    while p < to {
+        // Descriptors are contiguous within a zone.
+        let zone_end = (p / geo.zone_pages + 1)
+            .saturating_mul(geo.zone_pages)
+            .min(to);
+        let (off, len) = (geo.desc(p), (zone_end - p) as usize * DESC);
+        let dirty = if only_dirty {
+            buf.resize(len, 0);
+            region.read(off, &mut buf);
+            buf.iter().any(|&b| b != 0)
+        } else {
+            true
+        };
+        if dirty {
+            region.fill_nodrain(off, len, 0);
+            wrote = true;
+        }
+        p = zone_end;
+    }
+    wrote
+}
+
 fn take_range(c: &mut Central, n: u32) -> Option<u32> {
     let &(len, start) = c.by_len.range((n, 0)..).next()?;
     c.by_len.remove(&(len, start));
@@ -1302,9 +1516,24 @@ fn take_range(c: &mut Central, n: u32) -> Option<u32> {
     Some(start)
 }
 
-fn give_range(c: &mut Central, mut start: u32, mut n: u32) {
+/// Returns pages `start..start+n` to the free ranges, split at zone
+/// boundaries (`zone` pages per zone) and merged with their neighbours in
+/// the same zone only: a range never spans two zones.
+fn give_range(c: &mut Central, zone: u32, start: u32, n: u32) {
+    let mut s = start;
+    let end = start + n;
+    while s < end {
+        let zone_end = (s / zone + 1).saturating_mul(zone);
+        let e = end.min(zone_end);
+        give_zone_range(c, zone, s, e - s);
+        s = e;
+    }
+}
+
+fn give_zone_range(c: &mut Central, zone: u32, mut start: u32, mut n: u32) {
     c.free_pages += u64::from(n);
-    if let Some((&ps, &pl)) = c.free.range(..start).next_back()
+    if !start.is_multiple_of(zone)
+        && let Some((&ps, &pl)) = c.free.range(..start).next_back()
         && ps + pl == start
     {
         c.free.remove(&ps);
@@ -1312,7 +1541,9 @@ fn give_range(c: &mut Central, mut start: u32, mut n: u32) {
         start = ps;
         n += pl;
     }
-    if let Some(nl) = c.free.remove(&(start + n)) {
+    if !(start + n).is_multiple_of(zone)
+        && let Some(nl) = c.free.remove(&(start + n))
+    {
         c.by_len.remove(&(nl, start + n));
         n += nl;
     }
@@ -1354,10 +1585,9 @@ impl PAllocator for Heap {
     }
 
     fn for_each_allocated(&self, f: &mut dyn FnMut(POff<u8>, usize)) {
-        let data = self.data_pool();
         let mut p = 0u32;
-        while (p as u64) < self.geo.pages {
-            let w = self.pages[p as usize].word.load(Ordering::Acquire);
+        while (p as u64) < self.pages_now() {
+            let w = self.page(p).word.load(Ordering::Acquire);
             match v_kind(w) {
                 V_RUN if v_hi(w) == p => {
                     let class = v_class(w);
@@ -1365,9 +1595,7 @@ impl PAllocator for Heap {
                     for idx in 0..info.blocks {
                         let (q, row) = (p + idx % info.pages, idx / info.pages);
                         if self.block_state(q, row) & ST_ALLOC != 0 {
-                            let off = data
-                                + u64::from(p) * PAGE as u64
-                                + u64::from(idx) * u64::from(info.size);
+                            let off = self.page_pool(p) + u64::from(idx) * u64::from(info.size);
                             f(POff::new(off), info.size as usize);
                         }
                     }
@@ -1375,10 +1603,7 @@ impl PAllocator for Heap {
                 }
                 V_EXT | V_EXT_FREEING => {
                     let n = v_hi(w);
-                    f(
-                        POff::new(data + u64::from(p) * PAGE as u64),
-                        n as usize * PAGE,
-                    );
+                    f(POff::new(self.page_pool(p)), n as usize * PAGE);
                     p += n;
                 }
                 V_EXT_RESERVED => p += v_hi(w),

@@ -2,7 +2,7 @@
 
 use super::{
     Fault, Found, Heap, ST_ALLOC, ST_FREEING, ST_RESERVED, V_EXT, V_EXT_FREEING, V_EXT_RESERVED,
-    format::MAX_EXTENT_PAGES, format::PageHdr, marker_tag, v_ext, v_kind,
+    format::PageHdr, marker_tag, v_ext, v_kind,
 };
 use crate::class::{CLASSES, MAX_SMALL, NUM_CLASSES, class_of};
 use crate::error::{AllocError, Result};
@@ -92,9 +92,7 @@ impl<'h> HeapThread<'h> {
                     return Ok(Reservation {
                         heap: heap.id,
                         owner: self.id,
-                        off: heap.data_pool()
-                            + u64::from(start) * PAGE as u64
-                            + u64::from(idx) * u64::from(info.size),
+                        off: heap.page_pool(start) + u64::from(idx) * u64::from(info.size),
                         size: u64::from(info.size),
                         loc: Loc::Block { start, page, row },
                     });
@@ -144,8 +142,7 @@ impl<'h> HeapThread<'h> {
         let ok = match r.loc {
             Loc::Block { page, row, .. } => self.heap.block_state(page, row) == ST_RESERVED,
             Loc::Extent { page, .. } => {
-                v_kind(self.heap.pages[page as usize].word.load(Ordering::Acquire))
-                    == V_EXT_RESERVED
+                v_kind(self.heap.page(page).word.load(Ordering::Acquire)) == V_EXT_RESERVED
             }
             Loc::Header { .. } | Loc::External => false,
         };
@@ -164,7 +161,7 @@ impl<'h> HeapThread<'h> {
         let found = heap.locate(off)?;
         match found {
             Found::Block { page, row, .. } => {
-                let w = &heap.pages[page as usize].st[row as usize / 32];
+                let w = &heap.page(page).st[row as usize / 32];
                 let sh = 2 * (row % 32);
                 let mut x = w.load(Ordering::Acquire);
                 loop {
@@ -185,7 +182,7 @@ impl<'h> HeapThread<'h> {
                 }
             }
             Found::Extent { page, pages, kind } => {
-                let w = &heap.pages[page as usize].word;
+                let w = &heap.page(page).word;
                 match kind {
                     V_EXT => {
                         match w.compare_exchange(
@@ -212,11 +209,12 @@ impl<'h> HeapThread<'h> {
     fn unclaim_free(&self, off: POff<u8>) {
         match self.heap.locate(off.raw()) {
             Ok(Found::Block { page, row, .. }) => {
-                self.heap.pages[page as usize].st[row as usize / 32]
+                self.heap.page(page).st[row as usize / 32]
                     .fetch_and(!(ST_RESERVED << (2 * (row % 32))), Ordering::AcqRel);
             }
             Ok(Found::Extent { page, pages, .. }) => {
-                self.heap.pages[page as usize]
+                self.heap
+                    .page(page)
                     .word
                     .store(v_ext(V_EXT, pages), Ordering::Release);
             }
@@ -375,10 +373,11 @@ impl<'h> HeapThread<'h> {
             match r.loc {
                 Loc::Block { page, row, .. } => {
                     // 01 → 10: only this handle changes its reserved pairs.
-                    heap.pages[page as usize].st[row as usize / 32]
+                    heap.page(page).st[row as usize / 32]
                         .fetch_xor(0b11 << (2 * (row % 32)), Ordering::AcqRel);
                 }
-                Loc::Extent { page, pages } => heap.pages[page as usize]
+                Loc::Extent { page, pages } => heap
+                    .page(page)
                     .word
                     .store(v_ext(V_EXT, pages), Ordering::Release),
                 Loc::Header { .. } | Loc::External => {}
@@ -393,7 +392,7 @@ impl<'h> HeapThread<'h> {
                     page,
                     row,
                 }) => {
-                    heap.pages[page as usize].st[row as usize / 32]
+                    heap.page(page).st[row as usize / 32]
                         .fetch_and(!(0b11 << (2 * (row % 32))), Ordering::AcqRel);
                     heap.block_freed(start);
                     delta -= i64::from(CLASSES[class].size);
@@ -423,7 +422,7 @@ impl AllocThread for HeapThread<'_> {
         }
         let heap = self.heap;
         let pages = size.div_ceil(PAGE);
-        if pages as u64 > heap.geo.pages || pages > MAX_EXTENT_PAGES as usize {
+        if pages > heap.max_alloc() / PAGE {
             return Err(AllocError::TooLarge {
                 size,
                 max: heap.max_alloc(),
@@ -439,7 +438,7 @@ impl AllocThread for HeapThread<'_> {
         Ok(Reservation {
             heap: heap.id,
             owner: self.id,
-            off: heap.data_pool() + u64::from(start) * PAGE as u64,
+            off: heap.page_pool(start),
             size: u64::from(pages) * PAGE as u64,
             loc: Loc::Extent { page: start, pages },
         })
@@ -450,7 +449,7 @@ impl AllocThread for HeapThread<'_> {
         let heap = self.heap;
         match r.loc {
             Loc::Block { start, page, row } => {
-                heap.pages[page as usize].st[row as usize / 32]
+                heap.page(page).st[row as usize / 32]
                     .fetch_and(!(ST_RESERVED << (2 * (row % 32))), Ordering::AcqRel);
                 heap.block_freed(start);
             }
