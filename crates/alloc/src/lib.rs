@@ -245,6 +245,10 @@ pub struct AllocStats {
     pub meta_lines: u64,
     /// Fences issued by the allocator since open.
     pub fences: u64,
+    /// Bytes of pages the allocator may still add by growing its medium
+    /// (0 unless it is growable; the medium may still refuse, e.g. with
+    /// the disk full). Space a caller can plan on is `free + grow_room`.
+    pub grow_room: u64,
 }
 
 /// What opening (recovering) a heap did.

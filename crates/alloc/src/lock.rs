@@ -898,6 +898,7 @@ impl PAllocator for LockHeap {
             largest_free: largest,
             meta_lines: i.meta_lines,
             fences: i.fences,
+            grow_room: 0,
         }
     }
 

@@ -249,6 +249,7 @@ pub struct StoreOptions {
     sessions_set: bool,
     pub(crate) domain: Option<Domain>,
     pub(crate) size: Option<u64>,
+    pub(crate) max_size: Option<u64>,
     pub(crate) nonce: Option<u64>,
     /// InP's knobs (log size per session, intent log).
     pub inp: inp::Options,
@@ -259,9 +260,15 @@ pub struct StoreOptions {
     pub(crate) fault: Fault,
 }
 
-/// Pool size [`Store::open_or_create`] uses when no
-/// [`size`](StoreOptions::size) is given: 64 MiB.
+/// Pool size of a store on the single-lock allocator (which cannot grow)
+/// when no [`size`](StoreOptions::size) is given: 64 MiB.
 pub const DEFAULT_SIZE: u64 = 64 << 20;
+
+/// The most a store [`Store::open_or_create`] creates without a
+/// [`size`](StoreOptions::size) or [`max_size`](StoreOptions::max_size)
+/// may grow to: 1 TiB (address space is reserved for it; the file holds
+/// only what is used).
+pub const DEFAULT_MAX_SIZE: u64 = 1 << 40;
 
 impl Default for StoreOptions {
     fn default() -> StoreOptions {
@@ -273,6 +280,7 @@ impl Default for StoreOptions {
             sessions_set: false,
             domain: None,
             size: None,
+            max_size: None,
             nonce: None,
             inp: inp::Options::default(),
             cow: cow::Options::default(),
@@ -318,10 +326,25 @@ impl StoreOptions {
         self
     }
 
-    /// Size in bytes of a pool file [`Store::open_or_create`] creates
-    /// (default [`DEFAULT_SIZE`]; a whole number of 4 KiB pages).
+    /// Size in bytes of a pool file [`Store::open_or_create`] creates (a
+    /// whole number of 4 KiB pages). Alone, it fixes the size, as LMDB's
+    /// map size does: the store never grows and reports
+    /// [`EngineError::Full`] when it is. With [`max_size`](Self::max_size)
+    /// it is the initial size. Without either, a store starts small and
+    /// grows on demand up to [`DEFAULT_MAX_SIZE`].
     pub fn size(mut self, bytes: u64) -> StoreOptions {
         self.size = Some(bytes);
+        self
+    }
+
+    /// Lets a store created with these options grow on demand up to
+    /// `bytes` (rounded up to a MiB): its file is extended and mapped
+    /// further in place, without moving what readers hold (see
+    /// `ferrite_pmem::Mapping::grow_to`). Growth is crash-safe: the
+    /// allocator records the pages it uses only after the file holds them.
+    /// Only the default allocator grows ([`AllocKind::Ferrite`]).
+    pub fn max_size(mut self, bytes: u64) -> StoreOptions {
+        self.max_size = Some(bytes);
         self
     }
 

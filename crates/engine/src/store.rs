@@ -395,6 +395,12 @@ pub fn area_bytes(opts: &StoreOptions) -> u64 {
     round_page(SUPERBLOCK_BYTES as u64 + fixed_area_bytes(opts) as u64)
 }
 
+/// The initial size of a growable store: its header, superblock and fixed
+/// area (logs, roots) and 1 MiB, in whole MiB. The heap grows the rest.
+fn initial_size(opts: &StoreOptions) -> u64 {
+    (HEADER_SIZE as u64 + area_bytes(opts) + (1 << 20)).next_multiple_of(1 << 20)
+}
+
 fn fixed_area_bytes(opts: &StoreOptions) -> usize {
     match opts.engine {
         EngineKind::Inp => inp::fixed_area_bytes(opts),
@@ -445,6 +451,18 @@ impl Store {
                 "pool of {data_len} data bytes has no room for a {} store ({engine_area} bytes of logs and roots plus a heap)",
                 opts.engine
             )));
+        }
+        if pool.growable() {
+            if opts.allocator != AllocKind::Ferrite {
+                return Err(EngineError::BadOption(format!(
+                    "the {} allocator cannot grow: put it in a pool of fixed size",
+                    opts.allocator
+                )));
+            }
+            // The fixed area is formatted now: the pool must hold it.
+            pool.medium()
+                .grow_to(HEADER_SIZE + engine_area as usize)
+                .map_err(|e| EngineError::Full(format!("cannot grow the pool: {e}")))?;
         }
         let sb = Superblock {
             engine: opts.engine,
@@ -663,8 +681,11 @@ impl Store {
         }
     }
 
-    fn pool_options(size: u64, opts: &StoreOptions) -> PoolOptions {
-        let po = PoolOptions::new(LAYOUT, size);
+    fn pool_options(size: u64, max: Option<u64>, opts: &StoreOptions) -> PoolOptions {
+        let mut po = PoolOptions::new(LAYOUT, size);
+        if let Some(m) = max {
+            po = po.max_size(m);
+        }
         match opts.domain {
             Some(d) => po.domain(d),
             None => po,
@@ -672,11 +693,26 @@ impl Store {
     }
 
     /// Creates a pool file of `size` bytes at `path` (domain from the
-    /// options, else `FERRITE_DOMAIN` or detection) and a store on it. A
-    /// create that fails leaves no file behind.
+    /// options, else `FERRITE_DOMAIN` or detection) and a store on it,
+    /// growable up to [`StoreOptions::max_size`] if that is set. A create
+    /// that fails leaves no file behind.
     pub fn create_file(path: impl AsRef<Path>, size: u64, opts: &StoreOptions) -> Result<Store> {
-        let path = path.as_ref();
-        let pool = Pool::create(path, &Self::pool_options(size, opts))?;
+        Self::create_file_sized(path.as_ref(), size, opts.max_size, opts)
+    }
+
+    fn create_file_sized(
+        path: &Path,
+        size: u64,
+        max: Option<u64>,
+        opts: &StoreOptions,
+    ) -> Result<Store> {
+        if max.is_some() && opts.allocator != AllocKind::Ferrite {
+            return Err(EngineError::BadOption(format!(
+                "the {} allocator cannot grow: give the store a size, not a maximum",
+                opts.allocator
+            )));
+        }
+        let pool = Pool::create(path, &Self::pool_options(size, max, opts))?;
         match Self::create_core(&pool, opts) {
             Ok(core) => Ok(Store::with_pool(core, pool)),
             Err(e) => {
@@ -691,7 +727,7 @@ impl Store {
 
     /// Opens the store in the pool file at `path`, recovering it.
     pub fn open_file(path: impl AsRef<Path>, opts: &StoreOptions) -> Result<Store> {
-        let pool = Pool::open(path, &Self::pool_options(0, opts))?;
+        let pool = Pool::open(path, &Self::pool_options(0, None, opts))?;
         let core = Self::open_core(&pool, opts)?;
         Ok(Store::with_pool(core, pool))
     }
@@ -711,8 +747,11 @@ impl Store {
         }
     }
 
-    /// Opens the store at `path`, creating it if there is none (of
-    /// [`StoreOptions::size`], default [`crate::DEFAULT_SIZE`]).
+    /// Opens the store at `path`, creating it if there is none: of
+    /// [`StoreOptions::size`] if given (growable to
+    /// [`StoreOptions::max_size`] if that is given too), else small and
+    /// growing on demand up to [`StoreOptions::max_size`] (default
+    /// [`crate::DEFAULT_MAX_SIZE`]).
     ///
     /// ```no_run
     /// use ferrite_engine::{KeyRange, Store, StoreOptions};
@@ -727,7 +766,19 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn open_or_create(path: impl AsRef<Path>, opts: &StoreOptions) -> Result<Store> {
-        Store::open_or_create_file(path, opts.size.unwrap_or(crate::DEFAULT_SIZE), opts)
+        let path = path.as_ref();
+        if path.exists() {
+            return Store::open_file(path, opts);
+        }
+        let (size, max) = match (opts.size, opts.max_size) {
+            (Some(s), m) => (s, m),
+            (None, None) if opts.allocator != AllocKind::Ferrite => (crate::DEFAULT_SIZE, None),
+            (None, m) => (
+                initial_size(opts),
+                Some(m.unwrap_or(crate::DEFAULT_MAX_SIZE)),
+            ),
+        };
+        Self::create_file_sized(path, size, max, opts)
     }
 
     fn core(&self) -> &Core {

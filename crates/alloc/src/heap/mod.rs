@@ -1470,6 +1470,11 @@ impl Heap {
             largest_free: largest * PAGE as u64,
             meta_lines: lines,
             fences,
+            grow_room: if self.region.medium().map().growable() {
+                self.max_capacity() - capacity
+            } else {
+                0
+            },
         }
     }
 }

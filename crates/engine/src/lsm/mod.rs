@@ -883,7 +883,8 @@ impl Lsm {
     fn headroom_ok(&self, w: &Writer) -> bool {
         let runs: u64 = self.state.read().version.runs.iter().map(|r| r.len).sum();
         let need = runs + 2 * w.pos + 2 * format::LINE * 64;
-        self.alloc.stats().free >= need
+        let st = self.alloc.stats();
+        st.free + st.grow_room >= need
     }
 
     /// Flushes the memtable into a run (merging newer runs per the policy,
