@@ -40,8 +40,10 @@
 //! Ferrite heap (weight 3), the same on the single-lock heap (weight 2),
 //! the main run in tearing mode (8-byte failure atomicity, weight 1), the
 //! threads run (weight 2) and `eadr` crashing before every store (weight
-//! 1). Budget left over goes to further main and threads runs with new
-//! seeds.
+//! 1), the grow run (weight 2: the main script on a growable pool that
+//! starts with a few heap pages, so the heap grows under it), and on the
+//! LSM the relaxed run (weight 2). Budget left over goes to further main
+//! and threads runs with new seeds.
 
 use crate::{AllocKind, Durability, EngineKind, Fault, Op, Session, Store, StoreOptions, Walk};
 use ferrite_crash::explorer::spend_budget;
@@ -63,6 +65,11 @@ const MAIN_SCRIPT: u64 = 0x656e_6769_6e65;
 const THREAD_SCRIPT: u64 = 0x7468_7264;
 const MAX_EXTRA: u64 = 16;
 const NONCE: u64 = 0x7e57_e6e1_5eed_0011;
+/// Initial size of the growable pool of the grow run (the store's setup
+/// grows it to hold its fixed area and four heap pages).
+pub const GROW_INITIAL: u64 = 64 * 1024;
+/// The most the grow run's pool may grow to.
+pub const GROW_MAX: u64 = 2 << 20;
 
 /// Why a check could not run (a violation is not an error: it is in the report).
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +101,11 @@ pub enum Run {
     /// and syncs among the durable ones: a crash may lose a suffix of the
     /// relaxed commits since the last durable point, nothing else.
     Relaxed,
+    /// The main run on a growable pool that starts with the store's fixed
+    /// area and a few heap pages ([`GROW_INITIAL`], up to
+    /// [`GROW_MAX`]): the heap grows as the script adds data, so crashes
+    /// fall inside growths.
+    Grow,
 }
 
 impl Run {
@@ -107,6 +119,7 @@ impl Run {
             Run::Intent(a) => format!("intent-{a}"),
             Run::IntentThreads => "intent-threads-2".into(),
             Run::Relaxed => "relaxed".into(),
+            Run::Grow => "grow".into(),
         }
     }
 }
@@ -541,7 +554,9 @@ fn check(r: &Recovered, m: &Model) -> Result<(), String> {
 fn explorer(cfg: Config, opts: &StoreOptions) -> Explorer<'_> {
     let mut cfg = cfg;
     cfg.layout = crate::LAYOUT.into();
-    cfg.pool_size = CHECK_POOL_SIZE;
+    if cfg.max_size.is_none() {
+        cfg.pool_size = CHECK_POOL_SIZE;
+    }
     Explorer::new(cfg).setup(move |p| {
         Store::create(p, opts).unwrap_or_else(|e| panic!("creating the store: {e}"));
     })
@@ -643,6 +658,10 @@ pub fn check_run(
         Run::Intent(a) => check_main(cfg, &intent_options(a, fault)),
         Run::IntentThreads => check_threads(cfg, &intent_options(AllocKind::Ferrite, fault)),
         Run::Relaxed => check_relaxed(cfg, &check_options(kind, AllocKind::Ferrite, fault)),
+        Run::Grow => check_main(
+            cfg.pool_size(GROW_INITIAL).max_size(GROW_MAX),
+            &check_options(kind, AllocKind::Ferrite, fault),
+        ),
     }
 }
 
@@ -677,6 +696,7 @@ fn plan(cfg: &Config, kind: EngineKind, fault: Fault) -> Vec<(Run, usize)> {
     if kind == EngineKind::Inp {
         p.extend(intent);
     }
+    p.push((Run::Grow, 2));
     // Only the LSM commits relaxed for real (the others commit at once).
     if kind == EngineKind::Lsm {
         p.push((Run::Relaxed, 2));
@@ -715,7 +735,8 @@ pub fn check_engine(kind: EngineKind, cfg: Config) -> Result<Vec<(String, Report
 
 /// The planted bugs of `kind` the checks must catch.
 pub fn planted_faults(kind: EngineKind) -> Vec<Fault> {
-    match kind {
+    let heap = [Fault::Heap(ferrite_alloc::heap::Fault::UnpersistedGrowth)];
+    let engine: Vec<Fault> = match kind {
         EngineKind::Inp => crate::inp::Fault::ALL
             .iter()
             .chain(crate::inp::Fault::INTENT)
@@ -729,7 +750,8 @@ pub fn planted_faults(kind: EngineKind) -> Vec<Fault> {
             .iter()
             .map(|&f| Fault::Lsm(f))
             .collect(),
-    }
+    };
+    engine.into_iter().chain(heap).collect()
 }
 
 #[cfg(test)]
@@ -770,6 +792,50 @@ mod tests {
                 check(&r, &m).unwrap_or_else(|e| panic!("{kind}/{alloc}: {e}"));
                 assert!(r.walk.entries.len() >= 5, "{kind}/{alloc}: few keys left");
             }
+        }
+    }
+
+    /// The grow run's script does grow its pool, on every engine, and its
+    /// crash states recover.
+    #[test]
+    fn the_grow_run_grows_its_pool_and_recovers() {
+        for kind in EngineKind::ALL {
+            let opts = check_options(kind, AllocKind::Ferrite, Fault::None);
+            let p = Pool::create_in_memory(
+                &ferrite_pmem::PoolOptions::new(crate::LAYOUT, GROW_INITIAL)
+                    .max_size(GROW_MAX)
+                    .domain(Domain::Adr),
+            )
+            .unwrap();
+            Store::create(&p, &opts).unwrap();
+            let created = p.medium().map().mapped();
+            let m = Model::default();
+            {
+                let store = Store::open(&p, &opts).unwrap();
+                let mut s = store.session().unwrap();
+                let all: Vec<usize> = (0..KEYS).collect();
+                let mut v = 0;
+                script(
+                    &mut s,
+                    &m,
+                    0,
+                    &all,
+                    Config::new("x").seed ^ MAIN_SCRIPT,
+                    MAIN_STEPS,
+                    &mut v,
+                    None,
+                );
+            }
+            let grown = p.medium().map().mapped();
+            assert!(
+                grown > created,
+                "{kind}: the pool did not grow ({created} bytes)"
+            );
+            let r = recover(&p, &opts).unwrap();
+            check(&r, &m).unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let rep =
+                check_run(kind, Run::Grow, Config::new("x").budget(300), Fault::None).unwrap();
+            assert!(rep.ok() && rep.states > 50, "{kind}: {rep}");
         }
     }
 

@@ -227,6 +227,8 @@ pub enum Fault {
     Cow(cow::Fault),
     /// A bug in LSM's protocol.
     Lsm(lsm::Fault),
+    /// A bug in the Ferrite heap under the store (its growth, say).
+    Heap(ferrite_alloc::heap::Fault),
 }
 
 /// How to create (or open) a store. Every setting has a default that needs

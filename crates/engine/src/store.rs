@@ -552,7 +552,13 @@ impl Store {
             .map_err(|e| EngineError::Corrupt(e.to_string()))?;
         let alloc: Arc<dyn PAllocator> = match sb.allocator {
             AllocKind::Pmdk => return Err(pmdk_needs_own_pool()),
-            AllocKind::Ferrite => Arc::new(Heap::open(heap_region)?),
+            AllocKind::Ferrite => {
+                let fault = match opts.fault {
+                    crate::Fault::Heap(f) => f,
+                    _ => ferrite_alloc::heap::Fault::None,
+                };
+                Arc::new(Heap::open_with_fault(heap_region, fault)?)
+            }
             AllocKind::Lock => Arc::new(LockHeap::open(heap_region)?),
         };
         let whole = Region::whole(pool.medium().clone());
