@@ -16,7 +16,7 @@ pub enum KvCmd {
     #[command(after_help = "\
 Examples:
   ferrite kv demo.pool create
-  ferrite kv lsm.pool create --engine lsm --size 32MiB
+  ferrite kv lsm.pool create --engine lsm --max-size 32GiB
   ferrite kv small.pool create --engine inp --allocator nstore-lock --size 16M")]
     Create {
         /// Engine: inp, cow or lsm.
@@ -25,10 +25,15 @@ Examples:
         /// Allocator: ferrite or nstore-lock.
         #[arg(long, default_value = "ferrite", value_parser = parse_alloc)]
         allocator: AllocKind,
-        /// Pool size: bytes, or with a unit (64M = 64MB = 64MiB = 2^26
-        /// bytes; 1.5G); a whole number of 4 KiB pages.
-        #[arg(long, default_value = "64M", value_parser = crate::size::pool_arg)]
-        size: u64,
+        /// A fixed pool size: bytes, or with a unit (64M = 64MB = 64MiB =
+        /// 2^26 bytes; 1.5G); a whole number of 4 KiB pages. Without it
+        /// the store starts small and grows on demand (up to --max-size,
+        /// default 1 TiB).
+        #[arg(long, value_parser = crate::size::pool_arg)]
+        size: Option<u64>,
+        /// Let the store grow up to this size (with --size: from that size).
+        #[arg(long, value_parser = crate::size::pool_arg)]
+        max_size: Option<u64>,
     },
     /// Print the value of KEY (exit 1 when absent).
     #[command(after_help = "\
@@ -188,16 +193,34 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
         engine,
         allocator,
         size,
+        max_size,
     } = cmd
     {
         let step = crate::progress::Step::start(format!("creating {}", path.display()));
-        let opts = base.engine(engine).allocator(allocator);
-        let store = Store::create_file(path, size, &opts).map_err(e)?;
+        let mut opts = base.engine(engine).allocator(allocator);
+        if let Some(s) = size {
+            opts = opts.size(s);
+        }
+        if let Some(m) = max_size {
+            opts = opts.max_size(m);
+        }
+        let store = Store::create_new(path, &opts).map_err(e)?;
         step.done("");
+        let (now, max) = store.pool().map_or((0, 0), |p| {
+            (p.medium().map().mapped() as u64, p.header().max_size)
+        });
+        let sizing = if max > 0 {
+            format!(
+                "{} growing to at most {}",
+                crate::size::Both(now),
+                crate::size::Both(max)
+            )
+        } else {
+            format!("{} (fixed)", crate::size::Both(now))
+        };
         println!(
-            "created {}: {engine} engine on the {allocator} allocator, {}, domain {}",
+            "created {}: {engine} engine on the {allocator} allocator, {sizing}, domain {}",
             path.display(),
-            crate::size::Both(size),
             store.pool().map_or("?".into(), |p| p.domain().to_string())
         );
         store.close().map_err(e)?;
@@ -318,12 +341,17 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
                 println!("allocator:  {}", store.allocator_kind());
                 println!("keys:       {}", store.len().map_err(e)?);
                 println!(
-                    "space:      {} of {} bytes in use ({} of {}, {} blocks)",
+                    "space:      {} of {} bytes in use ({} of {}, {} blocks){}",
                     a.in_use,
                     a.capacity,
                     crate::size::human(a.in_use),
                     crate::size::human(a.capacity),
-                    a.blocks
+                    a.blocks,
+                    if a.grow_room > 0 {
+                        format!("; grows by up to {} more", crate::size::human(a.grow_room))
+                    } else {
+                        String::new()
+                    }
                 );
                 println!(
                     "recovery:   {:.3} ms, {} records replayed; {}",

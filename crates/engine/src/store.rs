@@ -776,6 +776,15 @@ impl Store {
         if path.exists() {
             return Store::open_file(path, opts);
         }
+        Store::create_new(path, opts)
+    }
+
+    /// Creates a store in a new pool file at `path` (refusing an existing
+    /// file), sized as [`open_or_create`](Self::open_or_create) sizes it:
+    /// fixed at [`StoreOptions::size`] when only that is given, else
+    /// growable. A create that fails leaves no file behind.
+    pub fn create_new(path: impl AsRef<Path>, opts: &StoreOptions) -> Result<Store> {
+        let path = path.as_ref();
         let (size, max) = match (opts.size, opts.max_size) {
             (Some(s), m) => (s, m),
             (None, None) if opts.allocator != AllocKind::Ferrite => (crate::DEFAULT_SIZE, None),

@@ -217,24 +217,15 @@ impl std::fmt::Debug for TxPool {
     }
 }
 
-/// Reads the heap geometry the layout needs from the heap superblock
-/// (documented in [`ferrite_alloc::heap`]: pages at 16..24, desc_off at
-/// 24..32, data_off at 32..40).
+/// Where the heap's metadata and pages lie (pool offsets `(meta_lo,
+/// data_lo, data_hi)`), read from the heap superblock before the heap is
+/// opened ([`ferrite_alloc::heap::read_bounds`]).
 pub(crate) fn heap_bounds(region: &Region, sb: &Superblock) -> Result<(u64, u64, u64)> {
-    let h = sb.heap_off as usize;
-    let pages = region.load_u64(h + 16);
-    let desc_off = region.load_u64(h + 24);
-    let data_off = region.load_u64(h + 32);
-    let lo = sb.heap_off.checked_add(data_off);
-    let hi = pages
-        .checked_mul(PAGE as u64)
-        .and_then(|n| lo.and_then(|l| l.checked_add(n)));
-    match (lo, hi) {
-        (Some(lo), Some(hi)) if hi <= sb.heap_off + sb.heap_len && desc_off < data_off => {
-            Ok((sb.heap_off + desc_off, lo, hi))
-        }
-        _ => Err(TxError::Corrupt("heap geometry out of bounds".into())),
-    }
+    let heap = region
+        .sub(sb.heap_off as usize, sb.heap_len as usize)
+        .map_err(|_| TxError::Corrupt("heap geometry out of bounds".into()))?;
+    ferrite_alloc::heap::read_bounds(&heap)
+        .map_err(|e| TxError::Corrupt(format!("heap geometry: {e}")))
 }
 
 impl TxPool {

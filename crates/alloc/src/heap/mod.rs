@@ -532,6 +532,51 @@ pub(crate) enum Found {
     },
 }
 
+/// [`Heap::bounds`] read from the heap in `region` without opening it:
+/// its superblock (either version) and page count are validated; nothing
+/// is written. For a transaction layer that must know where the heap's
+/// metadata and pages lie before the heap's own recovery runs.
+pub fn read_bounds(region: &Region) -> Result<(u64, u64, u64)> {
+    if region.len() < DESC || region.check(0, DESC).is_err() {
+        return Err(AllocError::RegionTooSmall {
+            len: region.len(),
+            min: 5 * PAGE,
+        });
+    }
+    let sb = Superblock::decode(&region.read_vec(0, DESC), region.len())?;
+    let geo = sb.geo;
+    let now = pages_in_use(region, &geo)?;
+    let base = region.base() as u64;
+    let data_lo = base + geo.page_off(0) as u64;
+    let pages = now.min(u64::from(geo.zone_pages));
+    Ok((
+        base + geo.zone0 as u64,
+        data_lo,
+        data_lo + pages * PAGE as u64,
+    ))
+}
+
+/// The pages a heap uses: all of a version-1 heap's, else its page count
+/// word, validated against the geometry and against what the medium holds.
+fn pages_in_use(region: &Region, geo: &Geometry) -> Result<u64> {
+    if geo.version == 1 {
+        return Ok(geo.pages);
+    }
+    let now = region.load_u64(PAGES_NOW_OFF);
+    if !(MIN_PAGES..=geo.pages).contains(&now) {
+        return Err(AllocError::Corrupt(format!(
+            "heap says it uses {now} pages, not 4..={}",
+            geo.pages
+        )));
+    }
+    if region.check(geo.page_off(now as u32 - 1), PAGE).is_err() {
+        return Err(AllocError::Corrupt(format!(
+            "heap uses {now} pages but its pool ends before the last of them (was the file truncated?)"
+        )));
+    }
+    Ok(now)
+}
+
 impl Heap {
     /// Formats `region` as an empty heap and opens it. The region must
     /// start on a 4 KiB boundary of its pool. Anything in the region is
@@ -601,23 +646,7 @@ impl Heap {
         }
         let sb = Superblock::decode(&region.read_vec(0, DESC), region.len())?;
         let geo = sb.geo;
-        let now = if geo.version == 1 {
-            geo.pages
-        } else {
-            let now = region.load_u64(PAGES_NOW_OFF);
-            if !(MIN_PAGES..=geo.pages).contains(&now) {
-                return Err(AllocError::Corrupt(format!(
-                    "heap says it uses {now} pages, not 4..={}",
-                    geo.pages
-                )));
-            }
-            if region.check(geo.page_off(now as u32 - 1), PAGE).is_err() {
-                return Err(AllocError::Corrupt(format!(
-                    "heap uses {now} pages but its pool ends before the last of them (was the file truncated?)"
-                )));
-            }
-            now
-        };
+        let now = pages_in_use(&region, &geo)?;
         let pool = Region::whole(region.medium().clone());
         let mut heap = Heap {
             region,

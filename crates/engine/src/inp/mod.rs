@@ -517,8 +517,9 @@ pub(crate) fn open(
     }
     let in_bounds = |off: u64, len: usize| {
         let end = off.checked_add(len as u64);
-        (off >= lo && end.is_some_and(|e| e <= hi))
-            || (off >= a && end.is_some_and(|e| e <= a + HDR_BYTES))
+        ((off >= lo && end.is_some_and(|e| e <= hi))
+            || (off >= a && end.is_some_and(|e| e <= a + HDR_BYTES)))
+            && p.check(off as usize, len).is_ok()
     };
     let in_header = |off: u64, len: usize| {
         off >= a

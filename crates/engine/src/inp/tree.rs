@@ -104,7 +104,12 @@ pub(crate) struct Geo {
 impl Geo {
     #[inline]
     pub fn check(&self, off: u64, len: usize) -> Result<()> {
-        if off < self.lo || off.checked_add(len as u64).is_none_or(|e| e > self.hi) {
+        // A growable pool's heap range is its reservation: the block must
+        // also lie in what is mapped (the pool's own check).
+        if off < self.lo
+            || off.checked_add(len as u64).is_none_or(|e| e > self.hi)
+            || self.pool.check(off as usize, len).is_err()
+        {
             return Err(corrupt(format!(
                 "block {off:#x}+{len} outside the heap {:#x}..{:#x}",
                 self.lo, self.hi
