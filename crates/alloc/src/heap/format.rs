@@ -30,21 +30,25 @@ pub(crate) const MAX_PAGES: u64 = u32::MAX as u64;
 pub(crate) const MAX_EXTENT_PAGES: u32 = (1 << 24) - 1;
 /// Fewest pages a heap needs: one run of the smallest classes.
 pub(crate) const MIN_PAGES: u64 = 4;
-/// Pages of one zone of a heap too large for a single zone: 256 MiB of
-/// pages behind a 4 MiB descriptor block. A run or extent never crosses a
-/// zone, so this is also the largest extent of such a heap.
-pub(crate) const ZONE_PAGES: u32 = 1 << 16;
+/// Pages of the first zone of a heap too large for a single zone: 64 MiB
+/// of pages behind 1 MiB of descriptors. Zone 1 is as large, and every
+/// later zone twice the one before, so a heap's largest extent grows with
+/// it (64 MiB at first; 2<sup>24</sup> pages at most), and so does the
+/// descriptor block a new zone adds to the file (1/64 of its pages).
+pub(crate) const ZONE_PAGES: u32 = 1 << 14;
 
 /// Where everything lives in the heap region.
 ///
-/// The pages are grouped in *zones*: zone `z` starts at region offset
-/// `zone0 + z·stride` with a descriptor block of `zone_desc` bytes (the
-/// descriptors of its `zone_pages` pages), followed by those pages
-/// (`stride = zone_desc + 4096·zone_pages`). A heap that fits in one zone
-/// has one (its descriptors, then its pages, as version 1 laid them out);
-/// a larger one, a growable heap's reservation above all, has zones of
-/// [`ZONE_PAGES`], so that its descriptors grow with its pages instead of
-/// being set aside for the largest size up front.
+/// The pages are grouped in *zones*; each zone is a descriptor block (64
+/// bytes per page of the zone) followed by the zone's pages. A heap that
+/// fits in one zone has one, sized to it (its descriptors padded to 4 KiB,
+/// then its pages, as version 1 laid them out). A larger one, a growable
+/// heap's reservation above all, has zones of `z0 = zone_pages` pages,
+/// `z0`, `2·z0`, `4·z0`, …: zone `k ≥ 1` starts at page `z0·2^(k-1)` and
+/// at region offset `zone0 + first·(4096 + 64)`, as every zone before it
+/// occupies exactly 4160 bytes per page. So the descriptors grow with the
+/// pages instead of being set aside for the largest size up front, and
+/// no zone is so small that it caps what one extent may hold for long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub version: u16,
@@ -53,11 +57,13 @@ pub(crate) struct Geometry {
     /// Pages the region can hold (a growable heap uses a prefix of them,
     /// the page count in its `PAGES_NOW_OFF` word).
     pub pages: u64,
-    /// Pages per zone.
+    /// Pages of zone 0 (of every page when the heap has one zone).
     pub zone_pages: u32,
     /// Region offset of zone 0 (its descriptor block).
     pub zone0: usize,
-    /// Bytes of a zone's descriptor block (version 2: a multiple of 4096).
+    /// Bytes of zone 0's descriptor block when the heap has one zone
+    /// (version 2: a multiple of 4096); with several, zone `k`'s block is
+    /// exactly 64 bytes per page of it.
     pub zone_desc: usize,
     pub region_len: usize,
 }
@@ -110,6 +116,9 @@ fn one_zone_pages(avail: usize, align: bool) -> u64 {
     n
 }
 
+/// Bytes a page takes in a heap of several zones: itself and its descriptor.
+const PER_PAGE: usize = PAGE + DESC;
+
 impl Geometry {
     /// The largest heap with `lanes` lanes of `lane_bytes` that fits in
     /// `region_len` bytes (the current format).
@@ -120,16 +129,20 @@ impl Geometry {
         let (zone_pages, pages) = if one <= u64::from(ZONE_PAGES) {
             (one as u32, one)
         } else {
-            let z = ZONE_PAGES as usize;
-            let zone_desc = (z * DESC).next_multiple_of(PAGE);
-            let stride = zone_desc + z * PAGE;
-            let rem = avail % stride;
-            let last = if rem > zone_desc {
-                (rem - zone_desc) / PAGE
-            } else {
-                0
-            };
-            (ZONE_PAGES, ((avail / stride) * z + last) as u64)
+            // Whole zones while they fit, then what fits of the next one
+            // behind its whole descriptor block.
+            let z0 = u64::from(ZONE_PAGES);
+            let (mut first, mut size) = (0u64, z0);
+            loop {
+                let base = first as usize * PER_PAGE;
+                let end = base + size as usize * PER_PAGE;
+                if end > avail {
+                    let room = avail.saturating_sub(base + size as usize * DESC);
+                    break (ZONE_PAGES, first + (room / PAGE) as u64);
+                }
+                first += size;
+                size = first;
+            }
         };
         let pages = pages.min(MAX_PAGES);
         if pages < MIN_PAGES {
@@ -186,41 +199,86 @@ impl Geometry {
         })
     }
 
+    /// True when the heap has more than one zone.
     #[inline]
-    fn stride(&self) -> usize {
-        self.zone_desc + self.zone_pages as usize * PAGE
+    fn zoned(&self) -> bool {
+        self.pages > u64::from(self.zone_pages)
     }
 
+    /// `(first page, pages)` of the zone holding page-equivalent index `q`
+    /// (a page number, or a region offset's `(rel - zone0) / 4160`).
     #[inline]
-    fn zone_base(&self, p: u32) -> usize {
-        self.zone0 + (p / self.zone_pages) as usize * self.stride()
+    fn zone_at(&self, q: u64) -> (u64, u64) {
+        let z0 = u64::from(self.zone_pages);
+        if q < z0 {
+            return (0, z0);
+        }
+        // Zone k >= 1 covers z0·2^(k-1) .. z0·2^k.
+        let first = z0 << (63 - (q / z0).leading_zeros());
+        (first, first)
+    }
+
+    /// `(first page, pages)` of page `p`'s zone.
+    #[inline]
+    pub fn zone_of(&self, p: u32) -> (u32, u32) {
+        let (first, size) = self.zone_at(u64::from(p));
+        (first as u32, size.min(u64::from(u32::MAX)) as u32)
+    }
+
+    /// Region offset and descriptor-block bytes of the zone starting at `first`.
+    #[inline]
+    fn zone_base(&self, first: u64, size: u64) -> (usize, usize) {
+        if self.zoned() {
+            (self.zone0 + first as usize * PER_PAGE, size as usize * DESC)
+        } else {
+            (self.zone0, self.zone_desc)
+        }
     }
 
     /// Region offset of page `p`'s descriptor.
     #[inline]
     pub fn desc(&self, p: u32) -> usize {
-        self.zone_base(p) + (p % self.zone_pages) as usize * DESC
+        let (first, size) = self.zone_at(u64::from(p));
+        self.zone_base(first, size).0 + (u64::from(p) - first) as usize * DESC
     }
 
     /// Region offset of page `p`.
     #[inline]
     pub fn page_off(&self, p: u32) -> usize {
-        self.zone_base(p) + self.zone_desc + (p % self.zone_pages) as usize * PAGE
+        let (first, size) = self.zone_at(u64::from(p));
+        let (base, desc) = self.zone_base(first, size);
+        base + desc + (u64::from(p) - first) as usize * PAGE
+    }
+
+    /// Pages in the largest zone this region holds (so the most one run or
+    /// extent can span).
+    pub fn largest_zone(&self) -> u64 {
+        let (first, _) = self.zone_at(self.pages - 1);
+        if first == 0 {
+            return self.pages;
+        }
+        // The last zone (maybe partial) or the whole one before it.
+        let before = (first / 2).max(u64::from(self.zone_pages));
+        (self.pages - first).max(before)
     }
 
     /// Pages lying entirely below region offset `end`.
     pub fn pages_below(&self, end: usize) -> u64 {
-        if end <= self.zone0 {
-            return 0;
+        match self.classify(end) {
+            Spot::Meta if end < self.zone0 + self.zone_desc => 0,
+            Spot::Meta | Spot::Desc { .. } => {
+                // Inside zone padding or a descriptor block: the pages of
+                // the zones before it.
+                let q = ((end.saturating_sub(self.zone0)) / PER_PAGE) as u64;
+                if self.zoned() {
+                    self.zone_at(q).0.min(self.pages)
+                } else {
+                    0
+                }
+            }
+            Spot::Data { page, .. } => u64::from(page),
+            Spot::Beyond => self.pages,
         }
-        let rel = end - self.zone0;
-        let (z, rem) = (rel / self.stride(), rel % self.stride());
-        let last = if rem > self.zone_desc {
-            ((rem - self.zone_desc) / PAGE).min(self.zone_pages as usize)
-        } else {
-            0
-        };
-        ((z * self.zone_pages as usize + last) as u64).min(self.pages)
     }
 
     /// What region offset `rel` holds.
@@ -228,17 +286,20 @@ impl Geometry {
         if rel < self.zone0 {
             return Spot::Meta;
         }
-        let r = rel - self.zone0;
-        let z = r / self.stride();
-        let inz = r % self.stride();
-        let first = z as u64 * u64::from(self.zone_pages);
-        let (page, at, desc) = if inz < self.zone_desc {
+        let (first, size) = if self.zoned() {
+            self.zone_at(((rel - self.zone0) / PER_PAGE) as u64)
+        } else {
+            (0, u64::from(self.zone_pages))
+        };
+        let (base, desc) = self.zone_base(first, size);
+        let inz = rel - base;
+        let (page, at, in_desc) = if inz < desc {
             (first + (inz / DESC) as u64, inz % DESC, true)
         } else {
-            let d = inz - self.zone_desc;
+            let d = inz - desc;
             (first + (d / PAGE) as u64, d % PAGE, false)
         };
-        if desc && inz / DESC >= self.zone_pages as usize {
+        if in_desc && (inz / DESC) as u64 >= size {
             // The padding that rounds a descriptor block up to a page.
             return Spot::Meta;
         }
@@ -246,7 +307,7 @@ impl Geometry {
             return Spot::Beyond;
         }
         let page = page as u32;
-        if desc {
+        if in_desc {
             Spot::Desc { page, at }
         } else {
             Spot::Data { page, at }
@@ -448,20 +509,35 @@ mod tests {
     }
 
     #[test]
-    fn zones_interleave_descriptors_and_pages_and_classify_inverts_them() {
+    fn zones_double_and_classify_inverts_them() {
         let len = (3usize << 30) + (5 << 20);
         let g = Geometry::compute(len, 4, 1024).unwrap();
-        assert_eq!(g.zone_pages, ZONE_PAGES);
-        assert!(g.pages > 3 * u64::from(ZONE_PAGES));
+        let z = ZONE_PAGES;
+        assert_eq!(g.zone_pages, z);
+        let use_ratio = g.pages as f64 * (PAGE + DESC) as f64 / len as f64;
+        assert!((0.95..=1.0).contains(&use_ratio), "{use_ratio}");
+        assert_eq!(g.zone_of(5), (0, z));
+        assert_eq!(g.zone_of(z), (z, z));
+        assert_eq!(g.zone_of(2 * z + 7), (2 * z, 2 * z));
+        assert_eq!(g.zone_of(4 * z), (4 * z, 4 * z));
+        // Zones of 1, 1, 2, 4, 8 and 16·z whole (1 GiB of pages), then a
+        // partial one of 32·z.
+        assert!(
+            g.largest_zone() >= u64::from(16 * z),
+            "{}",
+            g.largest_zone()
+        );
         for p in [
             0u32,
             1,
-            ZONE_PAGES - 1,
-            ZONE_PAGES,
-            2 * ZONE_PAGES + 7,
+            z - 1,
+            z,
+            2 * z - 1,
+            2 * z,
+            4 * z + 9,
             g.pages as u32 - 1,
         ] {
-            assert!(g.page_off(p) + PAGE <= len);
+            assert!(g.page_off(p) + PAGE <= len, "page {p}");
             assert!(g.page_off(p).is_multiple_of(PAGE));
             assert_eq!(
                 g.classify(g.page_off(p) + 10),
@@ -471,14 +547,18 @@ mod tests {
             assert_eq!(g.pages_below(g.page_off(p) + PAGE), u64::from(p) + 1);
             assert_eq!(g.pages_below(g.page_off(p) + PAGE - 1), u64::from(p));
         }
-        assert_eq!(
-            g.page_off(ZONE_PAGES) - (g.page_off(ZONE_PAGES - 1) + PAGE),
-            g.zone_desc,
-            "the next zone's descriptors sit between two zones' pages"
-        );
+        for k in [z, 2 * z, 4 * z] {
+            // Between the last page of a zone and the first of the next lie
+            // the next zone's descriptors: 64 bytes per page of it.
+            let gap = g.page_off(k) - (g.page_off(k - 1) + PAGE);
+            assert_eq!(gap, g.zone_of(k).1 as usize * DESC, "before zone at {k}");
+            assert_eq!(g.pages_below(g.desc(k) + 1), u64::from(k));
+        }
         assert_eq!(g.classify(0), Spot::Meta);
         assert_eq!(g.classify(len + 1), Spot::Beyond);
         assert_eq!(g.pages_below(len), g.pages);
+        let small = Geometry::compute(1 << 20, 4, 1024).unwrap();
+        assert_eq!(small.largest_zone(), small.pages);
     }
 
     #[test]

@@ -59,14 +59,17 @@
 //! | 0                      | 64               | superblock — written once at creation      |
 //! | 64                     | 64               | root line: root object pool offset, u64 (0 = none); at 72 the pages in use, u64; rest zero |
 //! | 128                    | lanes·lane_bytes | lanes ([`crate::lane`] documents their format) |
-//! | zone0 = the next 4 KiB boundary | zones   | zone `z` at `zone0 + z·stride`: `zone_desc` bytes of page descriptors (64 per page, padded to 4 KiB), then its `zone_pages` pages of 4 KiB |
+//! | zone0 = the next 4 KiB boundary | zones   | each zone: 64 bytes of page descriptor per page of the zone, then its pages of 4 KiB |
 //!
-//! `stride = zone_desc + 4096·zone_pages`. Page `p` is page `p mod
-//! zone_pages` of zone `p / zone_pages`. A heap whose region fits one zone
-//! of up to 65 536 pages has one zone sized to it; a larger region (a
-//! growable pool's whole reservation) has zones of 65 536 pages (256 MiB
-//! behind 4 MiB of descriptors), and runs, extents and free ranges never
-//! cross a zone (so 256 MiB is such a heap's largest extent).
+//! A heap whose region fits one zone of up to 16 384 pages has one, sized
+//! to it (its descriptor block padded to 4 KiB). A larger region (a
+//! growable pool's whole reservation) has zones of `z0 = 16 384` pages
+//! (64 MiB behind 1 MiB of descriptors), `z0`, `2·z0`, `4·z0`, …: zone
+//! `k ≥ 1` holds pages `z0·2^(k-1) .. z0·2^k` and starts at region offset
+//! `zone0 + z0·2^(k-1)·4160`. Runs, extents and free ranges never cross a
+//! zone, so the largest extent is the largest zone the heap has reached
+//! (64 MiB in a young heap, up to 2²⁴ pages); a new zone adds its
+//! descriptor block, 1/64 of its pages, to the file.
 //!
 //! **Growth.** The word at 72 counts the pages in use: all the region holds
 //! for a fixed heap; for a heap on a growable medium
@@ -548,7 +551,7 @@ pub fn read_bounds(region: &Region) -> Result<(u64, u64, u64)> {
     let now = pages_in_use(region, &geo)?;
     let base = region.base() as u64;
     let data_lo = base + geo.page_off(0) as u64;
-    let pages = now.min(u64::from(geo.zone_pages));
+    let pages = now.min(u64::from(geo.zone_of(0).1));
     Ok((
         base + geo.zone0 as u64,
         data_lo,
@@ -839,7 +842,12 @@ impl Heap {
     /// Walks the descriptors, validating them, and builds the volatile state.
     fn walk(&mut self, report: &mut RecoveryReport) -> Result<()> {
         let pages = self.pages_now() as u32;
-        let zone = self.geo.zone_pages;
+        let geo = self.geo;
+        // Pages from `p` to the end of its zone.
+        let zone_left = |p: u32| {
+            let (first, size) = geo.zone_of(p);
+            u64::from(first) + u64::from(size) - u64::from(p)
+        };
         let mut c = self.central.lock();
         let mut line = [0u8; DESC];
         let word = |line: &[u8; DESC], i: usize| {
@@ -856,7 +864,7 @@ impl Heap {
             if hdr != PageHdr::Free
                 && let Some(s) = free_start.take()
             {
-                give_range(&mut c, zone, s, p - s);
+                give_range(&mut c, &geo, s, p - s);
             }
             match hdr {
                 PageHdr::Free => {
@@ -872,7 +880,7 @@ impl Heap {
                     let class = class as usize;
                     let info = CLASSES[class];
                     if p as u64 + info.pages as u64 > pages as u64
-                        || u64::from(p % zone) + u64::from(info.pages) > u64::from(zone)
+                        || u64::from(info.pages) > zone_left(p)
                     {
                         return Err(AllocError::Corrupt(format!(
                             "run at page {p} runs past the end of the heap or its zone"
@@ -927,7 +935,7 @@ impl Heap {
                 PageHdr::Extent { pages: n } => {
                     if p as u64 + n as u64 > pages as u64
                         || n > MAX_EXTENT_PAGES
-                        || u64::from(p % zone) + u64::from(n) > u64::from(zone)
+                        || u64::from(n) > zone_left(p)
                     {
                         return Err(AllocError::Corrupt(format!(
                             "extent at page {p} runs past the end of the heap or its zone"
@@ -956,7 +964,7 @@ impl Heap {
             }
         }
         if let Some(s) = free_start {
-            give_range(&mut c, zone, s, pages - s);
+            give_range(&mut c, &geo, s, pages - s);
         }
         drop(c);
         let central = &self.stats[self.geo.lanes as usize];
@@ -1004,7 +1012,10 @@ impl Heap {
     fn grow(&self, c: &mut Central, n: u32) -> bool {
         let medium = self.region.medium();
         let now = self.pages_now();
-        if !medium.map().growable() || now >= self.geo.pages || n > self.geo.zone_pages {
+        if !medium.map().growable()
+            || now >= self.geo.pages
+            || u64::from(n) > self.geo.largest_zone()
+        {
             return false;
         }
         let _held = ferrite_pmem::LockHeld::enter();
@@ -1031,7 +1042,7 @@ impl Heap {
         st.meta_lines.fetch_add(1, Ordering::Relaxed);
         self.pages.cover(target);
         self.pages_now.store(target, Ordering::Release);
-        give_range(c, self.geo.zone_pages, now as u32, (target - now) as u32);
+        give_range(c, &self.geo, now as u32, (target - now) as u32);
         true
     }
 
@@ -1076,7 +1087,7 @@ impl Heap {
                 pv.word.store(V_FREE, Ordering::Release);
                 pv.aux.store(0, Ordering::Relaxed);
             }
-            give_range(c, self.geo.zone_pages, r, n);
+            give_range(c, &self.geo, r, n);
             self.claimed_pages
                 .fetch_sub(u64::from(n), Ordering::Relaxed);
         }
@@ -1264,7 +1275,7 @@ impl Heap {
     fn release_extent(&self, start: u32, n: u32) {
         let mut c = self.central.lock();
         self.page(start).word.store(V_FREE, Ordering::Release);
-        give_range(&mut c, self.geo.zone_pages, start, n);
+        give_range(&mut c, &self.geo, start, n);
         self.claimed_pages
             .fetch_sub(u64::from(n), Ordering::Relaxed);
     }
@@ -1428,7 +1439,7 @@ impl Heap {
     pub fn bounds(&self) -> (u64, u64, u64) {
         let base = self.region.base() as u64;
         let data_lo = self.page_pool(0);
-        let pages = self.pages_now().min(u64::from(self.geo.zone_pages));
+        let pages = self.pages_now().min(u64::from(self.geo.zone_of(0).1));
         (
             base + self.geo.zone0 as u64,
             data_lo,
@@ -1454,12 +1465,7 @@ impl Heap {
 
     /// The largest request this heap could ever satisfy.
     pub fn max_alloc(&self) -> usize {
-        (self
-            .geo
-            .pages
-            .min(u64::from(self.geo.zone_pages))
-            .min(u64::from(MAX_EXTENT_PAGES)) as usize)
-            * PAGE
+        (self.geo.largest_zone().min(u64::from(MAX_EXTENT_PAGES)) as usize) * PAGE
     }
 
     fn stats_now(&self) -> AllocStats {
@@ -1518,9 +1524,8 @@ fn zero_descriptors(region: &Region, geo: &Geometry, from: u32, to: u32, only_di
     let mut buf = Vec::new();
     while p < to {
         // Descriptors are contiguous within a zone.
-        let zone_end = (p / geo.zone_pages + 1)
-            .saturating_mul(geo.zone_pages)
-            .min(to);
+        let (first, size) = geo.zone_of(p);
+        let zone_end = first.saturating_add(size).min(to);
         let (off, len) = (geo.desc(p), (zone_end - p) as usize * DESC);
         let dirty = if only_dirty {
             buf.resize(len, 0);
@@ -1551,22 +1556,24 @@ fn take_range(c: &mut Central, n: u32) -> Option<u32> {
 }
 
 /// Returns pages `start..start+n` to the free ranges, split at zone
-/// boundaries (`zone` pages per zone) and merged with their neighbours in
-/// the same zone only: a range never spans two zones.
-fn give_range(c: &mut Central, zone: u32, start: u32, n: u32) {
+/// boundaries and merged with their neighbours in the same zone only: a
+/// range never spans two zones.
+fn give_range(c: &mut Central, geo: &Geometry, start: u32, n: u32) {
     let mut s = start;
     let end = start + n;
     while s < end {
-        let zone_end = (s / zone + 1).saturating_mul(zone);
+        let (first, size) = geo.zone_of(s);
+        let zone_end = first.saturating_add(size);
         let e = end.min(zone_end);
-        give_zone_range(c, zone, s, e - s);
+        give_zone_range(c, s, e - s, first, zone_end);
         s = e;
     }
 }
 
-fn give_zone_range(c: &mut Central, zone: u32, mut start: u32, mut n: u32) {
+/// [`give_range`] within the zone `first..zone_end`.
+fn give_zone_range(c: &mut Central, mut start: u32, mut n: u32, first: u32, zone_end: u32) {
     c.free_pages += u64::from(n);
-    if !start.is_multiple_of(zone)
+    if start != first
         && let Some((&ps, &pl)) = c.free.range(..start).next_back()
         && ps + pl == start
     {
@@ -1575,7 +1582,7 @@ fn give_zone_range(c: &mut Central, zone: u32, mut start: u32, mut n: u32) {
         start = ps;
         n += pl;
     }
-    if !(start + n).is_multiple_of(zone)
+    if start + n != zone_end
         && let Some(nl) = c.free.remove(&(start + n))
     {
         c.by_len.remove(&(nl, start + n));

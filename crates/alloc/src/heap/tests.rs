@@ -630,3 +630,51 @@ fn operations_return_with_no_flush_in_flight() {
         assert_eq!(worst > 0, fault == Fault::UnfencedMarkers, "{fault:?}");
     }
 }
+
+/// A heap on a growable medium starts with a few pages, grows through
+/// zones as it fills — small blocks, 1 MiB extents, then one too large
+/// for the first zones — and reopens with every block where it was.
+#[test]
+fn a_heap_grows_through_zones_and_reopens() {
+    let p = Pool::create_in_memory(
+        &PoolOptions::new("heap-test", 1 << 20)
+            .max_size(1 << 30)
+            .domain(Domain::Adr),
+    )
+    .unwrap();
+    let region = p.data();
+    let h = Heap::create(region.clone(), opts()).unwrap();
+    let start = h.capacity();
+    assert!(start < 1 << 20, "starts with what the pool holds: {start}");
+    assert!(h.max_capacity() > 1000 << 20);
+    let mut t = h.attach().unwrap();
+    let mut live = BTreeMap::new();
+    for i in 0..2000usize {
+        let size = [16, 300, 2000][i % 3];
+        let o = t.alloc(size, None).unwrap();
+        live.insert(o.raw(), size);
+    }
+    for _ in 0..100 {
+        let o = t.alloc(1 << 20, None).unwrap();
+        live.insert(o.raw(), 1 << 20);
+    }
+    assert!(h.capacity() > 100 << 20, "grew to {}", h.capacity());
+    // Larger than zones 0 and 1 (64 MiB each): lands in a later zone.
+    let big = t.alloc(100 << 20, None).unwrap();
+    live.insert(big.raw(), 100 << 20);
+    let st = h.stats();
+    assert_eq!(st.capacity + st.grow_room, h.max_capacity());
+    drop(t);
+    let grown = h.capacity();
+    drop(h);
+    let h = Heap::open(region).unwrap();
+    assert_eq!(h.capacity(), grown, "the page count is durable");
+    let found = allocated(&h);
+    for (o, size) in &live {
+        assert!(
+            found.get(o).is_some_and(|&s| s >= *size),
+            "block {o:#x} of {size} bytes lost"
+        );
+    }
+    assert_eq!(found.len(), live.len());
+}
