@@ -121,12 +121,21 @@ const PER_PAGE: usize = PAGE + DESC;
 
 impl Geometry {
     /// The largest heap with `lanes` lanes of `lane_bytes` that fits in
-    /// `region_len` bytes (the current format).
-    pub fn compute(region_len: usize, lanes: u16, lane_bytes: u32) -> Result<Geometry> {
+    /// `region_len` bytes (the current format): in zones when `zoned` (a
+    /// heap on a growable medium, whose region is a reservation it fills
+    /// as it grows), else in one zone however large (its pages contiguous,
+    /// as a transaction layer that bounds its writes by one data range
+    /// needs).
+    pub fn compute(
+        region_len: usize,
+        lanes: u16,
+        lane_bytes: u32,
+        zoned: bool,
+    ) -> Result<Geometry> {
         let zone0 = lanes_end(lanes, lane_bytes)?.next_multiple_of(PAGE);
         let avail = region_len.saturating_sub(zone0);
-        let one = one_zone_pages(avail, true);
-        let (zone_pages, pages) = if one <= u64::from(ZONE_PAGES) {
+        let one = one_zone_pages(avail, true).min(MAX_PAGES);
+        let (zone_pages, pages) = if !zoned || one <= u64::from(ZONE_PAGES) {
             (one as u32, one)
         } else {
             // Whole zones while they fit, then what fits of the next one
@@ -397,7 +406,9 @@ impl Superblock {
             }
             g
         } else {
-            let g = Geometry::compute(region_len, lanes, lane_bytes).map_err(bad_geo)?;
+            // One zone holding every page, or zones.
+            let zoned = u64::from(u32_at(24)) != u64_at(16);
+            let g = Geometry::compute(region_len, lanes, lane_bytes, zoned).map_err(bad_geo)?;
             if g.pages != u64_at(16)
                 || g.zone_pages != u32_at(24)
                 || u32_at(28) != 0
@@ -490,7 +501,7 @@ mod tests {
     #[test]
     fn geometry_fits_and_is_maximal() {
         for len in [64 * 1024usize, 252 * 1024, 1 << 20, (64 << 20) + 12345] {
-            let g = Geometry::compute(len, 4, 1024).unwrap();
+            let g = Geometry::compute(len, 4, 1024, true).unwrap();
             assert_eq!(g.zone_pages as u64, g.pages, "one zone");
             let last = g.pages as u32 - 1;
             assert!(g.page_off(last) + PAGE <= len);
@@ -501,17 +512,17 @@ mod tests {
             assert!(bigger > len, "one more page would have fitted in {len}");
         }
         assert!(matches!(
-            Geometry::compute(8192, 4, 1024),
+            Geometry::compute(8192, 4, 1024, false),
             Err(AllocError::RegionTooSmall { .. })
         ));
-        assert!(Geometry::compute(1 << 20, 0, 1024).is_err());
-        assert!(Geometry::compute(1 << 20, 4, 100).is_err());
+        assert!(Geometry::compute(1 << 20, 0, 1024, false).is_err());
+        assert!(Geometry::compute(1 << 20, 4, 100, false).is_err());
     }
 
     #[test]
     fn zones_double_and_classify_inverts_them() {
         let len = (3usize << 30) + (5 << 20);
-        let g = Geometry::compute(len, 4, 1024).unwrap();
+        let g = Geometry::compute(len, 4, 1024, true).unwrap();
         let z = ZONE_PAGES;
         assert_eq!(g.zone_pages, z);
         let use_ratio = g.pages as f64 * (PAGE + DESC) as f64 / len as f64;
@@ -557,15 +568,23 @@ mod tests {
         assert_eq!(g.classify(0), Spot::Meta);
         assert_eq!(g.classify(len + 1), Spot::Beyond);
         assert_eq!(g.pages_below(len), g.pages);
-        let small = Geometry::compute(1 << 20, 4, 1024).unwrap();
+        let small = Geometry::compute(1 << 20, 4, 1024, true).unwrap();
         assert_eq!(small.largest_zone(), small.pages);
+        let flat = Geometry::compute(len, 4, 1024, false).unwrap();
+        assert_eq!(
+            u64::from(flat.zone_pages),
+            flat.pages,
+            "a fixed heap has one zone"
+        );
+        assert_eq!(flat.page_off(1) - flat.page_off(0), PAGE);
+        assert_eq!(flat.largest_zone(), flat.pages);
     }
 
     #[test]
     fn superblock_round_trips_and_rejects_damage() {
         let len = 1 << 20;
         let sb = Superblock {
-            geo: Geometry::compute(len, 8, 2048).unwrap(),
+            geo: Geometry::compute(len, 8, 2048, false).unwrap(),
             nonce: 42,
         };
         let b = sb.encode();

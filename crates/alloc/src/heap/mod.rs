@@ -61,9 +61,11 @@
 //! | 128                    | lanes·lane_bytes | lanes ([`crate::lane`] documents their format) |
 //! | zone0 = the next 4 KiB boundary | zones   | each zone: 64 bytes of page descriptor per page of the zone, then its pages of 4 KiB |
 //!
-//! A heap whose region fits one zone of up to 16 384 pages has one, sized
-//! to it (its descriptor block padded to 4 KiB). A larger region (a
-//! growable pool's whole reservation) has zones of `z0 = 16 384` pages
+//! A heap on a fixed-size medium, or whose region fits one zone of up to
+//! 16 384 pages, has one zone sized to it (its descriptor block padded to
+//! 4 KiB; its pages contiguous, which the transaction layers rely on). A
+//! larger heap on a growable medium (its region is the pool's whole
+//! reservation) has zones of `z0 = 16 384` pages
 //! (64 MiB behind 1 MiB of descriptors), `z0`, `2·z0`, `4·z0`, …: zone
 //! `k ≥ 1` holds pages `z0·2^(k-1) .. z0·2^k` and starts at region offset
 //! `zone0 + z0·2^(k-1)·4160`. Runs, extents and free ranges never cross a
@@ -593,7 +595,8 @@ impl Heap {
                 align: PAGE,
             });
         }
-        let geo = Geometry::compute(region.len(), opts.lanes, opts.lane_bytes)?;
+        let growable = region.medium().map().growable();
+        let geo = Geometry::compute(region.len(), opts.lanes, opts.lane_bytes, growable)?;
         let nonce = opts.nonce.unwrap_or_else(|| {
             let u = ferrite_pmem::header::new_uuid();
             u64::from_le_bytes(u[..8].try_into().expect("8 bytes"))
@@ -601,7 +604,7 @@ impl Heap {
         // A growable heap starts with the pages its medium holds now (at
         // least the minimum); a fixed one with all of them.
         let medium = region.medium().clone();
-        let now = if medium.map().growable() {
+        let now = if growable {
             let min_end = region.base() + geo.page_off(MIN_PAGES as u32 - 1) + PAGE;
             medium
                 .grow_to(min_end)

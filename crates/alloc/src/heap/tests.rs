@@ -428,7 +428,7 @@ fn corrupt(p: &Pool, region_off: usize, xor: u8) {
 
 #[test]
 fn corrupted_metadata_is_reported_on_open() {
-    let geo = Geometry::compute(heap_region(&pool(1 << 20)).len(), 4, 2048).unwrap();
+    let geo = Geometry::compute(heap_region(&pool(1 << 20)).len(), 4, 2048, false).unwrap();
     let cases: Vec<(usize, u8, &str)> = vec![
         (0, 1, "magic"),
         (9, 1, "version"),
