@@ -28,7 +28,7 @@
 //! references it, which no check can prove).
 
 use ferrite_engine::{Store, StoreOptions};
-use ferrite_pmem::{Domain, HEADER_SIZE, Header, Pool, PoolOptions};
+use ferrite_pmem::{Domain, HEADER_SIZE, Header, PAGE, Pool, PoolOptions};
 use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
 use ferrite_tx::TxPool;
 use std::path::Path;
@@ -164,20 +164,21 @@ fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
             format!("layout is '{}', expected '{l}'", header.layout),
         ));
     }
-    if image.len() as u64 > header.size {
+    let len = pool_len(&header, image.len());
+    if !header.growable() && image.len() as u64 > header.size {
         r.notes.push(format!(
             "the file is {} bytes, {} more than the pool's recorded size",
             image.len(),
             image.len() as u64 - header.size
         ));
     }
-    let image = &image[..header.size as usize];
+    let image = &image[..len as usize];
     let root = u64::from_le_bytes(
         image[ferrite_pmem::header::ROOT_OFF..ferrite_pmem::header::ROOT_OFF + 8]
             .try_into()
             .expect("8 bytes"),
     );
-    if root != 0 && (root < HEADER_SIZE as u64 || root >= header.size) {
+    if root != 0 && (root < HEADER_SIZE as u64 || root >= len) {
         r.findings.push(finding(
             "pool",
             "pool-root",
@@ -199,6 +200,17 @@ fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
         }
     }
     Ok(r)
+}
+
+/// Bytes of a pool file that are the pool: its recorded size, or for a
+/// growable pool as far as the file has grown (whole pages, at most its
+/// maximum).
+fn pool_len(header: &Header, file_len: usize) -> u64 {
+    if header.growable() {
+        (file_len as u64).min(header.max_size) / PAGE as u64 * PAGE as u64
+    } else {
+        header.size
+    }
 }
 
 fn recognise(image: &[u8], layout: &str) -> Holds {
@@ -417,7 +429,10 @@ fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>),
     }
     let image = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let header = Header::decode(&image, image.len() as u64).map_err(|e| e.to_string())?;
-    let holds = recognise(&image[..header.size as usize], &header.layout);
+    let holds = recognise(
+        &image[..pool_len(&header, image.len()) as usize],
+        &header.layout,
+    );
     drop(image);
     let e = |x: &dyn std::fmt::Display| format!("{}: repair: {x}", path.display());
     let mut done = Vec::new();

@@ -135,7 +135,12 @@ fn heap_before(
 /// never writes to `image`.
 pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
     let mut out = EngineCheck::default();
-    let data_len = (image.len() as u64).saturating_sub(HEADER_SIZE as u64);
+    // A growable pool's store spans its reservation, not just its image.
+    let pool_len = match ferrite_pmem::Header::decode(image, image.len() as u64) {
+        Ok(h) if h.growable() => h.max_size,
+        _ => image.len() as u64,
+    };
+    let data_len = pool_len.saturating_sub(HEADER_SIZE as u64);
     let raw = image.get(HEADER_SIZE..HEADER_SIZE + 64).unwrap_or(&[]);
     let sb = match Superblock::decode(raw, data_len) {
         Ok(sb) => sb,
