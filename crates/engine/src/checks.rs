@@ -45,7 +45,9 @@
 //! LSM the relaxed run (weight 2). Budget left over goes to further main
 //! and threads runs with new seeds.
 
-use crate::{AllocKind, Durability, EngineKind, Fault, Op, Session, Store, StoreOptions, Walk};
+use crate::{
+    AllocKind, Durability, EngineKind, Fault, Op, Session, Store, StoreOptions, StoreSession, Walk,
+};
 use ferrite_crash::explorer::spend_budget;
 use ferrite_crash::lockstep;
 use ferrite_crash::{Config, ExploreError, Explorer, Report};
@@ -106,6 +108,10 @@ pub enum Run {
     /// [`GROW_MAX`]): the heap grows as the script adds data, so crashes
     /// fall inside growths.
     Grow,
+    /// InP: batches of every key with values near the in-place limit, so
+    /// that most records exceed the check's log area and are stored in
+    /// blocks of their own (single puts between them).
+    BigBatch,
 }
 
 impl Run {
@@ -120,6 +126,7 @@ impl Run {
             Run::IntentThreads => "intent-threads-2".into(),
             Run::Relaxed => "relaxed".into(),
             Run::Grow => "grow".into(),
+            Run::BigBatch => "big-batch".into(),
         }
     }
 }
@@ -603,6 +610,82 @@ fn check_relaxed(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError>
     )?)
 }
 
+/// Steps of the big-batch run.
+const BIG_STEPS: usize = 12;
+const BIG_SCRIPT: u64 = 0x6269_6762;
+
+/// Keys of a big batch.
+const BIG_BATCH: usize = 300;
+
+/// The big-batch workload: batches of 300 new keys, batches deleting or
+/// updating 300 of the keys there are, and single puts between them.
+fn big_script(s: &mut StoreSession, m: &Model, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut version = 0u64;
+    let mut next = 0usize;
+    let big_key = |i: usize| format!("big-{i:05}").into_bytes();
+    for step in 0..BIG_STEPS {
+        let live: Vec<Vec<u8>> = m.snapshot().keys().cloned().collect();
+        let d = rng.random_range(0..4);
+        let changes: Vec<Change> = if d == 0 {
+            version += 1;
+            let k = key(rng.random_range(0..KEYS));
+            vec![(
+                k.clone(),
+                Some(value(&k, version, rng.random_range(0..200))),
+            )]
+        } else if d == 1 && live.len() >= BIG_BATCH {
+            // Delete or update a window of the live keys.
+            let from = rng.random_range(0..=live.len() - BIG_BATCH);
+            let delete = rng.random_range(0..2) == 0;
+            live[from..from + BIG_BATCH]
+                .iter()
+                .map(|k| {
+                    version += 1;
+                    let v = (!delete).then(|| value(k, version, rng.random_range(0..40)));
+                    (k.clone(), v)
+                })
+                .collect()
+        } else {
+            (0..BIG_BATCH)
+                .map(|_| {
+                    next += 1;
+                    version += 1;
+                    let k = big_key(next);
+                    let v = value(&k, version, rng.random_range(0..40));
+                    (k, Some(v))
+                })
+                .collect()
+        };
+        m.begin(0, changes.clone());
+        s.batch(&batch_ops(&changes))
+            .unwrap_or_else(|e| panic!("step {step}: batch: {e}"));
+        m.ack(0);
+    }
+}
+
+/// The options of the big-batch run: the check options with InP's
+/// smallest log areas (4 KiB), which a batch of 300 inserts overflows.
+fn big_options(kind: EngineKind, fault: Fault) -> StoreOptions {
+    let mut o = check_options(kind, AllocKind::Ferrite, fault);
+    o.inp.log_bytes = 4096;
+    o
+}
+
+/// The big-batch run (InP).
+fn check_big(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
+    let seed = cfg.seed ^ BIG_SCRIPT;
+    Ok(explorer(cfg, opts).explore(
+        |pool: &Pool, m: &mut Model| {
+            let store = Store::open(pool, opts).unwrap_or_else(|e| panic!("open: {e}"));
+            let mut s = store.session().unwrap_or_else(|e| panic!("session: {e}"));
+            big_script(&mut s, m, seed);
+        },
+        |pool| recover(pool, opts),
+        |_, r, m| check(r, m),
+    )?)
+}
+
 /// The threads run: two sessions on two lockstep threads, disjoint keys.
 fn check_threads(cfg: Config, opts: &StoreOptions) -> Result<Report, CheckError> {
     let seed = cfg.seed ^ THREAD_SCRIPT;
@@ -658,6 +741,7 @@ pub fn check_run(
         Run::Intent(a) => check_main(cfg, &intent_options(a, fault)),
         Run::IntentThreads => check_threads(cfg, &intent_options(AllocKind::Ferrite, fault)),
         Run::Relaxed => check_relaxed(cfg, &check_options(kind, AllocKind::Ferrite, fault)),
+        Run::BigBatch => check_big(cfg, &big_options(kind, fault)),
         Run::Grow => check_main(
             cfg.pool_size(GROW_INITIAL).max_size(GROW_MAX),
             &check_options(kind, AllocKind::Ferrite, fault),
@@ -695,6 +779,7 @@ fn plan(cfg: &Config, kind: EngineKind, fault: Fault) -> Vec<(Run, usize)> {
     };
     if kind == EngineKind::Inp {
         p.extend(intent);
+        p.push((Run::BigBatch, 2));
     }
     p.push((Run::Grow, 2));
     // Only the LSM commits relaxed for real (the others commit at once).
@@ -793,6 +878,39 @@ mod tests {
                 assert!(r.walk.entries.len() >= 5, "{kind}/{alloc}: few keys left");
             }
         }
+    }
+
+    /// The big-batch run's records do overflow their log area, and its
+    /// crash states recover.
+    #[test]
+    fn the_big_batch_run_overflows_the_log_and_recovers() {
+        let opts = big_options(EngineKind::Inp, Fault::None);
+        let p = Pool::create_in_memory(
+            &ferrite_pmem::PoolOptions::new(crate::LAYOUT, CHECK_POOL_SIZE).domain(Domain::Adr),
+        )
+        .unwrap();
+        Store::create(&p, &opts).unwrap();
+        let m = Model::default();
+        let store = Store::open(&p, &opts).unwrap();
+        big_script(&mut store.session().unwrap(), &m, 1 ^ BIG_SCRIPT);
+        let detail = store.stats().detail;
+        let n: u64 = detail
+            .rsplit("records in blocks of their own ")
+            .next()
+            .and_then(|x| x.parse().ok())
+            .unwrap();
+        assert!(n >= 4, "{detail}");
+        drop(store);
+        let r = recover(&p, &opts).unwrap();
+        check(&r, &m).unwrap();
+        let rep = check_run(
+            EngineKind::Inp,
+            Run::BigBatch,
+            Config::new("x").budget(300),
+            Fault::None,
+        )
+        .unwrap();
+        assert!(rep.ok() && rep.states > 50, "{rep}");
     }
 
     /// The grow run's script does grow its pool, on every engine, and its

@@ -16,7 +16,25 @@
 //!        write into a block (16 B + data padded to 8; intent protocol only):
 //!            word0 = 6 << 56 | pool offset, word1 = length | (offset - block start) << 32, data
 //!        pending free (16 B; intent protocol only): word0 = 7 << 56 | block offset, word1 = 0
+//!        overflow (16 B; the only item of a pointer record): word0 = 8 << 56 | pool offset,
+//!            word1 = length | CRC32C << 32 — the record itself lies there
 //! ```
+//!
+//! # Records larger than a log area
+//!
+//! A batch whose record does not fit its log area (any size, bounded only
+//! by the heap) writes the record to a heap block of its own, allocated by
+//! the record itself (its allocator operations include that block's), and
+//! puts a *pointer record* with the same `seq` in the log area: one
+//! overflow item naming the block, the record's length and the CRC32C of
+//! its bytes. Block and pointer are flushed under the commit's one fence.
+//! Recovery reads a pointer record's block and uses the record found
+//! there — if its CRC matches and it is a valid record of the same `seq`;
+//! otherwise the newest record never committed (as with a fresh block),
+//! and an older one is already durable (the newer committed after its
+//! writes were flushed) and is skipped. The block is freed by the next
+//! record's allocator operations, or by recovery once it retired the
+//! records.
 //!
 //! Stores on an allocator that can `prepare` (the Ferrite heap, the lock
 //! heap) use kinds 1..=5 only, exactly as before the intent protocol
@@ -55,6 +73,7 @@ const KIND_WRITE: u64 = 4;
 const KIND_FRESH: u64 = 5;
 const KIND_WRITE_IN: u64 = 6;
 const KIND_FREE: u64 = 7;
+const KIND_OVERFLOW: u64 = 8;
 pub(crate) const INTENT_HDR: usize = 24;
 const INTENT_MAGIC: u32 = u32::from_le_bytes(*b"IINT");
 const OFF_MASK: u64 = (1 << 56) - 1;
@@ -81,6 +100,12 @@ pub(crate) enum Item<'a> {
     /// A free this record owes (intent protocol).
     Free {
         off: u64,
+    },
+    /// The record lies in the block at `off` (a pointer record's item).
+    Overflow {
+        off: u64,
+        len: usize,
+        crc: u32,
     },
 }
 
@@ -150,9 +175,38 @@ impl RecBuf {
         self.items += 1;
     }
 
+    /// The item of a pointer record: the record of `len` bytes with CRC32C
+    /// `crc` lies at pool offset `off`.
+    pub fn push_overflow(&mut self, off: u64, len: usize, crc: u32) {
+        self.buf
+            .extend_from_slice(&((KIND_OVERFLOW << 56) | (off & OFF_MASK)).to_le_bytes());
+        self.buf.extend_from_slice(
+            &((len as u64 & 0xFFFF_FFFF) | (u64::from(crc) << 32)).to_le_bytes(),
+        );
+        self.items += 1;
+    }
+
     pub fn push_meta(&mut self, op: &MetaOp) {
         self.buf.extend_from_slice(&op.encode());
         self.items += 1;
+    }
+
+    /// Where the record ends now, `(bytes, items)`: for
+    /// [`replace_metas`](Self::replace_metas).
+    pub fn mark(&self) -> (usize, u32) {
+        (self.buf.len(), self.items)
+    }
+
+    /// Replaces the items between marks `from` and `to` (allocator
+    /// operations pushed there) with `ops`, keeping what follows.
+    pub fn replace_metas(&mut self, from: (usize, u32), to: (usize, u32), ops: &[MetaOp]) {
+        let tail = self.buf.split_off(to.0);
+        self.buf.truncate(from.0);
+        self.items -= to.1 - from.1;
+        for op in ops {
+            self.push_meta(op);
+        }
+        self.buf.extend_from_slice(&tail);
     }
 
     /// Fills in the header: the record is then ready to be written.
@@ -235,6 +289,13 @@ pub(crate) fn for_each_item(
         } else if w0 >> 56 == KIND_FREE {
             f(Item::Free { off: w0 & OFF_MASK })?;
             at += 16;
+        } else if w0 >> 56 == KIND_OVERFLOW {
+            f(Item::Overflow {
+                off: w0 & OFF_MASK,
+                len: (w1 & 0xFFFF_FFFF) as usize,
+                crc: (w1 >> 32) as u32,
+            })?;
+            at += 16;
         } else {
             let op = MetaOp::decode(w).ok_or_else(|| format!("item {i}: unknown kind"))?;
             f(Item::Meta(op))?;
@@ -245,6 +306,20 @@ pub(crate) fn for_each_item(
         return Err("record length does not match its items".into());
     }
     Ok(())
+}
+
+/// The block a pointer record names, `(off, len, crc)`: `Some` for a
+/// (validated) record whose one item is an overflow item.
+pub(crate) fn overflow_of(rec: &[u8]) -> Option<(u64, usize, u32)> {
+    let count = u32::from_le_bytes(rec.get(16..20)?.try_into().ok()?);
+    let mut found = None;
+    let r = for_each_item(rec, |it| {
+        if let Item::Overflow { off, len, crc } = it {
+            found = Some((off, len, crc));
+        }
+        Ok(())
+    });
+    found.filter(|_| count == 1 && r.is_ok())
 }
 
 /// Builds the intent record of transaction `seq` naming `blocks` into

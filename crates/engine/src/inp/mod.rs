@@ -254,6 +254,10 @@ pub enum Fault {
     /// commit, so a crash before the commit leaves the committed tree
     /// pointing at freed blocks.
     FreeBeforeCommit,
+    /// A record too large for its log area is stored in its block without
+    /// a flush: the pointer record may be durable while the record is not,
+    /// and an acknowledged batch is lost.
+    SkipOverflowFlush,
 }
 
 impl Fault {
@@ -263,6 +267,7 @@ impl Fault {
         Fault::SkipRecordFlush,
         Fault::ApplyBeforeCommit,
         Fault::SkipDeferredFlush,
+        Fault::SkipOverflowFlush,
     ];
     /// The faults of the intent protocol only (a store without it never
     /// reaches them).
@@ -270,6 +275,9 @@ impl Fault {
 }
 
 const HDR_MAGIC: &[u8; 8] = b"FRTINP01";
+/// Room past a record's length in its overflow block, for the allocator
+/// operations of the block itself (appended once the block is reserved).
+const OVF_SLACK: usize = 1024;
 const HDR_BYTES: u64 = 64;
 const ROOT_AT: u64 = 8;
 const RETIRED_AT: u64 = 16;
@@ -346,6 +354,8 @@ struct Counters {
     rotations: AtomicU64,
     intents: AtomicU64,
     publishes: AtomicU64,
+    /// Records too large for their log area (stored in a block of their own).
+    overflows: AtomicU64,
 }
 
 /// Writer state, under the writer mutex.
@@ -363,6 +373,11 @@ struct WState {
     /// Intent protocol: the intent record being written.
     ibuf: Vec<u8>,
     rec: RecBuf,
+    /// The pointer record of a record too large for its log area.
+    ptr: RecBuf,
+    /// The block holding record `seq`, when it was too large for its log
+    /// area: the next record frees it (log module docs).
+    ovf: Option<(POff<u8>, u64)>,
     metaops: Vec<MetaOp>,
     tmp: Vec<u8>,
 }
@@ -521,6 +536,42 @@ pub(crate) fn open(
             || (off >= a && end.is_some_and(|e| e <= a + HDR_BYTES)))
             && p.check(off as usize, len).is_ok()
     };
+    // Records too large for their area: read each from its block. One
+    // that is not there whole never committed if it is the newest; if it
+    // is the older of two, the newer committed after its writes were
+    // durable, so it needs no replay (its block may be reused already).
+    let mut ovf_blocks = Vec::new();
+    let mut i = 0;
+    while i < recs.len() {
+        let Some((off, len, crc)) = log::overflow_of(&recs[i].1) else {
+            i += 1;
+            continue;
+        };
+        let seq = recs[i].0;
+        let body = (off >= lo && in_bounds(off, len)).then(|| p.read_vec(off as usize, len));
+        let whole = body.filter(|b| {
+            crc32c::crc32c(b) == crc
+                && log::validate(b, seed)
+                && b.get(8..16)
+                    .map(|x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
+                    == Some(seq)
+        });
+        match whole {
+            Some(b) => {
+                recs[i].1 = b;
+                ovf_blocks.push(off);
+                i += 1;
+            }
+            None => {
+                detail.push_str(if i + 1 == recs.len() {
+                    "newest record discarded (its overflow block did not survive); "
+                } else {
+                    "older record skipped (superseded; its overflow block was reused); "
+                });
+                recs.remove(i);
+            }
+        }
+    }
     let in_header = |off: u64, len: usize| {
         off >= a
             && off
@@ -577,6 +628,8 @@ pub(crate) fn open(
                     intent_mode && live_or_dead(base, off - base + data.len() as u64)
                 }
                 Item::Free { .. } => intent_mode,
+                // Pointer records were replaced by their records above.
+                Item::Overflow { .. } => false,
             };
             if ok {
                 Ok(())
@@ -627,7 +680,7 @@ pub(crate) fn open(
                     m.apply(&p);
                     p.flush(m.off as usize, 8);
                 }
-                Item::Fresh { .. } | Item::Free { .. } => {}
+                Item::Fresh { .. } | Item::Free { .. } | Item::Overflow { .. } => {}
             }
             Ok(())
         })
@@ -680,13 +733,6 @@ pub(crate) fn open(
     let seq = newest;
     if seq != retired || intent.is_some() {
         p.fence();
-        if intent.is_some() {
-            // Resolved: a later recovery must not act on it again.
-            p.store_u64_persist(intent_at, 0);
-        }
-        // Retire them: replaying them again after later writes would undo
-        // those, and a discarded one must never validate later.
-        p.store_u64_persist((a + RETIRED_AT) as usize, seq);
         if changed_meta {
             // The heap was opened on the image as the crash left it; it
             // must see the replayed allocations and frees.
@@ -707,6 +753,32 @@ pub(crate) fn open(
             ctx.alloc = alloc;
             detail.push_str("allocator reopened after replay; ");
         }
+        // The blocks of records too large for their area die with them:
+        // freed (those still allocated) before the records retire, so a
+        // crash in between finds them to free again, and none leaks.
+        if !ovf_blocks.is_empty() {
+            let mut live = Vec::new();
+            ctx.alloc.for_each_allocated(&mut |off, _| {
+                if ovf_blocks.contains(&off.raw()) {
+                    live.push(off);
+                }
+            });
+            if !live.is_empty() {
+                ctx.alloc.thread()?.publish(&Publish {
+                    allocs: &[],
+                    frees: &live,
+                    links: &[],
+                })?;
+                detail.push_str(&format!("{} overflow blocks freed; ", live.len()));
+            }
+        }
+        if intent.is_some() {
+            // Resolved: a later recovery must not act on it again.
+            p.store_u64_persist(intent_at, 0);
+        }
+        // Retire them: replaying them again after later writes would undo
+        // those, and a discarded one must never validate later.
+        p.store_u64_persist((a + RETIRED_AT) as usize, seq);
     }
     let replayed = recs.len();
     let mut rec = EngineRecovery {
@@ -751,6 +823,8 @@ impl Inp {
                 owed: Vec::new(),
                 ibuf: Vec::new(),
                 rec: RecBuf::default(),
+                ptr: RecBuf::default(),
+                ovf: None,
                 metaops: Vec::new(),
                 tmp: Vec::new(),
             }),
@@ -837,6 +911,12 @@ impl Inp {
         let pool = self.pool();
         let intent = self.intent_cap != 0;
         w.metaops.clear();
+        // The last record's overflow block: this record supersedes it.
+        if let Some((o, _)) = w.ovf
+            && !op.frees.contains(&o)
+        {
+            op.frees.push(o);
+        }
         if !intent && (!op.res.is_empty() || !op.frees.is_empty()) {
             th.prepare(
                 &Publish {
@@ -859,6 +939,7 @@ impl Inp {
         let seq = w.seq + 1;
         let WState {
             rec,
+            ptr,
             metaops,
             tmp,
             owed,
@@ -906,9 +987,11 @@ impl Inp {
         if let Some(r) = op.new_root {
             rec.push_write(self.area_off + ROOT_AT, &r.to_le_bytes());
         }
+        let meta_from = rec.mark();
         for m in metaops.iter() {
             rec.push_meta(m);
         }
+        let meta_to = rec.mark();
         for (&base, st) in &op.staged {
             if st.fresh {
                 rec.push_fresh(base, st.buf.len(), crc32c::crc32c(&st.buf));
@@ -930,20 +1013,51 @@ impl Inp {
             }
         }
         let intent_too_large = intent && log::intent_len(op.res.len()) > self.intent_cap;
-        if rec.len() > self.log_cap || intent_too_large {
-            if !intent {
-                th.abort_prepared(&Publish {
-                    allocs: &op.res,
-                    frees: &op.frees,
-                    links: &[],
-                });
-            }
+        if intent && (rec.len() > self.log_cap || intent_too_large) {
             return Err(EngineError::BatchTooLarge {
                 ops: op.ops,
                 max: op.ops.saturating_mul(self.log_cap) / rec.len().max(self.log_cap + 1),
             });
         }
+        // A record too large for its log area goes to a block of its own,
+        // which the record allocates with its other blocks (log module
+        // docs): the allocator's operations are prepared again with it.
+        let mut ovf: Option<u64> = None;
+        if rec.len() > self.log_cap {
+            th.abort_prepared(&Publish {
+                allocs: &op.res,
+                frees: &op.frees,
+                links: &[],
+            });
+            let before = rec.len();
+            // On an error the caller cancels every reservation, this one too.
+            op.res.push(th.reserve(before + OVF_SLACK)?);
+            metaops.clear();
+            th.prepare(
+                &Publish {
+                    allocs: &op.res,
+                    frees: &op.frees,
+                    links: &[],
+                },
+                metaops,
+            )?;
+            rec.replace_metas(meta_from, meta_to, metaops);
+            debug_assert!(rec.len() <= before + OVF_SLACK);
+            ovf = op.res.last().map(|r| r.off().raw());
+            self.st.overflows.fetch_add(1, Ordering::Relaxed);
+        }
         rec.finish(seq, self.seed);
+        if let Some(off) = ovf {
+            let off = off as usize;
+            if self.fault == Some(Fault::SkipOverflowFlush) {
+                pool.write(off, &rec.buf);
+            } else {
+                pool.write_nodrain(off, &rec.buf);
+            }
+            ptr.reset();
+            ptr.push_overflow(off as u64, rec.len(), crc32c::crc32c(&rec.buf));
+            ptr.finish(seq, self.seed);
+        }
         // New blocks: written directly, durable with the record.
         for (&base, st) in &op.staged {
             if st.fresh {
@@ -1020,11 +1134,16 @@ impl Inp {
             op.frees.clear();
         }
         let at = self.area_at(seq);
+        let logged = if ovf.is_some() {
+            &w.ptr.buf
+        } else {
+            &w.rec.buf
+        };
         if self.fault == Some(Fault::SkipRecordFlush) {
-            pool.write(at, &w.rec.buf);
+            pool.write(at, logged);
         } else {
             // Stores and flushes (non-temporal stores for a long record).
-            pool.write_nodrain(at, &w.rec.buf);
+            pool.write_nodrain(at, logged);
         }
         if self.fault != Some(Fault::SkipDeferredFlush) {
             for &(o, l) in &w.pending {
@@ -1083,6 +1202,10 @@ impl Inp {
             });
         }
         op.res.clear();
+        // This record's overflow block (if any) is allocated with it; the
+        // last one's was freed by it.
+        let ovf_len = w.rec.len() as u64;
+        w.ovf = ovf.map(|off| (POff::new(off), ovf_len));
         w.seq = seq;
         self.st.commits.fetch_add(1, Ordering::Relaxed);
         self.st.inplace.fetch_add(op.inplace, Ordering::Relaxed);
@@ -1139,7 +1262,7 @@ impl Inp {
                     m.apply(pool);
                     pending.push((m.off, 8));
                 }
-                Item::Fresh { .. } | Item::Free { .. } => {}
+                Item::Fresh { .. } | Item::Free { .. } | Item::Overflow { .. } => {}
             }
             Ok(())
         });
@@ -1150,7 +1273,15 @@ impl Inp {
     /// On the intent protocol one suffices: it publishes what is owed.
     fn rotate(&self, w: &mut WState, th: &mut (dyn AllocThread + '_)) -> Result<()> {
         let mut empty = OpState::default();
-        let n = if self.intent_cap != 0 { 1 } else { 2 };
+        // A last record's overflow block is freed by the next record, so
+        // its release takes one more.
+        let n = if self.intent_cap != 0 {
+            1
+        } else if w.ovf.is_some() {
+            3
+        } else {
+            2
+        };
         for _ in 0..n {
             self.commit(w, th, &mut empty, true)?;
         }
@@ -1251,6 +1382,8 @@ impl Drop for Inp {
                 owed: Vec::new(),
                 ibuf: Vec::new(),
                 rec: RecBuf::default(),
+                ptr: RecBuf::default(),
+                ovf: None,
                 metaops: Vec::new(),
                 tmp: Vec::new(),
             },
@@ -1310,7 +1443,7 @@ impl Engine for Inp {
         EngineStats {
             keys: self.keys.load(Ordering::Relaxed),
             detail: format!(
-                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}, intents {}, allocator publishes {}",
+                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}, intents {}, allocator publishes {}, records in blocks of their own {}",
                 s.commits.load(Ordering::Relaxed),
                 s.inplace.load(Ordering::Relaxed),
                 s.outplace.load(Ordering::Relaxed),
@@ -1319,6 +1452,7 @@ impl Engine for Inp {
                 s.rotations.load(Ordering::Relaxed),
                 s.intents.load(Ordering::Relaxed),
                 s.publishes.load(Ordering::Relaxed),
+                s.overflows.load(Ordering::Relaxed),
             ),
         }
     }
@@ -1337,12 +1471,19 @@ impl Engine for Inp {
     }
 
     fn walk(&self) -> Result<Walk> {
+        // The block of a record too large for its log area is referenced
+        // by the log until the next record (writer state first: a writer
+        // takes it before the tree lock).
+        let ovf = self.w.lock().ovf;
         let _r = self.rw.read();
         let mut out = Walk::default();
         let root = self.root();
         if root != 0 {
             let mut seen = HashSet::new();
             self.walk_node(root, 0, (None, None, None), &mut out, &mut seen)?;
+        }
+        if let Some((off, len)) = ovf {
+            out.blocks.push((off.raw(), len));
         }
         Ok(out)
     }
