@@ -965,7 +965,8 @@ mod tests {
             assert!(rep.ok(), "{kind} {name}: {rep}");
         }
         for f in planted_faults(kind) {
-            let runs = check_engine_fault(kind, Config::new("x").budget(1000), f).unwrap();
+            // 1500 states: the grow and big-batch runs share the budget.
+            let runs = check_engine_fault(kind, Config::new("x").budget(1500), f).unwrap();
             let caught: usize = runs.iter().map(|(_, r)| r.violation_count).sum();
             assert!(caught > 0, "{kind}: planted {f:?} not caught");
         }

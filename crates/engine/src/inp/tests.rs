@@ -878,7 +878,12 @@ fn crash_exploration_of_splits_and_extents_is_clean() {
 fn crash_exploration_catches_the_planted_faults() {
     for a in modes() {
         let intent_faults = if a.intent { Fault::INTENT } else { &[] };
-        for &f in Fault::ALL.iter().chain(intent_faults) {
+        // SkipOverflowFlush needs records larger than the log area, which
+        // this script never writes: the checks' big-batch run catches it.
+        let plain = Fault::ALL
+            .iter()
+            .filter(|&&f| f != Fault::SkipOverflowFlush);
+        for &f in plain.chain(intent_faults) {
             let r = explore(a, Some(f), 300);
             assert!(!r.ok(), "{a}: {f:?} not caught: {r}");
             eprintln!("{a} {f:?}: {}", r.violations[0]);
