@@ -12,6 +12,15 @@ pub struct OpenOptions {
     pub store: StoreOptions,
     /// Create the pool file when it is missing (`create=yes`, the default).
     pub create: bool,
+    /// Bytes of a pool the open creates (`size=`).
+    pub size: Option<u64>,
+}
+
+impl OpenOptions {
+    /// Bytes of a pool the open creates (`size=`, default 64 MiB).
+    pub fn store_size(&self) -> u64 {
+        self.size.unwrap_or(ferrite_engine::DEFAULT_SIZE)
+    }
 }
 
 impl Default for OpenOptions {
@@ -19,6 +28,7 @@ impl Default for OpenOptions {
         OpenOptions {
             store: StoreOptions::default(),
             create: true,
+            size: None,
         }
     }
 }
@@ -68,7 +78,10 @@ pub fn parse_options(s: Option<&str>) -> Result<OpenOptions> {
                 "domain" => o.store.domain(Domain::parse(v).ok_or_else(|| {
                     bad("domains are adr, eadr, pdram, pdram-lite, msync, volatile")
                 })?),
-                "size" => o.store.size(parse_size(v)?),
+                "size" => {
+                    o.size = Some(parse_size(v)?);
+                    o.store
+                }
                 "sessions" => o.store.sessions(
                     v.parse::<u16>()
                         .ok()
@@ -97,13 +110,36 @@ pub fn parse_options(s: Option<&str>) -> Result<OpenOptions> {
     Ok(o)
 }
 
-/// Opens the store at `path` as `o` says (creating it if missing and allowed).
+/// Opens the store at `path` as `o` says, creating it if missing and
+/// allowed. A create is atomic: the pool is made under a temporary name
+/// beside `path` and linked to `path` only once the store in it is
+/// complete, so a process killed while creating leaves no half-made pool
+/// at `path` (at worst a `.NAME.creating-PID` file), and of two processes
+/// creating at once one creates and the other opens.
 pub fn open(path: &Path, o: &OpenOptions) -> Result<Store> {
-    Ok(if o.create {
-        Store::open_or_create(path, &o.store)?
-    } else {
-        Store::open_file(path, &o.store)?
-    })
+    if !o.create || path.exists() {
+        return Ok(Store::open_file(path, &o.store)?);
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| CapiError::Invalid(format!("{} names no file", path.display())))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.creating-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let size = o.store_size();
+    Store::create_file(&tmp, size, &o.store)?.close()?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        // Another process created it first: open theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(CapiError::Io(format!("{}: {e}", path.display()))),
+    }
+    Ok(Store::open_file(path, &o.store)?)
 }
 
 #[cfg(test)]
