@@ -13,19 +13,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// target/<profile>: where libferrite.so and pkgconfig/ferrite.pc are.
+/// target/<profile>/deps: where cargo put libferrite.so and .a for this
+/// test (and where ferrite.pc's libdir points), beside the test binary.
 fn libdir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
+    let dir = exe.parent().expect("target/<profile>/deps");
     assert!(
-        dir.join("libferrite.so").exists(),
-        "{} has no libferrite.so",
+        dir.join("libferrite.so").exists() && dir.join("libferrite.a").exists(),
+        "{} has no libferrite.so / libferrite.a",
         dir.display()
     );
     dir.to_path_buf()
+}
+
+/// target/<profile>/pkgconfig, where the build wrote ferrite.pc.
+fn pcdir() -> PathBuf {
+    libdir()
+        .parent()
+        .expect("target/<profile>")
+        .join("pkgconfig")
 }
 
 fn crate_dir() -> PathBuf {
@@ -38,7 +44,7 @@ fn flags() -> Vec<String> {
     let lib = libdir();
     let out = Command::new("pkg-config")
         .args(["--cflags", "--libs", "ferrite"])
-        .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+        .env("PKG_CONFIG_PATH", pcdir())
         .output();
     match out {
         Ok(o) if o.status.success() => String::from_utf8(o.stdout)
@@ -234,4 +240,31 @@ fn kill_9_loses_no_acknowledged_write() {
     println!("kill -9: {kills} kills, {acked} acknowledged writes, {lost} lost");
     assert_eq!(kills, 20);
     assert_eq!(lost, 0);
+}
+
+#[test]
+fn static_library_links_and_runs() {
+    let dir = scratch();
+    let bin = dir.path().join("ferrite-kv-static");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-O1"])
+        .arg(format!("-I{}", crate_dir().join("../../include").display()))
+        .arg(crate_dir().join("c/kv.c"))
+        .arg(libdir().join("libferrite.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&bin)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "linking libferrite.a failed");
+    // Statically linked: it needs no libferrite.so.
+    let ldd = Command::new("ldd").arg(&bin).output();
+    if let Ok(o) = ldd {
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(!text.contains("libferrite"), "{text}");
+    }
+    let pool = dir.path().join("s.pool");
+    let pool = pool.to_str().unwrap();
+    assert_eq!(run(&bin, &[pool, "put", "k", "static"]).0, 0);
+    assert_eq!(run(&bin, &[pool, "get", "k"]), (0, "static\n".into()));
 }
