@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# C get/put overhead over the Rust API, same machine, same run: c/bench.c
-# (C API) and examples/overhead.rs (Rust API) do the same N durable puts and
-# N gets; REPS interleaved repetitions; medians and their ratio.
+# C get/put overhead over the Rust API, same machine, same run:
+# 1. c/bench.c (a C program on libferrite.so) and examples/overhead.rs
+#    (the Rust API) do the same N durable puts and N gets; REPS interleaved
+#    repetitions; medians, spreads and their ratio.
+# 2. examples/overhead.rs interleaved: in one process, blocks through the C
+#    ABI and through the Rust API alternate (less exposed to the load of a
+#    shared machine); REPS runs.
 #   crates/capi/bench/overhead.sh [N] [REPS] [OPTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -15,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 cc -O2 -std=c11 crates/capi/c/bench.c $(pkg-config --cflags --libs ferrite) -o "$work/bench_c"
 for r in $(seq "$REPS"); do
     "$work/bench_c" "$work/c.pool" "$N" "$OPTS"
-    target/release/examples/overhead "$work/r.pool" "$N" "$OPTS"
+    target/release/examples/overhead "$work/r.pool" "$N" "$OPTS" rust
 done | tee "$work/out"
 python3 - "$work/out" "$OPTS" "$N" <<'PY'
 import re, statistics, sys
@@ -31,3 +35,6 @@ for op in ("put", "get"):
     print(f"{op}: C median {c:.1f} ns (spread {spread(rows['c'][op]):.1f}%), Rust median {r:.1f} ns "
           f"(spread {spread(rows['rust'][op]):.1f}%), C/Rust = {c / r:.3f} ({(c / r - 1) * 100:+.1f}%)")
 PY
+for r in $(seq "$REPS"); do
+    target/release/examples/overhead "$work/i.pool" "$N" "$OPTS" interleaved
+done
