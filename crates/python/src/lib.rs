@@ -24,9 +24,7 @@ static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
 /// The exception of `ferrite.errors` named `name`, raised with `msg`.
 fn raise(py: Python<'_>, name: &str, msg: String) -> PyErr {
-    let module = ERRORS.get_or_try_init(py, || {
-        py.import("ferrite.errors").map(|m| m.unbind())
-    });
+    let module = ERRORS.get_or_try_init(py, || py.import("ferrite.errors").map(|m| m.unbind()));
     match module.and_then(|m| m.bind(py).getattr(name)) {
         Ok(cls) => match cls.cast_into::<PyType>() {
             Ok(t) => PyErr::from_type(t, msg),
@@ -138,7 +136,11 @@ impl PyStore {
         create: bool,
     ) -> PyResult<PyStore> {
         let mut spec = vec![format!("create={}", if create { "yes" } else { "no" })];
-        for (k, v) in [("engine", engine), ("domain", domain), ("allocator", allocator)] {
+        for (k, v) in [
+            ("engine", engine),
+            ("domain", domain),
+            ("allocator", allocator),
+        ] {
             if let Some(v) = v {
                 if v.contains([',', '=']) {
                     return Err(err(py, CapiError::Invalid(format!("{k}={v:?}"))));
@@ -225,9 +227,7 @@ impl PyStore {
         READ_BUF.with(|b| {
             let mut buf = b.borrow_mut();
             let b: &mut Vec<u8> = &mut buf;
-            let found = py
-                .detach(|| st.get_into(key, b))
-                .map_err(|e| err(py, e))?;
+            let found = py.detach(|| st.get_into(key, b)).map_err(|e| err(py, e))?;
             let out = if found {
                 Some(PyBytes::new(py, &buf).into_any())
             } else {
