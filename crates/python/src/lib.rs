@@ -59,7 +59,23 @@ thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A Ferrite store. See `ferrite.Store`'s docstring (`_ferrite.pyi`).
+/// An open store: a dict-like, durable mapping of bytes to bytes.
+///
+/// Opens the pool file at path, creating it when missing (unless
+/// create=False; a create is atomic). engine: "inp", "cow" or "lsm"
+/// (created with it, expected at open; default: create inp, open any);
+/// domain: "adr", "eadr", "msync", ... (default: FERRITE_DOMAIN, else
+/// detected); size: bytes of a pool the call creates (default 64 MiB; the
+/// pool does not grow yet); sessions: most concurrent writers (1..1000,
+/// default 8); allocator: "ferrite" or "lock". Opening runs recovery.
+///
+/// store[k] = v, store[k] (KeyError when absent), get(k, default), del
+/// store[k], k in store, len(store), iteration over the keys in order,
+/// keys()/values()/items(start, end, reverse, prefix). Writes are durable
+/// when they return. batch() and snapshot() are context managers. A store
+/// may be shared by threads; calls that touch the pool release the GIL.
+/// Use it as a context manager (or call close()); afterwards every call
+/// raises StoreClosedError.
 #[pyclass(frozen, module = "ferrite._ferrite", name = "Store")]
 struct PyStore {
     inner: RwLock<Option<Store>>,
@@ -207,6 +223,8 @@ impl PyStore {
         Ok(())
     }
 
+    /// Inserts or replaces key (1 to 1024 bytes) with value (up to 1 MiB);
+    /// durable when it returns.
     fn put(&self, py: Python<'_>, key: &[u8], value: &[u8]) -> PyResult<()> {
         let st = self.writer(py)?;
         py.detach(|| st.put(key, value)).map_err(|e| err(py, e))
@@ -216,6 +234,7 @@ impl PyStore {
         self.put(py, key, value)
     }
 
+    /// The value of key, or default when it is absent.
     #[pyo3(signature = (key, default=None))]
     fn get<'py>(
         &self,
@@ -273,6 +292,10 @@ impl PyStore {
         self.keys(py, None, None, false, None)
     }
 
+    /// (key, value) pairs with start <= key < end (None: unbounded), or the
+    /// keys that begin with prefix; descending with reverse=True. Read
+    /// lazily in chunks, each a consistent view of its own (a snapshot's
+    /// items() are one view).
     #[pyo3(signature = (start=None, end=None, reverse=false, prefix=None))]
     fn items(
         &self,
@@ -315,8 +338,9 @@ impl PyStore {
         Ok(it)
     }
 
-    /// A write batch: a context manager that commits its writes at once
-    /// (all or nothing) when the block ends without an exception.
+    /// A write batch: `with store.batch() as b:` commits every write made
+    /// through b at once when the block ends without an exception (all or
+    /// nothing, even after a crash), and drops them when it raises.
     fn batch(slf: Py<Self>) -> PyBatch {
         PyBatch {
             store: slf,
@@ -324,7 +348,9 @@ impl PyStore {
         }
     }
 
-    /// A consistent read-only view.
+    /// A consistent read-only view (a context manager). A cow store's
+    /// writers go on while it is open; an inp or lsm store's writes raise
+    /// BusyError until it is closed (they would wait for it).
     fn snapshot(&self, py: Python<'_>) -> PyResult<PySnapshot> {
         let st = self.store(py)?;
         let snap = py.detach(|| st.snapshot()).map_err(|e| err(py, e))?;
@@ -415,7 +441,11 @@ struct BatchState {
     done: bool,
 }
 
-/// A write batch (`Store.batch()`).
+/// A write batch (Store.batch()): b[k] = v, del b[k] (never KeyError),
+/// put, delete; reads (b[k], get, in) see the batch's own pending writes
+/// over the store. commit() applies them all at once (durable, all or
+/// nothing); abort() drops them; as a context manager it commits at the end
+/// of the block, or aborts when the block raises.
 #[pyclass(frozen, module = "ferrite._ferrite", name = "Batch")]
 struct PyBatch {
     store: Py<PyStore>,
@@ -542,7 +572,10 @@ impl PyBatch {
     }
 }
 
-/// A consistent read-only view (`Store.snapshot()`).
+/// A consistent read-only view (Store.snapshot()): snap[k], get, in, len,
+/// iteration, keys/values/items(start, end, reverse, prefix), all as the
+/// store was when it was taken. close() (or the end of its with block)
+/// releases it.
 #[pyclass(frozen, module = "ferrite._ferrite", name = "Snapshot")]
 struct PySnapshot {
     snap: Mutex<Option<Snapshot>>,
