@@ -78,7 +78,8 @@
 // message says where. `ferrite_pool_check` lists every finding.
 #define FERRITE_ERR_CORRUPT -9
 
-// The pool file is open elsewhere (locked), or every session is taken.
+// The pool file is open elsewhere (locked), every session is taken, or a
+// write would wait for a snapshot of the same handle (InP, LSM).
 #define FERRITE_ERR_BUSY -10
 
 // The store's allocator refused an operation or its heap.
@@ -262,9 +263,11 @@ int ferrite_iter_next(ferrite_iter *it,
 void ferrite_iter_free(ferrite_iter *it);
 
 // Takes a consistent read-only view: every read through it sees the store
-// as it was now. Per engine: CoW and LSM writers go on; on an InP store
-// writers wait until the snapshot is freed, so keep snapshots short and
-// never write on a thread that holds an InP or LSM snapshot. `*out` is
+// as it was now. A CoW store's writers go on while it is open. An InP
+// store's writers would wait until it is freed (an LSM store's at its next
+// memtable flush), so while a snapshot of an InP or LSM store is open,
+// writes through this handle return `FERRITE_ERR_BUSY` instead of waiting
+// (for ever, on the thread that holds it): keep such snapshots short. `*out` is
 // the caller's, released with `ferrite_snapshot_free`. Thread-safe.
 //
 // # Safety

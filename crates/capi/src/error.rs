@@ -35,7 +35,8 @@ pub const FERRITE_ERR_NOT_A_STORE: c_int = -8;
 /// The store is corrupt (a checksum or structure check failed); the
 /// message says where. `ferrite_pool_check` lists every finding.
 pub const FERRITE_ERR_CORRUPT: c_int = -9;
-/// The pool file is open elsewhere (locked), or every session is taken.
+/// The pool file is open elsewhere (locked), every session is taken, or a
+/// write would wait for a snapshot of the same handle (InP, LSM).
 pub const FERRITE_ERR_BUSY: c_int = -10;
 /// The store's allocator refused an operation or its heap.
 pub const FERRITE_ERR_ALLOC: c_int = -11;
@@ -58,6 +59,9 @@ pub enum CapiError {
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
+    /// The operation would wait for something the caller holds.
+    #[error("{0}")]
+    Busy(String),
     /// A file could not be read (`ferrite_pool_check`).
     #[error("{0}")]
     Io(String),
@@ -72,6 +76,7 @@ impl CapiError {
         match self {
             CapiError::Null(_) | CapiError::Invalid(_) => FERRITE_ERR_INVALID,
             CapiError::Closed => FERRITE_ERR_CLOSED,
+            CapiError::Busy(_) => FERRITE_ERR_BUSY,
             CapiError::Io(_) => FERRITE_ERR_IO,
             CapiError::Panic(_) => FERRITE_ERR_PANIC,
             CapiError::Engine(e) => match e {

@@ -41,6 +41,8 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `ferrite_op.kind`: insert or replace `key` with `val`.
 pub const FERRITE_OP_PUT: c_int = 1;
@@ -60,12 +62,26 @@ pub const FERRITE_SCAN_PREFIX: c_int = 4;
 /// `FERRITE_ERR_CLOSED`), released by `ferrite_store_free`.
 pub struct ferrite_store {
     store: RwLock<Option<Store>>,
+    /// Snapshots of this handle still open.
+    snapshots: Arc<AtomicUsize>,
+    /// The engine's writers wait for open snapshots (InP, LSM): writes are
+    /// refused while one is open, instead of waiting (on the thread that
+    /// holds it, for ever).
+    writes_wait_for_snapshots: bool,
 }
 
 /// A consistent read-only view of a store. Opaque. Created by
 /// `ferrite_store_snapshot`, released by `ferrite_snapshot_free`.
 pub struct ferrite_snapshot {
     snap: Mutex<Snapshot>,
+    /// The store handle's count of open snapshots.
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for ferrite_snapshot {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A scan in progress. Opaque. Created by `ferrite_store_scan` or
@@ -115,6 +131,30 @@ unsafe fn with_store<T>(
     let h = unsafe { ffi::handle(s, "store") }?;
     let g = h.store.read();
     f(g.as_ref().ok_or(CapiError::Closed)?)
+}
+
+/// Runs the write `f` on the open store behind `s`: refused with
+/// `FERRITE_ERR_BUSY` while a snapshot of this handle is open on an engine
+/// whose writers would wait for it.
+///
+/// # Safety
+/// As [`with_store`].
+unsafe fn with_writer<T>(
+    s: *const ferrite_store,
+    f: impl FnOnce(&Store) -> error::Result<T>,
+) -> error::Result<T> {
+    // SAFETY: the caller promises null or a live handle.
+    let h = unsafe { ffi::handle(s, "store") }?;
+    let g = h.store.read();
+    let st = g.as_ref().ok_or(CapiError::Closed)?;
+    if h.writes_wait_for_snapshots && h.snapshots.load(Ordering::Acquire) > 0 {
+        return Err(CapiError::Busy(format!(
+            "a snapshot of this {} store is open, and its writers wait until it is freed: \
+             free it first (a cow store's writers go on)",
+            st.kind()
+        )));
+    }
+    f(st)
 }
 
 /// The version of the library, e.g. `"0.1.0"`. A static string: never freed.
@@ -177,7 +217,9 @@ pub unsafe extern "C" fn ferrite_store_open(
         let opts = options::parse_options(unsafe { ffi::opt_str(options, "options") }?)?;
         let store = options::open(Path::new(path), &opts)?;
         let h = Box::into_raw(Box::new(ferrite_store {
+            writes_wait_for_snapshots: store.kind() != ferrite_engine::EngineKind::Cow,
             store: RwLock::new(Some(store)),
+            snapshots: Arc::new(AtomicUsize::new(0)),
         }));
         // SAFETY: `out` is non-null (checked) and writable.
         unsafe { ffi::put_out(out, h, "out") }?;
@@ -244,7 +286,7 @@ pub unsafe extern "C" fn ferrite_store_put(
         // SAFETY: readable for the lengths given, as the caller promises.
         let (k, v) = unsafe { (ffi::bytes(key, klen, "key")?, ffi::bytes(val, vlen, "val")?) };
         // SAFETY: null or live handle, as the caller promises.
-        unsafe { with_store(s, |st| Ok(st.put(k, v)?)) }?;
+        unsafe { with_writer(s, |st| Ok(st.put(k, v)?)) }?;
         Ok(FERRITE_OK)
     })
 }
@@ -313,7 +355,7 @@ pub unsafe extern "C" fn ferrite_store_delete(
         // SAFETY: readable for `klen` bytes, as the caller promises.
         let k = unsafe { ffi::bytes(key, klen, "key") }?;
         // SAFETY: null or live handle, as the caller promises.
-        let was = unsafe { with_store(s, |st| Ok(st.delete(k)?)) }?;
+        let was = unsafe { with_writer(s, |st| Ok(st.delete(k)?)) }?;
         Ok(if was { FERRITE_OK } else { FERRITE_NOT_FOUND })
     })
 }
@@ -361,7 +403,7 @@ pub unsafe extern "C" fn ferrite_store_batch(
             });
         }
         // SAFETY: null or live handle, as the caller promises.
-        unsafe { with_store(s, |st| Ok(st.batch(&batch)?)) }?;
+        unsafe { with_writer(s, |st| Ok(st.batch(&batch)?)) }?;
         Ok(FERRITE_OK)
     })
 }
@@ -530,9 +572,11 @@ pub unsafe extern "C" fn ferrite_iter_free(it: *mut ferrite_iter) {
 }
 
 /// Takes a consistent read-only view: every read through it sees the store
-/// as it was now. Per engine: CoW and LSM writers go on; on an InP store
-/// writers wait until the snapshot is freed, so keep snapshots short and
-/// never write on a thread that holds an InP or LSM snapshot. `*out` is
+/// as it was now. A CoW store's writers go on while it is open. An InP
+/// store's writers would wait until it is freed (an LSM store's at its next
+/// memtable flush), so while a snapshot of an InP or LSM store is open,
+/// writes through this handle return `FERRITE_ERR_BUSY` instead of waiting
+/// (for ever, on the thread that holds it): keep such snapshots short. `*out` is
 /// the caller's, released with `ferrite_snapshot_free`. Thread-safe.
 ///
 /// # Safety
@@ -545,9 +589,13 @@ pub unsafe extern "C" fn ferrite_store_snapshot(
     error::guard(|| {
         ffi::need(out, "out")?;
         // SAFETY: null or live handle, as the caller promises.
+        let store = unsafe { ffi::handle(s.cast_const(), "store") }?;
+        // SAFETY: as above.
         let snap = unsafe { with_store(s, |st| Ok(st.snapshot()?)) }?;
+        store.snapshots.fetch_add(1, Ordering::AcqRel);
         let h = Box::into_raw(Box::new(ferrite_snapshot {
             snap: Mutex::new(snap),
+            count: store.snapshots.clone(),
         }));
         // SAFETY: non-null (checked) and writable.
         unsafe { ffi::put_out(out, h, "out") }?;
