@@ -114,8 +114,9 @@ pub fn parse_options(s: Option<&str>) -> Result<OpenOptions> {
 /// allowed. A create is atomic: the pool is made under a temporary name
 /// beside `path` and linked to `path` only once the store in it is
 /// complete, so a process killed while creating leaves no half-made pool
-/// at `path` (at worst a `.NAME.creating-PID` file), and of two processes
-/// creating at once one creates and the other opens.
+/// at `path` (a `.NAME.creating-PID` file, removed by the next create once
+/// that process is gone), and of two processes creating at once one
+/// creates and the other opens.
 pub fn open(path: &Path, o: &OpenOptions) -> Result<Store> {
     if !o.create || path.exists() {
         return Ok(Store::open_file(path, &o.store)?);
@@ -129,6 +130,7 @@ pub fn open(path: &Path, o: &OpenOptions) -> Result<Store> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
+    remove_abandoned(path, &name.to_string_lossy());
     let size = o.store_size();
     Store::create_file(&tmp, size, &o.store)?.close()?;
     let linked = std::fs::hard_link(&tmp, path);
@@ -140,6 +142,28 @@ pub fn open(path: &Path, o: &OpenOptions) -> Result<Store> {
         Err(e) => return Err(CapiError::Io(format!("{}: {e}", path.display()))),
     }
     Ok(Store::open_file(path, &o.store)?)
+}
+
+/// Removes `.NAME.creating-PID` files beside `path` whose process is gone
+/// (a create killed midway leaves one).
+fn remove_abandoned(path: &Path, name: &str) {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let prefix = format!(".{name}.creating-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -171,5 +195,36 @@ mod tests {
             );
         }
         assert!(parse_options(None).unwrap().create);
+    }
+
+    #[test]
+    fn create_is_atomic_and_clears_abandoned_creates() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.pool");
+        // A create killed midway (pid beyond any pid_max) and a live one.
+        let dead = dir.path().join(".x.pool.creating-999999999");
+        let live = dir
+            .path()
+            .join(format!(".x.pool.creating-{}", std::process::id()));
+        std::fs::write(&dead, b"half").unwrap();
+        let o = parse_options(Some("size=8M,engine=cow")).unwrap();
+        let st = open(&path, &o).unwrap();
+        st.put(b"k", b"v").unwrap();
+        st.close().unwrap();
+        assert!(!dead.exists(), "the abandoned create is removed");
+        assert!(!live.exists(), "the temporary file of this create is gone");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("x.pool")]);
+        // Opened, not created again: the key is there.
+        let st = open(&path, &o).unwrap();
+        assert_eq!(st.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        st.close().unwrap();
+        // create=no on a missing pool creates nothing.
+        let none = dir.path().join("none.pool");
+        assert!(open(&none, &parse_options(Some("create=no")).unwrap()).is_err());
+        assert!(!none.exists());
     }
 }
