@@ -2,7 +2,7 @@
 # Runs the README's "Using Ferrite from C" and "from Python" examples as
 # printed: the fruit.c and fruit.cpp blocks compiled through pkg-config
 # against the release build, the Python block with the given interpreter.
-#   .ci/readme-examples.sh c PYTHON_UNUSED
+#   .ci/readme-examples.sh c
 #   .ci/readme-examples.sh python PYTHON
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +34,10 @@ c)
     grep -q "^refused: ferrite_store_put: key of 0 bytes" "$work/cpp.out"
     ;;
 python)
+    py=${2:-python3}
+    if [[ $py == */* ]]; then py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py"); fi
     block "## Using Ferrite from Python" python > "$work/fruit.py"
-    (cd "$work" && "$2" fruit.py) | tee "$work/py.out"
+    (cd "$work" && "$py" fruit.py) | tee "$work/py.out"
     grep -qx "2 b'none'" "$work/py.out"
     grep -q "^TypeError:" "$work/py.out"
     grep -q "^clean (cow engine" "$work/py.out"
