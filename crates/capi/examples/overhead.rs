@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rpath = format!("{path}.rust");
     let _ = std::fs::remove_file(&rpath);
     let store = ferrite::options::open(rpath.as_ref(), &o)?;
-    let block = 1000u64;
+    let block = 200u64;
     let rounds = (n / block).max(2);
     let (mut cput, mut rput, mut cget, mut rget) = (vec![], vec![], vec![], vec![]);
     let c_put = |from: u64| {
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let keys = rounds * block;
-    let gblock = 5000u64;
+    let gblock = 1000u64;
     let c_get = |r: u64| {
         let t = Instant::now();
         for j in 0..gblock {
@@ -126,7 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok(t.elapsed().as_nanos() as f64 / gblock as f64)
     };
-    for r in 0..rounds.max(20) {
+    for r in 0..rounds.max(200) {
         if r % 2 == 0 {
             cget.push(c_get(r));
             rget.push(r_get(r)?);
@@ -135,19 +135,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             cget.push(c_get(r));
         }
     }
+    // Each C block beside the Rust block next to it in time: the ratio of
+    // the pair cancels the load the two share.
+    let mut pput: Vec<f64> = cput.iter().zip(&rput).map(|(c, r)| c / r).collect();
+    let mut pget: Vec<f64> = cget.iter().zip(&rget).map(|(c, r)| c / r).collect();
     let (cp, rp, cg, rg) = (
         median(&mut cput),
         median(&mut rput),
         median(&mut cget),
         median(&mut rget),
     );
+    let (qp, qg) = (median(&mut pput), median(&mut pget));
+    let iqr = |v: &[f64]| v[v.len() * 3 / 4] - v[v.len() / 4];
     println!(
-        "interleaved put: C ABI {cp:.1} ns, Rust {rp:.1} ns, C/Rust {:.3} ({} blocks of {block}); \
-         get: C ABI {cg:.1} ns, Rust {rg:.1} ns, C/Rust {:.3} ({} blocks of {gblock})",
-        cp / rp,
-        cput.len(),
-        cg / rg,
-        cget.len()
+        "interleaved put: C ABI {cp:.1} ns, Rust {rp:.1} ns, median pair ratio C/Rust {qp:.3} \
+         (IQR {:.3}, {} pairs of {block}); get: C ABI {cg:.1} ns, Rust {rg:.1} ns, median pair \
+         ratio C/Rust {qg:.3} (IQR {:.3}, {} pairs of {gblock})",
+        iqr(&pput),
+        pput.len(),
+        iqr(&pget),
+        pget.len()
     );
     // SAFETY: live handle, freed once.
     unsafe { ferrite::ferrite_store_free(h) };
