@@ -19,9 +19,24 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import List, Union
 
-from . import errors
-from ._ferrite import Batch, Iterator, Snapshot, Store, __version__, _check
-from .errors import *  # noqa: F401,F403
+from ._ferrite import Batch as Batch
+from ._ferrite import Iterator as Iterator
+from ._ferrite import Snapshot as Snapshot
+from ._ferrite import Store as Store
+from ._ferrite import __version__ as __version__
+from ._ferrite import _check
+from .errors import AllocatorError as AllocatorError
+from .errors import BatchTooLargeError as BatchTooLargeError
+from .errors import BusyError as BusyError
+from .errors import CorruptError as CorruptError
+from .errors import FerriteError as FerriteError
+from .errors import FerriteIOError as FerriteIOError
+from .errors import InvalidArgumentError as InvalidArgumentError
+from .errors import KeySizeError as KeySizeError
+from .errors import NotAStoreError as NotAStoreError
+from .errors import StoreClosedError as StoreClosedError
+from .errors import StoreFullError as StoreFullError
+from .errors import ValueSizeError as ValueSizeError
 
 __all__ = [
     "Store",
@@ -32,7 +47,19 @@ __all__ = [
     "CheckResult",
     "Finding",
     "__version__",
-] + errors.__all__
+    "FerriteError",
+    "InvalidArgumentError",
+    "StoreClosedError",
+    "KeySizeError",
+    "ValueSizeError",
+    "BatchTooLargeError",
+    "StoreFullError",
+    "FerriteIOError",
+    "NotAStoreError",
+    "CorruptError",
+    "BusyError",
+    "AllocatorError",
+]
 
 
 @dataclass(frozen=True)

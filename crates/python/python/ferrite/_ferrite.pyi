@@ -1,6 +1,7 @@
 """Type hints of ferrite's native module."""
 
 from os import PathLike
+from pathlib import Path
 from types import TracebackType
 from typing import Iterator as _It, Optional, Tuple, Type, TypeVar, Union, overload, Literal
 
@@ -43,7 +44,7 @@ class Store:
         create: bool = True,
     ) -> None: ...
     @property
-    def path(self) -> str: ...
+    def path(self) -> Path: ...
     @property
     def engine(self) -> Literal["inp", "cow", "lsm"]: ...
     @property
