@@ -303,3 +303,18 @@ def test_kill_9_loses_no_acknowledged_write(pooldir, engine):
             nxt = got[-1] + 1
     assert acked > 0
     assert ferrite.check(path).clean
+
+
+def test_a_full_pool_raises_store_full(pooldir, engine):
+    # The pool's size is fixed at create (growth is to come): 1 MiB here
+    # (the LSM's memtable alone takes 5 MiB: a 1 MiB LSM store is refused).
+    size = 16 << 20 if engine == "lsm" else 1 << 20
+    with pytest.raises(errors.StoreFullError):
+        ferrite.Store(os.path.join(pooldir, "tiny.pool"), engine="lsm", size=1 << 20)
+    with ferrite.Store(os.path.join(pooldir, "full.pool"), engine=engine, size=size) as s:
+        with pytest.raises(errors.StoreFullError):
+            for i in range(200):
+                s[b"k%d" % i] = b"x" * (1 << 18)
+        assert i > 0 and s[b"k0"] == b"x" * (1 << 18)  # what fitted is there
+        del s[b"k0"]  # the store goes on after the error
+        s[b"small"] = b"1"
