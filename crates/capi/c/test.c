@@ -202,6 +202,26 @@ int main(int argc, char **argv) {
     CHECK(ferrite_store_open(path, NULL, NULL) == FERRITE_ERR_INVALID);
     CHECK(ferrite_pool_check(NULL, NULL, &findings) == FERRITE_ERR_INVALID);
 
+    /* A full pool: typed errors (its size is fixed at create). */
+    snprintf(path, sizeof path, "%s/tiny.pool", dir);
+    CHECK(ferrite_store_open(path, "engine=lsm,size=1M", &s) == FERRITE_ERR_FULL && s == NULL);
+    CHECK(fopen(path, "r") == NULL); /* a failed create leaves no file */
+    CHECK(ferrite_store_open(path, "engine=cow,size=1M", &s) == FERRITE_OK);
+    char *chunk = calloc(1, 1 << 18);
+    int full = 0, stored = 0;
+    for (int i = 0; i < 100 && !full; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", i);
+        rc = ferrite_store_put(s, k, strlen(k), chunk, 1 << 18);
+        if (rc == FERRITE_ERR_FULL) full = 1;
+        else if (rc == FERRITE_OK) stored++;
+        else break;
+    }
+    free(chunk);
+    CHECK(full && stored > 0);
+    CHECK(ferrite_store_put(s, "small", 5, "1", 1) == FERRITE_OK || ferrite_store_delete(s, "k0", 2) == FERRITE_OK);
+    ferrite_store_free(s);
+
     /* A panic inside the library comes back as an error code. */
     CHECK(ferrite_selftest_panic() == FERRITE_ERR_PANIC);
     CHECK(strstr(ferrite_last_error(), "deliberate panic") != NULL);
