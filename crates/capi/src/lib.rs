@@ -190,8 +190,9 @@ pub unsafe extern "C" fn ferrite_free(p: *mut c_void) {
 /// `key=value` pairs: `engine=inp|cow|lsm` (created with it, expected at
 /// open; default: create `inp`, open any), `domain=adr|eadr|msync|…`
 /// (default: `FERRITE_DOMAIN`, else detected), `size=BYTES` with `k`/`m`/`g`
-/// suffixes (of a pool the call creates; default 64M; the pool does not
-/// grow yet: its size is fixed at create), `sessions=N` (most writers at
+/// suffixes (a fixed size for a pool the call creates; without it the pool
+/// starts small and grows on demand), `max_size=BYTES` (the most it may
+/// grow to; default 1 TiB of reserved address space), `sessions=N` (most writers at
 /// once, 1..=1000, default 8), `allocator=ferrite|lock`, `create=yes|no`.
 /// Opening runs recovery: every write acknowledged before a crash is there.
 ///

@@ -12,15 +12,6 @@ pub struct OpenOptions {
     pub store: StoreOptions,
     /// Create the pool file when it is missing (`create=yes`, the default).
     pub create: bool,
-    /// Bytes of a pool the open creates (`size=`).
-    pub size: Option<u64>,
-}
-
-impl OpenOptions {
-    /// Bytes of a pool the open creates (`size=`, default 64 MiB).
-    pub fn store_size(&self) -> u64 {
-        self.size.unwrap_or(ferrite_engine::DEFAULT_SIZE)
-    }
 }
 
 impl Default for OpenOptions {
@@ -28,7 +19,6 @@ impl Default for OpenOptions {
         OpenOptions {
             store: StoreOptions::default(),
             create: true,
-            size: None,
         }
     }
 }
@@ -53,8 +43,10 @@ pub fn parse_size(v: &str) -> Result<u64> {
 }
 
 /// Parses `key=value` pairs separated by commas. Keys: `engine` (`inp`,
-/// `cow`, `lsm`), `domain` (`adr`, `eadr`, `msync`, …), `size` (bytes of a
-/// pool the call creates; `k`/`m`/`g` suffixes; default 64 MiB), `sessions`
+/// `cow`, `lsm`), `domain` (`adr`, `eadr`, `msync`, …), `size` (a fixed
+/// size for a pool the call creates; `k`/`m`/`g` suffixes; without it the
+/// pool starts small and grows on demand), `max_size` (the most it may grow
+/// to; default 1 TiB), `sessions`
 /// (1..=1000), `allocator` (`ferrite`, `lock`), `create` (`yes`/`no`).
 /// Empty or `None`: the defaults.
 pub fn parse_options(s: Option<&str>) -> Result<OpenOptions> {
@@ -70,42 +62,41 @@ pub fn parse_options(s: Option<&str>) -> Result<OpenOptions> {
             .ok_or_else(|| CapiError::Invalid(format!("option '{item}' is not key=value")))?;
         let (k, v) = (k.trim(), v.trim());
         let bad = |what: &str| CapiError::Invalid(format!("option {k}={v}: {what}"));
-        o.store =
-            match k {
-                "engine" => o
-                    .store
-                    .engine(EngineKind::parse(v).ok_or_else(|| bad("engines are inp, cow, lsm"))?),
-                "domain" => o.store.domain(Domain::parse(v).ok_or_else(|| {
+        o.store = match k {
+            "engine" => o
+                .store
+                .engine(EngineKind::parse(v).ok_or_else(|| bad("engines are inp, cow, lsm"))?),
+            "domain" => {
+                o.store.domain(Domain::parse(v).ok_or_else(|| {
                     bad("domains are adr, eadr, pdram, pdram-lite, msync, volatile")
-                })?),
-                "size" => {
-                    o.size = Some(parse_size(v)?);
-                    o.store
-                }
-                "sessions" => o.store.sessions(
-                    v.parse::<u16>()
-                        .ok()
-                        .filter(|n| (1..=1000).contains(n))
-                        .ok_or_else(|| bad("sessions are 1 to 1000"))?,
-                ),
-                "allocator" => match AllocKind::parse(v) {
-                    Some(a @ (AllocKind::Ferrite | AllocKind::Lock)) => o.store.allocator(a),
-                    _ => return Err(bad("allocators are ferrite, lock")),
-                },
-                "create" => {
-                    o.create = match v {
-                        "yes" | "true" | "1" => true,
-                        "no" | "false" | "0" => false,
-                        _ => return Err(bad("create is yes or no")),
-                    };
-                    o.store
-                }
-                _ => {
-                    return Err(CapiError::Invalid(format!(
-                        "unknown option '{k}' (engine, domain, size, sessions, allocator, create)"
-                    )));
-                }
-            };
+                })?)
+            }
+            "size" => o.store.size(parse_size(v)?),
+            "max_size" => o.store.max_size(parse_size(v)?),
+            "sessions" => o.store.sessions(
+                v.parse::<u16>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| bad("sessions are 1 to 1000"))?,
+            ),
+            "allocator" => match AllocKind::parse(v) {
+                Some(a @ (AllocKind::Ferrite | AllocKind::Lock)) => o.store.allocator(a),
+                _ => return Err(bad("allocators are ferrite, lock")),
+            },
+            "create" => {
+                o.create = match v {
+                    "yes" | "true" | "1" => true,
+                    "no" | "false" | "0" => false,
+                    _ => return Err(bad("create is yes or no")),
+                };
+                o.store
+            }
+            _ => {
+                return Err(CapiError::Invalid(format!(
+                    "unknown option '{k}' (engine, domain, size, max_size, sessions, allocator, create)"
+                )));
+            }
+        };
     }
     Ok(o)
 }
@@ -131,8 +122,7 @@ pub fn open(path: &Path, o: &OpenOptions) -> Result<Store> {
     ));
     let _ = std::fs::remove_file(&tmp);
     remove_abandoned(path, &name.to_string_lossy());
-    let size = o.store_size();
-    Store::create_file(&tmp, size, &o.store)?.close()?;
+    Store::create_new(&tmp, &o.store)?.close()?;
     let linked = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
     match linked {

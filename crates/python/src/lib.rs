@@ -65,8 +65,9 @@ thread_local! {
 /// create=False; a create is atomic). engine: "inp", "cow" or "lsm"
 /// (created with it, expected at open; default: create inp, open any);
 /// domain: "adr", "eadr", "msync", ... (default: FERRITE_DOMAIN, else
-/// detected); size: bytes of a pool the call creates (default 64 MiB; the
-/// pool does not grow yet); sessions: most concurrent writers (1..1000,
+/// detected); size: a fixed size in bytes for a pool the call creates
+/// (without it the pool starts small and grows on demand, up to max_size,
+/// default 1 TiB); sessions: most concurrent writers (1..1000,
 /// default 8); allocator: "ferrite" or "lock". Opening runs recovery.
 ///
 /// store[k] = v, store[k] (KeyError when absent), get(k, default), del
@@ -139,7 +140,7 @@ fn key_range(
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (path, *, engine=None, domain=None, size=None, sessions=None, allocator=None, create=true))]
+    #[pyo3(signature = (path, *, engine=None, domain=None, size=None, max_size=None, sessions=None, allocator=None, create=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -147,6 +148,7 @@ impl PyStore {
         engine: Option<&str>,
         domain: Option<&str>,
         size: Option<u64>,
+        max_size: Option<u64>,
         sessions: Option<u16>,
         allocator: Option<&str>,
         create: bool,
@@ -166,6 +168,9 @@ impl PyStore {
         }
         if let Some(s) = size {
             spec.push(format!("size={s}"));
+        }
+        if let Some(m) = max_size {
+            spec.push(format!("max_size={m}"));
         }
         if let Some(n) = sessions {
             spec.push(format!("sessions={n}"));

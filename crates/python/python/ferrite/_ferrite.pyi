@@ -23,8 +23,9 @@ class Store:
     create=False; a create is atomic). engine: "inp", "cow" or "lsm"
     (created with it, expected at open; default: create inp, open any);
     domain: "adr", "eadr", "msync", ... (default: FERRITE_DOMAIN, else
-    detected); size: bytes of a pool the call creates (default 64 MiB; the
-    pool does not grow yet); sessions: most concurrent writers (1..1000,
+    detected); size: a fixed size in bytes for a pool the call creates
+    (without it the pool starts small and grows on demand, up to max_size,
+    default 1 TiB); sessions: most concurrent writers (1..1000,
     default 8); allocator: "ferrite" or "lock". Opening runs recovery.
 
     Writes are durable when they return. A store may be shared by threads;
@@ -39,6 +40,7 @@ class Store:
         engine: Optional[str] = None,
         domain: Optional[str] = None,
         size: Optional[int] = None,
+        max_size: Optional[int] = None,
         sessions: Optional[int] = None,
         allocator: Optional[str] = None,
         create: bool = True,
