@@ -28,8 +28,9 @@ pub enum EngineError {
         /// The longest value allowed, bytes.
         max: usize,
     },
-    /// A batch does not fit in one commit: InP's per-session log (or
-    /// intent log), or LSM's 4 GiB record. Nothing was applied; split it.
+    /// A batch does not fit in one commit: InP's log area on the intent
+    /// protocol (stores on PMDK's allocator), or LSM's 4 GiB record.
+    /// Nothing was applied; split it.
     #[error("batch of {ops} operations is larger than this engine commits at once ({max})")]
     BatchTooLarge {
         /// Operations in the batch.

@@ -10,10 +10,13 @@
 //! held exclusively), so what the transaction read is still true when it
 //! commits: serializable, as LMDB's and redb's single writer.
 //!
-//! The batch is bounded by the engine's: an InP batch must fit one log
-//! area ([`crate::inp::Options::log_bytes`]), so a transaction of more
-//! writes than that fails at commit with [`EngineError::BatchTooLarge`](crate::EngineError::BatchTooLarge)
-//! and applies nothing.
+//! The batch has any size the heap has room for (an InP record larger
+//! than its log area is stored in a heap block of its own; an LSM record
+//! may reach 4 GiB): a 5 M-put transaction commits whole on every engine
+//! (`examples/big_batch.rs`). Only InP's intent protocol (stores on PMDK's
+//! allocator) still bounds it by its log area
+//! ([`EngineError::BatchTooLarge`](crate::EngineError::BatchTooLarge),
+//! nothing applied).
 
 use crate::range::{Scan, SessionScan, Walker};
 use crate::store::Core;
