@@ -18,6 +18,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
+pub mod observe;
 pub mod protocol;
 pub mod server;
 pub mod store;

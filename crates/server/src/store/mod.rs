@@ -428,6 +428,10 @@ pub struct Shared {
     /// The start-up scan failed: counts and eviction miss the keys it did
     /// not reach.
     pub scan_failed: AtomicBool,
+    /// `stats detail` (per-prefix counts).
+    pub detail: crate::observe::Detail,
+    /// Log watchers (`watch`).
+    pub log: crate::observe::Log,
 }
 
 /// Counters for `stats` (volatile, since start). `curr_items` and `bytes`
@@ -469,6 +473,41 @@ pub struct Stats {
     pub fast_gets: AtomicU64,
 }
 
+impl Stats {
+    /// `stats reset`: the command and hit counters start again at 0 (the
+    /// item counts stay, as in memcached).
+    pub fn reset(&self) {
+        for c in [
+            &self.total_items,
+            &self.cmd_get,
+            &self.cmd_set,
+            &self.cmd_touch,
+            &self.cmd_flush,
+            &self.get_hits,
+            &self.get_misses,
+            &self.get_expired,
+            &self.get_flushed,
+            &self.delete_hits,
+            &self.delete_misses,
+            &self.incr_hits,
+            &self.incr_misses,
+            &self.decr_hits,
+            &self.decr_misses,
+            &self.cas_hits,
+            &self.cas_misses,
+            &self.cas_badval,
+            &self.touch_hits,
+            &self.touch_misses,
+            &self.group_commits,
+            &self.grouped_requests,
+            &self.evictions,
+            &self.fast_gets,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+}
+
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
@@ -504,6 +543,8 @@ impl Shared {
             stats,
             seeding: AtomicUsize::new(0),
             scan_failed: AtomicBool::new(false),
+            detail: Default::default(),
+            log: Default::default(),
         })
     }
 
