@@ -1187,14 +1187,14 @@ async fn stats(ctx: &Ctx<'_>, req: &Request, args: &[Vec<u8>], out: &mut Vec<u8>
             Response::Stats(&list)
         }
         [b"slabs"] => {
-            // No slab classes: only the totals memcached also reports.
-            list = vec![
-                ("active_slabs".into(), "0".into()),
-                ("total_malloced".into(), ctx.opts.memory.to_string()),
-            ];
+            list = ctx.shared.slabs.slabs();
             Response::Stats(&list)
         }
-        [b"items"] | [b"sizes"] => Response::Stats(&[]),
+        [b"items"] => {
+            list = ctx.shared.slabs.items();
+            Response::Stats(&list)
+        }
+        [b"sizes"] => Response::Stats(&[]),
         _ if binary => Response::NotFound,
         _ => Response::Error(Failure::UnknownCommand),
     };
@@ -1295,6 +1295,9 @@ fn settings_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
         ("cas_enabled".into(), "yes".into()),
         ("evictions".into(), "on".into()),
         ("maxconns".into(), ctx.opts.max_conns.to_string()),
+        ("domain_socket".into(), "NULL".into()),
+        ("flush_enabled".into(), "yes".into()),
+        ("binding_protocol".into(), "auto-negotiate".into()),
         (
             "idle_timeout".into(),
             ctx.opts.idle_timeout.map_or(0, |d| d.as_secs()).to_string(),

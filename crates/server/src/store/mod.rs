@@ -80,6 +80,7 @@ pub mod evict;
 #[cfg(feature = "pmdk")]
 pub mod pmdk;
 pub mod ptm;
+pub mod slabs;
 pub mod tx;
 
 use crate::protocol::{DeleteOpts, Expiry, StoreMode, StoreOpts, deadline};
@@ -432,6 +433,8 @@ pub struct Shared {
     pub detail: crate::observe::Detail,
     /// Log watchers (`watch`).
     pub log: crate::observe::Log,
+    /// Items by memcached slab class (`stats slabs`, `stats items`).
+    pub slabs: slabs::SlabStats,
 }
 
 /// Counters for `stats` (volatile, since start). `curr_items` and `bytes`
@@ -545,6 +548,7 @@ impl Shared {
             scan_failed: AtomicBool::new(false),
             detail: Default::default(),
             log: Default::default(),
+            slabs: Default::default(),
         })
     }
 
@@ -788,6 +792,11 @@ pub struct Cache<'s, K> {
     budget: u64,
     /// (items, bytes) of `clock` last added to the shared statistics.
     published: (i64, i64),
+    /// The clock's per-class counts last added to the shared statistics.
+    published_classes: Vec<(i64, i64)>,
+    /// The last [`Cache::load`] removed an expired item (a store that
+    /// follows reuses its room: memcached's `reclaimed`).
+    found_expired: bool,
 }
 
 /// Bytes an item charges against the memory limit: its map key, header
@@ -825,6 +834,8 @@ impl<'s, K: Kv> Cache<'s, K> {
             clock: Clock::new(seeding),
             budget,
             published: (0, 0),
+            published_classes: vec![(0, 0); slabs::CLASSES],
+            found_expired: false,
         }
     }
 
@@ -871,6 +882,16 @@ impl<'s, K: Kv> Cache<'s, K> {
         st.curr_items.fetch_add(now.0 - self.published.0, Relaxed);
         st.bytes.fetch_add(now.1 - self.published.1, Relaxed);
         self.published = now;
+        let classes = self.clock.classes();
+        if classes.len() == self.published_classes.len() && classes != self.published_classes {
+            let delta: Vec<(i64, i64)> = classes
+                .iter()
+                .zip(&self.published_classes)
+                .map(|(n, p)| (n.0 - p.0, n.1 - p.1))
+                .collect();
+            self.shared.slabs.add(&delta);
+            self.published_classes.copy_from_slice(classes);
+        }
     }
 
     /// Evict one item (not the one being written); false when there is
@@ -924,6 +945,7 @@ impl<'s, K: Kv> Cache<'s, K> {
         let it = Item::decode(&self.buf)?;
         let ch = charge(self.key.len(), self.buf.len());
         let expired = it.expired(now);
+        self.found_expired = expired;
         let flushed = !expired && self.shared.flushed(&it, now);
         if expired || flushed {
             if expired {
@@ -1125,7 +1147,12 @@ impl<K: Kv> Store for Cache<'_, K> {
     ) -> Result<StoreOutcome> {
         let new_cas = opts.new_cas;
         self.map_key(key);
+        self.found_expired = false;
         let old = self.load(now)?;
+        if std::mem::take(&mut self.found_expired) {
+            let ch = charge(self.key.len(), HEADER + data.len());
+            self.shared.slabs.reclaimed[slabs::class_of(ch)].fetch_add(1, Relaxed);
+        }
         // Binary append/prepend and meta carry an optional CAS check.
         if let (Some(c), Some(o)) = (cas, &old)
             && c != 0
