@@ -177,7 +177,10 @@ pub fn text_step(auth: &Auth, buf: &[u8]) -> Step {
     };
     let line = &buf[..nl];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect();
+    let tokens: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
     let size = (tokens.len() >= 5 && tokens[0] == b"set")
         .then(|| crate::protocol::parse_u32(tokens[4]))
         .flatten()
@@ -323,7 +326,11 @@ mod tests {
                 reply,
                 authed,
                 ..
-            } => (consumed, String::from_utf8_lossy(&reply).into_owned(), authed),
+            } => (
+                consumed,
+                String::from_utf8_lossy(&reply).into_owned(),
+                authed,
+            ),
             s => panic!("{s:?}"),
         }
     }
@@ -337,7 +344,11 @@ mod tests {
         );
         assert_eq!(
             reply(text_step(&a, b"set foo 0 0 2\r\nhi\r\n")),
-            (19, "CLIENT_ERROR bad authentication token format\r\n".into(), false)
+            (
+                19,
+                "CLIENT_ERROR bad authentication token format\r\n".into(),
+                false
+            )
         );
         assert_eq!(
             reply(text_step(&a, b"set foo 0 0 7\r\nfoo bab\r\n")).1,
@@ -346,7 +357,7 @@ mod tests {
         assert_eq!(text_step(&a, b"set foo 0 0 7\r\nfoo b"), Step::More);
         assert_eq!(
             reply(text_step(&a, b"set x 0 0 10\r\nbaaaz quux\r\nget x\r\n")),
-            (27, "STORED\r\n".into(), true)
+            (26, "STORED\r\n".into(), true)
         );
         assert_eq!(text_step(&a, &[b'x'; 3000]), Step::Close);
         assert_eq!(a.cmds.load(Relaxed), 2);
@@ -394,14 +405,18 @@ mod tests {
     fn binary_sasl_plain() {
         let (_d, a) = auth("foo:bar\n");
         let get = bin(opcode::GET, b"k", b"");
-        assert_eq!(status(&binary_step(&a, &get, false).unwrap()), STATUS_AUTH_ERROR);
+        assert_eq!(
+            status(&binary_step(&a, &get, false).unwrap()),
+            STATUS_AUTH_ERROR
+        );
         assert!(binary_step(&a, &get, true).is_none());
         let mechs = binary_step(&a, &bin(opcode::SASL_LIST_MECHS, b"", b""), false).unwrap();
         assert!(matches!(&mechs, Step::Reply { reply, .. } if reply.ends_with(b"PLAIN")));
         let bad = binary_step(&a, &bin(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0baz"), false).unwrap();
         assert_eq!(status(&bad), STATUS_AUTH_ERROR);
         assert!(matches!(bad, Step::Reply { authed: false, .. }));
-        let good = binary_step(&a, &bin(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar"), false).unwrap();
+        let good =
+            binary_step(&a, &bin(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar"), false).unwrap();
         assert_eq!(status(&good), 0);
         assert!(matches!(good, Step::Reply { authed: true, .. }));
         let half = bin(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar");

@@ -191,7 +191,15 @@ impl Log {
     }
 
     /// memcached's `item_store` line.
-    pub fn item_store(&self, key: &[u8], status: &str, cmd: &str, ttl: u64, conn: u64, size: usize) {
+    pub fn item_store(
+        &self,
+        key: &[u8],
+        status: &str,
+        cmd: &str,
+        ttl: u64,
+        conn: u64,
+        size: usize,
+    ) {
         if !self.wants(LOG_MUTATIONS) {
             return;
         }
@@ -250,7 +258,9 @@ mod tests {
         log.item_get(b"k", true, 1, 7);
         log.item_store(b"k y", "stored", "set", 0, 7, 2);
         let line = String::from_utf8(rx.try_recv().unwrap()).unwrap();
-        assert!(line.contains("type=item_store key=k%20y status=stored cmd=set ttl=0 clsid=0 cfd=7"));
+        assert!(
+            line.contains("type=item_store key=k%20y status=stored cmd=set ttl=0 clsid=0 cfd=7")
+        );
         assert!(rx.try_recv().is_err());
         for _ in 0..WATCHER_QUEUE + 10 {
             log.item_store(b"k", "stored", "set", 0, 7, 1);

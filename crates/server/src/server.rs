@@ -50,6 +50,8 @@
 //! connection sends nothing it has not received. So every reply a client
 //! sees describes a durable state.
 
+use crate::auth::{self, Auth};
+use crate::observe::{DetailOp, LOG_FETCHERS, LOG_MUTATIONS};
 use crate::protocol::{
     self, Command, Failure, ItemView, Limits, Op, Proto, Recovery, ReqCtx, Request, Response,
 };
@@ -61,13 +63,11 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
-use crate::auth::{self, Auth};
-use crate::observe::{DetailOp, LOG_FETCHERS, LOG_MUTATIONS};
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -634,7 +634,7 @@ enum Flow {
 /// Largest reply buffer kept before writing mid-pipeline (and mid
 /// multiget): with the input bound ([`Limits`]) and one item, what a
 /// connection buffers at most, whether or not its client reads.
-pub const FLUSH_AT: usize = 1 << 20;
+pub const FLUSH_AT: usize = 256 << 10;
 
 /// Keys of a multiget sent to the shards at once before the replies so
 /// far are written out if they exceed [`FLUSH_AT`].
@@ -647,12 +647,19 @@ const BUF_KEEP: usize = 64 << 10;
 
 /// Write `out` (then clear it); false when the client is gone or took
 /// nothing for the idle timeout.
-async fn flush<S: AsyncWrite + Unpin>(sock: &mut S, out: &mut Vec<u8>, idle: Option<Duration>) -> bool {
+async fn flush<S: AsyncWrite + Unpin>(
+    sock: &mut S,
+    out: &mut Vec<u8>,
+    idle: Option<Duration>,
+) -> bool {
     if out.is_empty() {
         return true;
     }
     let ok = match idle {
-        Some(t) => matches!(tokio::time::timeout(t, sock.write_all(out)).await, Ok(Ok(()))),
+        Some(t) => matches!(
+            tokio::time::timeout(t, sock.write_all(out)).await,
+            Ok(Ok(()))
+        ),
         None => sock.write_all(out).await.is_ok(),
     };
     out.clear();
@@ -1389,7 +1396,9 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                 if let Ok(found) = &r {
                     shared.detail.record(key, DetailOp::Get(found.is_some()));
                     let size = found.as_ref().map_or(0, |it| it.data.len());
-                    shared.log.item_get(key, found.is_some(), size, req.ctx.conn);
+                    shared
+                        .log
+                        .item_get(key, found.is_some(), size, req.ctx.conn);
                 }
                 match r {
                     Ok(Some(it)) => {

@@ -2103,7 +2103,13 @@ fn a_long_get_line_streams_in_chunks_of_whole_keys() {
         line.extend_from_slice(b"foobarbaz ");
     }
     line.extend_from_slice(b"foob");
-    let LongGet::Chunk { op, keys, rest, name } = long_get(&line, &limits, false) else {
+    let LongGet::Chunk {
+        op,
+        keys,
+        rest,
+        name,
+    } = long_get(&line, &limits, false)
+    else {
         panic!("not streamed");
     };
     assert_eq!((op, name), (Op::Get, &b"get "[..]));
