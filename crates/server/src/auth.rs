@@ -38,10 +38,13 @@ pub enum AuthError {
 /// Binary status: authentication required or failed.
 pub const STATUS_AUTH_ERROR: u16 = 0x20;
 
+/// (user, password) pairs.
+type Users = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The credentials, reloadable.
 pub struct Auth {
     path: PathBuf,
-    users: RwLock<Arc<Vec<(Vec<u8>, Vec<u8>)>>>,
+    users: RwLock<Arc<Users>>,
     /// Successful and failed authentications (`auth_cmds`, `auth_errors`).
     pub cmds: AtomicU64,
     pub errors: AtomicU64,
@@ -56,7 +59,7 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-fn load(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, AuthError> {
+fn load(path: &Path) -> Result<Users, AuthError> {
     let shown = path.display().to_string();
     let text = std::fs::read(path).map_err(|source| AuthError::Io {
         path: shown.clone(),

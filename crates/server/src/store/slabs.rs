@@ -33,7 +33,7 @@ pub fn sizes() -> &'static [u64] {
             if size as f64 >= CHUNK_MAX as f64 / factor {
                 break;
             }
-            if size % 8 != 0 {
+            if !size.is_multiple_of(8) {
                 size += 8 - size % 8;
             }
             v.push(size);
