@@ -73,6 +73,20 @@ pub struct ServeArgs {
     /// replies) for this many seconds (memcached -o idle_timeout; 0 = never).
     #[arg(long, default_value_t = 0)]
     idle_timeout: u64,
+    /// Also serve TLS on this address (memcached -Z), beside --listen;
+    /// needs --tls-cert and --tls-key.
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Option<String>,
+    /// TLS certificate chain, PEM (memcached -o ssl_chain_cert).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key, PEM (memcached -o ssl_key).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates, PEM: TLS clients must present a certificate it
+    /// signed (memcached -o ssl_ca_cert with ssl_verify_mode=2).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Listen on a non-loopback address without --auth-file (refused
     /// otherwise: anyone who reaches the port could read and overwrite
     /// every item).
@@ -234,9 +248,28 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             a.listen
         ));
     }
+    let tls = match (&a.tls_listen, &a.tls_cert, &a.tls_key) {
+        (None, None, None) if a.tls_ca.is_none() => None,
+        (Some(l), Some(c), Some(k)) => Some((
+            l.clone(),
+            ferrite_server::tls::server_config(c, k, a.tls_ca.as_deref())
+                .map_err(|e| e.to_string())?,
+        )),
+        _ => return Err("TLS needs --tls-listen, --tls-cert and --tls-key together".into()),
+    };
     // Bind first: a busy port fails fast, before any recovery.
     let listener = std::net::TcpListener::bind(&a.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let tls = match tls {
+        Some((l, config)) => Some(ferrite_server::server::Tls {
+            config,
+            listener: std::sync::Arc::new(
+                std::net::TcpListener::bind(&l)
+                    .map_err(|e| format!("cannot listen on {l}: {e}"))?,
+            ),
+        }),
+        None => None,
+    };
     let size = a.memory.unwrap_or(DEFAULT_POOL);
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
     let (pool, opened, variant, created) = open(&path, want, size, a.threads, a.domain)?;
@@ -276,6 +309,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         auth,
         max_conns: a.max_connections,
         idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
+        tls,
     };
     let shown = path.display().to_string();
     let ready = |r: &ferrite_server::server::Ready| {
@@ -288,8 +322,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
                 elapsed.as_secs_f64() * 1e3
             )
         };
+        let tls = r
+            .tls_addr
+            .map_or(String::new(), |t| format!("; TLS on {t}"));
         println!(
-            "ferrite serve: listening on {} ({name}, pool {shown}, domain {domain}, {} shards; {what})",
+            "ferrite serve: listening on {} ({name}, pool {shown}, domain {domain}, {} shards; {what}{tls})",
             r.addr, r.shards
         );
     };

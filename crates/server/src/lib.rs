@@ -23,3 +23,4 @@ pub mod observe;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod tls;

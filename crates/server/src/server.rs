@@ -103,6 +103,8 @@ pub struct Options {
     /// Close a connection that sends nothing, or takes none of its
     /// replies, for this long (memcached `-o idle_timeout`; `None`: never).
     pub idle_timeout: Option<Duration>,
+    /// Also serve TLS on this listener.
+    pub tls: Option<Tls>,
 }
 
 /// memcached's default `-c`.
@@ -122,7 +124,16 @@ pub enum ServeError {
 #[derive(Debug, Clone)]
 pub struct Ready {
     pub addr: SocketAddr,
+    /// The TLS listener's address ([`Options::tls`]).
+    pub tls_addr: Option<SocketAddr>,
     pub shards: usize,
+}
+
+/// A TLS listener beside the plain one ([`crate::tls`]).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub config: Arc<tokio_rustls::rustls::ServerConfig>,
+    pub listener: Arc<std::net::TcpListener>,
 }
 
 /// A request for a shard, and where its encoded reply goes.
@@ -442,7 +453,8 @@ where
             let nthreads = ctx.opts.threads.max(1);
             let mut workers = Vec::with_capacity(nthreads);
             for i in 0..nthreads {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
+                let (tx, rx) =
+                    tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, bool)>();
                 workers.push(tx);
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -469,12 +481,21 @@ where
                 let _rt = rt.enter();
                 listener.set_nonblocking(true)?;
                 let listener = TcpListener::from_std(listener)?;
+                let tls_listener = match &ctx.opts.tls {
+                    Some(t) => {
+                        let l = t.listener.try_clone()?;
+                        l.set_nonblocking(true)?;
+                        Some(TcpListener::from_std(l)?)
+                    }
+                    None => None,
+                };
                 let term =
                     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
                 let int =
                     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
                 ready(&Ready {
                     addr: listener.local_addr()?,
+                    tls_addr: tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
                     shards: ctx.shards.len(),
                 });
                 std::thread::Builder::new()
@@ -484,7 +505,15 @@ where
                         // thread then ends, cancelling its connections
                         // (a write already on a shard still completes
                         // durably).
-                        rt.block_on(acceptor(listener, workers, term, int, stop, actx))
+                        rt.block_on(acceptor(
+                            listener,
+                            tls_listener,
+                            workers,
+                            term,
+                            int,
+                            stop,
+                            actx,
+                        ))
                     })?
             };
             seed_shards(&mut scan_kv, &seeders, &shared);
@@ -532,7 +561,8 @@ fn seed_shards<K: Kv>(kv: &mut K, shards: &[mpsc::Sender<Msg>], shared: &Shared)
 /// reloads the credentials file.
 async fn acceptor(
     listener: TcpListener,
-    workers: Vec<tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>>,
+    tls_listener: Option<TcpListener>,
+    workers: Vec<tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, bool)>>,
     mut term: tokio::signal::unix::Signal,
     mut int: tokio::signal::unix::Signal,
     stop: Option<oneshot::Receiver<()>>,
@@ -549,10 +579,19 @@ async fn acceptor(
     tokio::pin!(stop);
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut next = 0usize;
+    let tls_accept = async |l: &Option<TcpListener>| match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    };
     loop {
         tokio::select! {
-            r = listener.accept() => match r.and_then(|(sock, _)| sock.into_std()) {
-                Ok(sock) => {
+            r = async {
+                tokio::select! {
+                    r = listener.accept() => r.map(|a| (a, false)),
+                    r = tls_accept(&tls_listener) => r.map(|a| (a, true)),
+                }
+            } => match r.and_then(|((sock, _), tls)| sock.into_std().map(|s| (s, tls))) {
+                Ok((sock, tls)) => {
                     if ctx.curr_conns.load(Relaxed) as usize >= ctx.opts.max_conns.max(1) {
                         ctx.rejected_conns.fetch_add(1, Relaxed);
                         let mut sock = sock;
@@ -563,7 +602,7 @@ async fn acceptor(
                     ctx.curr_conns.fetch_add(1, Relaxed);
                     ctx.total_conns.fetch_add(1, Relaxed);
                     let _ = sock.set_nodelay(true);
-                    if workers[next % workers.len()].send(sock).is_err() {
+                    if workers[next % workers.len()].send((sock, tls)).is_err() {
                         ctx.curr_conns.fetch_sub(1, Relaxed);
                     }
                     next = next.wrapping_add(1);
@@ -590,7 +629,7 @@ async fn acceptor(
 /// A connection thread: drive every connection dealt to it until the
 /// acceptor is gone.
 async fn worker(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<(std::net::TcpStream, bool)>,
     ctx: &Ctx<'_>,
     fast: &FastCell<'_>,
 ) {
@@ -598,7 +637,7 @@ async fn worker(
     loop {
         tokio::select! {
             sock = rx.recv() => {
-                let Some(sock) = sock else { return };
+                let Some((sock, tls)) = sock else { return };
                 // Registered with this thread's runtime.
                 match sock.set_nonblocking(true).and_then(|()| TcpStream::from_std(sock)) {
                     Ok(sock) => live.push(async move {
@@ -609,7 +648,18 @@ async fn worker(
                             last_cmd: Instant::now(),
                         };
                         ctx.conns.lock().insert(id, info);
-                        connection(sock, id, ctx, fast).await;
+                        match (&ctx.opts.tls, tls) {
+                            (Some(t), true) => {
+                                let acc = tokio_rustls::TlsAcceptor::from(t.config.clone());
+                                // A handshake that does not finish in 10 s
+                                // holds nothing longer.
+                                let hs = tokio::time::timeout(Duration::from_secs(10), acc.accept(sock)).await;
+                                if let Ok(Ok(s)) = hs {
+                                    connection(s, id, ctx, fast).await;
+                                }
+                            }
+                            _ => connection(sock, id, ctx, fast).await,
+                        }
                         ctx.conns.lock().remove(&id);
                         ctx.curr_conns.fetch_sub(1, Relaxed);
                     }),
