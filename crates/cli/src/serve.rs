@@ -20,7 +20,8 @@ Examples:
   ferrite serve
   ferrite serve --pool cache.pool --memory 1G --listen 0.0.0.0:11211
   ferrite serve --pool cache.pool --memory 256MiB --store ptm-lazy --threads 8
-  ferrite serve --pool cache.pool --max-item-size 512K --group-commit 1")]
+  ferrite serve --pool cache.pool --max-item-size 512K --group-commit 1
+  ferrite serve --listen 0.0.0.0:11211 --auth-file users.txt -c 4096 --idle-timeout 300")]
 pub struct ServeArgs {
     /// Pool file (created if missing). Default: serve.pool in
     /// $FERRITE_DATA_DIR, else $XDG_DATA_HOME/ferrite, else ~/.local/share/ferrite.
@@ -58,6 +59,39 @@ pub struct ServeArgs {
     /// minus the item header.
     #[arg(long, value_parser = crate::size::arg)]
     max_item_size: Option<u64>,
+    /// Require authentication (memcached -Y): a file of `user:password`
+    /// lines. Text and meta clients authenticate with `set <any> 0 0 <n>`
+    /// and the data `<user> <password>`; binary clients with SASL PLAIN.
+    /// SIGHUP reloads it.
+    #[arg(long, short = 'Y', value_name = "FILE")]
+    auth_file: Option<PathBuf>,
+    /// Most connections at once (memcached -c); one more is told `ERROR
+    /// Too many open connections` and closed.
+    #[arg(long, short = 'c', default_value_t = ferrite_server::server::DEFAULT_MAX_CONNS)]
+    max_connections: usize,
+    /// Close a connection idle (sending nothing, or taking none of its
+    /// replies) for this many seconds (memcached -o idle_timeout; 0 = never).
+    #[arg(long, default_value_t = 0)]
+    idle_timeout: u64,
+    /// Also serve TLS on this address (memcached -Z), beside --listen;
+    /// needs --tls-cert and --tls-key.
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Option<String>,
+    /// TLS certificate chain, PEM (memcached -o ssl_chain_cert).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key, PEM (memcached -o ssl_key).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates, PEM: TLS clients must present a certificate it
+    /// signed (memcached -o ssl_ca_cert with ssl_verify_mode=2).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Listen on a non-loopback address without --auth-file (refused
+    /// otherwise: anyone who reaches the port could read and overwrite
+    /// every item).
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// The data directory of a bare `ferrite serve`.
@@ -196,9 +230,46 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             d.join("serve.pool")
         }
     };
+    if a.max_connections == 0 {
+        return Err("--max-connections 0: use at least 1".into());
+    }
+    let auth = match &a.auth_file {
+        Some(p) => Some(std::sync::Arc::new(
+            ferrite_server::auth::Auth::open(p).map_err(|e| format!("--auth-file {e}"))?,
+        )),
+        None => None,
+    };
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&a.listen)
+        .map_err(|e| format!("--listen {}: {e}", a.listen))?
+        .collect();
+    if auth.is_none() && !a.insecure && addrs.iter().any(|x| !x.ip().is_loopback()) {
+        return Err(format!(
+            "refusing to listen on {} (not loopback) without --auth-file: anyone who reaches it could read and overwrite every item; add --auth-file FILE, or --insecure to accept that",
+            a.listen
+        ));
+    }
+    let tls = match (&a.tls_listen, &a.tls_cert, &a.tls_key) {
+        (None, None, None) if a.tls_ca.is_none() => None,
+        (Some(l), Some(c), Some(k)) => Some((
+            l.clone(),
+            ferrite_server::tls::server_config(c, k, a.tls_ca.as_deref())
+                .map_err(|e| e.to_string())?,
+        )),
+        _ => return Err("TLS needs --tls-listen, --tls-cert and --tls-key together".into()),
+    };
     // Bind first: a busy port fails fast, before any recovery.
     let listener = std::net::TcpListener::bind(&a.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let tls = match tls {
+        Some((l, config)) => Some(ferrite_server::server::Tls {
+            config,
+            listener: std::sync::Arc::new(
+                std::net::TcpListener::bind(&l)
+                    .map_err(|e| format!("cannot listen on {l}: {e}"))?,
+            ),
+        }),
+        None => None,
+    };
     let size = a.memory.unwrap_or(DEFAULT_POOL);
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
     let (pool, opened, variant, created) = open(&path, want, size, a.threads, a.domain)?;
@@ -235,6 +306,10 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         group_commit: a.group_commit,
         memory: a.memory.unwrap_or(pool_size),
         store_name: name.clone(),
+        auth,
+        max_conns: a.max_connections,
+        idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
+        tls,
     };
     let shown = path.display().to_string();
     let ready = |r: &ferrite_server::server::Ready| {
@@ -247,8 +322,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
                 elapsed.as_secs_f64() * 1e3
             )
         };
+        let tls = r
+            .tls_addr
+            .map_or(String::new(), |t| format!("; TLS on {t}"));
         println!(
-            "ferrite serve: listening on {} ({name}, pool {shown}, domain {domain}, {} shards; {what})",
+            "ferrite serve: listening on {} ({name}, pool {shown}, domain {domain}, {} shards; {what}{tls})",
             r.addr, r.shards
         );
     };

@@ -18,6 +18,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
+pub mod observe;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod tls;

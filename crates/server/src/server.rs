@@ -50,6 +50,8 @@
 //! connection sends nothing it has not received. So every reply a client
 //! sees describes a durable state.
 
+use crate::auth::{self, Auth};
+use crate::observe::{DetailOp, LOG_FETCHERS, LOG_MUTATIONS};
 use crate::protocol::{
     self, Command, Failure, ItemView, Limits, Op, Proto, Recovery, ReqCtx, Request, Response,
 };
@@ -61,11 +63,13 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
@@ -90,7 +94,21 @@ pub struct Options {
     pub memory: u64,
     /// What `stats` reports as the store (`ferrite_store`).
     pub store_name: String,
+    /// Require authentication (memcached `-Y`; binary SASL PLAIN from the
+    /// same file): see [`crate::auth`].
+    pub auth: Option<Arc<Auth>>,
+    /// Most connections at once (memcached `-c`): one more is told
+    /// `ERROR Too many open connections` and closed.
+    pub max_conns: usize,
+    /// Close a connection that sends nothing, or takes none of its
+    /// replies, for this long (memcached `-o idle_timeout`; `None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Also serve TLS on this listener.
+    pub tls: Option<Tls>,
 }
+
+/// memcached's default `-c`.
+pub const DEFAULT_MAX_CONNS: usize = 1024;
 
 /// Why serving failed.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +124,16 @@ pub enum ServeError {
 #[derive(Debug, Clone)]
 pub struct Ready {
     pub addr: SocketAddr,
+    /// The TLS listener's address ([`Options::tls`]).
+    pub tls_addr: Option<SocketAddr>,
     pub shards: usize,
+}
+
+/// A TLS listener beside the plain one ([`crate::tls`]).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub config: Arc<tokio_rustls::rustls::ServerConfig>,
+    pub listener: Arc<std::net::TcpListener>,
 }
 
 /// A request for a shard, and where its encoded reply goes.
@@ -182,6 +209,18 @@ struct Ctx<'s> {
     total_conns: AtomicU64,
     /// The start-up scan is over and its store handle closed.
     scan_over: AtomicBool,
+    /// Live connections by id (`stats conns`).
+    conns: Mutex<BTreeMap<u64, ConnInfo>>,
+    next_conn: AtomicU64,
+    /// Connections refused for `max_conns`.
+    rejected_conns: AtomicU64,
+}
+
+/// A live connection, for `stats conns`.
+struct ConnInfo {
+    peer: String,
+    local: String,
+    last_cmd: Instant,
 }
 
 impl Ctx<'_> {
@@ -403,6 +442,9 @@ where
             curr_conns: AtomicU32::new(0),
             total_conns: AtomicU64::new(0),
             scan_over: AtomicBool::new(false),
+            conns: Mutex::new(BTreeMap::new()),
+            next_conn: AtomicU64::new(1),
+            rejected_conns: AtomicU64::new(0),
         };
         // The connection threads and the acceptor borrow `ctx`: they end
         // within this inner scope, and only then is `ctx` (with the shards'
@@ -411,7 +453,8 @@ where
             let nthreads = ctx.opts.threads.max(1);
             let mut workers = Vec::with_capacity(nthreads);
             for i in 0..nthreads {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
+                let (tx, rx) =
+                    tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, bool)>();
                 workers.push(tx);
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -433,16 +476,26 @@ where
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
+            let actx = &ctx;
             let accept = {
                 let _rt = rt.enter();
                 listener.set_nonblocking(true)?;
                 let listener = TcpListener::from_std(listener)?;
+                let tls_listener = match &ctx.opts.tls {
+                    Some(t) => {
+                        let l = t.listener.try_clone()?;
+                        l.set_nonblocking(true)?;
+                        Some(TcpListener::from_std(l)?)
+                    }
+                    None => None,
+                };
                 let term =
                     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
                 let int =
                     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
                 ready(&Ready {
                     addr: listener.local_addr()?,
+                    tls_addr: tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
                     shards: ctx.shards.len(),
                 });
                 std::thread::Builder::new()
@@ -452,7 +505,15 @@ where
                         // thread then ends, cancelling its connections
                         // (a write already on a shard still completes
                         // durably).
-                        rt.block_on(acceptor(listener, workers, term, int, stop))
+                        rt.block_on(acceptor(
+                            listener,
+                            tls_listener,
+                            workers,
+                            term,
+                            int,
+                            stop,
+                            actx,
+                        ))
                     })?
             };
             seed_shards(&mut scan_kv, &seeders, &shared);
@@ -495,13 +556,17 @@ fn seed_shards<K: Kv>(kv: &mut K, shards: &[mpsc::Sender<Msg>], shared: &Shared)
 }
 
 /// Accept connections and deal them round-robin to the connection
-/// threads until a signal or `stop`.
+/// threads until a signal or `stop`. Beyond `max_conns` a connection is
+/// told `ERROR Too many open connections` and closed (memcached). SIGHUP
+/// reloads the credentials file.
 async fn acceptor(
     listener: TcpListener,
-    workers: Vec<tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>>,
+    tls_listener: Option<TcpListener>,
+    workers: Vec<tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, bool)>>,
     mut term: tokio::signal::unix::Signal,
     mut int: tokio::signal::unix::Signal,
     stop: Option<oneshot::Receiver<()>>,
+    ctx: &Ctx<'_>,
 ) -> Result<(), ServeError> {
     let stop = async move {
         match stop {
@@ -512,18 +577,48 @@ async fn acceptor(
         }
     };
     tokio::pin!(stop);
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut next = 0usize;
+    let tls_accept = async |l: &Option<TcpListener>| match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    };
     loop {
         tokio::select! {
-            r = listener.accept() => match r.and_then(|(sock, _)| sock.into_std()) {
-                Ok(sock) => {
+            r = async {
+                tokio::select! {
+                    r = listener.accept() => r.map(|a| (a, false)),
+                    r = tls_accept(&tls_listener) => r.map(|a| (a, true)),
+                }
+            } => match r.and_then(|((sock, _), tls)| sock.into_std().map(|s| (s, tls))) {
+                Ok((sock, tls)) => {
+                    if ctx.curr_conns.load(Relaxed) as usize >= ctx.opts.max_conns.max(1) {
+                        ctx.rejected_conns.fetch_add(1, Relaxed);
+                        let mut sock = sock;
+                        let _ = sock.set_nonblocking(true);
+                        let _ = std::io::Write::write(&mut sock, b"ERROR Too many open connections\r\n");
+                        continue;
+                    }
+                    ctx.curr_conns.fetch_add(1, Relaxed);
+                    ctx.total_conns.fetch_add(1, Relaxed);
                     let _ = sock.set_nodelay(true);
-                    let _ = workers[next % workers.len()].send(sock);
+                    if workers[next % workers.len()].send((sock, tls)).is_err() {
+                        ctx.curr_conns.fetch_sub(1, Relaxed);
+                    }
                     next = next.wrapping_add(1);
                 }
                 // Out of descriptors and the like: keep serving the others.
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
             },
+            _ = hup.recv() => {
+                if let Some(a) = &ctx.opts.auth {
+                    // One line, never the file's content.
+                    match a.reload() {
+                        Ok(n) => eprintln!("ferrite serve: reloaded {} ({n} users)", a.path().display()),
+                        Err(e) => eprintln!("ferrite serve: kept the old credentials: {e}"),
+                    }
+                }
+            }
             _ = int.recv() => return Ok(()),
             _ = term.recv() => return Ok(()),
             _ = &mut stop => return Ok(()),
@@ -534,7 +629,7 @@ async fn acceptor(
 /// A connection thread: drive every connection dealt to it until the
 /// acceptor is gone.
 async fn worker(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<(std::net::TcpStream, bool)>,
     ctx: &Ctx<'_>,
     fast: &FastCell<'_>,
 ) {
@@ -542,15 +637,35 @@ async fn worker(
     loop {
         tokio::select! {
             sock = rx.recv() => {
-                let Some(sock) = sock else { return };
+                let Some((sock, tls)) = sock else { return };
                 // Registered with this thread's runtime.
-                if let Ok(sock) = sock.set_nonblocking(true).and_then(|()| TcpStream::from_std(sock)) {
-                    live.push(async move {
-                        ctx.curr_conns.fetch_add(1, Relaxed);
-                        ctx.total_conns.fetch_add(1, Relaxed);
-                        connection(sock, ctx, fast).await;
+                match sock.set_nonblocking(true).and_then(|()| TcpStream::from_std(sock)) {
+                    Ok(sock) => live.push(async move {
+                        let id = ctx.next_conn.fetch_add(1, Relaxed);
+                        let info = ConnInfo {
+                            peer: sock.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string()),
+                            local: sock.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()),
+                            last_cmd: Instant::now(),
+                        };
+                        ctx.conns.lock().insert(id, info);
+                        match (&ctx.opts.tls, tls) {
+                            (Some(t), true) => {
+                                let acc = tokio_rustls::TlsAcceptor::from(t.config.clone());
+                                // A handshake that does not finish in 10 s
+                                // holds nothing longer.
+                                let hs = tokio::time::timeout(Duration::from_secs(10), acc.accept(sock)).await;
+                                if let Ok(Ok(s)) = hs {
+                                    connection(s, id, ctx, fast).await;
+                                }
+                            }
+                            _ => connection(sock, id, ctx, fast).await,
+                        }
+                        ctx.conns.lock().remove(&id);
                         ctx.curr_conns.fetch_sub(1, Relaxed);
-                    });
+                    }),
+                    Err(_) => {
+                        ctx.curr_conns.fetch_sub(1, Relaxed);
+                    }
                 }
             }
             Some(()) = live.next(), if !live.is_empty() => {}
@@ -562,20 +677,70 @@ async fn worker(
 enum Flow {
     Continue,
     Close,
+    /// Become a log watcher for these categories.
+    Watch(u8),
 }
 
-/// Largest reply buffer kept before writing mid-pipeline.
-const FLUSH_AT: usize = 1 << 20;
+/// Largest reply buffer kept before writing mid-pipeline (and mid
+/// multiget): with the input bound ([`Limits`]) and one item, what a
+/// connection buffers at most, whether or not its client reads.
+pub const FLUSH_AT: usize = 256 << 10;
+
+/// Keys of a multiget sent to the shards at once before the replies so
+/// far are written out if they exceed [`FLUSH_AT`].
+const MULTIGET_BATCH: usize = 256;
+
+/// A connection's buffers start this small (an idle connection costs
+/// little) and shrink back to it after a large request.
+const BUF_START: usize = 4 << 10;
+const BUF_KEEP: usize = 64 << 10;
+
+/// Write `out` (then clear it); false when the client is gone or took
+/// nothing for the idle timeout.
+async fn flush<S: AsyncWrite + Unpin>(
+    sock: &mut S,
+    out: &mut Vec<u8>,
+    idle: Option<Duration>,
+) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let ok = match idle {
+        Some(t) => matches!(
+            tokio::time::timeout(t, sock.write_all(out)).await,
+            Ok(Ok(()))
+        ),
+        None => sock.write_all(out).await.is_ok(),
+    };
+    out.clear();
+    if out.capacity() > BUF_KEEP {
+        out.shrink_to(BUF_START);
+    }
+    ok
+}
 
 /// One connection: read, parse every complete request, answer, write.
-async fn connection(mut sock: TcpStream, ctx: &Ctx<'_>, fast: &FastCell<'_>) {
-    let mut input: Vec<u8> = Vec::with_capacity(16 << 10);
-    let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut sock: S,
+    id: u64,
+    ctx: &Ctx<'_>,
+    fast: &FastCell<'_>,
+) {
+    let idle = ctx.opts.idle_timeout;
+    let limits = &ctx.opts.limits;
+    let mut input: Vec<u8> = Vec::with_capacity(BUF_START);
+    let mut out: Vec<u8> = Vec::new();
     // Bytes still to discard (the unread rest of a skipped request).
     let mut skip = 0usize;
+    // Discard up to the next newline (the rest of a refused long line).
+    let mut discard_line = false;
+    // A long get line is being answered as it arrives.
+    let mut streaming = false;
+    let mut authed = ctx.opts.auth.is_none();
     loop {
         let mut pos = 0;
         let mut close = false;
+        let mut watch = None;
         loop {
             if skip > 0 {
                 let n = skip.min(input.len() - pos);
@@ -585,27 +750,121 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx<'_>, fast: &FastCell<'_>) {
                     break;
                 }
             }
-            match protocol::parse(&input[pos..], &ctx.opts.limits) {
-                Ok(None) => break,
-                Ok(Some((req, n))) => {
-                    pos += n;
-                    if let Flow::Close = handle(ctx, fast, req, &mut out).await {
-                        close = true;
+            if discard_line {
+                match memchr::memchr(b'\n', &input[pos..]) {
+                    Some(i) => {
+                        pos += i + 1;
+                        discard_line = false;
+                    }
+                    None => {
+                        pos = input.len();
                         break;
                     }
                 }
+            }
+            if pos >= input.len() {
+                break;
+            }
+            if let Some(a) = &ctx.opts.auth {
+                let buf = &input[pos..];
+                let step = if buf[0] == protocol::binary::REQ_MAGIC {
+                    auth::binary_step(a, buf, authed)
+                } else if !authed {
+                    Some(auth::text_step(a, buf))
+                } else {
+                    None
+                };
+                match step {
+                    None => {}
+                    Some(auth::Step::More) => break,
+                    Some(auth::Step::Close) => return,
+                    Some(auth::Step::Reply {
+                        consumed,
+                        reply,
+                        authed: now_authed,
+                        close: then_close,
+                    }) => {
+                        pos += consumed;
+                        out.extend_from_slice(&reply);
+                        authed = now_authed;
+                        if then_close {
+                            close = true;
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
+            match protocol::text::long_get(&input[pos..], limits, streaming) {
+                protocol::text::LongGet::No => {}
+                protocol::text::LongGet::Chunk {
+                    op,
+                    keys,
+                    rest,
+                    name,
+                } => {
+                    let mut rctx = ReqCtx::text(op, false);
+                    rctx.conn = id;
+                    let req = Request {
+                        cmd: Command::Get {
+                            keys,
+                            touch: None,
+                            with_cas: op == Op::Gets,
+                            opts: Default::default(),
+                        },
+                        ctx: rctx,
+                    };
+                    if !get_keys(ctx, fast, &req, &mut out, &mut sock, idle).await {
+                        return;
+                    }
+                    pos += rest - name.len();
+                    input[pos..pos + name.len()].copy_from_slice(name);
+                    streaming = true;
+                    continue;
+                }
+                protocol::text::LongGet::End(n) => {
+                    pos += n;
+                    streaming = false;
+                    out.extend_from_slice(b"END\r\n");
+                    continue;
+                }
+                protocol::text::LongGet::BadKey => {
+                    out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+                    streaming = false;
+                    discard_line = true;
+                    continue;
+                }
+            }
+            match protocol::parse(&input[pos..], limits) {
+                Ok(None) => break,
+                Ok(Some((mut req, n))) => {
+                    pos += n;
+                    streaming = false;
+                    req.ctx.conn = id;
+                    match handle(ctx, fast, req, &mut out, &mut sock).await {
+                        Flow::Continue => {}
+                        Flow::Close => {
+                            close = true;
+                            break;
+                        }
+                        Flow::Watch(mask) => {
+                            watch = Some(mask);
+                            break;
+                        }
+                    }
+                }
                 Err(e) => {
+                    streaming = false;
                     if let Some(key) = e.unlink.clone() {
                         let del = Request {
                             cmd: Command::Delete {
-                                key,
+                                key: key.clone(),
                                 cas: None,
                                 opts: Default::default(),
                             },
                             ctx: ReqCtx::text(Op::Delete, true),
                         };
-                        let mut sink = Vec::new();
-                        handle(ctx, fast, del, &mut sink).await;
+                        let _ = on_shard(ctx, &key, del).await;
                     }
                     protocol::response::encode_error(&e, &mut out);
                     match e.recovery {
@@ -618,30 +877,60 @@ async fn connection(mut sock: TcpStream, ctx: &Ctx<'_>, fast: &FastCell<'_>) {
                     }
                 }
             }
-            if out.len() >= FLUSH_AT {
-                if sock.write_all(&out).await.is_err() {
-                    return;
-                }
-                out.clear();
+            if out.len() >= FLUSH_AT && !flush(&mut sock, &mut out, idle).await {
+                return;
             }
         }
         input.drain(..pos);
-        if !out.is_empty() {
-            if sock.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
+        if input.capacity() > BUF_KEEP && input.len() < BUF_START {
+            input.shrink_to(BUF_START);
+        }
+        if !flush(&mut sock, &mut out, idle).await {
+            return;
+        }
+        if let Some(mask) = watch {
+            watch_loop(&mut sock, ctx, mask).await;
+            return;
         }
         if close {
             let _ = sock.shutdown().await;
             return;
         }
-        if input.capacity() - input.len() < 4096 {
+        if input.capacity() - input.len() < 1024 {
             input.reserve(16 << 10);
         }
-        match sock.read_buf(&mut input).await {
+        let read = match idle {
+            Some(t) => match tokio::time::timeout(t, sock.read_buf(&mut input)).await {
+                Ok(r) => r,
+                Err(_) => return,
+            },
+            None => sock.read_buf(&mut input).await,
+        };
+        match read {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => {
+                if let Some(c) = ctx.conns.lock().get_mut(&id) {
+                    c.last_cmd = Instant::now();
+                }
+            }
+        }
+    }
+}
+
+/// A log watcher: `OK`, then the log lines it asked for until it goes.
+async fn watch_loop<S: AsyncWrite + Unpin>(sock: &mut S, ctx: &Ctx<'_>, mask: u8) {
+    let Some(mut rx) = ctx.shared.log.watch(mask) else {
+        let _ = sock
+            .write_all(b"WATCHER_TOO_MANY log watcher limit reached\r\n")
+            .await;
+        return;
+    };
+    if sock.write_all(b"OK\r\n").await.is_err() {
+        return;
+    }
+    while let Some(line) = rx.recv().await {
+        if sock.write_all(&line).await.is_err() {
+            return;
         }
     }
 }
@@ -696,6 +985,9 @@ fn fast_get(ctx: &Ctx<'_>, f: &mut Fast<'_>, key: &[u8], rctx: &ReqCtx, out: &mu
             st.cmd_get.fetch_add(1, Relaxed);
             st.get_hits.fetch_add(1, Relaxed);
             st.fast_gets.fetch_add(1, Relaxed);
+            ctx.shared.detail.record(key, DetailOp::Get(true));
+            let size = buf.len().saturating_sub(crate::store::HEADER);
+            ctx.shared.log.item_get(key, true, size, rctx.conn);
             encode_hit(key, &it, &buf[crate::store::HEADER..], now, rctx, out);
             true
         }
@@ -704,6 +996,8 @@ fn fast_get(ctx: &Ctx<'_>, f: &mut Fast<'_>, key: &[u8], rctx: &ReqCtx, out: &mu
             st.cmd_get.fetch_add(1, Relaxed);
             st.get_misses.fetch_add(1, Relaxed);
             st.fast_gets.fetch_add(1, Relaxed);
+            ctx.shared.detail.record(key, DetailOp::Get(false));
+            ctx.shared.log.item_get(key, false, 0, rctx.conn);
             protocol::encode(&Response::Miss { key }, rctx, out);
             true
         }
@@ -720,61 +1014,90 @@ fn encode_hit(key: &[u8], it: &Item, data: &[u8], now: u64, rctx: &ReqCtx, out: 
     protocol::encode(&Response::Hit(v), rctx, out);
 }
 
-async fn handle(ctx: &Ctx<'_>, fast: &FastCell<'_>, req: Request, out: &mut Vec<u8>) -> Flow {
-    match &req.cmd {
-        Command::Get {
-            keys,
-            touch,
-            with_cas,
-            opts,
-        } => {
-            let plain = touch.is_none() && req.ctx.proto != Proto::Meta;
-            let fast = Some(fast).filter(|_| plain);
-            if keys.len() == 1 {
-                let key = keys[0].clone();
-                let ctx2 = req.ctx.clone();
-                if let Some(f) = fast
-                    && fast_get(ctx, &mut f.borrow_mut(), &key, &ctx2, out)
-                {
-                } else {
-                    out.extend(on_shard(ctx, &key, req).await);
+/// Answer every key of a retrieval (not the `END`) into `out`, writing
+/// `out` to `sock` whenever it exceeds [`FLUSH_AT`]; false when the client
+/// is gone. Keys go to the shards [`MULTIGET_BATCH`] at a time.
+async fn get_keys<S: AsyncWrite + Unpin>(
+    ctx: &Ctx<'_>,
+    fast: &FastCell<'_>,
+    req: &Request,
+    out: &mut Vec<u8>,
+    sock: &mut S,
+    idle: Option<Duration>,
+) -> bool {
+    let Command::Get {
+        keys,
+        touch,
+        with_cas,
+        opts,
+    } = &req.cmd
+    else {
+        return true;
+    };
+    let plain = touch.is_none() && req.ctx.proto != Proto::Meta;
+    let fast = Some(fast).filter(|_| plain);
+    if keys.len() == 1 {
+        let key = &keys[0];
+        if let Some(f) = fast
+            && fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, out)
+        {
+        } else {
+            out.extend(on_shard(ctx, key, req.clone()).await);
+        }
+        return true;
+    }
+    // Answer what the read fast path can at once; send every other key to
+    // its shard first, then collect in order: shards work in parallel.
+    for batch in keys.chunks(MULTIGET_BATCH) {
+        let mut parts: Vec<Result<Vec<u8>, oneshot::Receiver<Vec<u8>>>> =
+            Vec::with_capacity(batch.len());
+        for key in batch {
+            if let Some(f) = fast {
+                let mut here = Vec::new();
+                if fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, &mut here) {
+                    parts.push(Ok(here));
+                    continue;
                 }
-                protocol::encode(&Response::End, &ctx2, out);
-            } else {
-                // Answer what the read fast path can at once; send every
-                // other key to its shard first, then collect in order:
-                // shards work in parallel.
-                let mut parts: Vec<Result<Vec<u8>, oneshot::Receiver<Vec<u8>>>> =
-                    Vec::with_capacity(keys.len());
-                for key in keys {
-                    if let Some(f) = fast {
-                        let mut here = Vec::new();
-                        if fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, &mut here) {
-                            parts.push(Ok(here));
-                            continue;
-                        }
-                    }
-                    let sub = Request {
-                        cmd: Command::Get {
-                            keys: vec![key.clone()],
-                            touch: *touch,
-                            with_cas: *with_cas,
-                            opts: opts.clone(),
-                        },
-                        ctx: req.ctx.clone(),
-                    };
-                    if let Some(rx) = to_shard(ctx, key, sub) {
-                        parts.push(Err(rx));
-                    }
-                }
-                for part in parts {
-                    match part {
-                        Ok(here) => out.extend(here),
-                        Err(rx) => out.extend(rx.await.unwrap_or_default()),
-                    }
-                }
-                protocol::encode(&Response::End, &req.ctx, out);
             }
+            let sub = Request {
+                cmd: Command::Get {
+                    keys: vec![key.clone()],
+                    touch: *touch,
+                    with_cas: *with_cas,
+                    opts: opts.clone(),
+                },
+                ctx: req.ctx.clone(),
+            };
+            if let Some(rx) = to_shard(ctx, key, sub) {
+                parts.push(Err(rx));
+            }
+        }
+        for part in parts {
+            match part {
+                Ok(here) => out.extend(here),
+                Err(rx) => out.extend(rx.await.unwrap_or_default()),
+            }
+            if out.len() >= FLUSH_AT && !flush(sock, out, idle).await {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+async fn handle<S: AsyncWrite + Unpin>(
+    ctx: &Ctx<'_>,
+    fast: &FastCell<'_>,
+    req: Request,
+    out: &mut Vec<u8>,
+    sock: &mut S,
+) -> Flow {
+    match &req.cmd {
+        Command::Get { .. } => {
+            if !get_keys(ctx, fast, &req, out, sock, ctx.opts.idle_timeout).await {
+                return Flow::Close;
+            }
+            protocol::encode(&Response::End, &req.ctx, out);
         }
         Command::Store { key, .. }
         | Command::Delete { key, .. }
@@ -785,29 +1108,10 @@ async fn handle(ctx: &Ctx<'_>, fast: &FastCell<'_>, req: Request, out: &mut Vec<
             out.extend(on_shard(ctx, &key, req).await);
         }
         Command::FlushAll { .. } => out.extend(on_shard(ctx, b"", req).await),
-        Command::Stats { args } => {
-            let resp_stats;
-            let resp = match args.first().map(Vec::as_slice) {
-                None => {
-                    // The item counts are complete once the start-up scan
-                    // has seeded every shard.
-                    while !ctx.shared.counted() {
-                        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                    }
-                    resp_stats = general_stats(ctx);
-                    Response::Stats(&resp_stats)
-                }
-                Some(b"settings") if args.len() == 1 => {
-                    resp_stats = settings_stats(ctx);
-                    Response::Stats(&resp_stats)
-                }
-                _ if req.ctx.proto == Proto::Binary => Response::NotFound,
-                _ => Response::Error(Failure::UnknownCommand),
-            };
-            protocol::encode(&resp, &req.ctx, out);
-        }
+        Command::Stats { args } => stats(ctx, &req, args, out).await,
         Command::Version => protocol::encode(&Response::Version(VERSION), &req.ctx, out),
         Command::Verbosity { .. } | Command::NoOp => protocol::encode(&Response::Ok, &req.ctx, out),
+        Command::Admin { args } => return admin(args, out),
         Command::Quit => {
             if req.ctx.proto == Proto::Binary {
                 protocol::encode(&Response::Ok, &req.ctx, out);
@@ -816,6 +1120,158 @@ async fn handle(ctx: &Ctx<'_>, fast: &FastCell<'_>, req: Request, out: &mut Vec<
         }
     }
     Flow::Continue
+}
+
+/// The text administration commands, as memcached answers them.
+fn admin(args: &[Vec<u8>], out: &mut Vec<u8>) -> Flow {
+    let arg = |i: usize| args.get(i).map_or(&[][..], Vec::as_slice);
+    let line: &[u8] = match arg(0) {
+        b"watch" => {
+            let mut mask = 0u8;
+            for a in &args[1..] {
+                match a.as_slice() {
+                    b"fetchers" => mask |= LOG_FETCHERS,
+                    b"mutations" => mask |= LOG_MUTATIONS,
+                    // Categories this server logs nothing for: watching
+                    // them is allowed and quiet.
+                    b"rawcmds" | b"evictions" | b"sysevents" | b"connevents" => {}
+                    _ => {
+                        out.extend_from_slice(b"ERROR\r\n");
+                        return Flow::Continue;
+                    }
+                }
+            }
+            if args.len() == 1 {
+                mask = LOG_FETCHERS;
+            }
+            return Flow::Watch(mask);
+        }
+        b"slabs" if args.len() >= 3 && arg(1) == b"automove" => {
+            // ferrite has no slab classes to move pages between: the
+            // setting is validated as memcached validates it and has no
+            // effect.
+            if arg(2) == b"ratio" {
+                let ok = args.len() >= 4
+                    && std::str::from_utf8(arg(3))
+                        .ok()
+                        .and_then(|t| t.parse::<f64>().ok())
+                        .is_some();
+                if ok { b"OK" } else { b"ERROR" }
+            } else {
+                match protocol::parse_u32(arg(2)) {
+                    None => b"CLIENT_ERROR bad command line format",
+                    Some(0..=2) => b"OK",
+                    Some(_) => b"ERROR",
+                }
+            }
+        }
+        b"slabs" if args.len() == 4 && arg(1) == b"reassign" => {
+            b"CLIENT_ERROR slab reassignment disabled"
+        }
+        b"lru_crawler" if args.len() >= 2 => b"CLIENT_ERROR lru crawler disabled",
+        b"shutdown" => b"ERROR: shutdown not enabled",
+        _ => b"ERROR",
+    };
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"\r\n");
+    Flow::Continue
+}
+
+/// `stats [group]`, text and binary (whose group is the key, subcommand
+/// and all).
+async fn stats(ctx: &Ctx<'_>, req: &Request, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let words: Vec<&[u8]> = if req.ctx.proto == Proto::Binary {
+        args.first()
+            .map(|a| a.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect())
+            .unwrap_or_default()
+    } else {
+        args.iter().map(Vec::as_slice).collect()
+    };
+    let binary = req.ctx.proto == Proto::Binary;
+    let list;
+    let resp = match words.as_slice() {
+        [] => {
+            // The item counts are complete once the start-up scan has
+            // seeded every shard.
+            while !ctx.shared.counted() {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            list = general_stats(ctx);
+            Response::Stats(&list)
+        }
+        [b"settings"] => {
+            list = settings_stats(ctx);
+            Response::Stats(&list)
+        }
+        [b"reset"] => {
+            ctx.shared.stats.reset();
+            ctx.shared.detail.reset();
+            if let Some(a) = &ctx.opts.auth {
+                a.cmds.store(0, Relaxed);
+                a.errors.store(0, Relaxed);
+            }
+            ctx.rejected_conns.store(0, Relaxed);
+            if binary {
+                Response::Stats(&[])
+            } else {
+                Response::Line("RESET")
+            }
+        }
+        [b"detail", sub, ..] if matches!(*sub, b"on" | b"off") => {
+            ctx.shared.detail.set_on(*sub == b"on");
+            if binary {
+                Response::Stats(&[])
+            } else {
+                Response::Ok
+            }
+        }
+        [b"detail", b"dump", ..] => {
+            let dump = ctx.shared.detail.dump();
+            if binary {
+                let v = String::from_utf8_lossy(&dump).into_owned();
+                list = vec![("detailed".to_string(), v)];
+                Response::Stats(&list)
+            } else {
+                out.extend_from_slice(&dump);
+                return;
+            }
+        }
+        [b"detail", ..] if !binary => {
+            Response::Error(Failure::client("usage: stats detail on|off|dump"))
+        }
+        [b"conns"] => {
+            list = conns_stats(ctx);
+            Response::Stats(&list)
+        }
+        [b"slabs"] => {
+            list = ctx.shared.slabs.slabs();
+            Response::Stats(&list)
+        }
+        [b"items"] => {
+            list = ctx.shared.slabs.items();
+            Response::Stats(&list)
+        }
+        [b"sizes"] => Response::Stats(&[]),
+        _ if binary => Response::NotFound,
+        _ => Response::Error(Failure::UnknownCommand),
+    };
+    protocol::encode(&resp, &req.ctx, out);
+}
+
+fn conns_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
+    let now = Instant::now();
+    let conns = ctx.conns.lock();
+    let mut v = Vec::with_capacity(conns.len() * 4);
+    for (id, c) in conns.iter() {
+        v.push((format!("{id}:addr"), format!("tcp:{}", c.peer)));
+        v.push((format!("{id}:listen_addr"), format!("tcp:{}", c.local)));
+        v.push((format!("{id}:state"), "conn_parse_cmd".into()));
+        v.push((
+            format!("{id}:secs_since_last_cmd"),
+            now.duration_since(c.last_cmd).as_secs().to_string(),
+        ));
+    }
+    v
 }
 
 fn general_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
@@ -834,7 +1290,11 @@ fn general_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
         "pointer_size",
         (8 * std::mem::size_of::<usize>()).to_string(),
     );
-    put("max_connections", "65536".to_string());
+    put("max_connections", ctx.opts.max_conns.to_string());
+    put(
+        "rejected_connections",
+        ctx.rejected_conns.load(Relaxed).to_string(),
+    );
     put("curr_connections", ctx.curr_conns.load(Relaxed).to_string());
     put(
         "total_connections",
@@ -871,6 +1331,10 @@ fn general_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     put("curr_items", ctx.shared.items().to_string());
     put("total_items", g(&s.total_items));
     put("evictions", g(&s.evictions));
+    if let Some(a) = &ctx.opts.auth {
+        put("auth_cmds", a.cmds.load(Relaxed).to_string());
+        put("auth_errors", a.errors.load(Relaxed).to_string());
+    }
     if ctx.shared.scan_failed.load(Relaxed) {
         put("ferrite_scan_failed", "1".to_string());
     }
@@ -887,7 +1351,22 @@ fn settings_stats(ctx: &Ctx<'_>) -> Vec<(String, String)> {
         ),
         ("cas_enabled".into(), "yes".into()),
         ("evictions".into(), "on".into()),
+        ("maxconns".into(), ctx.opts.max_conns.to_string()),
+        ("domain_socket".into(), "NULL".into()),
+        ("flush_enabled".into(), "yes".into()),
+        ("binding_protocol".into(), "auto-negotiate".into()),
+        (
+            "idle_timeout".into(),
+            ctx.opts.idle_timeout.map_or(0, |d| d.as_secs()).to_string(),
+        ),
+        ("auth_enabled_ascii".into(), yes_no(ctx.opts.auth.is_some())),
+        ("auth_enabled_sasl".into(), yes_no(ctx.opts.auth.is_some())),
+        ("detail_enabled".into(), yes_no(ctx.shared.detail.is_on())),
     ]
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
 }
 
 fn store_error(e: &StoreError) -> Failure {
@@ -964,6 +1443,13 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
                     None => store.get(key, now),
                 };
                 st.cmd_get.fetch_add(1, Relaxed);
+                if let Ok(found) = &r {
+                    shared.detail.record(key, DetailOp::Get(found.is_some()));
+                    let size = found.as_ref().map_or(0, |it| it.data.len());
+                    shared
+                        .log
+                        .item_get(key, found.is_some(), size, req.ctx.conn);
+                }
                 match r {
                     Ok(Some(it)) => {
                         st.get_hits.fetch_add(1, Relaxed);
@@ -993,7 +1479,39 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
             opts,
         } => {
             st.cmd_set.fetch_add(1, Relaxed);
+            shared.detail.record(key, DetailOp::Set);
+            if shared.log.wants(LOG_FETCHERS) {
+                // memcached's store fetches the old item first, and logs it.
+                let old = store.peek(key, now).ok().flatten();
+                let size = old.as_ref().map_or(0, |(it, _)| it.data.len());
+                shared.log.item_get(key, old.is_some(), size, req.ctx.conn);
+            }
             let r = store.store(*mode, key, *flags, *exptime, data, *cas, opts, now);
+            if shared.log.wants(LOG_MUTATIONS) {
+                let status = match &r {
+                    Ok(StoreOutcome::Stored(_)) => "stored",
+                    Ok(StoreOutcome::NotStored) => "not_stored",
+                    Ok(StoreOutcome::Exists) => "exists",
+                    Ok(StoreOutcome::NotFound) => "not_found",
+                    Ok(StoreOutcome::TooLarge) => "too_large",
+                    Err(_) => "no_memory",
+                };
+                let cmd = match mode {
+                    protocol::StoreMode::Set => "set",
+                    protocol::StoreMode::Add => "add",
+                    protocol::StoreMode::Replace => "replace",
+                    protocol::StoreMode::Append => "append",
+                    protocol::StoreMode::Prepend => "prepend",
+                    protocol::StoreMode::Cas => "cas",
+                };
+                let ttl = match protocol::deadline(*exptime, now) {
+                    protocol::Expiry::At(t) => t.saturating_sub(now),
+                    _ => 0,
+                };
+                shared
+                    .log
+                    .item_store(key, status, cmd, ttl, req.ctx.conn, data.len());
+            }
             let resp = match r {
                 Ok(StoreOutcome::Stored(cas)) => Response::Stored { cas },
                 Ok(StoreOutcome::NotStored) => Response::NotStored,
@@ -1005,6 +1523,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
             protocol::encode(&resp, &req.ctx, out);
         }
         Command::Delete { key, cas, opts } => {
+            shared.detail.record(key, DetailOp::Delete);
             let resp = match store.delete(key, *cas, opts, now) {
                 Ok(DeleteOutcome::Deleted) => Response::Deleted,
                 Ok(DeleteOutcome::NotFound) => Response::NotFound,
@@ -1081,6 +1600,7 @@ pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, 
         | Command::Version
         | Command::Verbosity { .. }
         | Command::Quit
+        | Command::Admin { .. }
         | Command::NoOp => resp_err(Failure::Server("not a store command".into()), out),
     }
 }

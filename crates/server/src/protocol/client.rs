@@ -136,6 +136,10 @@ fn text(req: &Request, out: &mut Vec<u8>) {
             out.extend_from_slice(key);
             out.extend_from_slice(b"\r\n");
         }
+        Command::Admin { args } => {
+            out.extend_from_slice(&args.join(&b' '));
+            out.extend_from_slice(b"\r\n");
+        }
     }
 }
 
@@ -431,7 +435,11 @@ fn binary(req: &Request, out: &mut Vec<u8>) {
         }
         Command::Verbosity { level } => extras.extend_from_slice(&level.to_be_bytes()),
         Command::Stats { args } => key = args.first().map_or(&[][..], |a| a),
-        Command::Version | Command::Quit | Command::NoOp | Command::MetaDebug { .. } => {}
+        Command::Version
+        | Command::Quit
+        | Command::NoOp
+        | Command::MetaDebug { .. }
+        | Command::Admin { .. } => {}
     }
     let op = req.ctx.opcode;
     Header {

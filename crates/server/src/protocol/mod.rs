@@ -70,10 +70,13 @@
 //! buffered as it arrives, deletes [`ProtoError::unlink`], and closes after
 //! [`Command::Quit`].)
 //!
-//! Not supported (answered as memcached answers an unknown command: text
-//! `ERROR`, binary `UnknownCommand`): the text administration commands
-//! `shutdown slabs lru lru_crawler watch cache_memlimit extstore` and the
-//! legacy `bget`; binary SASL and Verbosity; the UDP frame header; the
+//! The text administration commands `slabs lru lru_crawler watch shutdown
+//! cache_memlimit` parse to [`Command::Admin`]; the server answers what it
+//! implements (`watch`, `slabs automove`) as memcached does and the rest as
+//! memcached answers a disabled feature or an unknown command. Not
+//! supported (text `ERROR`, binary `UnknownCommand`): `extstore`, the
+//! legacy `bget`; binary Verbosity; binary SASL unless the server requires
+//! authentication (the server answers it then, see `crate::auth`); the UDP frame header; the
 //! pre-1.6 meta `S<size>` flag. Deliberate differences from memcached:
 //! every line over [`Limits::max_line`] closes the connection with
 //! `CLIENT_ERROR line too long` (memcached closes silently, and only when
@@ -235,6 +238,9 @@ pub struct ReqCtx {
     pub opaque: u32,
     /// Meta: flags to echo.
     pub meta: Option<Box<MetaCtx>>,
+    /// The connection's id (set by the server after parsing; 0 from the
+    /// parser): `stats conns` and log watchers (`cfd=`) name it.
+    pub conn: u64,
 }
 
 impl ReqCtx {
@@ -246,6 +252,7 @@ impl ReqCtx {
             opcode: 0,
             opaque: 0,
             meta: None,
+            conn: 0,
         }
     }
 
@@ -257,6 +264,7 @@ impl ReqCtx {
             opcode: 0,
             opaque: 0,
             meta: Some(Box::new(meta)),
+            conn: 0,
         }
     }
 
@@ -268,6 +276,7 @@ impl ReqCtx {
             opcode,
             opaque,
             meta: None,
+            conn: 0,
         }
     }
 }
@@ -408,6 +417,12 @@ pub enum Command {
     /// Meta `me`: a human-readable dump of the item's metadata.
     MetaDebug {
         key: Vec<u8>,
+    },
+    /// A text administration command the server answers itself, as
+    /// memcached does (`slabs`, `watch`, `shutdown`, `lru_crawler`, `lru`,
+    /// `cache_memlimit`): every token, the command name first.
+    Admin {
+        args: Vec<Vec<u8>>,
     },
 }
 

@@ -2092,3 +2092,36 @@ fn a_long_retrieval_line_is_not_refused_while_its_name_arrives() {
     set.extend_from_slice(b"set k 0 0 1\r\n");
     assert!(matches!(parse(&set[..97], &limits), Err(e) if e.recovery == Recovery::Close));
 }
+
+#[test]
+fn a_long_get_line_streams_in_chunks_of_whole_keys() {
+    use super::text::{LongGet, STREAM_GET_AT, long_get};
+    let limits = Limits::default();
+    assert_eq!(long_get(b"get a b\r\n", &limits, false), LongGet::No);
+    let mut line = b"get ".to_vec();
+    while line.len() < STREAM_GET_AT + 5 {
+        line.extend_from_slice(b"foobarbaz ");
+    }
+    line.extend_from_slice(b"foob");
+    let LongGet::Chunk {
+        op,
+        keys,
+        rest,
+        name,
+    } = long_get(&line, &limits, false)
+    else {
+        panic!("not streamed");
+    };
+    assert_eq!((op, name), (Op::Get, &b"get "[..]));
+    assert_eq!(&line[rest..], b"foob");
+    assert!(keys.iter().all(|k| k == b"foobarbaz"));
+    assert_eq!(keys.len(), (rest - 4) / 10);
+    // The rest, rewritten as a get line, parses as usual once whole.
+    assert_eq!(long_get(b"get foob\r\n", &limits, true), LongGet::No);
+    assert_eq!(long_get(b"get \r\n", &limits, true), LongGet::End(6));
+    assert_eq!(long_get(b"get \r\n", &limits, false), LongGet::No);
+    let mut bad = b"gets ".to_vec();
+    bad.extend(std::iter::repeat_n(b'k', STREAM_GET_AT));
+    bad.push(b' ');
+    assert_eq!(long_get(&bad, &limits, false), LongGet::BadKey);
+}

@@ -252,6 +252,13 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
             Op::Stats,
             false,
         ),
+        b"slabs" | b"watch" | b"shutdown" | b"lru_crawler" | b"lru" | b"cache_memlimit" => ok(
+            Command::Admin {
+                args: tokens.iter().map(|t| t.to_vec()).collect(),
+            },
+            Op::NoOp,
+            false,
+        ),
         b"version" => ok(Command::Version, Op::Version, false),
         b"quit" => ok(Command::Quit, Op::Quit, false),
         _ => {
@@ -353,4 +360,73 @@ fn parse_storage(
         },
         total,
     )))
+}
+
+/// A `get`/`gets` line longer than this with no newline yet is answered
+/// as it arrives ([`long_get`]).
+pub const STREAM_GET_AT: usize = 16 << 10;
+
+/// What [`long_get`] found at the front of the input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LongGet {
+    /// Parse normally.
+    No,
+    /// Answer these keys now (no `END`): the line goes on. The caller
+    /// consumes `rest - name.len()` bytes and writes `name` (the command
+    /// and a space) over the consumed bytes' end, so the rest of the line
+    /// is again a `get` line.
+    Chunk {
+        op: Op,
+        keys: Vec<Vec<u8>>,
+        rest: usize,
+        name: &'static [u8],
+    },
+    /// A streamed line ends with no keys left: answer `END`, consume this
+    /// many bytes.
+    End(usize),
+    /// A key over the limit in a streamed line: `CLIENT_ERROR bad command
+    /// line format`, then discard the rest of the line.
+    BadKey,
+}
+
+/// memcached takes a `get` line of any length and answers its keys as they
+/// arrive. A `get`/`gets` line with no newline in its first
+/// [`STREAM_GET_AT`] bytes is answered in chunks of whole keys (up to the
+/// last space buffered); `streaming` says an earlier chunk of this line
+/// was answered (so a remainder without keys is the `END`).
+pub fn long_get(buf: &[u8], limits: &Limits, streaming: bool) -> LongGet {
+    let (op, name): (Op, &'static [u8]) = if buf.starts_with(b"get ") {
+        (Op::Get, b"get ")
+    } else if buf.starts_with(b"gets ") {
+        (Op::Gets, b"gets ")
+    } else {
+        return LongGet::No;
+    };
+    let window = &buf[..buf.len().min(STREAM_GET_AT)];
+    if let Some(nl) = memchr::memchr(b'\n', window) {
+        if streaming && buf[name.len()..nl].iter().all(|&b| b == b' ' || b == b'\r') {
+            return LongGet::End(nl + 1);
+        }
+        return LongGet::No;
+    }
+    if buf.len() < STREAM_GET_AT {
+        return LongGet::No;
+    }
+    let Some(last) = memchr::memrchr(b' ', buf) else {
+        return LongGet::No;
+    };
+    let keys: Vec<Vec<u8>> = buf[name.len()..last]
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    if keys.is_empty() || keys.iter().any(|k| k.len() > limits.max_key) {
+        return LongGet::BadKey;
+    }
+    LongGet::Chunk {
+        op,
+        keys,
+        rest: last + 1,
+        name,
+    }
 }

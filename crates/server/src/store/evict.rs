@@ -59,6 +59,9 @@ pub struct Clock {
     seeding: bool,
     /// Keys written or deleted while seeding (their seeds are stale).
     touched: HashSet<Key>,
+    /// Per memcached slab class ([`super::slabs`]): items and their
+    /// memcached sizes.
+    classes: Vec<(i64, i64)>,
 }
 
 impl Clock {
@@ -93,6 +96,20 @@ impl Clock {
         self.seeding
     }
 
+    /// Per memcached slab class: items and their sizes.
+    pub fn classes(&self) -> &[(i64, i64)] {
+        &self.classes
+    }
+
+    fn count(&mut self, charge: u64, sign: i64) {
+        if self.classes.is_empty() {
+            self.classes = vec![(0, 0); super::slabs::CLASSES];
+        }
+        let c = &mut self.classes[super::slabs::class_of(charge)];
+        c.0 += sign;
+        c.1 += sign * super::slabs::ntotal(charge) as i64;
+    }
+
     fn set(&mut self, key: &[u8], new: Option<Entry>) {
         let key: Key = match self.map.get_key_value(key) {
             Some((k, _)) => k.clone(),
@@ -104,9 +121,11 @@ impl Clock {
         };
         if let Some(o) = old {
             self.bytes -= o.charge;
+            self.count(o.charge, -1);
         }
         if let Some(e) = new {
             self.bytes += e.charge;
+            self.count(e.charge, 1);
             self.ring.push_back((key.clone(), e.generation));
         }
         self.undo.push((key, old));
@@ -208,6 +227,7 @@ impl Clock {
         let key: Key = key.into();
         self.map.insert(key.clone(), e);
         self.bytes += charge;
+        self.count(charge, 1);
         self.ring.push_back((key, e.generation));
     }
 
@@ -254,9 +274,11 @@ impl Clock {
             };
             if let Some(c) = cur {
                 self.bytes -= c.charge;
+                self.count(c.charge, -1);
             }
             if let Some(e) = before {
                 self.bytes += e.charge;
+                self.count(e.charge, 1);
                 self.ring.push_back((key, e.generation));
             }
         }

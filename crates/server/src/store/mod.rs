@@ -80,6 +80,7 @@ pub mod evict;
 #[cfg(feature = "pmdk")]
 pub mod pmdk;
 pub mod ptm;
+pub mod slabs;
 pub mod tx;
 
 use crate::protocol::{DeleteOpts, Expiry, StoreMode, StoreOpts, deadline};
@@ -428,6 +429,12 @@ pub struct Shared {
     /// The start-up scan failed: counts and eviction miss the keys it did
     /// not reach.
     pub scan_failed: AtomicBool,
+    /// `stats detail` (per-prefix counts).
+    pub detail: crate::observe::Detail,
+    /// Log watchers (`watch`).
+    pub log: crate::observe::Log,
+    /// Items by memcached slab class (`stats slabs`, `stats items`).
+    pub slabs: slabs::SlabStats,
 }
 
 /// Counters for `stats` (volatile, since start). `curr_items` and `bytes`
@@ -469,6 +476,41 @@ pub struct Stats {
     pub fast_gets: AtomicU64,
 }
 
+impl Stats {
+    /// `stats reset`: the command and hit counters start again at 0 (the
+    /// item counts stay, as in memcached).
+    pub fn reset(&self) {
+        for c in [
+            &self.total_items,
+            &self.cmd_get,
+            &self.cmd_set,
+            &self.cmd_touch,
+            &self.cmd_flush,
+            &self.get_hits,
+            &self.get_misses,
+            &self.get_expired,
+            &self.get_flushed,
+            &self.delete_hits,
+            &self.delete_misses,
+            &self.incr_hits,
+            &self.incr_misses,
+            &self.decr_hits,
+            &self.decr_misses,
+            &self.cas_hits,
+            &self.cas_misses,
+            &self.cas_badval,
+            &self.touch_hits,
+            &self.touch_misses,
+            &self.group_commits,
+            &self.grouped_requests,
+            &self.evictions,
+            &self.fast_gets,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+}
+
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
@@ -504,6 +546,9 @@ impl Shared {
             stats,
             seeding: AtomicUsize::new(0),
             scan_failed: AtomicBool::new(false),
+            detail: Default::default(),
+            log: Default::default(),
+            slabs: Default::default(),
         })
     }
 
@@ -747,6 +792,11 @@ pub struct Cache<'s, K> {
     budget: u64,
     /// (items, bytes) of `clock` last added to the shared statistics.
     published: (i64, i64),
+    /// The clock's per-class counts last added to the shared statistics.
+    published_classes: Vec<(i64, i64)>,
+    /// The last [`Cache::load`] removed an expired item (a store that
+    /// follows reuses its room: memcached's `reclaimed`).
+    found_expired: bool,
 }
 
 /// Bytes an item charges against the memory limit: its map key, header
@@ -784,6 +834,8 @@ impl<'s, K: Kv> Cache<'s, K> {
             clock: Clock::new(seeding),
             budget,
             published: (0, 0),
+            published_classes: vec![(0, 0); slabs::CLASSES],
+            found_expired: false,
         }
     }
 
@@ -830,6 +882,16 @@ impl<'s, K: Kv> Cache<'s, K> {
         st.curr_items.fetch_add(now.0 - self.published.0, Relaxed);
         st.bytes.fetch_add(now.1 - self.published.1, Relaxed);
         self.published = now;
+        let classes = self.clock.classes();
+        if classes.len() == self.published_classes.len() && classes != self.published_classes {
+            let delta: Vec<(i64, i64)> = classes
+                .iter()
+                .zip(&self.published_classes)
+                .map(|(n, p)| (n.0 - p.0, n.1 - p.1))
+                .collect();
+            self.shared.slabs.add(&delta);
+            self.published_classes.copy_from_slice(classes);
+        }
     }
 
     /// Evict one item (not the one being written); false when there is
@@ -883,6 +945,7 @@ impl<'s, K: Kv> Cache<'s, K> {
         let it = Item::decode(&self.buf)?;
         let ch = charge(self.key.len(), self.buf.len());
         let expired = it.expired(now);
+        self.found_expired = expired;
         let flushed = !expired && self.shared.flushed(&it, now);
         if expired || flushed {
             if expired {
@@ -1084,7 +1147,12 @@ impl<K: Kv> Store for Cache<'_, K> {
     ) -> Result<StoreOutcome> {
         let new_cas = opts.new_cas;
         self.map_key(key);
+        self.found_expired = false;
         let old = self.load(now)?;
+        if std::mem::take(&mut self.found_expired) {
+            let ch = charge(self.key.len(), HEADER + data.len());
+            self.shared.slabs.reclaimed[slabs::class_of(ch)].fetch_add(1, Relaxed);
+        }
         // Binary append/prepend and meta carry an optional CAS check.
         if let (Some(c), Some(o)) = (cas, &old)
             && c != 0
