@@ -96,6 +96,27 @@ pub fn run(
         (repaired, refused) = do_repair(path, &report)?;
         if !repaired.is_empty() {
             report = check(path, layout)?;
+            // Recovery ran, yet the check finds what recovery would fix
+            // (a full CoW store cannot write its clean state): say so,
+            // rather than "repaired".
+            let left: Vec<&Finding> = report
+                .findings
+                .iter()
+                .filter(|f| RECOVERABLE.contains(&f.kind))
+                .collect();
+            if !left.is_empty() {
+                repaired.retain(|r| {
+                    !left
+                        .iter()
+                        .any(|f| r.starts_with(&format!("{}:", f.component)))
+                });
+                for f in left {
+                    refused.push(format!(
+                        "{}: its recovery ran but could not leave the pool clean: {} (a full pool cannot record its clean state: delete keys or restore a larger copy, then repair again)",
+                        f.component, f.message
+                    ));
+                }
+            }
         }
     }
     let shown = path.display().to_string();

@@ -1,7 +1,10 @@
 //! `ferrite`: probe the machine, benchmark, explore crash states, manage
 //! pools, use an embedded key-value store.
 //!
-//! Errors are printed as one line (`ferrite: …`) with a non-zero exit status.
+//! Errors are printed as one line (`ferrite: …`) with exit status 2
+//! ([`ERROR_EXIT`]); exit status 1 is kept for answers that are not errors:
+//! a key not found (`kv get`/`del`), findings of `pool check`, violations of
+//! `check`. Scripts can tell "absent" from "broken".
 
 mod checks;
 mod deep;
@@ -172,7 +175,7 @@ Examples:
     /// points appear only where code marks them (`bench sim`'s drivers do,
     /// after each operation; the components themselves do not yet).
     /// `--show` verifies a trace file and summarises it; a damaged file is
-    /// refused with one line and exit status 1.
+    /// refused with one line and exit status 2.
     #[command(after_help = "\
 Examples:
   ferrite trace --out selftest.trace -- check selftest --budget 20
@@ -268,14 +271,34 @@ Examples:
     },
 }
 
+/// Exit status of an error (a readable line on stderr); 1 means "not
+/// found" or "findings", 0 success (clap's usage errors are 2 as well).
+pub const ERROR_EXIT: u8 = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ferrite: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(ERROR_EXIT)
         }
+    }
+}
+
+/// `PATH: message`, once: the pool layer's errors about a file (not found,
+/// already exists, locked, I/O) already start with its path, and a message
+/// that does is not prefixed again (no "a.pool: a.pool: …").
+pub fn at(path: &std::path::Path, e: impl std::fmt::Display) -> String {
+    let msg = e.to_string();
+    let shown = path.display().to_string();
+    if msg
+        .strip_prefix(shown.as_str())
+        .is_some_and(|rest| rest.starts_with(": "))
+    {
+        msg
+    } else {
+        format!("{shown}: {msg}")
     }
 }
 
@@ -419,7 +442,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             opts.domain = domain;
             // Allocating a large pool file can take a while.
             let step = progress::Step::start(format!("creating {}", path.display()));
-            let p = Pool::create(&path, &opts).map_err(|e| e.to_string())?;
+            let p = Pool::create(&path, &opts).map_err(|e| at(&path, e))?;
             step.done("");
             let pmem = if p.is_pmem() {
                 "persistent memory (MAP_SYNC)"
@@ -436,7 +459,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         PoolCmd::Info { path, json } => {
-            let (h, root) = Pool::inspect(&path).map_err(|e| e.to_string())?;
+            let (h, root) = Pool::inspect(&path).map_err(|e| at(&path, e))?;
             if json {
                 let mut v = serde_json::to_value(&h).map_err(|e| e.to_string())?;
                 v["uuid"] = h.uuid_string().into();
@@ -470,12 +493,25 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             json,
         } => deep::run(&path, layout.as_deref(), repair, json),
         PoolCmd::Check { path, layout, .. } => {
-            let (h, root) = Pool::inspect(&path).map_err(|e| e.to_string())?;
+            // A file that cannot be read is an error (exit 2); a header
+            // that is wrong is a finding (exit 1).
+            let finding = |what: String| {
+                eprintln!("ferrite: {}", at(&path, what));
+                Ok(ExitCode::FAILURE)
+            };
+            let (h, root) = match Pool::inspect(&path) {
+                Ok(x) => x,
+                Err(
+                    e @ (ferrite_pmem::PoolError::NotFound { .. }
+                    | ferrite_pmem::PoolError::Io { .. }),
+                ) => return Err(at(&path, e)),
+                Err(e) => return finding(e.to_string()),
+            };
             if let Some(l) = layout.filter(|l| *l != h.layout) {
-                return Err(format!("pool has layout '{}', expected '{l}'", h.layout));
+                return finding(format!("pool has layout '{}', expected '{l}'", h.layout));
             }
             if root != 0 && (root < ferrite_pmem::HEADER_SIZE as u64 || root >= h.size) {
-                return Err(format!(
+                return finding(format!(
                     "root offset {root:#x} points outside the data area"
                 ));
             }
