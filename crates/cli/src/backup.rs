@@ -6,7 +6,7 @@
 //!    open (a `ferrite serve` under load), read while that process is
 //!    paused (`SIGSTOP`/`SIGCONT`: the signal is how the copy goes through
 //!    the server, which needs no command of its own) — a crash image.
-//! 2. The deep check on the image ([`crate::deep::check_image`]). Anything
+//! 2. The deep check on the image ([`crate::deep::check_snapshot`]). Anything
 //!    but what recovery resolves (an open store is "not closed cleanly"
 //!    by nature) means SRC itself is damaged: nothing is written, exit 1.
 //! 3. DEST is created (never overwritten), written and synced (file and
@@ -14,6 +14,10 @@
 //! 4. When the image needs recovery, the component's own recovery runs on
 //!    DEST (`pool check --deep --repair`'s), and DEST is checked again: it
 //!    must be clean. Otherwise DEST is removed and the command fails.
+//!
+//! The image's open record ([`ferrite_pmem::opened`]: who had SRC open)
+//! is cleared in the copy — it is a crash image, not a torn `cp`; a SRC
+//! that is itself such a torn copy is refused at step 2.
 //!
 //! So DEST is a cleanly closed pool holding a state SRC's owner
 //! acknowledged (the recovered crash image), ready to open anywhere.
@@ -30,8 +34,8 @@ pub fn run(src: &Path, dest: &Path) -> Result<ExitCode, String> {
         ));
     }
     let t0 = std::time::Instant::now();
-    let snap = crate::live::snapshot(src)?;
-    let report = crate::deep::check_image(&snap.image, None);
+    let mut snap = crate::live::snapshot(src)?;
+    let report = crate::deep::check_snapshot(&snap, None, false);
     let shown = src.display().to_string();
     let damaged: Vec<_> = report
         .findings
@@ -49,6 +53,12 @@ pub fn run(src: &Path, dest: &Path) -> Result<ExitCode, String> {
             report.what
         );
         return Ok(ExitCode::FAILURE);
+    }
+    // The image is a crash image of SRC (or SRC closed): its open record,
+    // if any, names SRC's owner; the copy is closed until opened.
+    use ferrite_pmem::opened::{OPEN_LEN, OPEN_OFF};
+    if let Some(rec) = snap.image.get_mut(OPEN_OFF..OPEN_OFF + OPEN_LEN) {
+        rec.fill(0);
     }
     write_new(dest, &snap.image)?;
     let mut recovered = Vec::new();

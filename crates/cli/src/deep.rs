@@ -108,10 +108,7 @@ pub fn run(
             ),
         ));
     }
-    let mut report = check_image(&snap.image, layout);
-    if let crate::live::View::Live { .. } = &snap.view {
-        live_notes(&mut report, &snap.view);
-    }
+    let mut report = check_snapshot(&snap, layout, true);
     let mut repaired = Vec::new();
     let mut refused = Vec::new();
     if repair && !report.findings.is_empty() {
@@ -208,11 +205,46 @@ fn live_notes(report: &mut Report, view: &crate::live::View) {
 /// only when the file cannot be read.
 pub fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
     let snap = crate::live::snapshot(path)?;
+    Ok(check_snapshot(&snap, want_layout, true))
+}
+
+/// Checks a consistent image of a pool file: its contents, whether it is
+/// a copy of a pool that was open when copied (its open record,
+/// [`ferrite_pmem::opened`], names another file), and, when it is the
+/// image of an open pool, what recovery would do as notes.
+/// With `live_notes` false the recovery findings stay findings (a backup
+/// resolves them on its copy).
+pub fn check_snapshot(
+    snap: &crate::live::Snapshot,
+    want_layout: Option<&str>,
+    live_notes_too: bool,
+) -> Report {
     let mut r = check_image(&snap.image, want_layout);
-    if let crate::live::View::Live { .. } = &snap.view {
+    match ferrite_pmem::opened::OpenRecord::decode(&snap.image) {
+        Some(rec) if !rec.is_for(snap.dev, snap.ino) => r.findings.insert(
+            0,
+            finding(
+                "pool",
+                "pool-copied-open",
+                format!(
+                    "a copy of a pool that was open (by pid {}) when copied: it may be torn (pages copied at different instants), so what follows is no crash image's; use a `ferrite pool backup` copy",
+                    rec.pid
+                ),
+            ),
+        ),
+        Some(rec) if matches!(snap.view, crate::live::View::Closed) => r.notes.insert(
+            0,
+            format!(
+                "left open by pid {} (never closed: a crash image, which its recovery resolves)",
+                rec.pid
+            ),
+        ),
+        _ => {}
+    }
+    if live_notes_too && let crate::live::View::Live { .. } = &snap.view {
         live_notes(&mut r, &snap.view);
     }
-    Ok(r)
+    r
 }
 
 /// Checks a pool image (the bytes of a pool file).

@@ -76,6 +76,9 @@ impl View {
 pub struct Snapshot {
     pub image: Vec<u8>,
     pub view: View,
+    /// The file's device and inode (what its open record must name).
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// How long to wait for every thread of the owner to stop.
@@ -95,10 +98,13 @@ pub fn snapshot(path: &Path) -> Result<Snapshot, String> {
         if rc == 0 {
             let mut image = Vec::new();
             file.read_to_end(&mut image).map_err(|x| e(&x))?;
+            let meta = file.metadata().map_err(|x| e(&x))?;
             // Closing the file releases the shared lock.
             return Ok(Snapshot {
                 image,
                 view: View::Closed,
+                dev: meta.dev(),
+                ino: meta.ino(),
             });
         }
         let err = std::io::Error::last_os_error();
@@ -131,6 +137,8 @@ pub fn snapshot(path: &Path) -> Result<Snapshot, String> {
         return Ok(Snapshot {
             image,
             view: View::Live { pid, name, paused },
+            dev: meta.dev(),
+            ino: meta.ino(),
         });
     }
     Err(e(

@@ -295,6 +295,17 @@ pub const ERROR_EXIT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Output into a closed pipe (`ferrite pool check … | head`) ends the
+    // command quietly, as for other tools, instead of a panic; the server
+    // and `run` keep Rust's ignored SIGPIPE (a client hanging up must not
+    // kill them).
+    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Run(_)) {
+        // SAFETY: restoring the default disposition of one signal, from
+        // the main thread before any other thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {

@@ -16,7 +16,9 @@
 //! |    120 |    4 | reserved, zero                                                |
 //! |    124 |    4 | CRC32C of bytes 0..124                                        |
 //! |    128 |    8 | root offset ([`POff`](crate::POff); 0 = none) — not checksummed |
-//! |    136 | 3960 | reserved, zero                                                |
+//! |    136 |   56 | reserved, zero                                                |
+//! |    192 |   64 | open record ([`crate::opened`]): who has the file open — zero when closed; not checksummed here (its own CRC) |
+//! |    256 | 3840 | reserved, zero                                                |
 //!
 //! Bytes 0..128 are written once, at creation, and never change; the CRC
 //! covers them. The root offset is the only mutable field: it sits alone in
