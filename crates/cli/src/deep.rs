@@ -250,7 +250,7 @@ pub fn check_snapshot(
 /// Checks a pool image (the bytes of a pool file).
 pub fn check_image(image: &[u8], want_layout: Option<&str>) -> Report {
     let mut r = Report::default();
-    let header = match Header::decode(&image, image.len() as u64) {
+    let header = match Header::decode(image, image.len() as u64) {
         Ok(h) => h,
         Err(e) => {
             r.what = "not a readable pool".into();
