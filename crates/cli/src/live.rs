@@ -24,9 +24,14 @@
 //! issued before the failure, flushed or not, had reached the media — a
 //! state every durability domain allows (under ADR a cache may write back
 //! any line at any time, in any order; under eADR and `msync` it is the
-//! normal case). Each component's recovery is proven by the crash explorer
-//! on all crash states (`ferrite check …`), this one included, so the
-//! image recovers to a state the owner acknowledged. A copy made by `cp`
+//! normal case). It is the crash explorer's image `s1` ("every in-flight
+//! unit survives with its newest content", `ferrite_crash::ImageSel`),
+//! which it builds at every crash point it explores — at every fence, and
+//! with `--crash-on-store` before every store, i.e. at every instant the
+//! image can differ — so `ferrite check engine-inp|engine-cow|engine-lsm|
+//! bytemap-undo|bytemap-redo|bytemap-clobber|ptm-lazy|ptm-eager
+//! --crash-on-store` (the server's stores) proves that each recovers such
+//! an image to a state its owner acknowledged. A copy made by `cp`
 //! while the owner runs is not such a state: the copy reads different
 //! pages at different instants, after the owner has written some of them
 //! and before others (issue 31: 14 of 30 `cp` copies of tx stores did not
