@@ -141,4 +141,35 @@ mod tests {
         }
         assert_eq!(OpenRecord::decode(&pool[..200]), None);
     }
+
+    /// A byte copy of an open pool is refused; a copy of a closed one, and
+    /// the file itself after its opener died (a crash image), open.
+    #[test]
+    fn a_copy_of_an_open_pool_is_refused_and_nothing_else() {
+        use crate::{Domain, Pool, PoolError, PoolOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let opts = PoolOptions::new("t", 1 << 16).domain(Domain::Msync);
+        let a = dir.path().join("a.pool");
+        let live = dir.path().join("live-copy.pool");
+        let closed = dir.path().join("closed-copy.pool");
+        let p = Pool::create(&a, &opts).unwrap();
+        std::fs::copy(&a, &live).unwrap();
+        match Pool::open(&live, &opts) {
+            Err(PoolError::CopiedWhileOpen { pid, .. }) => assert_eq!(pid, std::process::id()),
+            other => panic!("a live copy opened: {other:?}"),
+        }
+        p.close().unwrap();
+        std::fs::copy(&a, &closed).unwrap();
+        Pool::open(&closed, &opts).unwrap().close().unwrap();
+        // Dropped without close (its opener "died"): the file itself opens.
+        drop(Pool::open(&a, &opts).unwrap());
+        assert!(OpenRecord::decode(&std::fs::read(&a).unwrap()).is_some());
+        Pool::open(&a, &opts).unwrap().close().unwrap();
+        assert!(OpenRecord::decode(&std::fs::read(&a).unwrap()).is_none());
+        // The refusal stays a refusal (the copy is not rewritten).
+        assert!(matches!(
+            Pool::open(&live, &opts),
+            Err(PoolError::CopiedWhileOpen { .. })
+        ));
+    }
 }
