@@ -16,8 +16,18 @@
 //!
 //! Output: one line per finding, `PATH: COMPONENT: message`, then a
 //! summary line, then indented notes (where each log's valid prefix ends).
-//! Exit status 0 when there is no finding, 1 when there is one (or the file
-//! cannot be read); clap's usage errors exit with 2.
+//! Exit status 0 when there is no finding, 1 when there is one, 2 when the
+//! file cannot be read or checked (one line on stderr; clap's usage errors
+//! exit with 2 too).
+//!
+//! A pool another process has open (`ferrite serve`, `ferrite kv`) is
+//! checked on a consistent image ([`crate::live`]: the owner is paused
+//! while the file is read — a crash image — or, when it cannot be paused,
+//! the check refuses in one line): never on bytes the owner is changing
+//! under the reader, which showed false corruption. What the components'
+//! recovery would do to that image (an open store is "not closed cleanly"
+//! by nature) is then a note, not a finding. `--repair` refuses an open
+//! pool (its owner is using it).
 //!
 //! `--repair` runs the component's own recovery on the file when that is
 //! safe — the same recovery succeeded on the copy, and the findings are
@@ -57,11 +67,11 @@ enum Holds {
 
 /// The result of one check.
 #[derive(Debug, Default)]
-struct Report {
+pub struct Report {
     /// `engine cow on the ferrite heap`, `transactional pool (undo) with a hashmap`, …
-    what: String,
-    findings: Vec<Finding>,
-    notes: Vec<String>,
+    pub what: String,
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
 }
 
 fn finding(component: &'static str, kind: &'static str, message: impl ToString) -> Finding {
@@ -73,7 +83,7 @@ fn finding(component: &'static str, kind: &'static str, message: impl ToString) 
 }
 
 /// Kinds `--repair` resolves by running the component's recovery.
-const RECOVERABLE: &[&str] = &[
+pub const RECOVERABLE: &[&str] = &[
     "engine-recovery",
     "tx-interrupted",
     "ptm-interrupted",
@@ -89,13 +99,43 @@ pub fn run(
     repair: bool,
     json: bool,
 ) -> Result<ExitCode, String> {
-    let mut report = check(path, layout)?;
+    let snap = crate::live::snapshot(path)?;
+    if repair && let crate::live::View::Live { pid, name, .. } = &snap.view {
+        return Err(crate::at(
+            path,
+            format!(
+                "open by pid {pid} ({name}): --repair needs the pool closed (its owner recovers it when it opens it; the check alone works on an open pool)"
+            ),
+        ));
+    }
+    let mut report = check_snapshot(&snap, layout, true);
     let mut repaired = Vec::new();
     let mut refused = Vec::new();
     if repair && !report.findings.is_empty() {
         (repaired, refused) = do_repair(path, &report)?;
         if !repaired.is_empty() {
             report = check(path, layout)?;
+            // Recovery ran, yet the check finds what recovery would fix
+            // (a full CoW store cannot write its clean state): say so,
+            // rather than "repaired".
+            let left: Vec<&Finding> = report
+                .findings
+                .iter()
+                .filter(|f| RECOVERABLE.contains(&f.kind))
+                .collect();
+            if !left.is_empty() {
+                repaired.retain(|r| {
+                    !left
+                        .iter()
+                        .any(|f| r.starts_with(&format!("{}:", f.component)))
+                });
+                for f in left {
+                    refused.push(format!(
+                        "{}: its recovery ran but could not leave the pool clean: {} (a full pool cannot record its clean state: delete keys or restore a larger copy, then repair again)",
+                        f.component, f.message
+                    ));
+                }
+            }
         }
     }
     let shown = path.display().to_string();
@@ -145,16 +185,77 @@ pub fn run(
     })
 }
 
-/// Reads and checks the pool file. `Err` only when the file cannot be read.
-fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
-    let image = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// An open pool's image is a crash image: what recovery would do to it is
+/// expected, and said as notes, not findings.
+fn live_notes(report: &mut Report, view: &crate::live::View) {
+    let (expected, real): (Vec<Finding>, Vec<Finding>) = std::mem::take(&mut report.findings)
+        .into_iter()
+        .partition(|f| RECOVERABLE.contains(&f.kind));
+    report.findings = real;
+    report.notes.insert(0, view.describe());
+    for f in expected {
+        report.notes.push(format!(
+            "{}: {} (expected of an open pool: its recovery does this after a crash)",
+            f.component, f.message
+        ));
+    }
+}
+
+/// Reads (consistently: [`crate::live`]) and checks the pool file. `Err`
+/// only when the file cannot be read.
+pub fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
+    let snap = crate::live::snapshot(path)?;
+    Ok(check_snapshot(&snap, want_layout, true))
+}
+
+/// Checks a consistent image of a pool file: its contents, whether it is
+/// a copy of a pool that was open when copied (its open record,
+/// [`ferrite_pmem::opened`], names another file), and, when it is the
+/// image of an open pool, what recovery would do as notes.
+/// With `live_notes` false the recovery findings stay findings (a backup
+/// resolves them on its copy).
+pub fn check_snapshot(
+    snap: &crate::live::Snapshot,
+    want_layout: Option<&str>,
+    live_notes_too: bool,
+) -> Report {
+    let mut r = check_image(&snap.image, want_layout);
+    match ferrite_pmem::opened::OpenRecord::decode(&snap.image) {
+        Some(rec) if !rec.is_for(snap.dev, snap.ino) => r.findings.insert(
+            0,
+            finding(
+                "pool",
+                "pool-copied-open",
+                format!(
+                    "a copy of a pool that was open (by pid {}) when copied: it may be torn (pages copied at different instants), so what follows is no crash image's; use a `ferrite pool backup` copy",
+                    rec.pid
+                ),
+            ),
+        ),
+        Some(rec) if matches!(snap.view, crate::live::View::Closed) => r.notes.insert(
+            0,
+            format!(
+                "left open by pid {} (never closed: a crash image, which its recovery resolves)",
+                rec.pid
+            ),
+        ),
+        _ => {}
+    }
+    if live_notes_too && let crate::live::View::Live { .. } = &snap.view {
+        live_notes(&mut r, &snap.view);
+    }
+    r
+}
+
+/// Checks a pool image (the bytes of a pool file).
+pub fn check_image(image: &[u8], want_layout: Option<&str>) -> Report {
     let mut r = Report::default();
-    let header = match Header::decode(&image, image.len() as u64) {
+    let header = match Header::decode(image, image.len() as u64) {
         Ok(h) => h,
         Err(e) => {
             r.what = "not a readable pool".into();
             r.findings.push(finding("pool", "pool-header", e));
-            return Ok(r);
+            return r;
         }
     };
     if let Some(l) = want_layout.filter(|l| *l != header.layout) {
@@ -199,7 +300,7 @@ fn check(path: &Path, want_layout: Option<&str>) -> Result<Report, String> {
             );
         }
     }
-    Ok(r)
+    r
 }
 
 /// Bytes of a pool file that are the pool: its recorded size, or for a
@@ -392,7 +493,7 @@ fn heap(image: &[u8], header: &Header, r: &mut Report) {
 
 /// Runs the component's recovery on the file where that is safe.
 /// Returns what was done and what was refused (with reasons).
-fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
+pub fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
     let mut refused = Vec::new();
     let blocking: Vec<&Finding> = report
         .findings
@@ -434,7 +535,7 @@ fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>),
         &header.layout,
     );
     drop(image);
-    let e = |x: &dyn std::fmt::Display| format!("{}: repair: {x}", path.display());
+    let e = |x: &dyn std::fmt::Display| crate::at(path, format!("repair: {x}"));
     let mut done = Vec::new();
     match holds {
         Holds::Engine => {

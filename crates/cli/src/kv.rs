@@ -3,6 +3,16 @@
 //! Keys and values are given as text; `--hex` reads and prints them as
 //! hexadecimal instead. Output of `get` is the value alone (so it pipes),
 //! of `scan` one `key<TAB>value` line per pair.
+//!
+//! Without `--hex`, keys and values are written as their exact bytes
+//! (each line ends with one `\n` added after them), never with invalid
+//! UTF-8 replaced: `ferrite kv P get k > v.bin` holds the value's bytes
+//! and a newline. On a terminal, where raw bytes would be garbled or
+//! reprogram it, a key or value that is not printable UTF-8 is refused
+//! (use `--hex`, or redirect).
+//!
+//! Exit status: 0 done, 1 the key is not there (`get`, `del`), 2 an error
+//! (one line on stderr).
 
 use clap::Subcommand;
 use ferrite_engine::{AllocKind, Domain, EngineKind, KeyRange, Op, Store, StoreOptions};
@@ -35,7 +45,10 @@ Examples:
         #[arg(long, value_parser = crate::size::pool_arg)]
         max_size: Option<u64>,
     },
-    /// Print the value of KEY (exit 1 when absent).
+    /// Print the value of KEY (exit 1 when absent, 2 on errors).
+    ///
+    /// A binary value is written as its raw bytes (then a newline); on a
+    /// terminal it is refused: use --hex or redirect stdout.
     #[command(after_help = "\
 Examples:
   ferrite kv demo.pool create
@@ -175,11 +188,36 @@ fn decode(s: &str, hex: bool) -> Result<Vec<u8>, String> {
         .collect()
 }
 
-fn encode(b: &[u8], hex: bool) -> String {
+/// Appends `b` as output: hexadecimal with `hex`, else its own bytes.
+/// Refused when `terminal` and the bytes are not printable text (invalid
+/// UTF-8, or control characters other than tab and newline).
+fn encode(out: &mut Vec<u8>, b: &[u8], hex: bool, terminal: bool) -> Result<(), String> {
     if hex {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    } else {
-        String::from_utf8_lossy(b).into_owned()
+        out.extend(b.iter().flat_map(|x| format!("{x:02x}").into_bytes()));
+        return Ok(());
+    }
+    if terminal {
+        let printable = std::str::from_utf8(b)
+            .is_ok_and(|s| !s.chars().any(|c| c.is_control() && c != '\t' && c != '\n'));
+        if !printable {
+            return Err(format!(
+                "{} bytes of binary data (not printable UTF-8): not written to a terminal; use --hex, or redirect stdout",
+                b.len()
+            ));
+        }
+    }
+    out.extend_from_slice(b);
+    Ok(())
+}
+
+/// Writes `bytes` to stdout (a closed pipe ends the command quietly).
+fn emit(bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_all(bytes).and_then(|()| o.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("stdout: {e}")),
     }
 }
 
@@ -188,7 +226,8 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
         Some(d) => StoreOptions::default().domain(d),
         None => StoreOptions::default(),
     };
-    let e = |e: ferrite_engine::EngineError| format!("{}: {e}", path.display());
+    let e = |e: ferrite_engine::EngineError| crate::at(path, e);
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     if let KvCmd::Create {
         engine,
         allocator,
@@ -233,13 +272,18 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
         "recovery {:.1} s",
         store.recovery().elapsed.as_secs_f64()
     ));
-    let code = {
+    // Run the command, then close the store whatever it returned (an
+    // error mid-command still closes the pool cleanly).
+    let code = (|| -> Result<ExitCode, String> {
         let mut s = store.session().map_err(e)?;
-        match cmd {
+        Ok(match cmd {
             KvCmd::Create { .. } => unreachable!("handled above"),
             KvCmd::Get { key } => match s.get(&decode(&key, hex)?).map_err(e)? {
                 Some(v) => {
-                    println!("{}", encode(&v, hex));
+                    let mut out = Vec::with_capacity(v.len() * if hex { 2 } else { 1 } + 1);
+                    encode(&mut out, &v, hex, terminal).map_err(|m| format!("{key}: {m}"))?;
+                    out.push(b'\n');
+                    emit(&out)?;
                     ExitCode::SUCCESS
                 }
                 None => {
@@ -292,15 +336,40 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
             } => {
                 let range = scan_range(&from, end.as_deref(), prefix.as_deref(), reverse, hex)?;
                 let mut left = limit;
+                let mut out = Vec::new();
+                let mut bad = None;
                 s.range_with(&range, &mut |k, v| {
                     if left == 0 {
                         return false;
                     }
-                    println!("{}\t{}", encode(k, hex), encode(v, hex));
+                    let mark = out.len();
+                    let line = encode(&mut out, k, hex, terminal)
+                        .and_then(|()| {
+                            out.push(b'\t');
+                            encode(&mut out, v, hex, terminal)
+                        })
+                        .map(|()| out.push(b'\n'));
+                    if let Err(m) = line {
+                        out.truncate(mark);
+                        bad = Some(format!("pair {}: {m}", limit - left + 1));
+                        return false;
+                    }
+                    if out.len() >= 1 << 16 {
+                        if let Err(m) = emit(&out) {
+                            bad = Some(m);
+                            return false;
+                        }
+                        out.clear();
+                    }
                     left -= 1;
                     left > 0
                 })
                 .map_err(e)?;
+                // What was printed before a refused pair stays printed.
+                emit(&out)?;
+                if let Some(m) = bad {
+                    return Err(m);
+                }
                 ExitCode::SUCCESS
             }
             KvCmd::Fill {
@@ -364,8 +433,8 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
                 }
                 ExitCode::SUCCESS
             }
-        }
-    };
+        })
+    })();
     store.close().map_err(e)?;
-    Ok(code)
+    code
 }

@@ -1,11 +1,16 @@
 //! `ferrite`: probe the machine, benchmark, explore crash states, manage
 //! pools, use an embedded key-value store.
 //!
-//! Errors are printed as one line (`ferrite: …`) with a non-zero exit status.
+//! Errors are printed as one line (`ferrite: …`) with exit status 2
+//! ([`ERROR_EXIT`]); exit status 1 is kept for answers that are not errors:
+//! a key not found (`kv get`/`del`), findings of `pool check`, violations of
+//! `check`. Scripts can tell "absent" from "broken".
 
+mod backup;
 mod checks;
 mod deep;
 mod kv;
+mod live;
 mod progress;
 mod run;
 mod serve;
@@ -172,7 +177,7 @@ Examples:
     /// points appear only where code marks them (`bench sim`'s drivers do,
     /// after each operation; the components themselves do not yet).
     /// `--show` verifies a trace file and summarises it; a damaged file is
-    /// refused with one line and exit status 1.
+    /// refused with one line and exit status 2.
     #[command(after_help = "\
 Examples:
   ferrite trace --out selftest.trace -- check selftest --budget 20
@@ -197,6 +202,22 @@ Examples:
 
 #[derive(Subcommand)]
 enum PoolCmd {
+    /// Copy a pool — open or not, any layout — consistently, and verify
+    /// the copy with the deep check.
+    ///
+    /// A pool another process has open (`ferrite serve` under load) is
+    /// copied while that process is paused (SIGSTOP, then SIGCONT: about
+    /// 0.5 s per GiB): the copy is a crash image of it, which the store's
+    /// own recovery then turns into a cleanly closed pool. DEST must not
+    /// exist. A plain `cp` of an open pool is not consistent. Exit 0 with
+    /// a verified copy, 1 when SRC holds damage (nothing written), 2 on
+    /// errors.
+    #[command(after_help = "\
+Examples:
+  ferrite kv demo.pool create --size 16M
+  ferrite pool backup demo.pool demo-backup.pool
+  ferrite pool check demo-backup.pool --deep")]
+    Backup { src: PathBuf, dest: PathBuf },
     /// Create a pool file.
     #[command(after_help = "\
 Sizes: a number of bytes with an optional unit, any case, spaces allowed: K, M, G, T, P
@@ -268,14 +289,45 @@ Examples:
     },
 }
 
+/// Exit status of an error (a readable line on stderr); 1 means "not
+/// found" or "findings", 0 success (clap's usage errors are 2 as well).
+pub const ERROR_EXIT: u8 = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Output into a closed pipe (`ferrite pool check … | head`) ends the
+    // command quietly, as for other tools, instead of a panic; the server
+    // and `run` keep Rust's ignored SIGPIPE (a client hanging up must not
+    // kill them).
+    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Run(_)) {
+        // SAFETY: restoring the default disposition of one signal, from
+        // the main thread before any other thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ferrite: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(ERROR_EXIT)
         }
+    }
+}
+
+/// `PATH: message`, once: the pool layer's errors about a file (not found,
+/// already exists, locked, I/O) already start with its path, and a message
+/// that does is not prefixed again (no "a.pool: a.pool: …").
+pub fn at(path: &std::path::Path, e: impl std::fmt::Display) -> String {
+    let msg = e.to_string();
+    let shown = path.display().to_string();
+    if msg
+        .strip_prefix(shown.as_str())
+        .is_some_and(|rest| rest.starts_with(": "))
+    {
+        msg
+    } else {
+        format!("{shown}: {msg}")
     }
 }
 
@@ -419,7 +471,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             opts.domain = domain;
             // Allocating a large pool file can take a while.
             let step = progress::Step::start(format!("creating {}", path.display()));
-            let p = Pool::create(&path, &opts).map_err(|e| e.to_string())?;
+            let p = Pool::create(&path, &opts).map_err(|e| at(&path, e))?;
             step.done("");
             let pmem = if p.is_pmem() {
                 "persistent memory (MAP_SYNC)"
@@ -436,7 +488,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         PoolCmd::Info { path, json } => {
-            let (h, root) = Pool::inspect(&path).map_err(|e| e.to_string())?;
+            let (h, root) = Pool::inspect(&path).map_err(|e| at(&path, e))?;
             if json {
                 let mut v = serde_json::to_value(&h).map_err(|e| e.to_string())?;
                 v["uuid"] = h.uuid_string().into();
@@ -462,6 +514,7 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        PoolCmd::Backup { src, dest } => backup::run(&src, &dest),
         PoolCmd::Check {
             path,
             layout,
@@ -470,12 +523,25 @@ fn pool(cmd: PoolCmd) -> Result<ExitCode, String> {
             json,
         } => deep::run(&path, layout.as_deref(), repair, json),
         PoolCmd::Check { path, layout, .. } => {
-            let (h, root) = Pool::inspect(&path).map_err(|e| e.to_string())?;
+            // A file that cannot be read is an error (exit 2); a header
+            // that is wrong is a finding (exit 1).
+            let finding = |what: String| {
+                eprintln!("ferrite: {}", at(&path, what));
+                Ok(ExitCode::FAILURE)
+            };
+            let (h, root) = match Pool::inspect(&path) {
+                Ok(x) => x,
+                Err(
+                    e @ (ferrite_pmem::PoolError::NotFound { .. }
+                    | ferrite_pmem::PoolError::Io { .. }),
+                ) => return Err(at(&path, e)),
+                Err(e) => return finding(e.to_string()),
+            };
             if let Some(l) = layout.filter(|l| *l != h.layout) {
-                return Err(format!("pool has layout '{}', expected '{l}'", h.layout));
+                return finding(format!("pool has layout '{}', expected '{l}'", h.layout));
             }
             if root != 0 && (root < ferrite_pmem::HEADER_SIZE as u64 || root >= h.size) {
-                return Err(format!(
+                return finding(format!(
                     "root offset {root:#x} points outside the data area"
                 ));
             }

@@ -52,8 +52,8 @@ pub struct ServeArgs {
     #[arg(long)]
     domain: Option<Domain>,
     /// Most queued requests a store shard commits in one durable batch
-    /// (group commit; 1 = off).
-    #[arg(long, default_value_t = 32)]
+    /// (group commit; 1 = off; 1 to 4096).
+    #[arg(long, default_value_t = 32, value_parser = group_commit)]
     group_commit: usize,
     /// Largest item value (memcached -I; 4096, 64K, 512KiB); at most 1 MiB
     /// minus the item header.
@@ -92,6 +92,14 @@ pub struct ServeArgs {
     /// every item).
     #[arg(long)]
     insecure: bool,
+}
+
+/// `--group-commit`: 1 (off) to 4096; 0 was accepted and meant nothing.
+fn group_commit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=4096) => Ok(n),
+        _ => Err(format!("'{s}' is not a batch size from 1 (off) to 4096")),
+    }
 }
 
 /// The data directory of a bare `ferrite serve`.
@@ -330,7 +338,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             r.addr, r.shards
         );
     };
-    let pe = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let pe = |e: &dyn std::fmt::Display| crate::at(&path, e);
     let (res, closed) = match opened {
         Opened::Engine(store) => {
             let res = ferrite_server::store::engine::serve(&store, opts, listener, None, ready);
@@ -371,7 +379,7 @@ fn open(
     threads: usize,
     domain: Option<Domain>,
 ) -> Result<(Option<Pool>, Opened, Variant, bool), String> {
-    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let e = |e: &dyn std::fmt::Display| crate::at(path, e);
     if path.exists() && is_pmdk_pool(path) {
         if let Some(w) = want
             && w != Variant::Pmdk
@@ -475,7 +483,7 @@ fn open(
 /// a new pool of that size.
 #[cfg(feature = "pmdk")]
 fn open_pmdk(path: &Path, create: Option<u64>) -> Result<Opened, String> {
-    let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let e = |e: &dyn std::fmt::Display| crate::at(path, e);
     let t0 = std::time::Instant::now();
     let map = match create {
         Some(size) => ferrite_server::store::pmdk::create(path, size),

@@ -104,7 +104,7 @@ fn every_log_target_passes_a_small_budget() {
 #[test]
 fn unknown_target_is_one_line_and_nonzero() {
     let o = ferrite(&["check", "no-such-target"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.starts_with("ferrite: unknown check target"));
@@ -136,9 +136,10 @@ fn pool_create_info_check_and_corruption() {
     let mut b = std::fs::read(&p).unwrap();
     b[60] ^= 1;
     std::fs::write(&p, &b).unwrap();
-    for cmd in ["info", "check"] {
+    // `check` finds it (1), `info` cannot read it (an error: 2).
+    for (cmd, code) in [("info", 2), ("check", 1)] {
         let o = ferrite(&["pool", cmd, ps]);
-        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(o.status.code(), Some(code));
         let e = stderr(&o);
         assert_eq!(e.lines().count(), 1, "{e}");
         assert!(e.contains("checksum"), "{e}");
@@ -553,7 +554,7 @@ fn serve_examples_parse() {
             .output()
             .unwrap();
         let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(1), "ferrite {}: {err}", e.join(" "));
+        assert_eq!(o.status.code(), Some(2), "ferrite {}: {err}", e.join(" "));
         assert_eq!(err.lines().count(), 1, "ferrite {}: {err}", e.join(" "));
         assert!(
             err.starts_with("ferrite: "),
@@ -594,7 +595,7 @@ fn trace_records_shows_and_refuses_damage() {
     bytes[last] ^= 0x40;
     std::fs::write(&path, &bytes).unwrap();
     let o = ferrite(&["trace", "--show", "t.trace"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("checksum mismatch"), "{err}");

@@ -27,6 +27,13 @@ pub enum PoolError {
     Corrupt { what: String },
     #[error("{}: pool is open elsewhere (locked)", path.display())]
     Locked { path: PathBuf },
+    /// The file is a byte copy of a pool taken while that pool was open
+    /// (its header's open record names another file: [`crate::opened`]).
+    #[error(
+        "{}: a copy of a pool that was open (by pid {pid}) when copied: it may be torn, so it is not opened; copy a live pool with `ferrite pool backup`, or open the original, which recovers, and copy it closed",
+        path.display()
+    )]
+    CopiedWhileOpen { path: PathBuf, pid: u32 },
     #[error("pool size {size} is too small (minimum {min} bytes)")]
     TooSmall { size: u64, min: u64 },
     #[error("out of space: {what}")]

@@ -16,7 +16,9 @@
 //! |    120 |    4 | growable pools: the most the pool may grow to, in MiB (≥ the size); else zero |
 //! |    124 |    4 | CRC32C of bytes 0..124                                        |
 //! |    128 |    8 | root offset ([`POff`](crate::POff); 0 = none) — not checksummed |
-//! |    136 | 3960 | reserved, zero                                                |
+//! |    136 |   56 | reserved, zero                                                |
+//! |    192 |   64 | open record ([`crate::opened`]): who has the file open — zero when closed; not checksummed here (its own CRC) |
+//! |    256 | 3840 | reserved, zero                                                |
 //!
 //! A growable pool reserves address space for its maximum when mapped and
 //! extends its file on demand ([`crate::Mapping::grow_to`]); what it uses of

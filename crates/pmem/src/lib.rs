@@ -24,6 +24,7 @@ pub mod domain;
 pub mod error;
 pub mod header;
 pub mod map;
+pub mod opened;
 pub mod persist;
 pub mod pool;
 pub mod region;

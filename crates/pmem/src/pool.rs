@@ -24,6 +24,7 @@ use crate::domain::{self, Detection, Domain};
 use crate::error::{PoolError, Result};
 use crate::header::{self, HEADER_SIZE, Header, MIN_POOL_SIZE, ROOT_OFF};
 use crate::map::{MapKind, Mapping, PAGE};
+use crate::opened::{OPEN_LEN, OPEN_OFF, OpenRecord};
 use crate::persist::{Medium, PersistConfig, SimObserver};
 use crate::region::{POff, Region};
 use std::fs::{File, OpenOptions};
@@ -248,6 +249,7 @@ impl Pool {
         };
         let medium = Arc::new(Medium::new(map, cfg, None));
         write_header(&medium, &header);
+        mark_open(&medium, &file, path)?;
         file.sync_all().map_err(|e| io_err(path, e))?;
         // Make the new directory entry durable too (best effort: some file
         // systems refuse fsync on directories).
@@ -294,6 +296,7 @@ impl Pool {
         let detection = domain::detect(map.kind() == MapKind::FileSync);
         let cfg = opts.persist_config(explicit.unwrap_or(header.domain))?;
         let medium = Arc::new(Medium::new(map, cfg, None));
+        mark_open(&medium, &file, path)?;
         Ok(Pool {
             medium,
             header,
@@ -477,8 +480,14 @@ impl Pool {
         v
     }
 
-    /// Makes everything durable (for `msync` pools) and closes the pool.
+    /// Makes everything durable (for `msync` pools) and closes the pool
+    /// (clearing a file's open record: [`crate::opened`]).
     pub fn close(self) -> Result<()> {
+        if self._file.is_some() {
+            let whole = Region::whole(self.medium.clone());
+            whole.write(OPEN_OFF, &[0u8; OPEN_LEN]);
+            whole.persist(OPEN_OFF, OPEN_LEN);
+        }
         self.medium.sync_all().map_err(|e| PoolError::Io {
             path: self.path.clone().unwrap_or_default(),
             source: e,
@@ -508,6 +517,28 @@ fn anonymous_pool(len: usize, max_size: u64) -> std::io::Result<Mapping> {
         return Mapping::anonymous(len);
     }
     Mapping::anonymous_growable(len, max_size as usize)
+}
+
+/// Refuses a copy of a pool taken while it was open, then records this
+/// opening ([`crate::opened`]): called with the file locked, before the
+/// pool is handed to anyone.
+fn mark_open(medium: &Arc<Medium>, file: &File, path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|e| io_err(path, e))?;
+    let whole = Region::whole(medium.clone());
+    let mut cur = vec![0u8; OPEN_OFF + OPEN_LEN];
+    whole.read(0, &mut cur);
+    if let Some(r) = OpenRecord::decode(&cur)
+        && !r.is_for(meta.dev(), meta.ino())
+    {
+        return Err(PoolError::CopiedWhileOpen {
+            path: path.to_path_buf(),
+            pid: r.pid,
+        });
+    }
+    whole.write(OPEN_OFF, &OpenRecord::now(meta.dev(), meta.ino()).encode());
+    whole.persist(OPEN_OFF, OPEN_LEN);
+    Ok(())
 }
 
 fn write_header(medium: &Arc<Medium>, header: &Header) {

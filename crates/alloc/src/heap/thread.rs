@@ -418,7 +418,18 @@ impl AllocThread for HeapThread<'_> {
             return Err(AllocError::ZeroSize);
         }
         if size <= MAX_SMALL {
-            return self.reserve_small(class_of(size));
+            let class = class_of(size);
+            return match self.reserve_small(class) {
+                // No block of its class and no page for a new run: a free
+                // block of a larger class serves (a full pool whose keys
+                // were deleted has free blocks, of the sizes it held).
+                // The reservation carries the larger size; frees find the
+                // class from the run, so nothing else changes.
+                Err(e @ AllocError::OutOfSpace { .. }) => (class + 1..NUM_CLASSES)
+                    .find_map(|c| self.reserve_small(c).ok())
+                    .ok_or(e),
+                r => r,
+            };
         }
         let heap = self.heap;
         let pages = size.div_ceil(PAGE);
