@@ -843,6 +843,18 @@ pub fn planted_faults(kind: EngineKind) -> Vec<Fault> {
 mod tests {
     use super::*;
 
+    /// Runs the main script on one session of the store in `p` (seed
+    /// `seed`) and returns what it saw acknowledged.
+    fn run_main_script(p: &Pool, opts: &StoreOptions, seed: u64) -> Model {
+        let m = Model::default();
+        let store = Store::open(p, opts).unwrap();
+        let mut s = store.session().unwrap();
+        let all: Vec<usize> = (0..KEYS).collect();
+        let mut v = 0;
+        script(&mut s, &m, 0, &all, seed, MAIN_STEPS, &mut v, None);
+        m
+    }
+
     /// The script runs clean without crashes on every engine and both
     /// allocators, and exercises deletes of present keys and batches.
     #[test]
@@ -856,23 +868,7 @@ mod tests {
                 )
                 .unwrap();
                 Store::create(&p, &opts).unwrap();
-                let m = Model::default();
-                {
-                    let store = Store::open(&p, &opts).unwrap();
-                    let mut s = store.session().unwrap();
-                    let all: Vec<usize> = (0..KEYS).collect();
-                    let mut v = 0;
-                    script(
-                        &mut s,
-                        &m,
-                        0,
-                        &all,
-                        MAIN_SCRIPT ^ 1,
-                        MAIN_STEPS,
-                        &mut v,
-                        None,
-                    );
-                }
+                let m = run_main_script(&p, &opts, MAIN_SCRIPT ^ 1);
                 let r = recover(&p, &opts).unwrap();
                 check(&r, &m).unwrap_or_else(|e| panic!("{kind}/{alloc}: {e}"));
                 assert!(r.walk.entries.len() >= 5, "{kind}/{alloc}: few keys left");
@@ -927,23 +923,7 @@ mod tests {
             .unwrap();
             Store::create(&p, &opts).unwrap();
             let created = p.medium().map().mapped();
-            let m = Model::default();
-            {
-                let store = Store::open(&p, &opts).unwrap();
-                let mut s = store.session().unwrap();
-                let all: Vec<usize> = (0..KEYS).collect();
-                let mut v = 0;
-                script(
-                    &mut s,
-                    &m,
-                    0,
-                    &all,
-                    Config::new("x").seed ^ MAIN_SCRIPT,
-                    MAIN_STEPS,
-                    &mut v,
-                    None,
-                );
-            }
+            let m = run_main_script(&p, &opts, Config::new("x").seed ^ MAIN_SCRIPT);
             let grown = p.medium().map().mapped();
             assert!(
                 grown > created,
