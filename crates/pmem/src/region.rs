@@ -35,16 +35,7 @@ impl Region {
     /// A sub-window; `off..off+len` must lie inside this region (on a
     /// growable medium it may extend past what is accessible yet).
     pub fn sub(&self, off: usize, len: usize) -> Result<Region, OutOfBounds> {
-        match off.checked_add(len) {
-            Some(end) if end <= self.len => {}
-            _ => {
-                return Err(OutOfBounds {
-                    off,
-                    len,
-                    size: self.len,
-                });
-            }
-        }
+        self.within(off, len)?;
         Ok(Region {
             medium: self.medium.clone(),
             base: self.base + off,
@@ -75,15 +66,21 @@ impl Region {
     /// On a growable medium the region may extend past what is accessible
     /// yet; such a range is out of bounds too (until the medium grows).
     pub fn check(&self, off: usize, len: usize) -> Result<(), OutOfBounds> {
+        self.within(off, len)?;
+        let size = self.medium.map().mapped().saturating_sub(self.base);
+        if off + len <= size {
+            Ok(())
+        } else {
+            Err(OutOfBounds { off, len, size })
+        }
+    }
+
+    /// `Ok` when `off..off+len` lies inside the region's extent (accessible
+    /// yet or not).
+    #[inline]
+    fn within(&self, off: usize, len: usize) -> Result<(), OutOfBounds> {
         match off.checked_add(len) {
-            Some(end) if end <= self.len => {
-                let size = self.medium.map().mapped().saturating_sub(self.base);
-                if end <= size {
-                    Ok(())
-                } else {
-                    Err(OutOfBounds { off, len, size })
-                }
-            }
+            Some(end) if end <= self.len => Ok(()),
             _ => Err(OutOfBounds {
                 off,
                 len,
@@ -95,7 +92,9 @@ impl Region {
     #[inline]
     #[track_caller]
     fn abs(&self, off: usize, len: usize) -> usize {
-        if let Err(e) = self.check(off, len) {
+        // The mapping checks the accessible length itself on every access
+        // (`Mapping::at`); here only the region's own bounds.
+        if let Err(e) = self.within(off, len) {
             panic!("{e}");
         }
         self.base + off
