@@ -34,17 +34,37 @@
 //!   before the switch: it *is* the switch). A segment is replaced
 //!   (allocated and freed in the same publish) only when a record does not
 //!   fit in it.
-//! - **Compaction** is folded into the flush (inline, under the writer
-//!   lock): the flush merges the memtable with the newest runs while the
-//!   next run is at most [`Options::merge_ratio`] times what is merged so
-//!   far, or while there would be more than [`Options::max_runs`] runs — a
-//!   binary-counter (size-tiered) policy: each byte is rewritten
-//!   `O(log(data / memtable))` times. Shadowed versions are dropped by the
-//!   merge; tombstones are dropped when the output becomes the oldest run.
-//!   There is no background thread, so [`Engine::quiesce`] has nothing to
-//!   wait for. (A background merger would take the merge's time out of
-//!   the one write that triggers it, but not out of the throughput: the
-//!   writer lock serializes the manifest switches either way.)
+//! - **Compaction** is separate from the flush, and off the writers'
+//!   path: a flush writes the memtable as the newest run, merging
+//!   nothing, and a background thread ([`Options::background`]) then
+//!   merges the newest runs while the next run is at most
+//!   [`Options::merge_ratio`] times what is merged so far, or while there
+//!   would be more than [`Options::max_runs`] runs — a binary-counter
+//!   (size-tiered) policy: each byte is rewritten `O(log(data /
+//!   memtable))` times. A compaction builds its output from runs that are
+//!   immutable, with no lock but its own, writes it to a reserved block,
+//!   and only then takes the writer lock to write a new manifest — the
+//!   same log segment, generation and first sequence number, so the
+//!   memtable's records stay valid — and publish the switch (its output's
+//!   allocation, the frees of its inputs and of the old manifest, the
+//!   link), under one fence for the run and manifest and the publish's
+//!   two. A writer waits for the compactor only when it has fallen
+//!   behind by twice `max_runs` runs (a bounded stall, counted in the
+//!   stats with its time). Shadowed versions are dropped by the merge;
+//!   tombstones when the output becomes the oldest run. Without the
+//!   thread (the option off, or under the crash simulator, whose runs
+//!   must be deterministic) the compaction steps run on the next write
+//!   after its record, so the checks crash inside the same steps with the
+//!   memtable holding log records, as they are with the thread.
+//! - **Ingest.** A batch whose log record would exceed
+//!   [`Options::ingest_bytes`] (default: the memtable's size) never
+//!   passes through the log or the memtable: after the memtable is
+//!   flushed (its entries are older), the batch is sorted (the last op of
+//!   a key wins), written as a run of its own and linked as the newest by
+//!   one publish — its commit point. So a bulk load of millions of keys
+//!   is one transaction that costs one run write, leaves no record to
+//!   replay at open, and no memtable of its size for the next write to
+//!   flush.
 //!
 //! Stats and the key count of [`EngineRecovery`] are computed by a merge
 //! over everything (O(data)); nothing on the write path counts keys.
@@ -55,19 +75,22 @@
 //!   ([`EngineError::Full`]), which may still use half of the log's slack
 //!   ([`Options::log_slack`]); deletes may use all of it, and a delete that
 //!   needs a flush then merges *every* run, dropping its tombstones and
-//!   what they shadow — so deleting keys of a full store frees space and
-//!   later puts succeed again. (The ceiling is the usual size-tiered one:
-//!   about half the pool for live data.)
+//!   what they shadow. A write refused for want of room first asks for a
+//!   compaction of every run and is tried once more after it (once per
+//!   manifest generation: a store really full answers at once) — so
+//!   deleting keys of a full store frees space and later puts succeed
+//!   again. (The ceiling is the usual size-tiered one: about half the
+//!   pool for live data.)
 //! - **Readers** never take the writer lock: a get looks up the memtable
 //!   under a short read lock, clones the `Arc` of the current run list
 //!   (the *version*), and searches the runs newest first without any lock.
 //!   A flush installs the new version and clears the memtable under one
 //!   short write lock, so a reader sees either (old memtable, old runs) or
-//!   (new memtable, new runs). Runs a flush merged away are freed in its
-//!   publish, but their blocks cannot be *reused* before every reader that
-//!   may still read them has dropped its version: the next flush (the only
-//!   place that reserves blocks) first waits until no version but the
-//!   writer's graveyard holds them. (So a scan callback must not write to
+//!   (new memtable, new runs). Runs a flush or compaction merged away are
+//!   freed in its publish, but their blocks cannot be *reused* before
+//!   every reader that may still read them has dropped its version: every
+//!   path that reserves blocks (flush, ingest, compaction) first waits
+//!   until no version but the graveyard holds them. (So a scan callback must not write to
 //!   the same store: it would wait for its own scan.)
 //!
 //! # Fences and flushed lines per operation
@@ -78,7 +101,9 @@
 //! | delete of an absent key| 0      | 0                                              |
 //! | batch of n ops         | 1      | `⌈(28 + Σ(7 + key + value)) / 64⌉`            |
 //! | get / scan             | 0      | 0                                              |
-//! | flush (+ merge)        | 3 (+ the allocator's reserve fences) | the run image, the manifest, the allocator's record and words |
+//! | flush                  | 3 (+ the allocator's reserve fences) | the run image, the manifest, the allocator's record and words |
+//! | compaction (background)| 3 (+ reserve fences)  | the merged run, the manifest, the allocator's record and words |
+//! | batch over `ingest_bytes` | 3 (+ a flush of a non-empty memtable) | the batch's run, the manifest, the allocator's record and words |
 //! | open (recovery)        | 0–1    | the scrubbed tail of the log segment          |
 //!
 //! One fence per write is the floor for a durable write whose record must
@@ -87,11 +112,16 @@
 //! links them can be: the allocator's first fence would complete them
 //! *together* with its record, so a crash before that fence could leave
 //! the record but not the run) plus the publish's two. With the default
-//! 4 MiB memtable and 1 KB values that is 3 fences per ~4 000 writes
-//! (measured: 3.07 per flush on the Ferrite heap; 6.7 on the lock heap,
-//! which fences twice for each block it splits to reserve), and
-//! the merges' rewrites cost flushed lines (about `log2(data / 4 MiB)`
-//! times the data), not fences.
+//! 4 MiB memtable and 1 KB values that is 3 fences per ~4 000 writes on
+//! the writer's path (the lock heap fences twice more for each block it
+//! splits to reserve). A compaction costs the same 3 (its run and
+//! manifest share one fence: both are stored by the compacting thread),
+//! on the background thread; with merging no longer folded into the
+//! flush, the memtable's data is written once more (as its own run) than
+//! before, and the merges' rewrites cost flushed lines (about
+//! `log2(data / 4 MiB)` times the data), not fences. The stats report
+//! the write amplification: log and run bytes written over the bytes of
+//! the users' operations.
 //!
 //! # Recovery
 //!
@@ -117,6 +147,15 @@
 //!   *before* the publish that switches the manifest: a crash in between
 //!   leaves the old manifest, whose log lost its records — acknowledged
 //!   writes vanish.
+//! - [`Fault::SyncUnfenced`]: `sync` does not fence the relaxed commits
+//!   it reports durable.
+//! - [`Fault::CompactionNewLogGen`]: a compaction's manifest starts a new
+//!   log generation, as a flush's does: the memtable's records in the log
+//!   no longer replay, so acknowledged writes vanish after a crash.
+//! - [`Fault::IngestOverMemtable`]: an ingest drops the batch's keys from
+//!   the memtable instead of flushing it: after a crash the replayed log
+//!   shadows the batch's run with older versions.
+//! - [`Fault::RunUnflushed`] covers the runs of compactions and ingests too.
 //!
 //! A "batch applied without its commit record" cannot be planted: a batch
 //! is one record, with no separate commit record to forget.
@@ -138,11 +177,11 @@ use format::{
     Manifest, RUN_HEADER, RunBuilder, RunMeta, bloom_may_contain, corrupt, parse_run_record,
     read_checked, round_line,
 };
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Tuning knobs of this engine.
 #[derive(Clone, Debug)]
@@ -158,9 +197,17 @@ pub struct Options {
     pub bloom_bits_per_key: u32,
     /// Most runs before a flush merges regardless of sizes.
     pub max_runs: usize,
-    /// A flush also merges the next run while its data is at most this
-    /// many times the bytes merged so far.
+    /// A compaction also merges the next run while its data is at most
+    /// this many times the bytes merged so far.
     pub merge_ratio: u64,
+    /// Compact on a background thread (the default). When false — and
+    /// always under the crash simulator, whose runs must be deterministic
+    /// — the writer that flushed compacts at once, by the same steps.
+    pub background: bool,
+    /// A batch whose log record would be larger than this is written as a
+    /// run of its own ([ingested](Lsm::ingest)) instead of through the
+    /// log and the memtable. Default: `memtable_bytes`.
+    pub ingest_bytes: Option<u64>,
 }
 
 impl Default for Options {
@@ -172,6 +219,8 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             max_runs: 8,
             merge_ratio: 2,
+            background: true,
+            ingest_bytes: None,
         }
     }
 }
@@ -186,6 +235,7 @@ impl Options {
             log_slack: 512,
             block_bytes: 128,
             max_runs: 3,
+            background: false,
             ..Options::default()
         }
     }
@@ -202,6 +252,15 @@ pub enum Fault {
     TruncateBeforeSwitch,
     /// `sync` forgets its fence: relaxed commits it reports durable are not.
     SyncUnfenced,
+    /// A compaction's manifest starts a new log generation (as a flush's
+    /// does), which invalidates the memtable's records in the log: after a
+    /// crash, acknowledged writes not yet flushed are gone.
+    CompactionNewLogGen,
+    /// An ingest drops the batch's keys from the memtable instead of
+    /// flushing it first: reads are right until a crash, after which
+    /// recovery replays the log into the memtable and its older versions
+    /// of those keys shadow the batch's run.
+    IngestOverMemtable,
 }
 
 impl Fault {
@@ -211,6 +270,8 @@ impl Fault {
         Fault::AppendUnfenced,
         Fault::TruncateBeforeSwitch,
         Fault::SyncUnfenced,
+        Fault::CompactionNewLogGen,
+        Fault::IngestOverMemtable,
     ];
 }
 
@@ -223,9 +284,23 @@ type Entry = (Vec<u8>, Option<Vec<u8>>);
 
 /// A run in DRAM: where it is and its validated fence pointers and bloom filter.
 struct Run {
+    /// Unique in the process (a block offset is not: blocks are reused).
+    id: u64,
     off: u64,
     len: u64,
     meta: RunMeta,
+}
+
+impl Run {
+    fn new(off: u64, len: u64, meta: RunMeta) -> Run {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        Run {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            off,
+            len,
+            meta,
+        }
+    }
 }
 
 /// The runs readers search, newest first. Immutable; replaced whole.
@@ -245,8 +320,6 @@ struct Writer {
     /// Append position in the log segment.
     pos: u64,
     next_seq: u64,
-    /// Runs freed by a publish that readers may still hold.
-    graveyard: Vec<Arc<Run>>,
     /// The run image buffer, reused by every flush.
     buf: Vec<u8>,
     /// After a flush failed for want of space, the log position before
@@ -255,6 +328,13 @@ struct Writer {
     /// Log bytes `[start, end)` appended by relaxed commits and not fenced
     /// since: the next durable commit, `sync` or flush makes them durable.
     unfenced: Option<(u64, u64)>,
+    /// No background thread: a run was added, and the next write compacts
+    /// after its record (so that, as with the thread, a compaction runs
+    /// while the memtable holds records of the log).
+    compact_due: bool,
+    /// The manifest generation at which a write that found no room last
+    /// asked for a compaction of every run (one try per generation).
+    full_tried_gen: u64,
 }
 
 pub(crate) struct Lsm {
@@ -271,10 +351,63 @@ pub(crate) struct Lsm {
     flushes: AtomicU64,
     merged_runs: AtomicU64,
     full_fallbacks: AtomicU64,
-    /// Wall time spent flushing and merging, nanoseconds.
+    /// Wall time spent flushing (and merging in a flush), nanoseconds.
     flush_nanos: AtomicU64,
-    /// Bytes of runs written.
+    /// Bytes of runs written (flushes, compactions, ingests).
     run_bytes: AtomicU64,
+    /// Runs freed by a publish that readers may still hold: every path
+    /// that reserves blocks first waits until no reader holds them.
+    graveyard: Mutex<Vec<Arc<Run>>>,
+    /// Held by a compaction from its choice of runs to its switch (one at
+    /// a time); the buffer its run image is built in.
+    compaction: Mutex<Vec<u8>>,
+    /// Compacting on a background thread (see [`Options::background`];
+    /// cleared if the thread cannot be started).
+    background: AtomicBool,
+    /// The background thread's work flags.
+    bg: Mutex<BgFlags>,
+    /// A write found no room: the next compaction merges every run.
+    major_requested: AtomicBool,
+    /// Signalled when work is posted or a compaction step ends.
+    bg_cv: Condvar,
+    compactions: AtomicU64,
+    compact_nanos: AtomicU64,
+    /// Run bytes written by compactions (part of `run_bytes`).
+    compact_bytes: AtomicU64,
+    /// Writes that waited for the background compaction, and how long.
+    stalls: AtomicU64,
+    stall_nanos: AtomicU64,
+    /// Batches written as runs of their own.
+    ingests: AtomicU64,
+    /// Bytes of the users' operations (keys, values, op headers): the
+    /// denominator of the write amplification.
+    user_bytes: AtomicU64,
+    /// Log bytes written (records, rounded to lines).
+    log_bytes: AtomicU64,
+}
+
+/// What the background compaction thread is asked and tells.
+#[derive(Default)]
+struct BgFlags {
+    /// A flush or ingest added a run since the thread last looked.
+    pending: bool,
+    /// A compaction step is running.
+    busy: bool,
+    /// The engine is closing: the thread ends.
+    stop: bool,
+    /// The last background compaction error (none since: `None`).
+    error: Option<String>,
+}
+
+/// A compaction's output, written (its fence is the install's), not yet
+/// linked.
+struct Prepared {
+    /// Ids of the merged runs, newest first. Not the runs themselves: a
+    /// compactor waiting for the writer lock must not hold runs that a
+    /// writer, holding that lock, may be waiting to see released.
+    inputs: Vec<u64>,
+    /// The output block (`None`: everything merged away, no run).
+    out: Option<(Reservation, u64, RunMeta)>,
 }
 
 fn fault_of(opts: &StoreOptions) -> Option<Fault> {
@@ -361,7 +494,7 @@ pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engi
             return Err(e.into());
         }
     }
-    Ok(Box::new(Lsm::new(
+    Ok(Box::new(LsmEngine::start(Lsm::new(
         ctx,
         opts,
         man,
@@ -373,7 +506,7 @@ pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engi
             detail: "created".into(),
             ..EngineRecovery::default()
         },
-    )))
+    ))))
 }
 
 pub(crate) fn open(
@@ -413,7 +546,7 @@ pub(crate) fn open(
             return Err(corrupt(format!("run at {off:#x} longer than its block")));
         }
         let meta = format::load_run(pool, off, len, nonce)?;
-        runs.push(Arc::new(Run { off, len, meta }));
+        runs.push(Arc::new(Run::new(off, len, meta)));
     }
     // Replay the log's valid prefix.
     let mut mem = BTreeMap::new();
@@ -453,7 +586,58 @@ pub(crate) fn open(
     };
     let eng = Lsm::new(ctx, opts, man, man_off, pos, mem, runs, rec.clone());
     eng.writer.lock().next_seq = seq;
-    Ok((Box::new(eng), rec))
+    Ok((Box::new(LsmEngine::start(eng)), rec))
+}
+
+/// The LSM engine as a store holds it: the engine, shared with its
+/// background compactor thread (when it has one), which is stopped and
+/// joined on drop — before the store can unmap the pool.
+pub(crate) struct LsmEngine {
+    lsm: Arc<Lsm>,
+    compactor: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LsmEngine {
+    /// Starts the compactor (if the engine compacts in the background)
+    /// and gives it a first look: an opened store may have runs to merge.
+    fn start(lsm: Lsm) -> LsmEngine {
+        let lsm = Arc::new(lsm);
+        let mut compactor = None;
+        if lsm.background.load(Ordering::Relaxed) {
+            let l = lsm.clone();
+            match std::thread::Builder::new()
+                .name("ferrite-lsm-compactor".into())
+                .spawn(move || l.compactor())
+            {
+                Ok(h) => {
+                    compactor = Some(h);
+                    lsm.bg.lock().pending = true;
+                    lsm.bg_cv.notify_all();
+                }
+                // No thread to be had: writers compact, as in the checks.
+                Err(_) => lsm.background.store(false, Ordering::Relaxed),
+            }
+        }
+        LsmEngine { lsm, compactor }
+    }
+}
+
+impl std::ops::Deref for LsmEngine {
+    type Target = Lsm;
+    fn deref(&self) -> &Lsm {
+        &self.lsm
+    }
+}
+
+impl Drop for LsmEngine {
+    fn drop(&mut self) {
+        self.lsm.bg.lock().stop = true;
+        self.lsm.bg_cv.notify_all();
+        if let Some(h) = self.compactor.take() {
+            // A panic of the compactor was its own; the store closes anyway.
+            let _ = h.join();
+        }
+    }
 }
 
 /// Zeroes every non-zero line of `[off, off + len)`, under one fence.
@@ -513,6 +697,7 @@ impl Lsm {
         recovery: EngineRecovery,
     ) -> Lsm {
         let next_seq = man.first_seq;
+        let ctx_simulated = ctx.pool.medium().is_simulated();
         Lsm {
             pool: ctx.pool,
             area_off: ctx.area_off,
@@ -525,10 +710,11 @@ impl Lsm {
                 man_off,
                 pos,
                 next_seq,
-                graveyard: Vec::new(),
                 buf: Vec::new(),
                 retry_at: 0,
                 unfenced: None,
+                compact_due: false,
+                full_tried_gen: 0,
             }),
             state: RwLock::new(State {
                 mem,
@@ -541,6 +727,20 @@ impl Lsm {
             full_fallbacks: AtomicU64::new(0),
             flush_nanos: AtomicU64::new(0),
             run_bytes: AtomicU64::new(0),
+            graveyard: Mutex::new(Vec::new()),
+            compaction: Mutex::new(Vec::new()),
+            background: AtomicBool::new(opts.lsm.background && !ctx_simulated),
+            bg: Mutex::new(BgFlags::default()),
+            major_requested: AtomicBool::new(false),
+            bg_cv: Condvar::new(),
+            compactions: AtomicU64::new(0),
+            compact_nanos: AtomicU64::new(0),
+            compact_bytes: AtomicU64::new(0),
+            stalls: AtomicU64::new(0),
+            stall_nanos: AtomicU64::new(0),
+            ingests: AtomicU64::new(0),
+            user_bytes: AtomicU64::new(0),
+            log_bytes: AtomicU64::new(0),
         }
     }
 
@@ -650,6 +850,16 @@ impl Lsm {
             }
         }
         Ok(n)
+    }
+
+    /// Live keys now: a merge of the memtable and every run.
+    fn live_len(&self) -> Result<u64> {
+        let (mem, version) = {
+            let st = self.state.read();
+            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            (mem, st.version.clone())
+        };
+        self.count(&mem, &version)
     }
 
     /// Looks `key` up in the runs of `version`, newest first.
@@ -854,6 +1064,9 @@ impl Lsm {
         drop(cc);
         w.pos += len;
         w.next_seq += 1;
+        self.log_bytes.fetch_add(len, Ordering::Relaxed);
+        self.user_bytes
+            .fetch_add((rec.len() - format::REC_HEADER) as u64, Ordering::Relaxed);
         let mut st = self.state.write();
         for op in ops {
             match op {
@@ -865,16 +1078,259 @@ impl Lsm {
                 }
             }
         }
+        drop(st);
+        self.compact_inline(w, at);
         Ok(())
     }
 
-    /// Waits until no reader holds a run freed by an earlier flush, so
-    /// that its block may be reused.
-    fn wait_graveyard(&self, w: &mut Writer) {
-        while w.graveyard.iter().any(|r| Arc::strong_count(r) > 1) {
-            std::thread::yield_now();
+    /// The writer lock, for a write. With a background compactor that
+    /// has fallen behind (twice [`Options::max_runs`] runs), the write
+    /// first waits for it (a bounded stall, counted in the stats): reads
+    /// search every run, so their number must not grow without bound.
+    fn lock_writer(&self) -> parking_lot::MutexGuard<'_, Writer> {
+        if self.background.load(Ordering::Relaxed) {
+            let limit = 2 * self.opts.max_runs;
+            if self.state.read().version.runs.len() >= limit {
+                let t = std::time::Instant::now();
+                let mut f = self.bg.lock();
+                while self.state.read().version.runs.len() >= limit
+                    && (f.pending || f.busy)
+                    && !f.stop
+                {
+                    self.bg_cv
+                        .wait_for(&mut f, std::time::Duration::from_millis(50));
+                }
+                drop(f);
+                self.stalls.fetch_add(1, Ordering::Relaxed);
+                self.stall_nanos
+                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
         }
-        w.graveyard.clear();
+        self.writer.lock()
+    }
+
+    /// Runs the write `f` under the writer lock. A write that finds no
+    /// room ([`EngineError::Full`]) asks for a compaction of every run —
+    /// the tombstones and what they and newer puts shadow may free room —
+    /// and is tried once more after it; once per manifest generation, so
+    /// that a store really full answers at once. `f` must have done
+    /// nothing when it returns `Full`.
+    fn write_with<T>(
+        &self,
+        at: &mut dyn AllocThread,
+        mut f: impl FnMut(&mut Writer, &mut dyn AllocThread) -> Result<T>,
+    ) -> Result<T> {
+        let mut retried = false;
+        loop {
+            let mut w = self.lock_writer();
+            let held = LockHeld::enter();
+            let r = f(&mut w, at);
+            if !matches!(r, Err(EngineError::Full(_)))
+                || retried
+                || w.man.gen_ == w.full_tried_gen
+                || w.man.runs.is_empty()
+            {
+                return r;
+            }
+            w.full_tried_gen = w.man.gen_;
+            retried = true;
+            self.major_requested.store(true, Ordering::Relaxed);
+            if self.background.load(Ordering::Relaxed) {
+                drop(held);
+                drop(w);
+                self.bg.lock().pending = true;
+                self.bg_cv.notify_all();
+                let mut fl = self.bg.lock();
+                while (fl.pending || fl.busy) && !fl.stop {
+                    self.bg_cv.wait(&mut fl);
+                }
+            } else {
+                w.compact_due = true;
+                self.compact_inline(&mut w, at);
+            }
+        }
+    }
+
+    /// The background compactor's loop: waits for work, compacts until
+    /// nothing is left to merge, and tells waiters after each step. Its
+    /// allocator handle is taken on its first work (one of the store's
+    /// spare lanes).
+    fn compactor(&self) {
+        let mut at: Option<Box<dyn AllocThread + Send + '_>> = None;
+        loop {
+            {
+                let mut f = self.bg.lock();
+                while !f.pending && !f.stop {
+                    self.bg_cv.wait(&mut f);
+                }
+                if f.stop {
+                    return;
+                }
+                f.pending = false;
+                f.busy = true;
+            }
+            let r = self.compact_all(&mut at);
+            let mut f = self.bg.lock();
+            f.busy = false;
+            match r {
+                Ok(()) => f.error = None,
+                // Out of room: the runs stay; the next flush tries again.
+                Err(EngineError::Full(_)) => {}
+                Err(e) => f.error = Some(e.to_string()),
+            }
+            drop(f);
+            self.bg_cv.notify_all();
+        }
+    }
+
+    /// Compaction steps until nothing is left to merge (or the engine closes).
+    fn compact_all<'a>(&'a self, at: &mut Option<Box<dyn AllocThread + Send + 'a>>) -> Result<()> {
+        let at = match at {
+            Some(a) => a,
+            None => at.insert(self.alloc.thread()?),
+        };
+        while let Some(p) = self.compact_prepare(&mut **at, Some(&self.bg))? {
+            let mut w = self.writer.lock();
+            let _held = LockHeld::enter();
+            self.compact_install(&mut w, &mut **at, p)?;
+            drop(w);
+            self.bg_cv.notify_all();
+            if self.bg.lock().stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the background compactor has nothing left to do; its
+    /// last error, if any.
+    fn wait_compactor(&self) -> Result<()> {
+        if !self.background.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut f = self.bg.lock();
+        while (f.pending || f.busy) && !f.stop {
+            self.bg_cv.wait(&mut f);
+        }
+        match &f.error {
+            Some(e) => Err(corrupt(format!("background compaction: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Log bytes above which a batch is [ingested](Self::ingest).
+    fn ingest_threshold(&self) -> u64 {
+        self.opts.ingest_bytes.unwrap_or(self.opts.memtable_bytes)
+    }
+
+    /// Commits a large batch as a run of its own: sorted (the last op of a
+    /// key wins, deletes kept as tombstones), written to a reserved block
+    /// and fenced, then linked as the newest run by one publish
+    /// ([`install`](Self::install)) — the commit point: a crash before it
+    /// leaves nothing of the batch, after it all. The memtable is flushed
+    /// first, since its entries are older than the batch's and a reader
+    /// looks in the memtable before the runs. The batch never passes
+    /// through the log or the memtable: no record of its size to replay at
+    /// open, no memtable of its size to flush on the next write.
+    fn ingest(&self, w: &mut Writer, at: &mut dyn AllocThread, ops: &[Op<'_>]) -> Result<()> {
+        let t = std::time::Instant::now();
+        if w.pos > 0 {
+            if self.fault == Some(Fault::IngestOverMemtable) {
+                let mut st = self.state.write();
+                for op in ops {
+                    st.mem.remove(op.key());
+                }
+            } else {
+                self.flush(w, at, 0, false)?;
+            }
+        }
+        let mut idx: Vec<usize> = (0..ops.len()).collect();
+        idx.sort_unstable_by(|&a, &b| ops[a].key().cmp(ops[b].key()).then(a.cmp(&b)));
+        let version = self.state.read().version.clone();
+        // With no older data anywhere, tombstones shadow nothing.
+        let oldest = version.runs.is_empty() && w.pos == 0;
+        let mut b = RunBuilder::new(self.opts.block_bytes, std::mem::take(&mut w.buf));
+        let mut user = 0u64;
+        for (n, &i) in idx.iter().enumerate() {
+            let op = &ops[i];
+            user += 7 + op.key().len() as u64;
+            if idx.get(n + 1).is_some_and(|&nx| ops[nx].key() == op.key()) {
+                continue; // a later op of the batch on the same key wins
+            }
+            match op {
+                Op::Put { key, value } => {
+                    user += value.len() as u64;
+                    b.push(self.nonce, key, Some(value));
+                }
+                Op::Delete { key } if !oldest => b.push(self.nonce, key, None),
+                Op::Delete { .. } => {}
+            }
+        }
+        self.user_bytes.fetch_add(user, Ordering::Relaxed);
+        if b.is_empty() {
+            w.buf = b.into_buffer();
+            return Ok(());
+        }
+        let (img, meta) = b.finish(self.nonce, self.opts.bloom_bits_per_key);
+        self.wait_graveyard_holding(Some(&version));
+        let r = at.reserve(img.len()).map_err(EngineError::from);
+        let r = r.and_then(|res| {
+            let off = res.off().raw() as usize;
+            if self.fault == Some(Fault::RunUnflushed) {
+                self.pool.write(off, &img);
+            } else {
+                self.pool.write_nodrain(off, &img);
+            }
+            // In flight: the manifest's fence (this thread's) completes it.
+            let len = img.len() as u64;
+            self.install(w, at, &version, 0, 0, Some((res, len, meta)), true)?;
+            self.run_bytes.fetch_add(len, Ordering::Relaxed);
+            Ok(())
+        });
+        w.buf = self.keep_buffer(img);
+        r?;
+        self.ingests.fetch_add(1, Ordering::Relaxed);
+        self.flush_nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.after_new_run(w);
+        self.compact_inline(w, at);
+        Ok(())
+    }
+
+    /// A run image buffer, kept for the next run unless it is far larger
+    /// than a memtable's run (one huge ingest or merge should not hold its
+    /// memory for the store's life).
+    fn keep_buffer(&self, mut buf: Vec<u8>) -> Vec<u8> {
+        if buf.capacity() as u64 > 4 * self.opts.memtable_bytes.max(1 << 20) {
+            buf = Vec::new();
+        }
+        buf.clear();
+        buf
+    }
+
+    /// Waits until no reader holds a run freed by an earlier switch, so
+    /// that its block may be reused. Every path that reserves blocks calls
+    /// it first.
+    fn wait_graveyard(&self) {
+        self.wait_graveyard_holding(None);
+    }
+
+    /// [`wait_graveyard`](Self::wait_graveyard) for a caller that holds
+    /// `mine` itself: its own references are not waited for (a compaction
+    /// reading runs that a major flush then merged away would otherwise
+    /// wait for itself). Blocks the caller reads need not outlive its own
+    /// reservation: it is done reading them by then.
+    fn wait_graveyard_holding(&self, mine: Option<&Version>) {
+        let mut g = self.graveyard.lock();
+        let held = |r: &Arc<Run>| {
+            1 + mine.map_or(0, |v| v.runs.iter().filter(|m| Arc::ptr_eq(m, r)).count())
+        };
+        let mut round = 0;
+        while g.iter().any(|r| Arc::strong_count(r) > held(r)) {
+            self.pool.medium().wait_hint(round);
+            round += 1;
+        }
+        g.clear();
     }
 
     /// True while the allocator has room for a flush and then a merge of
@@ -910,14 +1366,75 @@ impl Lsm {
         need: u64,
         major: bool,
     ) -> Result<()> {
-        self.wait_graveyard(w);
+        self.wait_graveyard();
         let version = self.state.read().version.clone();
         let runs = &version.runs;
+        // A flush writes the memtable as the newest run, merging nothing:
+        // merging is the compaction's (off the writer's path). Only a
+        // major flush — deletes in a store too full to compact — merges
+        // every run at once, dropping tombstones and what they shadow.
         // Ops of the publish besides the merged runs' frees: run, manifest,
         // segment allocs and frees, the link, with room for split words.
         let max_merge = at.max_publish_ops().saturating_sub(10);
-        let mut j = 0;
-        let mut acc = w.pos.max(1);
+        let j = if major { runs.len().min(max_merge) } else { 0 };
+        match self.flush_with(w, at, runs, j, need) {
+            Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, runs, 0, need),
+            r => r,
+        }?;
+        self.after_new_run(w);
+        Ok(())
+    }
+
+    /// After a flush or an ingest added a run: the background thread is
+    /// told, or (no background thread) the compaction is due at the end
+    /// of this write or the next ([`compact_inline`](Self::compact_inline)).
+    fn after_new_run(&self, w: &mut Writer) {
+        if self.background.load(Ordering::Relaxed) {
+            self.bg.lock().pending = true;
+            self.bg_cv.notify_all();
+        } else {
+            w.compact_due = true;
+        }
+    }
+
+    /// Without a background thread: the compaction steps due, by the
+    /// writer, after its own commit. Their failure is not the write's
+    /// (which is durable): out of room, the runs stay as they are (reads
+    /// search one more); another error is kept for
+    /// [`quiesce`](Engine::quiesce) and the stats, as the thread's is.
+    fn compact_inline(&self, w: &mut Writer, at: &mut dyn AllocThread) {
+        if !std::mem::take(&mut w.compact_due) {
+            return;
+        }
+        let r = loop {
+            match self.compact_prepare(at, None) {
+                Ok(Some(p)) => {
+                    if let Err(e) = self.compact_install(w, at, p) {
+                        break Err(e);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let mut f = self.bg.lock();
+        match r {
+            Ok(()) => f.error = None,
+            Err(EngineError::Full(_)) => {}
+            Err(e) => f.error = Some(e.to_string()),
+        }
+    }
+
+    /// The runs a compaction of `runs` merges: the newest `j` (0 or 1:
+    /// nothing to do). Size-tiered, a binary counter: the next run joins
+    /// while its data is at most [`Options::merge_ratio`] times what is
+    /// merged so far, or while more than [`Options::max_runs`] would
+    /// remain; so each byte is rewritten `O(log(data / memtable))` times.
+    fn compaction_window(&self, runs: &[Arc<Run>], max_publish_ops: usize) -> usize {
+        let max_merge = max_publish_ops.saturating_sub(10);
+        let Some(first) = runs.first() else { return 0 };
+        let mut acc = first.meta.data_bytes.max(1);
+        let mut j = 1;
         while j < runs.len()
             && j < max_merge
             && (runs[j].meta.data_bytes <= self.opts.merge_ratio.saturating_mul(acc)
@@ -926,13 +1443,213 @@ impl Lsm {
             acc += runs[j].meta.data_bytes;
             j += 1;
         }
-        if major {
-            j = runs.len().min(max_merge);
+        j
+    }
+
+    /// A compaction's first half, with no writer lock: chooses the runs to
+    /// merge from the current version, merges them into one run image
+    /// (tombstones dropped when the output becomes the oldest run), and
+    /// writes it to a reserved block and fences. `None`: nothing to merge
+    /// (or `stop` was raised meanwhile). Holds the compaction lock only
+    /// while it runs; [`compact_install`](Self::compact_install) links the
+    /// output if its inputs are still current.
+    fn compact_prepare(
+        &self,
+        at: &mut dyn AllocThread,
+        stop: Option<&Mutex<BgFlags>>,
+    ) -> Result<Option<Prepared>> {
+        let t = std::time::Instant::now();
+        let mut buf = self.compaction.lock();
+        let version = self.state.read().version.clone();
+        let runs = &version.runs;
+        // Asked by a write that found no room: every run, so that the
+        // tombstones and what they shadow go (one run alone too: its
+        // tombstones go).
+        let major = self.major_requested.swap(false, Ordering::Relaxed);
+        let j = if major {
+            runs.len().min(at.max_publish_ops().saturating_sub(10))
+        } else {
+            self.compaction_window(runs, at.max_publish_ops())
+        };
+        if j < 2 && !(major && j == 1) {
+            return Ok(None);
         }
-        match self.flush_with(w, at, runs, j, need) {
-            Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, runs, 0, need),
-            r => r,
+        let last = j == runs.len();
+        let mut b = RunBuilder::new(self.opts.block_bytes, std::mem::take(&mut *buf));
+        let mut m = Merge::new(&self.pool, entries_iter(&[]), &runs[..j], &[])?;
+        let mut n = 0u64;
+        while let Some((k, v)) = m.next()? {
+            if last && v.is_none() {
+                continue;
+            }
+            b.push(self.nonce, k, v);
+            n += 1;
+            if n.is_multiple_of(4096) && stop.is_some_and(|f| f.lock().stop) {
+                *buf = b.into_buffer();
+                return Ok(None);
+            }
         }
+        drop(m);
+        let out = if b.is_empty() {
+            *buf = b.into_buffer();
+            None
+        } else {
+            let (img, meta) = b.finish(self.nonce, self.opts.bloom_bits_per_key);
+            self.wait_graveyard_holding(Some(&version));
+            let res = match at.reserve(img.len()) {
+                Ok(r) => r,
+                Err(e) => {
+                    *buf = img;
+                    return Err(e.into());
+                }
+            };
+            let off = res.off().raw() as usize;
+            if self.fault == Some(Fault::RunUnflushed) {
+                self.pool.write(off, &img);
+            } else {
+                self.pool.write_nodrain(off, &img);
+            }
+            // Left in flight: the install's manifest fence, on this same
+            // thread, makes the run durable before the record linking it.
+            let len = img.len() as u64;
+            *buf = self.keep_buffer(img);
+            Some((res, len, meta))
+        };
+        self.compact_nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(Some(Prepared {
+            inputs: runs[..j].iter().map(|r| r.id).collect(),
+            out,
+        }))
+    }
+
+    /// A compaction's second half, under the writer lock: replaces its
+    /// inputs by its output in a new manifest and publishes the switch.
+    /// The log is untouched (same segment, generation and first sequence
+    /// number), so the memtable's records stay valid. If a major flush
+    /// merged the inputs away meanwhile, the output is dropped.
+    fn compact_install(&self, w: &mut Writer, at: &mut dyn AllocThread, p: Prepared) -> Result<()> {
+        let cur = self.state.read().version.clone();
+        let j = p.inputs.len();
+        let at_pos = (0..=cur.runs.len().saturating_sub(j)).find(|&i| {
+            cur.runs.len() >= i + j
+                && cur.runs[i..i + j]
+                    .iter()
+                    .zip(&p.inputs)
+                    .all(|(a, &b)| a.id == b)
+        });
+        let Some(i) = at_pos else {
+            // No flush left in flight (the output's lines).
+            self.pool.fence();
+            if let Some((res, _, _)) = p.out {
+                let _ = at.cancel(res);
+            }
+            return Ok(());
+        };
+        let len = p.out.as_ref().map_or(0, |o| o.1);
+        self.install(w, at, &cur, i, j, p.out, false)?;
+        self.compactions.fetch_add(1, Ordering::Relaxed);
+        self.merged_runs.fetch_add(j as u64, Ordering::Relaxed);
+        self.compact_bytes.fetch_add(len, Ordering::Relaxed);
+        self.run_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Links a run written and fenced outside the log (a compaction's or
+    /// an ingest's): a new manifest lists `cur.runs` with `cur.runs[i..i +
+    /// j]` replaced by `out`, keeping the log as it is (`ingest` marks an
+    /// ingest, for its planted fault). One publish: the run's and
+    /// manifest's allocations, the frees of the replaced runs and of the
+    /// old manifest, the fixed-area link. Then the new version is
+    /// installed.
+    #[allow(clippy::too_many_arguments)]
+    fn install(
+        &self,
+        w: &mut Writer,
+        at: &mut dyn AllocThread,
+        cur: &Version,
+        i: usize,
+        j: usize,
+        out: Option<(Reservation, u64, RunMeta)>,
+        ingest: bool,
+    ) -> Result<()> {
+        let mut list: Vec<(u64, u64)> = cur.runs[..i].iter().map(|r| (r.off, r.len)).collect();
+        if let Some((res, len, _)) = &out {
+            list.push((res.off().raw(), *len));
+        }
+        list.extend(cur.runs[i + j..].iter().map(|r| (r.off, r.len)));
+        let cancel = |at: &mut dyn AllocThread, out: Option<(Reservation, u64, RunMeta)>| {
+            if let Some((res, _, _)) = out {
+                let _ = at.cancel(res);
+            }
+        };
+        if list.len() > format::MAX_MANIFEST_RUNS {
+            cancel(at, out);
+            return Err(EngineError::Full(format!(
+                "{} runs: more than a manifest lists",
+                list.len()
+            )));
+        }
+        let log_gen = if self.fault == Some(Fault::CompactionNewLogGen) && !ingest {
+            w.man.gen_ + 1
+        } else {
+            w.man.log_gen
+        };
+        let man = Manifest {
+            gen_: w.man.gen_ + 1,
+            seg: w.man.seg,
+            cap: w.man.cap,
+            log_gen,
+            first_seq: w.man.first_seq,
+            runs: list,
+        };
+        let man_res = match at.reserve(man.len()) {
+            Ok(r) => r,
+            Err(e) => {
+                cancel(at, out);
+                return Err(e.into());
+            }
+        };
+        let man_off = man_res.off().raw();
+        let mb = man.encode(self.nonce);
+        self.pool.write(man_off as usize, &mb);
+        self.pool.flush(man_off as usize, mb.len());
+        self.pool.fence();
+        let mut allocs = Vec::with_capacity(2);
+        let mut new_run = None;
+        if let Some((res, len, meta)) = out {
+            new_run = Some(Arc::new(Run::new(res.off().raw(), len, meta)));
+            allocs.push(res);
+        }
+        allocs.push(man_res);
+        let mut frees: Vec<POff<u8>> = cur.runs[i..i + j]
+            .iter()
+            .map(|r| POff::new(r.off))
+            .collect();
+        frees.push(POff::new(w.man_off));
+        let links = [Link {
+            at: POff::new(self.area_off),
+            value: man_off,
+        }];
+        if let Err(e) = at.publish(&Publish {
+            allocs: &allocs,
+            frees: &frees,
+            links: &links,
+        }) {
+            cancel_all(at, allocs);
+            return Err(e.into());
+        }
+        let mut runs = Vec::with_capacity(cur.runs.len() + 1 - j);
+        runs.extend(cur.runs[..i].iter().cloned());
+        runs.extend(new_run);
+        runs.extend(cur.runs[i + j..].iter().cloned());
+        w.man = man;
+        w.man_off = man_off;
+        self.state.write().version = Arc::new(Version { runs });
+        self.graveyard
+            .lock()
+            .extend(cur.runs[i..i + j].iter().cloned());
+        Ok(())
     }
 
     /// Merges the memtable with `runs[..j]` into a run image built in
@@ -980,7 +1697,7 @@ impl Lsm {
         let (buf, meta) = self.build_run(runs, j, std::mem::take(&mut w.buf))?;
         let image = meta.is_some().then_some(&buf[..]);
         let r = self.switch(w, at, runs, j, need, image, meta);
-        w.buf = buf;
+        w.buf = self.keep_buffer(buf);
         r
     }
 
@@ -1074,11 +1791,7 @@ impl Lsm {
         // Durable: switch the volatile state.
         let mut new_runs = Vec::with_capacity(run_count);
         if let (Some(o), Some(img), Some(meta)) = (run_at, &image, meta) {
-            new_runs.push(Arc::new(Run {
-                off: o,
-                len: img.len() as u64,
-                meta,
-            }));
+            new_runs.push(Arc::new(Run::new(o, img.len() as u64, meta)));
         }
         new_runs.extend(runs[j..].iter().cloned());
         w.man = man;
@@ -1091,7 +1804,7 @@ impl Lsm {
             st.version = Arc::new(Version { runs: new_runs });
             st.mem.clear();
         }
-        w.graveyard.extend(runs[..j].iter().cloned());
+        self.graveyard.lock().extend(runs[..j].iter().cloned());
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.merged_runs.fetch_add(j as u64, Ordering::Relaxed);
         self.run_bytes.fetch_add(
@@ -1260,7 +1973,7 @@ impl SnapshotRead for LsmReader<'_> {
     }
 
     fn len(&mut self) -> Result<u64> {
-        self.eng.len()
+        self.eng.live_len()
     }
 }
 
@@ -1526,38 +2239,27 @@ impl Session for LsmSession<'_> {
         check_value(value)?;
         let ops = [Op::Put { key, value }];
         format::encode_ops(&mut self.rec, &ops);
-        let mut w = self.eng.writer.lock();
-        let _held = LockHeld::enter();
-        self.eng.append(
-            &mut w,
-            &mut *self.at,
-            &mut self.rec,
-            &ops,
-            Durability::Immediate,
-        )
+        let (eng, rec) = (self.eng, &mut self.rec);
+        eng.write_with(&mut *self.at, |w, at| {
+            eng.append(w, at, rec, &ops, Durability::Immediate)
+        })
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
         let ops = [Op::Delete { key }];
         format::encode_ops(&mut self.rec, &ops);
-        let mut w = self.eng.writer.lock();
-        let _held = LockHeld::enter();
-        // Under the writer lock no other write can change the answer.
-        let scan = breakdown::phase(Phase::Scan);
-        if !self.eng.get_into(key, &mut self.scratch, &mut self.blk)? {
-            return Ok(false);
-        }
-        drop(scan);
-        self.eng
-            .append(
-                &mut w,
-                &mut *self.at,
-                &mut self.rec,
-                &ops,
-                Durability::Immediate,
-            )
-            .map(|()| true)
+        let (eng, rec, scratch, blk) = (self.eng, &mut self.rec, &mut self.scratch, &mut self.blk);
+        eng.write_with(&mut *self.at, |w, at| {
+            // Under the writer lock no other write can change the answer.
+            let scan = breakdown::phase(Phase::Scan);
+            if !eng.get_into(key, scratch, blk)? {
+                return Ok(false);
+            }
+            drop(scan);
+            eng.append(w, at, rec, &ops, Durability::Immediate)
+                .map(|()| true)
+        })
     }
 
     fn scan_with(
@@ -1607,23 +2309,33 @@ impl Session for LsmSession<'_> {
                 max: (u32::MAX as usize - 4) / (7 + crate::MAX_KEY + crate::MAX_VALUE),
             });
         }
+        let eng = self.eng;
+        if (format::REC_HEADER + 4 + bytes) as u64 > eng.ingest_threshold() {
+            return eng.write_with(&mut *self.at, |w, at| {
+                let scope = ferrite_pmem::trace::commit_scope();
+                let r = eng.ingest(w, at, ops);
+                if r.is_ok() {
+                    scope.mark();
+                }
+                r
+            });
+        }
         format::encode_ops(&mut self.rec, ops);
-        let mut w = self.eng.writer.lock();
-        let _held = LockHeld::enter();
-        self.eng
-            .append(&mut w, &mut *self.at, &mut self.rec, ops, d)
+        let rec = &mut self.rec;
+        eng.write_with(&mut *self.at, |w, at| eng.append(w, at, rec, ops, d))
     }
 }
 
-impl Engine for Lsm {
+impl Engine for LsmEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Lsm
     }
 
     fn session(&self) -> Result<Box<dyn Session + Send + '_>> {
-        let (ticket, at) = self.sessions.enter(&*self.alloc)?;
+        let eng: &Lsm = &self.lsm;
+        let (ticket, at) = eng.sessions.enter(&*eng.alloc)?;
         Ok(Box::new(LsmSession {
-            eng: self,
+            eng,
             at,
             _ticket: ticket,
             rec: Vec::new(),
@@ -1653,12 +2365,7 @@ impl Engine for Lsm {
     }
 
     fn len(&self) -> Result<u64> {
-        let (mem, version) = {
-            let st = self.state.read();
-            let mem: Vec<Entry> = st.mem.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            (mem, st.version.clone())
-        };
-        self.count(&mem, &version)
+        self.lsm.live_len()
     }
 
     fn allocator(&self) -> &dyn PAllocator {
@@ -1682,25 +2389,60 @@ impl Engine for Lsm {
             let w = self.writer.lock();
             (w.pos, w.man.cap, w.man.gen_)
         };
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let user = ld(&self.user_bytes);
+        let written = ld(&self.log_bytes) + ld(&self.run_bytes);
+        let bg_error = self.bg.lock().error.clone();
         EngineStats {
             keys,
             detail: format!(
-                "memtable {} entries, log {pos}/{cap} bytes, {} runs ({} records), {} flushes, {} runs merged, {} full fallbacks, {} run bytes written in {:.3} s, manifest gen {gen_}",
+                "memtable {} entries, log {pos}/{cap} bytes, {} runs ({} records), {} flushes, {} ingests, {} compactions ({}) merging {} runs, {} full fallbacks, {} run bytes written ({} by compactions), flushes {:.3} s, compactions {:.3} s, {} write stalls {:.3} s, write amplification {}, manifest gen {gen_}{}",
                 mem.len(),
                 version.runs.len(),
                 version.runs.iter().map(|r| r.meta.entries).sum::<u64>(),
-                self.flushes.load(Ordering::Relaxed),
-                self.merged_runs.load(Ordering::Relaxed),
-                self.full_fallbacks.load(Ordering::Relaxed),
-                self.run_bytes.load(Ordering::Relaxed),
-                self.flush_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
+                ld(&self.flushes),
+                ld(&self.ingests),
+                ld(&self.compactions),
+                if self.background.load(Ordering::Relaxed) {
+                    "background"
+                } else {
+                    "inline"
+                },
+                ld(&self.merged_runs),
+                ld(&self.full_fallbacks),
+                ld(&self.run_bytes),
+                ld(&self.compact_bytes),
+                ld(&self.flush_nanos) as f64 * 1e-9,
+                ld(&self.compact_nanos) as f64 * 1e-9,
+                ld(&self.stalls),
+                ld(&self.stall_nanos) as f64 * 1e-9,
+                if user == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.2}", written as f64 / user as f64)
+                },
+                bg_error.map_or(String::new(), |e| format!(
+                    ", last background compaction error: {e}"
+                )),
             ),
         }
     }
 
     fn quiesce(&self) -> Result<()> {
-        // Flushes and merges run inline in the writer: nothing in the
-        // background; relaxed commits become durable.
+        // The background compactor finishes what it has; relaxed commits
+        // become durable.
+        self.wait_compactor()?;
+        {
+            let mut w = self.writer.lock();
+            let _held = LockHeld::enter();
+            if w.compact_due {
+                let mut at = self.alloc.thread()?;
+                self.compact_inline(&mut w, &mut *at);
+            }
+            if let Some(e) = &self.bg.lock().error {
+                return Err(corrupt(format!("compaction: {e}")));
+            }
+        }
         self.sync()
     }
 
