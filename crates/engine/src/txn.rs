@@ -35,6 +35,13 @@ pub struct WriteTxn {
     session: Option<StoreSession>,
     /// Key → new value (`None`: deleted), the transaction's writes.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The greatest key [`pop_first`](Self::pop_first) removed, while
+    /// every key of the store up to it is deleted in `writes` (a put at
+    /// or below it clears this): the next pop reads the store from there,
+    /// not from its start past all it popped.
+    front: Option<Vec<u8>>,
+    /// The same for [`pop_last`](Self::pop_last), from the end.
+    back: Option<Vec<u8>>,
     durability: Durability,
     /// The writers' gate, exclusively; released after the session goes
     /// back (field order: dropped last).
@@ -74,6 +81,8 @@ impl WriteTxn {
             store,
             session: Some(session),
             writes: BTreeMap::new(),
+            front: None,
+            back: None,
             durability: Durability::Immediate,
             _gate: gate,
         }
@@ -98,6 +107,12 @@ impl WriteTxn {
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_key(key)?;
         check_value(value)?;
+        if self.front.as_deref().is_some_and(|f| key <= f) {
+            self.front = None;
+        }
+        if self.back.as_deref().is_some_and(|b| key >= b) {
+            self.back = None;
+        }
         self.writes.insert(key.to_vec(), Some(value.to_vec()));
         Ok(())
     }
@@ -140,19 +155,32 @@ impl WriteTxn {
 
     /// The pair with the least key.
     pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        crate::range::first_of(|f| self.range_with(&KeyRange::all(), f))
+        // Nothing live at or below `front` (see the field).
+        let range = match &self.front {
+            Some(k) => KeyRange::bounds(Bound::Excluded(k.clone()), Bound::Unbounded),
+            None => KeyRange::all(),
+        };
+        crate::range::first_of(|f| self.range_with(&range, f))
     }
 
     /// The pair with the greatest key.
     pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        crate::range::first_of(|f| self.range_with(&KeyRange::all().rev(), f))
+        let range = match &self.back {
+            Some(k) => KeyRange::bounds(Bound::Unbounded, Bound::Excluded(k.clone())),
+            None => KeyRange::all(),
+        };
+        crate::range::first_of(|f| self.range_with(&range.rev(), f))
     }
 
-    /// Removes and returns the pair with the least key.
+    /// Removes and returns the pair with the least key. Successive pops
+    /// cost a seek each, not a walk past what was popped.
     pub fn pop_first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let p = self.first()?;
         if let Some((k, _)) = &p {
             self.writes.insert(k.clone(), None);
+            // Every store key below `k` was deleted here (`k` came
+            // first), and now `k` too.
+            self.front = Some(k.clone());
         }
         Ok(p)
     }
@@ -162,6 +190,7 @@ impl WriteTxn {
         let p = self.last()?;
         if let Some((k, _)) = &p {
             self.writes.insert(k.clone(), None);
+            self.back = Some(k.clone());
         }
         Ok(p)
     }

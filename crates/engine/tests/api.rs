@@ -461,6 +461,71 @@ fn retain_extract_if_and_pop_are_one_transaction() {
     }
 }
 
+/// Pops from both ends mixed with puts and deletes in one transaction,
+/// against a model: a pop never misses a key put back below what was
+/// popped (the pop cursors reset), and the commit leaves exactly the model.
+#[test]
+fn pops_mixed_with_writes_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
+        let store = Store::create_file(
+            dir.path().join(format!("pops-{kind}.pool")),
+            16 << 20,
+            &small(kind),
+        )
+        .unwrap();
+        let mut m = Model::new();
+        let mut s = store.session().unwrap();
+        for i in (0..1000u32).step_by(2) {
+            s.put(&key(i), &i.to_le_bytes()).unwrap();
+            m.insert(key(i), i.to_le_bytes().to_vec());
+        }
+        drop(s);
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let mut tx = store.write().unwrap();
+        for step in 0..2000 {
+            match rng.random_range(0..6) {
+                0 | 1 => {
+                    let want = m.pop_first();
+                    assert_eq!(tx.pop_first().unwrap(), want, "{kind} step {step}");
+                }
+                2 | 3 => {
+                    let want = m.pop_last();
+                    assert_eq!(tx.pop_last().unwrap(), want, "{kind} step {step}");
+                }
+                4 => {
+                    let i = rng.random_range(0..1000u32);
+                    tx.put(&key(i), b"again").unwrap();
+                    m.insert(key(i), b"again".to_vec());
+                }
+                _ => {
+                    let i = rng.random_range(0..1000u32);
+                    assert_eq!(
+                        tx.delete(&key(i)).unwrap(),
+                        m.remove(&key(i)).is_some(),
+                        "{kind} step {step}"
+                    );
+                }
+            }
+            if step % 97 == 0 {
+                let first = m.iter().next().map(|(k, v)| (k.clone(), v.clone()));
+                let last = m.iter().next_back().map(|(k, v)| (k.clone(), v.clone()));
+                assert_eq!(tx.first().unwrap(), first, "{kind} step {step}");
+                assert_eq!(tx.last().unwrap(), last, "{kind} step {step}");
+            }
+        }
+        tx.commit().unwrap();
+        assert_eq!(
+            store
+                .range(KeyRange::all())
+                .map(Result::unwrap)
+                .collect::<Vec<_>>(),
+            model_range(&m, &KeyRange::all()),
+            "{kind}"
+        );
+    }
+}
+
 #[test]
 fn other_writes_wait_for_a_write_transaction() {
     let dir = tempfile::tempdir().unwrap();
