@@ -946,7 +946,15 @@ impl Inp {
             ..
         } = &mut *w;
         rec.reset();
-        let freed = |off: u64| op.free_ranges.iter().any(|&(a, b)| off >= a && off < b);
+        // Sorted once (the ranges are distinct blocks: disjoint), so that
+        // a lookup is a binary search: a batch that frees n tuples and
+        // stages m nodes costs O((n + m) log n), not O(n m).
+        op.free_ranges.sort_unstable();
+        let free_ranges = &op.free_ranges;
+        let freed = |off: u64| {
+            let i = free_ranges.partition_point(|&(a, _)| a <= off);
+            i > 0 && off < free_ranges[i - 1].1
+        };
         for (&base, st) in &op.staged {
             // A block this record frees gets no writes: once the free is
             // released, a replay of this record must not touch its reuse.
