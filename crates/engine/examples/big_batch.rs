@@ -50,7 +50,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         found += usize::from(store.get(&key(i))?.as_deref() == Some(&value[..]));
     }
     let size = std::fs::metadata(&path)?.len();
-    let dels: Vec<Op<'_>> = keys.iter().step_by(2).map(|k| Op::Delete { key: k }).collect();
+    let dels: Vec<Op<'_>> = keys
+        .iter()
+        .step_by(2)
+        .map(|k| Op::Delete { key: k })
+        .collect();
     let t = Instant::now();
     store.batch(&dels)?;
     let removal = t.elapsed();
@@ -75,7 +79,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("{len} keys after reopen, not {n}").into());
     }
     if left != n - dels.len() as u64 {
-        return Err(format!("{left} keys after the removal, not {}", n - dels.len() as u64).into());
+        return Err(format!(
+            "{left} keys after the removal, not {}",
+            n - dels.len() as u64
+        )
+        .into());
     }
     Ok(())
 }

@@ -2173,15 +2173,20 @@ impl Session for InpSession<'_> {
 
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
         check_ops(ops)?;
-        // Later operations on a key win: keep only the last one per key,
-        // so that no tuple is touched twice in a record.
-        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            last.insert(op.key(), i);
-        }
+        // Applied in key order: consecutive keys descend to the same or
+        // neighbouring leaves, whose staged copies are then still in cache
+        // (a large batch in arrival order touches the whole tree at
+        // random). Later operations on a key win: only the last one per key
+        // is applied, so that no tuple is touched twice in a record.
+        let mut idx: Vec<usize> = (0..ops.len()).collect();
+        idx.sort_unstable_by(|&a, &b| ops[a].key().cmp(ops[b].key()).then(a.cmp(&b)));
         self.write(|w| {
-            for (i, op) in ops.iter().enumerate() {
-                if last.get(op.key()) != Some(&i) {
+            for (n, &i) in idx.iter().enumerate() {
+                let op = &ops[i];
+                if idx
+                    .get(n + 1)
+                    .is_some_and(|&next| ops[next].key() == op.key())
+                {
                     continue;
                 }
                 match op {
