@@ -40,7 +40,14 @@ fn every_engine_gets_a_fresh_and_a_loaded_row_and_a_claim() {
         let ratio = extra(loaded, "ratio_vs_fresh").unwrap().as_f64().unwrap();
         let want = loaded.ops_per_s / fresh.ops_per_s;
         assert!((ratio - want).abs() < 1e-3 + want * 1e-3, "{ratio} {want}");
-        assert_eq!(extra(loaded, "rep_ratios").unwrap().as_array().unwrap().len(), 2);
+        assert_eq!(
+            extra(loaded, "rep_ratios")
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
         assert!(extra(loaded, "load_ms").unwrap().as_f64().unwrap() > 0.0);
     }
     let outcomes = long_run::summarize(&rows);
@@ -86,7 +93,11 @@ fn the_claim_is_loaded_over_fresh_against_one_half() {
     assert_eq!(get("lsm").measured, Some(0.6));
     assert_eq!(get("lsm").verdict, Verdict::Met);
     assert_eq!(get("cow").verdict, Verdict::NotRun);
-    assert!(get("cow").detail.contains("failed: full"), "{:?}", get("cow"));
+    assert!(
+        get("cow").detail.contains("failed: full"),
+        "{:?}",
+        get("cow")
+    );
     assert!(long_run::summarize(&rows[2..4]).len() == 1);
 }
 

@@ -171,7 +171,11 @@ fn ferrite_subjects_grow_and_commit_whole_transactions() {
             .unwrap();
         assert_eq!((c.commits, c.batch_ops), (1, n), "{kind}");
         assert_eq!(f.len().unwrap(), n, "{kind}");
-        assert!(f.file_bytes() > start, "{kind}: {start} -> {}", f.file_bytes());
+        assert!(
+            f.file_bytes() > start,
+            "{kind}: {start} -> {}",
+            f.file_bytes()
+        );
         // A body that fails after writing: nothing of it lands.
         let (k0, _) = redb_bench::Gen::new().pair();
         let r = f.write(&mut |t| {
@@ -199,7 +203,7 @@ fn ferrite_subjects_grow_and_commit_whole_transactions() {
             Ok(removed)
         })
         .unwrap();
-        assert_eq!(removed, (n + 1) / 2, "{kind}");
+        assert_eq!(removed, n.div_ceil(2), "{kind}");
         assert_eq!(f.len().unwrap(), n + 1 - removed - 2, "{kind}");
         assert!(!f.reader().unwrap().get(&[0u8; 24], &mut out).unwrap());
     }

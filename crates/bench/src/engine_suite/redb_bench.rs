@@ -271,7 +271,10 @@ impl Counts {
     /// The counts of `ctx`'s scale, or 1/N of redb's when [`FRACTION_ENV`]
     /// is `N`.
     pub fn for_ctx(ctx: &BenchCtx) -> Counts {
-        match std::env::var(FRACTION_ENV).ok().and_then(|v| v.trim().parse().ok()) {
+        match std::env::var(FRACTION_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
             Some(d) => Counts::fraction(d),
             None => ctx.scale.pick(Counts::quick(), Counts::full()),
         }
@@ -967,18 +970,16 @@ pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
                 }
             }
         };
-        let finish = |t: &mut Tally, mut run: Run| {
-            match verify(&mut run, counts) {
-                Ok(d) => match t.digest {
-                    Some(prev) if prev != d => {
-                        t.failed = Some(format!(
-                            "repetitions disagree: {prev:?} then {d:?} (entries, digest)"
-                        ))
-                    }
-                    _ => t.digest = Some(d),
-                },
-                Err(e) => t.failed = Some(format!("final check: {e}")),
-            }
+        let finish = |t: &mut Tally, mut run: Run| match verify(&mut run, counts) {
+            Ok(d) => match t.digest {
+                Some(prev) if prev != d => {
+                    t.failed = Some(format!(
+                        "repetitions disagree: {prev:?} then {d:?} (entries, digest)"
+                    ))
+                }
+                _ => t.digest = Some(d),
+            },
+            Err(e) => t.failed = Some(format!("final check: {e}")),
         };
         let exec = |t: &mut Tally, run: &mut Option<Run>, pi: usize| {
             let Some(r) = run.as_mut() else { return };
