@@ -11,8 +11,10 @@
 //! magnitude depends on the medium — Optane there, DRAM here).
 //!
 //! [`evaluate`] computes every claim of [`CLAIMS`] plus the targets the
-//! `ptm` suite ([`crate::ptm_suite::summarize`]) and the `server` suite
-//! ([`crate::server_suite::summarize`]) compute themselves, into
+//! `ptm` suite ([`crate::ptm_suite::summarize`]), the `server` suite
+//! ([`crate::server_suite::summarize`]) and the `engine` suite's redb and
+//! long-run rows ([`crate::engine_suite::redb_bench::summarize`],
+//! [`crate::engine_suite::long_run::summarize`]) compute themselves, into
 //! [`Outcome`]s; a claim whose rows are absent is [`Verdict::NotRun`].
 //! [`format_summary`] is what `ferrite bench` prints at its end and what
 //! `ferrite report` puts in its page.
@@ -1109,7 +1111,7 @@ impl Claim {
 }
 
 /// Every claim computed from `rows`: [`CLAIMS`], then the `ptm` suite's
-/// targets, then the `server` suite's.
+/// targets, the `server` suite's, the redb workload's and the long run's.
 pub fn evaluate(rows: &[Row]) -> Vec<Outcome> {
     let mut out: Vec<Outcome> = CLAIMS.iter().map(|c| c.evaluate(rows)).collect();
     out.extend(
@@ -1119,6 +1121,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Outcome> {
     );
     out.extend(crate::server_suite::summarize(rows));
     out.extend(crate::engine_suite::redb_bench::summarize(rows));
+    out.extend(crate::engine_suite::long_run::summarize(rows));
     out
 }
 

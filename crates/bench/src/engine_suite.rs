@@ -79,6 +79,14 @@
 //! `extra.ratio_vs_fjall` beside it. It runs after the P2 groups;
 //! `FERRITE_ENGINE_WORKLOADS=redb` ([`WORKLOADS_ENV`]) runs it alone.
 //!
+//! # Long run
+//!
+//! [`long_run`] times single durable puts on a store after a bulk load
+//! (quick: 200 000 pairs; full: 5 M) and on a fresh one, interleaved, on
+//! each engine: rows `workload = long-run`, `params.store` `fresh` /
+//! `loaded`, `extra.ratio_vs_fresh`. It runs after the redb workload;
+//! `FERRITE_ENGINE_WORKLOADS=long-run` runs it alone.
+//!
 //! # Latency
 //!
 //! Each operation (a TPC-C transaction counts as one) is timed in the
@@ -129,6 +137,7 @@ use serde_json::json;
 use std::sync::Mutex;
 use std::time::Instant;
 
+pub mod long_run;
 pub mod redb_bench;
 pub mod workloads;
 
@@ -1063,14 +1072,18 @@ pub struct Plan {
     pub workloads: Vec<String>,
     /// Sizes of the redb comparison workload (when it runs).
     pub redb: redb_bench::Counts,
+    /// Sizes of the long-run row (when it runs).
+    pub long_run: long_run::Counts,
 }
 
 /// Environment variable choosing `ferrite bench engine`'s workloads,
 /// e.g. `FERRITE_ENGINE_WORKLOADS=p2-a,p2-f` or `ycsb-e,tpcc` (any
 /// ferrite-workload name, options included; `none`: only the recovery
 /// rows; `redb`: redb's comparison workload, [`redb_bench`], against
-/// LMDB, redb and fjall — a list of only `redb` runs nothing else, not
-/// even the recovery rows). Unset: the P2 list, then the redb workload.
+/// LMDB, redb and fjall; `long-run`: the long-run row, [`long_run`] — a
+/// list of only these two runs nothing else, not even the recovery
+/// rows). Unset: the P2 list, then the redb workload and the long-run
+/// row.
 pub const WORKLOADS_ENV: &str = "FERRITE_ENGINE_WORKLOADS";
 
 impl Plan {
@@ -1094,6 +1107,7 @@ impl Plan {
                 })
                 .unwrap_or_default(),
             redb: redb_bench::Counts::for_ctx(ctx),
+            long_run: long_run::Counts::for_ctx(ctx),
         }
     }
 }
@@ -1101,6 +1115,11 @@ impl Plan {
 /// Runs the suite at `ctx`'s scale.
 pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     run_plan(ctx, &Plan::for_ctx(ctx))
+}
+
+/// The workload names of this module's own rows (not ferrite-workload's).
+fn own(name: &str) -> bool {
+    name == redb_bench::NAME || name == long_run::NAME
 }
 
 /// Runs the suite with explicit sizes.
@@ -1113,13 +1132,13 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     } else {
         plan.workloads
             .iter()
-            .filter(|n| n.as_str() != "none" && n.as_str() != redb_bench::NAME)
+            .filter(|n| n.as_str() != "none" && !own(n))
             .map(|n| WorkloadSpec::parse(n))
             .collect()
     };
-    let redb = plan.workloads.is_empty() || plan.workloads.iter().any(|n| n == redb_bench::NAME);
-    let only_redb =
-        !plan.workloads.is_empty() && plan.workloads.iter().all(|n| n == redb_bench::NAME);
+    let chosen = |name: &str| plan.workloads.is_empty() || plan.workloads.iter().any(|n| n == name);
+    let (redb, long) = (chosen(redb_bench::NAME), chosen(long_run::NAME));
+    let only_own = !plan.workloads.is_empty() && plan.workloads.iter().all(|n| own(n));
     for spec in &specs {
         for &threads in &plan.threads {
             let ops = if *spec == WorkloadSpec::Tpcc {
@@ -1164,7 +1183,10 @@ pub fn run_plan(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     if redb {
         rows.extend(redb_bench::run(ctx, &plan.redb));
     }
-    if !only_redb {
+    if long {
+        rows.extend(long_run::run(ctx, &plan.long_run));
+    }
+    if !only_own {
         for &bytes in &plan.recovery_bytes {
             rows.extend(recovery(ctx, bytes, plan.domains[0]));
         }

@@ -58,7 +58,7 @@ pub const REGISTRY: &[SuiteDef] = &[
     },
     SuiteDef {
         name: "engine",
-        description: "storage engines inp / cow / lsm x ferrite / nstore-lock heaps vs LMDB on /dev/shm: P2 mixes p2-a..h, variable tuples, TPC-C, 1-2 threads, adr/eadr, p50/p99/p99.9, recovery time [P2 §4]; redb's benchmark phases vs LMDB, redb, fjall [issue 26]",
+        description: "storage engines inp / cow / lsm x ferrite / nstore-lock heaps vs LMDB on /dev/shm: P2 mixes p2-a..h, variable tuples, TPC-C, 1-2 threads, adr/eadr, p50/p99/p99.9, recovery time [P2 §4]; redb's benchmark phases vs LMDB, redb, fjall; long-run single puts after a bulk load vs fresh [issue 26]",
         run: crate::engine_suite::run,
     },
     SuiteDef {

@@ -155,6 +155,7 @@ fn tiny_suite_yields_the_conventional_rows() {
         recovery_bytes: vec![1 << 20],
         workloads: vec!["p2-f".into(), "p2-h".into(), "p2-var".into(), "tpcc".into()],
         redb: engine_suite::redb_bench::Counts::tiny(),
+        long_run: engine_suite::long_run::Counts::tiny(),
     };
     let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
     // Per workload x (1 thread adr, 1 thread eadr, 2 threads adr): LMDB +
@@ -306,6 +307,7 @@ fn workloads_by_name() {
         recovery_bytes: vec![],
         workloads: vec!["p2-zz".into(), "ycsb-e".into()],
         redb: engine_suite::redb_bench::Counts::tiny(),
+        long_run: engine_suite::long_run::Counts::tiny(),
     };
     let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
     let group = 1

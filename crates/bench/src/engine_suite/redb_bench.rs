@@ -18,7 +18,7 @@
 //! | `redb-bulk` | inserts of the next N pairs in one transaction | 5 000 000 | 50 000 |
 //! | `redb-individual` | N inserts, each its own durable commit | 1 000 | 1 000 |
 //! | `redb-batch` | N batches of 1000 inserts, a durable commit each | 100 | 10 |
-//! | `redb-nosync` | N inserts, each its own commit, not synced | 50 000 | 2 000 |
+//! | `redb-nosync` | N inserts, each its own relaxed commit (not synced) | 50 000 | 2 000 |
 //! | `redb-len` | counting the entries (checked against the model) | 1 | 1 |
 //! | `redb-random-read` | 2 passes of N gets of the first N pairs, each value checked | 1 000 000 | 20 000 |
 //! | `redb-range-read` | 2 passes of N ranges of 10 entries from a random key | 500 000 | 10 000 |
@@ -28,6 +28,14 @@
 //! | `redb-extract-if` | removing every other entry of keys `[0x55;24]..[0xAA;24]` (⅓ of the key space), one transaction | ⅙ of the table | ⅙ |
 //! | `redb-pop` | N pops, alternately the first and the last entry, one transaction | 500 000 | 2 000 |
 //! | `redb-sorted` | N inserts of ascending keys past every key (`[0xFF;24]` + a big-endian counter), one transaction | 1 000 000 | 10 000 |
+//!
+//! `FERRITE_REDB_FRACTION=N` ([`FRACTION_ENV`]) runs 1/N of redb's
+//! counts instead, whatever the scale ([`Counts::fraction`]).
+//!
+//! After the nosync phase every system goes back to durable commits as
+//! redb's benchmark does (`set_sync(true)`: untimed, no sync of its own;
+//! the relaxed commits become durable with the next durable commit, the
+//! removals'), so no row pays for making them durable.
 //!
 //! After retain, extract-if and pop the removed count of fresh pairs is
 //! inserted again, untimed, as redb does, so that later phases see a
@@ -45,25 +53,26 @@
 //!
 //! # How each system commits
 //!
-//! - **Ferrite** `inp`, `cow`, `lsm` (the `ferrite` heap, `adr` domain, a
-//!   pool file on `/dev/shm` sized from the data, `params.pool_bytes`)
-//!   through [`ferrite_engine::Store`] and its sessions: a transaction is
-//!   one atomic, durable `batch` (Ferrite has no write transaction that
-//!   reads its own writes yet). A batch the engine refuses as too large
-//!   (`BatchTooLarge`, or `Full` for a batch bigger than its log can take)
-//!   is applied in the largest batches it takes: `params.batch_ops` is
-//!   the largest batch applied and `params.commits` how many. The size
-//!   learned from the refusals is kept for the later repetitions (only the
-//!   first pays for them; `extra.refused` counts them). Retain,
-//!   extract-if and pop are one scan and one batch of deletes each
-//!   ([`subjects::ferrite_retain`], [`subjects::ferrite_extract_if`],
-//!   [`subjects::ferrite_pop`]), to be replaced by a write transaction.
-//!   InP's log area is 1 MiB per session ([`subjects::INP_LOG_BYTES`]),
-//!   room for a 1000-write batch. `len` is
-//!   [`Store::stats`](ferrite_engine::Store::stats)'s key count.
-//!   Ferrite has no nosync mode: its `redb-nosync` rows are skipped rows
-//!   saying so (the pairs are still inserted, untimed, as one batch, as
-//!   redb's benchmark does for a system without one).
+//! - **Ferrite** `inp`, `cow`, `lsm` (the `ferrite` heap, `adr` domain,
+//!   the engine's default options otherwise) in a pool file on `/dev/shm`
+//!   created without a size ([`Store::create_new`](ferrite_engine::Store::create_new)):
+//!   it starts small and grows on demand; `params.pool_bytes` is the size
+//!   the file reached after the phase (the most over the repetitions),
+//!   `params.growable` says so. Each of redb's transactions is one
+//!   [`Store::write`](ferrite_engine::Store::write) transaction
+//!   ([`WriteTxn`](ferrite_engine::WriteTxn): it buffers its writes in
+//!   key order, reads them back, and hands them to the engine at commit as
+//!   one atomic batch of any size, durable when `commit` returns). Its
+//!   own `put`, `delete` (a read first, as redb's `remove` returns the old
+//!   value), `retain`, `extract_if`, `pop_first` / `pop_last` serve the
+//!   phases; sorted inserts are its `put`s (Ferrite has no append path).
+//!   The nosync phase commits with `Durability::Eventual` (LSM skips the
+//!   commit's fence and the commit is durable at the next immediate one;
+//!   InP and CoW commit immediately anyway). `len` is
+//!   [`Store::len`](ferrite_engine::Store::len) (exact: a counter for InP
+//!   and CoW, a merge for LSM); reads go through a
+//!   [`Store::snapshot`](ferrite_engine::Store::snapshot), a read
+//!   transaction as the peers'.
 //! - **LMDB** through `heed` ([`crate::lmdb`]): one write transaction per
 //!   commit with LMDB's default flags (two `fdatasync`s each), `MDB_NOSYNC`
 //!   in the nosync phase; pop, retain and extract-if delete at a cursor;
@@ -160,6 +169,11 @@ pub const FJALL: &str = "fjall";
 pub const CACHE_BYTES: u64 = 4 << 30;
 const MIB: u64 = 1 << 20;
 
+/// Environment variable running redb's workload at 1/N of redb's counts
+/// whatever the scale (`FERRITE_REDB_FRACTION=5`: a 1 M-pair bulk load),
+/// see [`Counts::fraction`].
+pub const FRACTION_ENV: &str = "FERRITE_REDB_FRACTION";
+
 /// How many of everything a run does. See the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counts {
@@ -235,9 +249,35 @@ impl Counts {
         }
     }
 
-    /// The counts of `ctx`'s scale.
+    /// redb's counts divided by `d` (at least 1): the data and the
+    /// operations over it (bulk, batches, nosync writes, reads, scans,
+    /// pops, sorted inserts); the 1000 individual writes, the batch size
+    /// and the thread counts stay.
+    pub fn fraction(d: u64) -> Counts {
+        let d = d.max(1);
+        let f = Counts::full();
+        Counts {
+            bulk: f.bulk / d,
+            batches: (f.batches / d).max(1),
+            nosync: f.nosync / d,
+            reads: f.reads / d,
+            scans: f.scans / d,
+            pops: f.pops / d,
+            sorted: f.sorted / d,
+            ..f
+        }
+    }
+
+    /// The counts of `ctx`'s scale, or 1/N of redb's when [`FRACTION_ENV`]
+    /// is `N`.
     pub fn for_ctx(ctx: &BenchCtx) -> Counts {
-        ctx.scale.pick(Counts::quick(), Counts::full())
+        match std::env::var(FRACTION_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            Some(d) => Counts::fraction(d),
+            None => ctx.scale.pick(Counts::quick(), Counts::full()),
+        }
     }
 
     /// Pairs inserted before the reads: bulk, individual, batch, nosync.
@@ -250,17 +290,19 @@ impl Counts {
         self.elements() * subjects::PAIR_BYTES + self.sorted * (subjects::PAIR_BYTES + 8)
     }
 
-    /// Ferrite's pool: four times the data (room for CoW's copies, LSM's
-    /// runs and merges, the allocator's size classes) plus the engines'
-    /// fixed areas. Pools do not grow.
-    pub fn pool_bytes(&self) -> u64 {
+    /// What a store's files may take at most, as an estimate for the
+    /// memory check (tmpfs files are memory): four times the data (CoW's
+    /// copies, LSM's runs and merges, half-full B-tree pages, the
+    /// allocators' size classes) plus fixed areas. Ferrite's pools are not
+    /// sized from it: they grow on demand.
+    pub fn store_bytes_bound(&self) -> u64 {
         (self.data_bytes() * 4 + 256 * MIB).next_multiple_of(MIB)
     }
 
-    /// LMDB's map: as Ferrite's pool (half-full pages after random
-    /// inserts, the copy-on-write pages of a commit, the free lists).
+    /// LMDB's map (its size is fixed at open, unlike the others'):
+    /// [`store_bytes_bound`](Self::store_bytes_bound).
     pub fn lmdb_map_bytes(&self) -> u64 {
-        self.pool_bytes()
+        self.store_bytes_bound()
     }
 
     /// The phases, in order.
@@ -383,24 +425,19 @@ impl Peer {
     }
 
     /// Memory a store of this system may take at `counts` (tmpfs files
-    /// are memory): Ferrite its whole pool; a peer its file (bounded like
-    /// Ferrite's pool) and its cache (at most the data).
+    /// are memory): Ferrite its pool file; a peer its files and its cache
+    /// (at most the data).
     fn memory(self, counts: &Counts) -> u64 {
         match self {
-            Peer::Ferrite(_) => counts.pool_bytes(),
-            _ => counts.pool_bytes() + counts.data_bytes(),
+            Peer::Ferrite(_) => counts.store_bytes_bound(),
+            _ => counts.store_bytes_bound() + counts.data_bytes(),
         }
     }
 
-    fn open(self, counts: &Counts, limit: usize) -> Res<Box<dyn Subject>> {
+    fn open(self, counts: &Counts) -> Res<Box<dyn Subject>> {
         let threads = counts.threads.iter().copied().max().unwrap_or(1);
         Ok(match self {
-            Peer::Ferrite(kind) => Box::new(FerriteSubject::create(
-                kind,
-                counts.pool_bytes(),
-                threads,
-                limit,
-            )?),
+            Peer::Ferrite(kind) => Box::new(FerriteSubject::create(kind)?),
             Peer::Lmdb => Box::new(LmdbSubject(
                 LmdbStore::create_mapped(counts.lmdb_map_bytes(), threads)
                     .map_err(|e| e.to_string())?,
@@ -460,10 +497,10 @@ struct Sample {
     /// Entries the phase removed (retain, extract-if, pop).
     removed: Option<u64>,
     estimated: bool,
-    /// Why the phase did not run on this system (Ferrite's nosync).
-    skipped: Option<String>,
     /// Bytes of memory the system's files took after the phase.
     footprint: u64,
+    /// Bytes of Ferrite's pool file after the phase (it grows).
+    file_bytes: Option<u64>,
 }
 
 /// Memory the machine keeps free while the workload runs. A store that
@@ -609,14 +646,8 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
                 _ => (counts.nosync, 1),
             };
             let nosync = phase == Phase::Nosync;
-            if nosync && !run.subject.set_sync(false)? {
-                // No nosync mode: the same pairs, untimed, in one
-                // transaction, so that the later phases see the same table.
-                refill(run, counts.nosync)?;
-                s.skipped = Some(
-                    "Ferrite has no nosync mode: every commit is durable (the pairs were inserted untimed, as one batch)".into(),
-                );
-                return Ok(s);
+            if nosync {
+                run.subject.set_sync(false)?;
             }
             let Run { subject, pairs, .. } = run;
             let (c, secs, counters) = timed(|| {
@@ -638,6 +669,9 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
                 Ok(total)
             })?;
             if nosync {
+                // As redb's benchmark: back to durable commits, untimed and
+                // without a sync of its own (the relaxed commits become
+                // durable with the next durable one, the removals').
                 run.subject.set_sync(true)?;
             }
             run.len += commits * per;
@@ -819,6 +853,7 @@ fn step(run: &mut Run, phase: Phase, counts: &Counts, shards: &Shards) -> Res<Sa
         }
     }
     s.footprint = run.subject.footprint();
+    s.file_bytes = run.subject.file_bytes();
     memory_ok()?;
     Ok(s)
 }
@@ -865,8 +900,6 @@ struct Tally {
     samples: Vec<Vec<Sample>>,
     failed: Option<String>,
     digest: Option<(u64, u64)>,
-    /// Ferrite's learned batch size.
-    limit: usize,
 }
 
 /// Runs the workload at `counts` on every system and returns its rows.
@@ -892,7 +925,6 @@ pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
             samples: vec![Vec::new(); phases.len()],
             failed: None,
             digest: None,
-            limit: usize::MAX,
         })
         .collect();
     // A system alone must fit too.
@@ -926,7 +958,7 @@ pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
             if t.failed.is_some() {
                 return None;
             }
-            match t.peer.open(counts, t.limit) {
+            match t.peer.open(counts) {
                 Ok(subject) => Some(Run {
                     subject,
                     pairs: Gen::new(),
@@ -938,21 +970,16 @@ pub fn run_peers(ctx: &BenchCtx, counts: &Counts, peers: &[Peer]) -> Vec<Row> {
                 }
             }
         };
-        let finish = |t: &mut Tally, mut run: Run| {
-            match verify(&mut run, counts) {
-                Ok(d) => match t.digest {
-                    Some(prev) if prev != d => {
-                        t.failed = Some(format!(
-                            "repetitions disagree: {prev:?} then {d:?} (entries, digest)"
-                        ))
-                    }
-                    _ => t.digest = Some(d),
-                },
-                Err(e) => t.failed = Some(format!("final check: {e}")),
-            }
-            if let Some(l) = run.subject.batch_limit() {
-                t.limit = l;
-            }
+        let finish = |t: &mut Tally, mut run: Run| match verify(&mut run, counts) {
+            Ok(d) => match t.digest {
+                Some(prev) if prev != d => {
+                    t.failed = Some(format!(
+                        "repetitions disagree: {prev:?} then {d:?} (entries, digest)"
+                    ))
+                }
+                _ => t.digest = Some(d),
+            },
+            Err(e) => t.failed = Some(format!("final check: {e}")),
         };
         let exec = |t: &mut Tally, run: &mut Option<Run>, pi: usize| {
             let Some(r) = run.as_mut() else { return };
@@ -1040,11 +1067,10 @@ fn rows(counts: &Counts, phases: &[Phase], tallies: &[Tally], interleave: &str) 
                 "value_bytes": VALUE_BYTES,
                 "interleave": interleave,
             });
-            if let Peer::Ferrite(kind) = t.peer {
-                params["pool_bytes"] = json!(counts.pool_bytes());
-                if kind == EngineKind::Inp {
-                    params["inp_log_bytes"] = json!(subjects::INP_LOG_BYTES);
-                }
+            if let Some(b) = samples.iter().filter_map(|s| s.file_bytes).max() {
+                // The pool file's size reached (it starts small and grows).
+                params["pool_bytes"] = json!(b);
+                params["growable"] = json!(true);
             }
             if let Some(d) = phase.durable() {
                 params["durable"] = json!(d);
@@ -1062,11 +1088,10 @@ fn rows(counts: &Counts, phases: &[Phase], tallies: &[Tally], interleave: &str) 
             }
             // A system that failed anywhere (a phase, the final check) has
             // no measured row: its numbers may come from wrong work.
-            let skipped = match (&t.failed, last.and_then(|s| s.skipped.clone())) {
-                (Some(e), _) => Some(format!("failed: {e}")),
-                (None, Some(why)) => Some(why),
-                (None, None) if samples.is_empty() => Some("not run".into()),
-                (None, None) => None,
+            let skipped = match &t.failed {
+                Some(e) => Some(format!("failed: {e}")),
+                None if samples.is_empty() => Some("not run".into()),
+                None => None,
             };
             let mut row = match skipped {
                 Some(why) => skipped_row(t.peer.variant(), params, phase.threads(), &why),
@@ -1147,13 +1172,6 @@ fn measured_row(t: &Tally, samples: &[Sample], params: serde_json::Value, phase:
     }
     let most = samples.iter().map(|s| s.footprint).max().unwrap_or(0);
     row.set_extra("files_mib", round3(most as f64 / MIB as f64));
-    let refused: u64 = samples
-        .iter()
-        .filter_map(|s| s.committed.map(|c| c.refused))
-        .sum();
-    if refused > 0 {
-        row.set_extra("refused", refused);
-    }
     if samples.iter().any(|s| s.estimated) {
         row.set_extra("estimated", true);
     }

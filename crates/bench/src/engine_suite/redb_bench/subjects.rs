@@ -4,9 +4,8 @@
 
 use super::{KEY_BYTES, VALUE_BYTES};
 use crate::lmdb::{LmdbStore, SHM};
-use ferrite_engine::{Domain, EngineError, EngineKind, KeyRange, Op, Session, Store};
-use ferrite_engine::{StoreOptions, StoreSession};
-use parking_lot::Mutex;
+use ferrite_engine::{Domain, Durability, EngineKind, KeyRange, Snapshot, Store};
+use ferrite_engine::{StoreOptions, WriteTxn};
 use std::hash::Hasher;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
@@ -19,11 +18,9 @@ fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
 }
 
 /// One write transaction of a system: what redb's benchmark calls an
-/// inserter. Ferrite's collects the writes and applies them as one batch
-/// at commit (it has no transaction that reads its own writes), so only
-/// `insert` and `remove` are asked of it; the read-modify-write phases
-/// go through [`Subject::retain`], [`Subject::extract_if`] and
-/// [`Subject::pop`], which Ferrite implements as a scan and a batch.
+/// inserter. Every system implements every method with its own
+/// transaction's operations (Ferrite: [`WriteTxn`], which reads its own
+/// writes).
 pub trait Txn {
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Res<()>;
     fn remove(&mut self, key: &[u8]) -> Res<()>;
@@ -60,8 +57,8 @@ pub trait Txn {
     }
 }
 
-/// A read view: a read transaction (LMDB, redb), a snapshot (fjall) or a
-/// session (Ferrite, whose reads see every committed write).
+/// A read view: a read transaction (LMDB, redb) or a snapshot (fjall,
+/// Ferrite's [`Snapshot`]), consistent for its whole life.
 pub trait Reader {
     /// Copies the value of `key` into `out`; false when absent.
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Res<bool>;
@@ -78,9 +75,6 @@ pub struct Committed {
     pub commits: u64,
     /// Operations in the largest commit.
     pub batch_ops: u64,
-    /// Batches the engine refused (too large, or the pool too full for
-    /// them at once) and that were split; 0 for the peers.
-    pub refused: u64,
 }
 
 impl Committed {
@@ -88,15 +82,13 @@ impl Committed {
         Committed {
             commits: 1,
             batch_ops: ops,
-            refused: 0,
         }
     }
 
-    /// Adds `o`'s commits and refusals; keeps the larger batch.
+    /// Adds `o`'s commits; keeps the larger batch.
     pub fn add(&mut self, o: Committed) {
         self.commits += o.commits;
         self.batch_ops = self.batch_ops.max(o.batch_ops);
-        self.refused += o.refused;
     }
 }
 
@@ -122,10 +114,12 @@ pub const POP_SAMPLE_LIMIT: Duration = Duration::from_secs(1);
 /// One system, opened fresh for one repetition of the workload.
 pub trait Subject: Send + Sync {
     /// Runs `f` in one write transaction and commits it (durably, unless
-    /// [`set_sync`](Self::set_sync) turned that off).
+    /// [`set_sync`](Self::set_sync) turned that off). When `f` fails the
+    /// transaction is dropped: nothing of it applied.
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Res<u64>) -> Res<Committed>;
-    /// Turns durable commits on or off; false when the system cannot.
-    fn set_sync(&mut self, on: bool) -> Res<bool>;
+    /// Turns durable commits on or off (every system here has a relaxed
+    /// commit).
+    fn set_sync(&mut self, on: bool) -> Res<()>;
     /// Live entries.
     fn len(&self) -> Res<u64>;
     fn is_empty(&self) -> Res<bool> {
@@ -158,8 +152,9 @@ pub trait Subject: Send + Sync {
     fn counters_observed(&self) -> bool {
         false
     }
-    /// The largest batch a Ferrite engine took (learned from refusals).
-    fn batch_limit(&self) -> Option<usize> {
+    /// Bytes of the store's file when it is one growable file (Ferrite's
+    /// pool); `None` for the peers.
+    fn file_bytes(&self) -> Option<u64> {
         None
     }
 
@@ -258,66 +253,39 @@ pub trait Subject: Send + Sync {
 // Ferrite
 // ---------------------------------------------------------------------
 
-/// Sessions of a Ferrite store in this workload: the threaded reads'
-/// most threads, the main thread's own and spares.
-pub fn ferrite_sessions(max_threads: usize) -> u16 {
-    u16::try_from(max_threads + 4).unwrap_or(1000).min(1000)
+/// The options every Ferrite store of the workload is created with: the
+/// engine's defaults (no size: the store grows; default sessions and log
+/// areas), in the `adr` domain (a pool on `/dev/shm` would otherwise be
+/// detected as an ordinary file and `msync`ed).
+pub fn ferrite_options(kind: EngineKind) -> StoreOptions {
+    StoreOptions::new(kind).domain(Domain::Adr)
 }
 
-/// InP's log area per session. A batch must fit one log record: with
-/// InP's default 128 KiB a batch of these 174-byte writes could hold about
-/// 7 500 of them into an empty store but only about 1 100 into one of
-/// 400 000 entries (measured), so redb's 1000-write batches would be split
-/// at full scale; 1 MiB keeps them whole. Larger batches (the bulk load at
-/// full scale) are still split ([`apply_batches`]).
-pub const INP_LOG_BYTES: usize = 1 << 20;
-
-/// The options every Ferrite store of the workload is created with.
-pub fn ferrite_options(kind: EngineKind, max_threads: usize) -> StoreOptions {
-    let mut o = StoreOptions::new(kind)
-        .domain(Domain::Adr)
-        .sessions(ferrite_sessions(max_threads));
-    if kind == EngineKind::Inp {
-        o.inp.log_bytes = INP_LOG_BYTES;
-    }
-    o
-}
-
-/// A Ferrite store in a pool file on `/dev/shm`.
+/// A Ferrite store in a pool file on `/dev/shm`, created without a size:
+/// it starts small and grows on demand ([`Store::create_new`]).
 pub struct FerriteSubject {
-    // Field order: the session and store close before the directory goes.
-    session: Mutex<StoreSession>,
+    // Field order: the store closes before the directory goes.
     store: Store,
-    /// The largest batch the engine took so far (learned from refusals,
-    /// kept across repetitions so that only the first pays for them).
-    limit: usize,
+    /// Of the next commits: [`Durability::Eventual`] in the nosync phase.
+    durability: Durability,
+    path: std::path::PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl FerriteSubject {
-    /// A fresh store of `kind` in a pool of `pool_bytes`; `limit` is the
-    /// batch size a previous repetition learned (`usize::MAX`: none).
-    pub fn create(
-        kind: EngineKind,
-        pool_bytes: u64,
-        max_threads: usize,
-        limit: usize,
-    ) -> Res<FerriteSubject> {
+    /// A fresh, growable store of `kind`.
+    pub fn create(kind: EngineKind) -> Res<FerriteSubject> {
         let dir = tempfile::Builder::new()
             .prefix("ferrite-bench-redb-")
             .tempdir_in(SHM)
             .map_err(|e| format!("temporary directory in {SHM}: {e}"))?;
-        let store = Store::create_file(
-            dir.path().join("store.pool"),
-            pool_bytes,
-            &ferrite_options(kind, max_threads),
-        )
-        .map_err(|e| format!("{kind} store: {e}"))?;
-        let session = store.session().map_err(|e| format!("session: {e}"))?;
+        let path = dir.path().join("store.pool");
+        let store = Store::create_new(&path, &ferrite_options(kind))
+            .map_err(|e| format!("{kind} store: {e}"))?;
         Ok(FerriteSubject {
-            session: Mutex::new(session),
             store,
-            limit,
+            durability: Durability::Immediate,
+            path,
             dir,
         })
     }
@@ -325,218 +293,88 @@ impl FerriteSubject {
     pub fn store(&self) -> &Store {
         &self.store
     }
-}
 
-/// Applies `ops` as batches of at most `*limit` operations: all of them
-/// as one batch when the engine takes it, else split in the largest
-/// batches it takes. A refused batch applied nothing (the engine's
-/// contract), so the split is exact. `*limit` keeps what was learned.
-pub fn apply_batches(
-    s: &mut StoreSession,
-    ops: &[Op<'_>],
-    limit: &mut usize,
-) -> Result<Committed, EngineError> {
-    let mut c = Committed::default();
-    let mut at = 0;
-    while at < ops.len() {
-        let n = (*limit).min(ops.len() - at).max(1);
-        match s.batch(&ops[at..at + n]) {
-            Ok(()) => {
-                at += n;
-                c.commits += 1;
-                c.batch_ops = c.batch_ops.max(n as u64);
-            }
-            Err(EngineError::BatchTooLarge { max, .. }) if n > 1 => {
-                // The engine's estimate of what fits; halve when it is
-                // no smaller than what was just refused.
-                *limit = if max > 0 && max < n { max } else { n / 2 };
-                c.refused += 1;
-            }
-            Err(EngineError::Full(_)) if n > 1 => {
-                *limit = n / 2;
-                c.refused += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(c)
-}
-
-/// Keys (and values) collected for one Ferrite batch, in one buffer.
-#[derive(Default)]
-struct OpBuf {
-    bytes: Vec<u8>,
-    /// (start, key length, value length or `None` for a delete).
-    items: Vec<(usize, usize, Option<usize>)>,
-}
-
-impl OpBuf {
-    fn put(&mut self, k: &[u8], v: &[u8]) {
-        self.items.push((self.bytes.len(), k.len(), Some(v.len())));
-        self.bytes.extend_from_slice(k);
-        self.bytes.extend_from_slice(v);
-    }
-
-    fn delete(&mut self, k: &[u8]) {
-        self.items.push((self.bytes.len(), k.len(), None));
-        self.bytes.extend_from_slice(k);
-    }
-
-    fn ops(&self) -> Vec<Op<'_>> {
-        self.items
-            .iter()
-            .map(|&(at, kl, vl)| {
-                let key = &self.bytes[at..at + kl];
-                match vl {
-                    Some(vl) => Op::Put {
-                        key,
-                        value: &self.bytes[at + kl..at + kl + vl],
-                    },
-                    None => Op::Delete { key },
-                }
-            })
-            .collect()
-    }
-
-    fn len(&self) -> u64 {
-        self.items.len() as u64
+    /// Bytes of the pool file now (it grows with the store).
+    pub fn file_bytes(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len())
     }
 }
 
-impl Txn for OpBuf {
+/// Ferrite's write transaction ([`WriteTxn`]) as the workload's
+/// [`Txn`]: every method is the transaction's own.
+struct FerriteTxn<'a>(&'a mut WriteTxn);
+
+impl Txn for FerriteTxn<'_> {
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Res<()> {
-        self.put(key, value);
-        Ok(())
+        self.0.put(key, value).map_err(err("put"))
     }
 
     fn remove(&mut self, key: &[u8]) -> Res<()> {
-        self.delete(key);
-        Ok(())
+        self.0.delete(key).map(drop).map_err(err("delete"))
     }
-}
 
-impl FerriteSubject {
-    /// Applies `buf` durably: one write as the session's own `put` or
-    /// `delete`, more as [`apply_batches`].
-    fn commit(&mut self, buf: &OpBuf) -> Res<Committed> {
-        let ops = buf.ops();
-        let s = self.session.get_mut();
-        match ops[..] {
-            [Op::Put { key, value }] => s.put(key, value).map_err(err("put"))?,
-            [Op::Delete { key }] => drop(s.delete(key).map_err(err("delete"))?),
-            _ => return apply_batches(s, &ops, &mut self.limit).map_err(|e| e.to_string()),
-        }
-        Ok(Committed::one(1))
+    fn pop_first(&mut self) -> Res<bool> {
+        Ok(self.0.pop_first().map_err(err("pop_first"))?.is_some())
     }
-}
 
-/// Ferrite's `retain`: one scan of the whole store in key order, then one
-/// batch deleting what `keep` refused (split only if the engine refuses
-/// it). To be replaced by a write transaction when the engines have one.
-pub fn ferrite_retain(
-    f: &mut FerriteSubject,
-    keep: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-) -> Res<(u64, Committed)> {
-    let mut doomed = OpBuf::default();
-    f.session
-        .get_mut()
-        .range_with(&KeyRange::all(), &mut |k, v| {
-            if !keep(k, v) {
-                doomed.delete(k);
-            }
-            true
-        })
-        .map_err(err("retain scan"))?;
-    let c = f.commit(&doomed)?;
-    Ok((doomed.len(), c))
-}
-
-/// Ferrite's `extract_if`: one scan of `start..end`, then one batch
-/// deleting what `take` chose. To be replaced by a write transaction.
-pub fn ferrite_extract_if(
-    f: &mut FerriteSubject,
-    start: &[u8],
-    end: &[u8],
-    take: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-) -> Res<(u64, Committed)> {
-    let mut doomed = OpBuf::default();
-    let range = KeyRange::bounds(
-        Bound::Included(start.to_vec()),
-        Bound::Excluded(end.to_vec()),
-    );
-    f.session
-        .get_mut()
-        .range_with(&range, &mut |k, v| {
-            if take(k, v) {
-                doomed.delete(k);
-            }
-            true
-        })
-        .map_err(err("extract_if scan"))?;
-    let c = f.commit(&doomed)?;
-    Ok((doomed.len(), c))
-}
-
-/// Ferrite's `n` alternating pops (first, last, first, …): they remove
-/// the first ⌈n/2⌉ and the last ⌊n/2⌋ entries, so one forward scan, one
-/// backward scan (stopping where the forward one ended) and one batch of
-/// deletes. To be replaced by a write transaction.
-pub fn ferrite_pop(f: &mut FerriteSubject, n: u64) -> Res<Popped> {
-    let (front, back) = (n.div_ceil(2), n / 2);
-    let mut doomed = OpBuf::default();
-    let mut last_front: Vec<u8> = Vec::new();
-    let s = f.session.get_mut();
-    let mut seen = 0u64;
-    s.range_with(&KeyRange::all(), &mut |k, _| {
-        if seen == front {
-            return false;
-        }
-        doomed.delete(k);
-        last_front.clear();
-        last_front.extend_from_slice(k);
-        seen += 1;
-        seen < front
-    })
-    .map_err(err("pop scan"))?;
-    let mut seen = 0u64;
-    if back > 0 {
-        s.range_with(&KeyRange::all().rev(), &mut |k, _| {
-            if k <= last_front.as_slice() {
-                return false;
-            }
-            doomed.delete(k);
-            seen += 1;
-            seen < back
-        })
-        .map_err(err("pop scan back"))?;
+    fn pop_last(&mut self) -> Res<bool> {
+        Ok(self.0.pop_last().map_err(err("pop_last"))?.is_some())
     }
-    let committed = f.commit(&doomed)?;
-    Ok(Popped {
-        popped: doomed.len(),
-        estimate: None,
-        committed,
-    })
+
+    fn retain(&mut self, keep: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Res<u64> {
+        let n = self
+            .0
+            .retain(&KeyRange::all(), keep)
+            .map_err(err("retain"))?;
+        Ok(n as u64)
+    }
+
+    fn extract_if(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        take: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Res<u64> {
+        let out = self
+            .0
+            .extract_if(&KeyRange::between(start, end), take)
+            .map_err(err("extract_if"))?;
+        Ok(out.len() as u64)
+    }
 }
 
 impl Subject for FerriteSubject {
+    /// One [`Store::write`] transaction, committed with the subject's
+    /// durability; dropped (nothing applied) when `f` fails.
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Res<u64>) -> Res<Committed> {
-        let mut buf = OpBuf::default();
-        f(&mut buf)?;
-        self.commit(&buf)
+        let mut txn = self.store.write().map_err(err("write txn"))?;
+        txn.set_durability(self.durability);
+        let ops = f(&mut FerriteTxn(&mut txn))?;
+        txn.commit().map_err(err("commit"))?;
+        Ok(Committed::one(ops))
     }
 
-    fn set_sync(&mut self, on: bool) -> Res<bool> {
-        Ok(on)
+    /// Off: [`Durability::Eventual`] commits (durable at the next
+    /// immediate commit, as LMDB's `MDB_NOSYNC` ones at the next synced
+    /// commit and redb's `Durability::None` ones at the next durable one).
+    fn set_sync(&mut self, on: bool) -> Res<()> {
+        self.durability = if on {
+            Durability::Immediate
+        } else {
+            Durability::Eventual
+        };
+        Ok(())
     }
 
-    /// The engine's count of live keys ([`Store::stats`]): a counter for
-    /// InP and CoW, a merge of the memtable and the runs for LSM.
+    /// [`Store::len`]: a counter for InP and CoW, a merge of the memtable
+    /// and the runs for LSM.
     fn len(&self) -> Res<u64> {
-        Ok(self.store.stats().keys)
+        self.store.len().map_err(err("len"))
     }
 
+    /// A [`Store::snapshot`]: a read transaction, as the peers' readers.
     fn reader(&self) -> Res<Box<dyn Reader + '_>> {
-        let s = self.store.session().map_err(err("session"))?;
+        let s = self.store.snapshot().map_err(err("snapshot"))?;
         Ok(Box::new(FerriteReader(s)))
     }
 
@@ -548,29 +386,12 @@ impl Subject for FerriteSubject {
         true
     }
 
-    fn batch_limit(&self) -> Option<usize> {
-        Some(self.limit)
-    }
-
-    fn retain(&mut self, keep: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Res<(u64, Committed)> {
-        ferrite_retain(self, keep)
-    }
-
-    fn extract_if(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        take: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Res<(u64, Committed)> {
-        ferrite_extract_if(self, start, end, take)
-    }
-
-    fn pop(&mut self, n: u64, _len: u64, _sample: u64) -> Res<Popped> {
-        ferrite_pop(self, n)
+    fn file_bytes(&self) -> Option<u64> {
+        Some(FerriteSubject::file_bytes(self))
     }
 }
 
-struct FerriteReader(StoreSession);
+struct FerriteReader(Snapshot);
 
 impl Reader for FerriteReader {
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Res<bool> {
@@ -578,7 +399,18 @@ impl Reader for FerriteReader {
     }
 
     fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize> {
-        self.0.scan_with(from, limit, f).map_err(err("scan"))
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut n = 0;
+        self.0
+            .range_with(&KeyRange::new(from..), &mut |k, v| {
+                f(k, v);
+                n += 1;
+                n < limit
+            })
+            .map_err(err("range"))?;
+        Ok(n)
     }
 
     fn for_each(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64> {
@@ -657,9 +489,8 @@ impl Subject for LmdbSubject {
         Ok(Committed::one(ops))
     }
 
-    fn set_sync(&mut self, on: bool) -> Res<bool> {
-        self.0.set_nosync(!on).map_err(err("lmdb set_flags"))?;
-        Ok(true)
+    fn set_sync(&mut self, on: bool) -> Res<()> {
+        self.0.set_nosync(!on).map_err(err("lmdb set_flags"))
     }
 
     fn len(&self) -> Res<u64> {
@@ -816,13 +647,13 @@ impl Subject for RedbSubject {
         Ok(Committed::one(ops))
     }
 
-    fn set_sync(&mut self, on: bool) -> Res<bool> {
+    fn set_sync(&mut self, on: bool) -> Res<()> {
         self.durability = if on {
             redb::Durability::Immediate
         } else {
             redb::Durability::None
         };
-        Ok(true)
+        Ok(())
     }
 
     fn len(&self) -> Res<u64> {
@@ -1019,9 +850,9 @@ impl Subject for FjallSubject {
         Ok(Committed::one(ops))
     }
 
-    fn set_sync(&mut self, on: bool) -> Res<bool> {
+    fn set_sync(&mut self, on: bool) -> Res<()> {
         self.persist = on.then_some(fjall::PersistMode::SyncAll);
-        Ok(true)
+        Ok(())
     }
 
     /// fjall counts by iterating (`Readable::len`).
