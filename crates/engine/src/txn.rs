@@ -35,6 +35,11 @@ pub struct WriteTxn {
     session: Option<StoreSession>,
     /// Key → new value (`None`: deleted), the transaction's writes.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Puts not yet sorted into `writes`, in the order made: a
+    /// transaction that only writes (a bulk load) never pays for an
+    /// ordered map — the engine's batch orders them itself. The first
+    /// read [settles](Self::settle) them into `writes`.
+    unsorted: Vec<(Vec<u8>, Vec<u8>)>,
     /// The greatest key [`pop_first`](Self::pop_first) removed, while
     /// every key of the store up to it is deleted in `writes` (a put at
     /// or below it clears this): the next pop reads the store from there,
@@ -51,7 +56,7 @@ pub struct WriteTxn {
 impl std::fmt::Debug for WriteTxn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteTxn")
-            .field("writes", &self.writes.len())
+            .field("writes", &(self.writes.len() + self.unsorted.len()))
             .finish()
     }
 }
@@ -81,6 +86,7 @@ impl WriteTxn {
             store,
             session: Some(session),
             writes: BTreeMap::new(),
+            unsorted: Vec::new(),
             front: None,
             back: None,
             durability: Durability::Immediate,
@@ -94,9 +100,18 @@ impl WriteTxn {
             .expect("a live transaction has its session")
     }
 
+    /// Moves the unsorted puts into `writes` (later ones win), before a
+    /// read of the transaction's own writes.
+    fn settle(&mut self) {
+        for (k, v) in self.unsorted.drain(..) {
+            self.writes.insert(k, Some(v));
+        }
+    }
+
     /// Reads `key` as this transaction sees it.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
+        self.settle();
         if let Some(v) = self.writes.get(key) {
             return Ok(v.clone());
         }
@@ -113,7 +128,7 @@ impl WriteTxn {
         if self.back.as_deref().is_some_and(|b| key >= b) {
             self.back = None;
         }
-        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        self.unsorted.push((key.to_vec(), value.to_vec()));
         Ok(())
     }
 
@@ -132,7 +147,8 @@ impl WriteTxn {
     }
 
     /// Writes buffered so far (puts and deletes, one per key).
-    pub fn pending(&self) -> usize {
+    pub fn pending(&mut self) -> usize {
+        self.settle();
         self.writes.len()
     }
 
@@ -144,6 +160,7 @@ impl WriteTxn {
         range: &KeyRange,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
+        self.settle();
         let session = self.session.as_mut().expect("live");
         merged(&mut SessionScan(session), &self.writes, range, f)
     }
@@ -244,17 +261,29 @@ impl WriteTxn {
     /// Applies every write at once, atomically and durably. On an error
     /// nothing was applied (and the transaction is gone).
     pub fn commit(mut self) -> Result<()> {
+        if !self.writes.is_empty() {
+            self.settle();
+        }
         let writes = std::mem::take(&mut self.writes);
-        if writes.is_empty() {
+        let unsorted = std::mem::take(&mut self.unsorted);
+        if writes.is_empty() && unsorted.is_empty() {
             return Ok(());
         }
-        let ops: Vec<Op<'_>> = writes
-            .iter()
-            .map(|(k, v)| match v {
-                Some(v) => Op::Put { key: k, value: v },
-                None => Op::Delete { key: k },
-            })
-            .collect();
+        // Only blind puts: as made (a batch applies the last put of a key).
+        let ops: Vec<Op<'_>> = if writes.is_empty() {
+            unsorted
+                .iter()
+                .map(|(k, v)| Op::Put { key: k, value: v })
+                .collect()
+        } else {
+            writes
+                .iter()
+                .map(|(k, v)| match v {
+                    Some(v) => Op::Put { key: k, value: v },
+                    None => Op::Delete { key: k },
+                })
+                .collect()
+        };
         let d = self.durability;
         self.session().batch_in_txn(&ops, d)
     }

@@ -526,6 +526,50 @@ fn pops_mixed_with_writes_match_a_model() {
     }
 }
 
+/// Blind puts (no read in the transaction) are kept unsorted until the
+/// commit: the last put of a key still wins, and a read in between sees
+/// every put made before it.
+#[test]
+fn blind_puts_in_a_transaction_keep_the_last_value_of_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
+        let store = Store::create_file(
+            dir.path().join(format!("blind-{kind}.pool")),
+            16 << 20,
+            &small(kind),
+        )
+        .unwrap();
+        let mut m = Model::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for round in 0..3 {
+            let mut tx = store.write().unwrap();
+            let mut written = std::collections::BTreeSet::new();
+            for j in 0..3000u32 {
+                let i = rng.random_range(0..500u32);
+                let v = format!("{round}-{j}").into_bytes();
+                tx.put(&key(i), &v).unwrap();
+                m.insert(key(i), v);
+                written.insert(i);
+                // Round 1 reads now and then: earlier puts are seen.
+                if round == 1 && j % 500 == 0 {
+                    let probe = key(rng.random_range(0..500u32));
+                    assert_eq!(tx.get(&probe).unwrap().as_ref(), m.get(&probe));
+                    assert_eq!(tx.pending(), written.len(), "{kind}");
+                }
+            }
+            tx.commit().unwrap();
+            assert_eq!(
+                store
+                    .range(KeyRange::all())
+                    .map(Result::unwrap)
+                    .collect::<Vec<_>>(),
+                model_range(&m, &KeyRange::all()),
+                "{kind} round {round}"
+            );
+        }
+    }
+}
+
 #[test]
 fn other_writes_wait_for_a_write_transaction() {
     let dir = tempfile::tempdir().unwrap();
