@@ -260,6 +260,7 @@ pub struct StoreOptions {
     /// LSM's knobs (memtable size, run fan-out, bloom bits).
     pub lsm: lsm::Options,
     pub(crate) fault: Fault,
+    pub(crate) verify: bool,
 }
 
 /// Pool size of a store on the single-lock allocator (which cannot grow)
@@ -288,11 +289,22 @@ impl Default for StoreOptions {
             cow: cow::Options::default(),
             lsm: lsm::Options::default(),
             fault: Fault::None,
+            verify: true,
         }
     }
 }
 
 impl StoreOptions {
+    /// Whether reads verify the checksums of what they return (default
+    /// true). Off **only to measure what verification costs**
+    /// (`examples/verify_cost.rs`): reads then return damaged bytes as
+    /// data, and an InP store also skips computing its tuples' and nodes'
+    /// checksums on writes — a store written so fails verification later.
+    pub fn verify(mut self, on: bool) -> StoreOptions {
+        self.verify = on;
+        self
+    }
+
     /// Options for a store of `engine` (and an open that expects it).
     pub fn new(engine: EngineKind) -> StoreOptions {
         StoreOptions::default().engine(engine)
