@@ -172,8 +172,8 @@ use crate::breakdown::{self, Measured, Phase};
 use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
-    AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
-    Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
+    AllocKind, Damage, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op,
+    Result, Scrub, Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Heap, LockHeap, MetaOp, PAllocator, Publish, Reservation};
 use ferrite_pmem::{HEADER_SIZE, LockHeld, POff, Region};
@@ -1340,6 +1340,131 @@ impl Inp {
         Ok(())
     }
 
+    /// Scrubs the subtree at `n` (keys in `lo..hi`, level `expect_level`
+    /// when known): every node and tuple verified, every damaged one
+    /// recorded in `out`, going on past it.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_node(
+        &self,
+        n: u64,
+        depth: usize,
+        (lo, hi, expect_level): Bounds<'_>,
+        seen: &mut HashSet<u64>,
+        bufs: &mut Bufs,
+        out: &mut Scrub,
+        pace: &mut dyn FnMut(u64),
+    ) {
+        let g = &self.geo;
+        let span = || {
+            let show = |k: Option<&[u8]>| k.map_or_else(|| "the end".into(), crate::error::show_key);
+            format!("keys from {} to {} unreadable", show(lo), show(hi))
+        };
+        let node = |detail: String| Damage {
+            key: None,
+            off: n,
+            detail,
+            leaf: 0,
+            slot: 0,
+        };
+        if depth > MAX_DEPTH || !seen.insert(n) {
+            out.damaged
+                .push(node(format!("node reached twice or too deep (a cycle?); {}", span())));
+            return;
+        }
+        let kind = match g.load(n, &mut bufs.nb) {
+            Ok(k) => k,
+            Err(e) => {
+                out.damaged.push(node(format!("{e}; {}", span())));
+                return;
+            }
+        };
+        if let Node::Inner(_) = kind {
+            out.bytes += INNER_BYTES as u64;
+            pace(out.bytes);
+            let d = match InnerD::decode(&bufs.nb[..], n) {
+                Ok(d) => d,
+                Err(e) => {
+                    out.damaged.push(node(format!("{e}; {}", span())));
+                    return;
+                }
+            };
+            if expect_level.is_some_and(|l| l != d.level)
+                || d.seps.windows(2).any(|w| w[0] >= w[1])
+                || d.seps.first().is_some_and(|s| lo.is_some_and(|l| s.as_slice() < l))
+                || d.seps.last().is_some_and(|s| hi.is_some_and(|h| s.as_slice() >= h))
+            {
+                out.damaged.push(node(format!(
+                    "inner node's level or separators inconsistent with its parent; {}",
+                    span()
+                )));
+                return;
+            }
+            for (i, &c) in d.children.iter().enumerate() {
+                let clo = if i == 0 { lo } else { Some(d.seps[i - 1].as_slice()) };
+                let chi = if i == d.seps.len() { hi } else { Some(d.seps[i].as_slice()) };
+                self.scrub_node(c, depth + 1, (clo, chi, Some(d.level - 1)), seen, bufs, out, pace);
+            }
+            return;
+        }
+        out.bytes += LEAF_BYTES as u64;
+        if expect_level.is_some_and(|l| l != 0) {
+            out.damaged.push(node(format!("leaf at an inner level; {}", span())));
+            return;
+        }
+        let leaf: Vec<u8> = bufs.nb[..LEAF_BYTES].to_vec();
+        let Ok(mut bm) = leaf_bitmap(&leaf) else {
+            out.damaged.push(node(format!("bad bitmap; {}", span())));
+            return;
+        };
+        while bm != 0 {
+            let i = bm.trailing_zeros() as usize;
+            bm &= bm - 1;
+            let (p, t) = slot(&leaf, i);
+            let stored_key = |bufs: &mut Bufs| g.tuple_key(t, &mut bufs.kbuf).ok().map(<[u8]>::to_vec);
+            let tuple = |key: Option<Vec<u8>>, detail: String| Damage {
+                key,
+                off: t,
+                detail,
+                leaf: n,
+                slot: i as u32,
+            };
+            if !seen.insert(t) {
+                out.damaged.push(tuple(
+                    None,
+                    format!("tuple referenced twice (slot {i} of leaf {n:#x})"),
+                ));
+                continue;
+            }
+            match g.tuple_read(t, &mut bufs.kbuf, &mut bufs.val) {
+                Ok(kl) => {
+                    let k = &bufs.kbuf[..kl];
+                    out.bytes += (TUPLE_HDR + kl + bufs.val.len()) as u64;
+                    if prefix(k) != p
+                        || lo.is_some_and(|l| k < l)
+                        || hi.is_some_and(|h| k >= h)
+                    {
+                        let k = k.to_vec();
+                        out.damaged.push(tuple(
+                            Some(k),
+                            "tuple's key does not belong where its leaf links it".into(),
+                        ));
+                    } else {
+                        out.records += 1;
+                    }
+                }
+                Err(e) => {
+                    let key = stored_key(bufs);
+                    let detail = match e {
+                        EngineError::DamagedValue { detail, .. } => detail,
+                        e => e.to_string(),
+                    };
+                    out.damaged.push(tuple(key, detail));
+                }
+            }
+        }
+        pace(out.bytes);
+    }
+
     /// Walks the subtree at `n`; its keys must lie in `lo..hi` and its
     /// level be `expect_level` (when known).
     fn walk_node(
@@ -1517,6 +1642,54 @@ impl Engine for Inp {
         }
         self.settle(&mut w);
         Ok(())
+    }
+
+    fn scrub(&self, pace: &mut dyn FnMut(u64)) -> Result<Scrub> {
+        let _r = self.rw.read();
+        let mut out = Scrub {
+            per_record: true,
+            ..Scrub::default()
+        };
+        let root = self.root();
+        if root != 0 {
+            let mut seen = HashSet::new();
+            let mut bufs = Bufs::new();
+            self.scrub_node(root, 0, (None, None, None), &mut seen, &mut bufs, &mut out, pace);
+        }
+        Ok(out)
+    }
+
+    fn remove_damaged(&self, damaged: &[Damage]) -> Result<Vec<String>> {
+        let tuples: Vec<&Damage> = damaged.iter().filter(|d| d.leaf != 0).collect();
+        if tuples.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ticket, th) = self.gate.enter(&*self.alloc)?;
+        let mut s = InpSession {
+            eng: self,
+            th,
+            _ticket: ticket,
+            op: OpState::default(),
+            path: Vec::with_capacity(MAX_DEPTH),
+            bufs: Bufs::new(),
+        };
+        let mut done = Vec::new();
+        s.write(|w| {
+            done.clear();
+            for d in &tuples {
+                if w.unlink_slot(d.leaf, d.slot as usize, d.off)? {
+                    done.push(format!(
+                        "removed the damaged record {} (tuple {:#x}, slot {} of leaf {:#x}; its block freed)",
+                        d.key.as_deref().map_or_else(|| "?".into(), crate::error::show_key),
+                        d.off,
+                        d.slot,
+                        d.leaf
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(done)
     }
 
     fn walk(&self) -> Result<Walk> {
@@ -1790,6 +1963,27 @@ impl Writer<'_, '_> {
         if bm == 0 {
             self.drop_empty_leaf(leaf)?;
         }
+        Ok(true)
+    }
+
+    /// Clears slot `i` of `leaf` if it still links tuple `t`, and frees the
+    /// tuple's block (a damaged record, removed by repair). The leaf must
+    /// verify (staging checks it). An emptied leaf stays (valid).
+    fn unlink_slot(&mut self, leaf: u64, i: usize, t: u64) -> Result<bool> {
+        if i >= SLOTS {
+            return Ok(false);
+        }
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)?;
+        if bm & (1 << i) == 0 || slot(b, i).1 != t {
+            return Ok(false);
+        }
+        set_bitmap(b, bm & !(1 << i));
+        self.op.ops += 1;
+        self.op.keys_delta -= 1;
+        // The tuple's own capacity may be damaged: no write touches it
+        // anyway, so its header alone bounds the range kept from writes.
+        self.free_tuple(t, TUPLE_HDR);
         Ok(true)
     }
 
