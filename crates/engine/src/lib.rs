@@ -501,6 +501,23 @@ pub struct Damage {
     pub leaf: u64,
     /// The slot in `leaf` (InP).
     pub slot: u32,
+    /// For a damaged node: the keys it held, `lo <= key < hi` (`None`:
+    /// unbounded) — every one of them is unreadable. For a record: its key
+    /// range is its key alone (`lo` = `hi` = `None` here).
+    pub span: Option<(Option<Vec<u8>>, Option<Vec<u8>>)>,
+}
+
+impl Damage {
+    /// True when the damage makes `key` unreadable (its record, or a node
+    /// whose span holds it).
+    pub fn covers(&self, key: &[u8]) -> bool {
+        match &self.span {
+            Some((lo, hi)) => {
+                lo.as_deref().is_none_or(|l| key >= l) && hi.as_deref().is_none_or(|h| key < h)
+            }
+            None => self.key.as_deref() == Some(key),
+        }
+    }
 }
 
 impl std::fmt::Display for Damage {
@@ -685,12 +702,14 @@ pub trait Engine: Send + Sync {
                 out.bytes = w.blocks.iter().map(|b| b.1).sum();
                 pace(out.bytes);
             }
+            // The walk stops at the first damage: everything is suspect.
             Err(e) => out.damaged.push(Damage {
                 key: None,
                 off: 0,
                 detail: e.to_string(),
                 leaf: 0,
                 slot: 0,
+                span: Some((None, None)),
             }),
         }
         Ok(out)

@@ -1365,6 +1365,7 @@ impl Inp {
             detail,
             leaf: 0,
             slot: 0,
+            span: Some((lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))),
         };
         if depth > MAX_DEPTH || !seen.insert(n) {
             out.damaged
@@ -1421,7 +1422,12 @@ impl Inp {
             bm &= bm - 1;
             let (p, t) = slot(&leaf, i);
             let stored_key = |bufs: &mut Bufs| g.tuple_key(t, &mut bufs.kbuf).ok().map(<[u8]>::to_vec);
+            // A tuple whose key cannot be trusted is known by its leaf:
+            // it stands for the keys of that leaf's range.
             let tuple = |key: Option<Vec<u8>>, detail: String| Damage {
+                span: key
+                    .is_none()
+                    .then(|| (lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))),
                 key,
                 off: t,
                 detail,
@@ -1453,11 +1459,21 @@ impl Inp {
                     }
                 }
                 Err(e) => {
-                    let key = stored_key(bufs);
-                    let detail = match e {
+                    // Name the key only when its own check says it is
+                    // the key that was stored.
+                    let key = stored_key(bufs).filter(|k| g.tuple_key_ok(t, k));
+                    let mut detail = match e {
                         EngineError::DamagedValue { detail, .. } => detail,
                         e => e.to_string(),
                     };
+                    if key.is_none() {
+                        detail.push_str(&format!(
+                            "; its key is damaged too (slot {i} of leaf {n:#x}, key prefix {:#018x}): one of the keys from {} to {}",
+                            p,
+                            lo.map_or_else(|| "the start".into(), crate::error::show_key),
+                            hi.map_or_else(|| "the end".into(), crate::error::show_key),
+                        ));
+                    }
                     out.damaged.push(tuple(key, detail));
                 }
             }
@@ -1838,14 +1854,8 @@ impl Writer<'_, '_> {
         self.op.res.push(r);
         self.eng.geo.check(off, len)?;
         let p = self.eng.pool();
-        let mut h = [0u8; TUPLE_HDR];
-        h[0..4].copy_from_slice(&(key.len() as u32).to_le_bytes());
-        h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        h[8..12].copy_from_slice(&cap.to_le_bytes());
-        if self.eng.geo.verify {
-            let c = tree::tuple_crc(self.eng.geo.seed, off, &h, key, value);
-            h[tree::CRC_AT..TUPLE_HDR].copy_from_slice(&c.to_le_bytes());
-        }
+        let g = &self.eng.geo;
+        let h = tree::tuple_header(g.seed, off, key, value, cap as usize, g.verify);
         p.write(off as usize, &h);
         p.write(off as usize + TUPLE_HDR, key);
         p.write(off as usize + TUPLE_HDR + key.len(), value);
@@ -1907,15 +1917,12 @@ impl Writer<'_, '_> {
                     // was, checksum), so a replay restores them together.
                     // The old tuple is verified first: a damaged length
                     // or capacity must not steer the write.
-                    let mut h = [0u8; TUPLE_HDR];
-                    h[0..4].copy_from_slice(&(kl as u32).to_le_bytes());
-                    h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
-                    h[8..12].copy_from_slice(&(cap as u32).to_le_bytes());
-                    if self.eng.geo.verify {
-                        self.eng.geo.tuple_verify(t)?;
-                        let c = tree::tuple_crc(self.eng.geo.seed, t, &h, key, value);
-                        h[tree::CRC_AT..TUPLE_HDR].copy_from_slice(&c.to_le_bytes());
+                    let g = &self.eng.geo;
+                    if g.verify {
+                        g.tuple_verify(t)?;
                     }
+                    debug_assert_eq!(kl, key.len());
+                    let h = tree::tuple_header(g.seed, t, key, value, cap, g.verify);
                     if self.eng.fault == Some(Fault::ChecksumAfterFence) {
                         // The planted bug: the checksum is stored after the
                         // commit, outside the record and every flush.

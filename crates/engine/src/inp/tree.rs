@@ -13,7 +13,10 @@
 //! # Tuple (one allocator block per key, little-endian)
 //!
 //! ```text
-//!  0  4  key length (1..=MAX_KEY)
+//!  0  2  key length (1..=MAX_KEY)
+//!  2  2  key check: the low 16 bits of block_crc(key) — tells a damaged
+//!        key from a damaged value, so the deep check names only keys it
+//!        can trust (written once, at creation)
 //!  4  4  value length (0..=MAX_VALUE)
 //!  8  4  capacity: usable bytes of the block (written once, at creation)
 //! 12  4  block_crc(bytes 0..12 ‖ key ‖ value)
@@ -112,6 +115,36 @@ pub(crate) fn block_crc(seed: u32, off: u64, parts: &[&[u8]]) -> u32 {
 #[inline]
 pub(crate) fn tuple_crc(seed: u32, t: u64, h: &[u8], key: &[u8], value: &[u8]) -> u32 {
     block_crc(seed, t, &[&h[..CRC_AT], key, value])
+}
+
+/// The key check of a tuple at `t` holding `key` (tuple format).
+#[inline]
+pub(crate) fn key_check(seed: u32, t: u64, key: &[u8]) -> u16 {
+    block_crc(seed, t, &[key]) as u16
+}
+
+/// The header of a tuple at `t`: key length and check, value length,
+/// capacity, and (with `sums`) its checksum.
+pub(crate) fn tuple_header(
+    seed: u32,
+    t: u64,
+    key: &[u8],
+    value: &[u8],
+    cap: usize,
+    sums: bool,
+) -> [u8; TUPLE_HDR] {
+    let mut h = [0u8; TUPLE_HDR];
+    h[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    if sums {
+        h[2..4].copy_from_slice(&key_check(seed, t, key).to_le_bytes());
+    }
+    h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    h[8..12].copy_from_slice(&(cap.min(u32::MAX as usize) as u32).to_le_bytes());
+    if sums {
+        let c = tuple_crc(seed, t, &h, key, value);
+        h[CRC_AT..TUPLE_HDR].copy_from_slice(&c.to_le_bytes());
+    }
+    h
 }
 
 fn leaf_crc(seed: u32, off: u64, b: &[u8]) -> u32 {
@@ -258,7 +291,7 @@ impl Geo {
         let mut h = [0u8; TUPLE_HDR];
         self.pool.read(t as usize, &mut h);
         let (k, v, cap) = (
-            u32_at(&h, 0) as usize,
+            u16::from_le_bytes([h[0], h[1]]) as usize,
             u32_at(&h, 4) as usize,
             u32_at(&h, 8) as usize,
         );
@@ -316,6 +349,14 @@ impl Geo {
     /// Verifies the tuple at `t` (for a writer about to change it, and for
     /// a read that did not find its key among the tuples sharing its
     /// prefix: one of them may be it, damaged).
+    /// True when the key stored in tuple `t` passes its key check (the
+    /// header must have been validated).
+    pub fn tuple_key_ok(&self, t: u64, key: &[u8]) -> bool {
+        let mut h = [0u8; 4];
+        self.pool.read(t as usize, &mut h);
+        u16::from_le_bytes([h[2], h[3]]) == key_check(self.seed, t, key)
+    }
+
     pub fn tuple_verify(&self, t: u64) -> Result<()> {
         let mut kbuf = [0u8; MAX_KEY];
         let mut v = Vec::new();
@@ -568,7 +609,15 @@ pub(crate) fn leaf_find(
             bm &= bm - 1;
             let (p, t) = slot(b, i);
             if p == kp {
-                geo.tuple_verify(t)?;
+                geo.tuple_verify(t).map_err(|e| match e {
+                    EngineError::DamagedValue { detail, .. } => EngineError::DamagedValue {
+                        key: key.to_vec(),
+                        detail: format!(
+                            "not found intact: {detail}, a tuple of the same 8-byte prefix in its leaf, may be it"
+                        ),
+                    },
+                    e => e,
+                })?;
             }
         }
     }
