@@ -53,7 +53,11 @@ fn flips_per_engine() -> usize {
         .unwrap_or(150)
 }
 
-fn run(kind: EngineKind, seed: u64, flips: usize) -> Figures {
+/// `live`: the bytes are flipped in the file while the store is open (a
+/// stray write at run time: reads must catch it, and the store's own
+/// scrub must list it); otherwise in the closed file, and the deep check
+/// of the image must list it.
+fn run(kind: EngineKind, seed: u64, flips: usize, live: bool) -> Figures {
     const PER_IMAGE: usize = 3;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flips.pool");
@@ -94,17 +98,42 @@ fn run(kind: EngineKind, seed: u64, flips: usize) -> Figures {
             f.flips += 1;
         }
         f.images += 1;
-        let check = verify_image(&img, LAYOUT);
-        std::fs::write(&path, &img).unwrap();
-        let store = match Store::open_file(&path, &StoreOptions::default()) {
-            Ok(s) => s,
-            Err(_) => {
-                f.refused += 1;
-                if !check.findings.is_empty() {
-                    f.refused_reported += 1;
+        let (store, findings) = if live {
+            std::fs::write(&path, &pristine).unwrap();
+            let store = Store::open_file(&path, &StoreOptions::default()).unwrap();
+            // The pool is mapped shared: writes to the file are stores
+            // into the store's memory.
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            for (at, (a, b)) in pristine.iter().zip(&img).enumerate() {
+                if a != b {
+                    file.write_at(&[*b], at as u64).unwrap();
                 }
-                continue;
             }
+            let scrub = store.scrub(&mut |_| {}).unwrap();
+            let findings: Vec<EngineFinding> = scrub
+                .damaged
+                .into_iter()
+                .map(EngineFinding::Damaged)
+                .collect();
+            (store, findings)
+        } else {
+            let check = verify_image(&img, LAYOUT);
+            std::fs::write(&path, &img).unwrap();
+            match Store::open_file(&path, &StoreOptions::default()) {
+                Ok(s) => (s, check.findings),
+                Err(_) => {
+                    f.refused += 1;
+                    if !check.findings.is_empty() {
+                        f.refused_reported += 1;
+                    }
+                    continue;
+                }
+            }
+        };
+        let check = ferrite_engine::verify::EngineCheck {
+            findings,
+            ..Default::default()
         };
         // A finding that covers `key`: a damaged record or node naming it,
         // or (an engine whose check stops at the first damage) any finding
@@ -171,9 +200,9 @@ fn run(kind: EngineKind, seed: u64, flips: usize) -> Figures {
     f
 }
 
-fn check_engine(kind: EngineKind, seed: u64) {
-    let f = run(kind, seed, flips_per_engine());
-    eprintln!("{kind}: {f:?}");
+fn check_engine(kind: EngineKind, seed: u64, live: bool) {
+    let f = run(kind, seed, flips_per_engine(), live);
+    eprintln!("{kind}{}: {f:?}", if live { " (live)" } else { "" });
     assert_eq!(f.wrong, 0, "{kind}: wrong values returned: {f:?}");
     assert_eq!(
         f.failed, f.failed_reported,
@@ -185,20 +214,38 @@ fn check_engine(kind: EngineKind, seed: u64) {
     );
     // The flips must have damaged something the reads saw.
     assert!(f.failed + f.refused > 0, "{kind}: no flip was detected: {f:?}");
+    if live {
+        assert!(f.failed > 0, "{kind}: no read saw a flip at run time: {f:?}");
+    }
     assert!(f.intact > 0, "{kind}: {f:?}");
 }
 
 #[test]
 fn flips_in_inp_pools_are_never_returned_and_all_reported() {
-    check_engine(EngineKind::Inp, 11);
+    check_engine(EngineKind::Inp, 11, false);
 }
 
 #[test]
 fn flips_in_cow_pools_are_never_returned_and_all_reported() {
-    check_engine(EngineKind::Cow, 12);
+    check_engine(EngineKind::Cow, 12, false);
 }
 
 #[test]
 fn flips_in_lsm_pools_are_never_returned_and_all_reported() {
-    check_engine(EngineKind::Lsm, 13);
+    check_engine(EngineKind::Lsm, 13, false);
+}
+
+#[test]
+fn flips_at_run_time_in_inp_are_never_returned_and_scrubbed() {
+    check_engine(EngineKind::Inp, 21, true);
+}
+
+#[test]
+fn flips_at_run_time_in_cow_are_never_returned_and_scrubbed() {
+    check_engine(EngineKind::Cow, 22, true);
+}
+
+#[test]
+fn flips_at_run_time_in_lsm_are_never_returned_and_scrubbed() {
+    check_engine(EngineKind::Lsm, 23, true);
 }
