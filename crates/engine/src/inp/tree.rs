@@ -338,7 +338,7 @@ impl Geo {
                 return Err(EngineError::DamagedValue {
                     key: kbuf[..k].to_vec(),
                     detail: format!(
-                        "inp: tuple {t:#x} (key as stored): stored {stored:#010x}, computed {computed:#010x}"
+                        "inp: tuple {t:#x} fails its checksum (stored {stored:#010x}, computed {computed:#010x})"
                     ),
                 });
             }
