@@ -502,7 +502,9 @@ fn repair_damaged(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<Stri
     let other: Vec<&Finding> = report
         .findings
         .iter()
-        .filter(|f| f.kind != "engine-damaged" && !RECOVERABLE.contains(&f.kind) && f.kind != "leak")
+        .filter(|f| {
+            f.kind != "engine-damaged" && !RECOVERABLE.contains(&f.kind) && f.kind != "leak"
+        })
         .collect();
     if let Some(f) = other.first() {
         return Ok((

@@ -9,11 +9,11 @@
 mod backup;
 mod checks;
 mod deep;
-mod scrub;
 mod kv;
 mod live;
 mod progress;
 mod run;
+mod scrub;
 mod serve;
 mod size;
 mod trace;

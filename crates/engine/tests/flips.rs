@@ -213,9 +213,15 @@ fn check_engine(kind: EngineKind, seed: u64, live: bool) {
         "{kind}: refused opens the deep check called clean: {f:?}"
     );
     // The flips must have damaged something the reads saw.
-    assert!(f.failed + f.refused > 0, "{kind}: no flip was detected: {f:?}");
+    assert!(
+        f.failed + f.refused > 0,
+        "{kind}: no flip was detected: {f:?}"
+    );
     if live {
-        assert!(f.failed > 0, "{kind}: no read saw a flip at run time: {f:?}");
+        assert!(
+            f.failed > 0,
+            "{kind}: no read saw a flip at run time: {f:?}"
+        );
     }
     assert!(f.intact > 0, "{kind}: {f:?}");
 }

@@ -1356,7 +1356,8 @@ impl Inp {
     ) {
         let g = &self.geo;
         let span = || {
-            let show = |k: Option<&[u8]>| k.map_or_else(|| "the end".into(), crate::error::show_key);
+            let show =
+                |k: Option<&[u8]>| k.map_or_else(|| "the end".into(), crate::error::show_key);
             format!("keys from {} to {} unreadable", show(lo), show(hi))
         };
         let node = |detail: String| Damage {
@@ -1368,8 +1369,10 @@ impl Inp {
             span: Some((lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))),
         };
         if depth > MAX_DEPTH || !seen.insert(n) {
-            out.damaged
-                .push(node(format!("node reached twice or too deep (a cycle?); {}", span())));
+            out.damaged.push(node(format!(
+                "node reached twice or too deep (a cycle?); {}",
+                span()
+            )));
             return;
         }
         let kind = match g.load(n, &mut bufs.nb) {
@@ -1391,8 +1394,12 @@ impl Inp {
             };
             if expect_level.is_some_and(|l| l != d.level)
                 || d.seps.windows(2).any(|w| w[0] >= w[1])
-                || d.seps.first().is_some_and(|s| lo.is_some_and(|l| s.as_slice() < l))
-                || d.seps.last().is_some_and(|s| hi.is_some_and(|h| s.as_slice() >= h))
+                || d.seps
+                    .first()
+                    .is_some_and(|s| lo.is_some_and(|l| s.as_slice() < l))
+                || d.seps
+                    .last()
+                    .is_some_and(|s| hi.is_some_and(|h| s.as_slice() >= h))
             {
                 out.damaged.push(node(format!(
                     "inner node's level or separators inconsistent with its parent; {}",
@@ -1401,15 +1408,32 @@ impl Inp {
                 return;
             }
             for (i, &c) in d.children.iter().enumerate() {
-                let clo = if i == 0 { lo } else { Some(d.seps[i - 1].as_slice()) };
-                let chi = if i == d.seps.len() { hi } else { Some(d.seps[i].as_slice()) };
-                self.scrub_node(c, depth + 1, (clo, chi, Some(d.level - 1)), seen, bufs, out, pace);
+                let clo = if i == 0 {
+                    lo
+                } else {
+                    Some(d.seps[i - 1].as_slice())
+                };
+                let chi = if i == d.seps.len() {
+                    hi
+                } else {
+                    Some(d.seps[i].as_slice())
+                };
+                self.scrub_node(
+                    c,
+                    depth + 1,
+                    (clo, chi, Some(d.level - 1)),
+                    seen,
+                    bufs,
+                    out,
+                    pace,
+                );
             }
             return;
         }
         out.bytes += LEAF_BYTES as u64;
         if expect_level.is_some_and(|l| l != 0) {
-            out.damaged.push(node(format!("leaf at an inner level; {}", span())));
+            out.damaged
+                .push(node(format!("leaf at an inner level; {}", span())));
             return;
         }
         let leaf: Vec<u8> = bufs.nb[..LEAF_BYTES].to_vec();
@@ -1421,7 +1445,8 @@ impl Inp {
             let i = bm.trailing_zeros() as usize;
             bm &= bm - 1;
             let (p, t) = slot(&leaf, i);
-            let stored_key = |bufs: &mut Bufs| g.tuple_key(t, &mut bufs.kbuf).ok().map(<[u8]>::to_vec);
+            let stored_key =
+                |bufs: &mut Bufs| g.tuple_key(t, &mut bufs.kbuf).ok().map(<[u8]>::to_vec);
             // A tuple whose key cannot be trusted is known by its leaf:
             // it stands for the keys of that leaf's range.
             let tuple = |key: Option<Vec<u8>>, detail: String| Damage {
@@ -1445,10 +1470,7 @@ impl Inp {
                 Ok(kl) => {
                     let k = &bufs.kbuf[..kl];
                     out.bytes += (TUPLE_HDR + kl + bufs.val.len()) as u64;
-                    if prefix(k) != p
-                        || lo.is_some_and(|l| k < l)
-                        || hi.is_some_and(|h| k >= h)
-                    {
+                    if prefix(k) != p || lo.is_some_and(|l| k < l) || hi.is_some_and(|h| k >= h) {
                         let k = k.to_vec();
                         out.damaged.push(tuple(
                             Some(k),
@@ -1670,7 +1692,15 @@ impl Engine for Inp {
         if root != 0 {
             let mut seen = HashSet::new();
             let mut bufs = Bufs::new();
-            self.scrub_node(root, 0, (None, None, None), &mut seen, &mut bufs, &mut out, pace);
+            self.scrub_node(
+                root,
+                0,
+                (None, None, None),
+                &mut seen,
+                &mut bufs,
+                &mut out,
+                pace,
+            );
         }
         Ok(out)
     }

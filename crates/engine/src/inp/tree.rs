@@ -388,8 +388,7 @@ impl Src for Geo {
         match u32_at(b, 8) {
             MAGIC_LEAF => {
                 self.check(off, LEAF_BYTES)?;
-                self.pool
-                    .read(off as usize + 16, &mut b[16..LEAF_BYTES]);
+                self.pool.read(off as usize + 16, &mut b[16..LEAF_BYTES]);
                 if self.verify {
                     check_crc("leaf", off, u32_at(b, CRC_AT), leaf_crc(self.seed, off, b))?;
                 }
@@ -403,8 +402,7 @@ impl Src for Geo {
                 self.pool.read(o + 16, &mut b[16..CHILD_AT + 8 * n]);
                 self.pool
                     .read(o + SEP_AT, &mut b[SEP_AT..SEP_AT + 16 * (n - 1)]);
-                self.pool
-                    .read(o + KEYS_AT, &mut b[KEYS_AT..KEYS_AT + used]);
+                self.pool.read(o + KEYS_AT, &mut b[KEYS_AT..KEYS_AT + used]);
                 if self.verify {
                     check_crc(
                         "inner node",
