@@ -686,6 +686,8 @@ struct Counts {
 pub struct CowEngine {
     pool: Region,
     nonce: u64,
+    /// Reads verify checksums (`StoreOptions::verify`; off only to measure).
+    verify: bool,
     /// Pool offset of the root line.
     root_at: u64,
     alloc: Arc<dyn PAllocator>,
@@ -716,6 +718,7 @@ impl CowEngine {
         CowEngine {
             pool: ctx.pool,
             nonce: ctx.sb.nonce,
+            verify: opts.verify,
             root_at: ctx.area_off + format::ROOT_AT,
             alloc: ctx.alloc,
             opts: opts.cow.clone(),
@@ -1222,6 +1225,7 @@ impl Session for CowSession<'_> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
+        let _v = tree::VerifyScope::new(self.eng.verify);
         get_at(&self.eng.pool, self.eng.nonce, &v, key, out, &mut self.buf)
     }
 
@@ -1249,6 +1253,7 @@ impl Session for CowSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(&self.eng.pool, self.eng.nonce, &v, from, limit, f)
     }
 
@@ -1260,6 +1265,7 @@ impl Session for CowSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(&self.eng.pool, self.eng.nonce, &v, upto, limit, f)
     }
 
@@ -1480,6 +1486,7 @@ impl SnapshotRead for CowReader<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
+        let _v = tree::VerifyScope::new(self.eng.verify);
         get_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1496,6 +1503,7 @@ impl SnapshotRead for CowReader<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1512,6 +1520,7 @@ impl SnapshotRead for CowReader<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1530,6 +1539,7 @@ impl SnapshotRead for CowReader<'_> {
 impl SnapshotRead for CowSnapshot<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _v = tree::VerifyScope::new(self.eng.verify);
         get_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1546,6 +1556,7 @@ impl SnapshotRead for CowSnapshot<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(&self.eng.pool, self.eng.nonce, &self.v, from, limit, f)
     }
 
@@ -1555,6 +1566,7 @@ impl SnapshotRead for CowSnapshot<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(&self.eng.pool, self.eng.nonce, &self.v, upto, limit, f)
     }
 
