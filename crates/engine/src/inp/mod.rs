@@ -9,6 +9,17 @@
 //!   capacity in a 16-byte header; `inp/tree.rs` has the format). An update whose
 //!   value fits the block (and is at most [`Options::inplace_max`] bytes) is
 //!   written *in place*; otherwise a new tuple replaces the old one.
+//! - **Checksums** (format 2): every tuple, leaf and inner node carries a
+//!   CRC32C seeded by the store nonce and its own offset (`inp/tree.rs`).
+//!   Every read verifies each node it walks (a node is copied once per
+//!   read and searched in the copy) and the tuple it returns; a damaged
+//!   tuple is [`EngineError::DamagedValue`] naming the key, a damaged node
+//!   [`EngineError::Corrupt`] naming its offset — never wrong bytes. A
+//!   writer verifies what it stages and seals the nodes it changed just
+//!   before building the record, so each checksum is logged, flushed and
+//!   replayed with the bytes it covers under the write's one fence (an
+//!   update in place logs bytes 4..16 of the tuple: length, capacity,
+//!   checksum). [`Engine::scrub`] lists every damaged record and node.
 //! - **Index**: a persistent B+tree whose nodes are allocator blocks.
 //!   Leaves hold 32 unsorted slots (8-byte key prefix + tuple offset) and a
 //!   bitmap; inner nodes hold their own copies of (shortest) separator keys,
