@@ -639,7 +639,11 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
     for (b, c) in blocks.iter().zip(crcs) {
         read_checked(pool, data_off + b.off, u64::from(b.len), &mut buf)?;
         if crc(nonce, &[&buf]) != c {
-            return Err(bad("data block checksum mismatch"));
+            return Err(bad(&format!(
+                "data block at {:#x} (keys from {}) fails its checksum",
+                data_off + b.off,
+                crate::error::show_key(&b.first)
+            )));
         }
         let mut q = 0;
         let mut first = true;
