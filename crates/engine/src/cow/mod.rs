@@ -1125,8 +1125,10 @@ impl Engine for CowEngine {
         let mut s = self.session()?;
         let mut done = Vec::new();
         for d in damaged {
+            // One that cannot be deleted (its path damaged too) stays,
+            // and is not listed.
             if let (Some(k), None) = (&d.key, &d.span)
-                && s.delete(k)?
+                && s.delete(k).unwrap_or(false)
             {
                 done.push(format!(
                     "removed the damaged record {} (value blob {:#x}; its block freed)",
@@ -1280,8 +1282,12 @@ impl Session for CowSession<'_> {
         check_key(key)?;
         // An absent key changes nothing: answer without a group.
         let mut scratch = Vec::new();
-        if !self.get_into(key, &mut scratch)? {
-            return Ok(false);
+        match self.get_into(key, &mut scratch) {
+            Ok(false) => return Ok(false),
+            // A damaged value is there all the same, and a delete (which
+            // never reads it) is how it goes.
+            Ok(true) | Err(EngineError::DamagedValue { .. }) => {}
+            Err(e) => return Err(e),
         }
         self.write(&[Op::Delete { key }])
     }
@@ -1723,7 +1729,10 @@ fn scrub_node(
     {
         Ok(h) => h,
         Err(e) => {
-            out.damaged.push(node(e.to_string()));
+            let e = e.to_string();
+            out.damaged.push(node(
+                e.strip_prefix("corrupt store: ").unwrap_or(&e).to_string(),
+            ));
             return;
         }
     };
@@ -1755,22 +1764,25 @@ fn scrub_node(
             }
             if let ValRef::Blob { off: b, len, crc } = v {
                 let mut x = Vec::new();
-                let r = tree::read_blob(pool, b, len as usize, &mut x).and_then(|()| {
-                    let c = format::crc(nonce, &x);
-                    if c == crc {
-                        Ok(())
-                    } else {
-                        Err(EngineError::Corrupt(format!(
-                            "cow: value blob {b:#x}+{len} fails its checksum (computed {c:#010x}, the leaf recorded {crc:#010x})"
-                        )))
+                let r = match tree::read_blob(pool, b, len as usize, &mut x) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(()) => {
+                        let c = format::crc(nonce, &x);
+                        if c == crc {
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "cow: value blob {b:#x}+{len} fails its checksum (computed {c:#010x}, the leaf recorded {crc:#010x})"
+                            ))
+                        }
                     }
-                });
+                };
                 out.bytes += u64::from(len);
-                if let Err(e) = r {
+                if let Err(detail) = r {
                     out.damaged.push(Damage {
                         key: Some(k.to_vec()),
                         off: b,
-                        detail: e.to_string(),
+                        detail,
                         leaf: off,
                         slot: 0,
                         span: None,

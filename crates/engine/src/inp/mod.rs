@@ -359,6 +359,13 @@ fn log_cap(area_len: u64, intent_len: u64) -> usize {
         & !63
 }
 
+/// An error's message without the "corrupt store: " every `Corrupt` has
+/// (a scrub lists many: the word says nothing there).
+fn bare(e: &EngineError) -> String {
+    let s = e.to_string();
+    s.strip_prefix("corrupt store: ").unwrap_or(&s).to_string()
+}
+
 /// Key bounds and level a subtree must respect (walk).
 type Bounds<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, Option<u16>);
 
@@ -1389,7 +1396,7 @@ impl Inp {
         let kind = match g.load(n, &mut bufs.nb) {
             Ok(k) => k,
             Err(e) => {
-                out.damaged.push(node(format!("{e}; {}", span())));
+                out.damaged.push(node(format!("{}; {}", bare(&e), span())));
                 return;
             }
         };
@@ -1399,7 +1406,7 @@ impl Inp {
             let d = match InnerD::decode(&bufs.nb[..], n) {
                 Ok(d) => d,
                 Err(e) => {
-                    out.damaged.push(node(format!("{e}; {}", span())));
+                    out.damaged.push(node(format!("{}; {}", bare(&e), span())));
                     return;
                 }
             };
