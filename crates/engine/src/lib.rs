@@ -504,8 +504,11 @@ pub struct Damage {
     /// For a damaged node: the keys it held, `lo <= key < hi` (`None`:
     /// unbounded) — every one of them is unreadable. For a record: its key
     /// range is its key alone (`lo` = `hi` = `None` here).
-    pub span: Option<(Option<Vec<u8>>, Option<Vec<u8>>)>,
+    pub span: Option<KeySpan>,
 }
+
+/// A key range `lo <= key < hi` (`None`: unbounded).
+pub type KeySpan = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 impl Damage {
     /// True when the damage makes `key` unreadable (its record, or a node
