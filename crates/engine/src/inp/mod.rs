@@ -855,6 +855,7 @@ impl Inp {
                 hi,
                 seed: log::seed(ctx.sb.nonce),
                 verify: opts.verify,
+                cache: Default::default(),
             },
             area_off: ctx.area_off,
             log_cap,
@@ -917,7 +918,7 @@ impl Inp {
             if seen > max_nodes || depth > MAX_DEPTH {
                 return Err(corrupt("more nodes than the heap holds (a cycle?)"));
             }
-            match self.geo.load(n, &mut nb) {
+            match self.geo.load_media(n, &mut nb) {
                 Ok(Node::Leaf) => keys += u64::from(leaf_bitmap(&nb[..])?.count_ones()),
                 Ok(Node::Inner(k)) => {
                     for i in 0..k {
@@ -1140,6 +1141,7 @@ impl Inp {
         let early_first = early && intent && !op.res.is_empty();
         if early_first {
             self.apply(w);
+            self.forget_inner(op);
         }
         if intent && !op.res.is_empty() {
             // Name the blocks, durably, before the allocator makes them
@@ -1219,12 +1221,14 @@ impl Inp {
         w.pending.clear();
         if early && !early_first {
             self.apply(w);
+            self.forget_inner(op);
         }
         pool.fence();
         drop(cc);
         if !early {
             let _g = self.rw.write();
             self.apply(w);
+            self.forget_inner(op);
             for (off, c) in op.late.drain(..) {
                 pool.write(off as usize, &c);
             }
@@ -1316,6 +1320,16 @@ impl Inp {
         *owed = kept;
     }
 
+    /// Drops the verified copies of the inner nodes `op` changed (after
+    /// applying it, under the tree lock: `tree::InnerCache`).
+    fn forget_inner(&self, op: &OpState) {
+        for (&base, st) in &op.staged {
+            if tree::u32_at(&st.buf, 8) == tree::MAGIC_INNER {
+                self.geo.cache.forget(base);
+            }
+        }
+    }
+
     /// Stores the record in `w.rec` in place (no flush: the next record's
     /// fence makes them durable) and remembers what to flush.
     fn apply(&self, w: &mut WState) {
@@ -1393,7 +1407,7 @@ impl Inp {
             )));
             return;
         }
-        let kind = match g.load(n, &mut bufs.nb) {
+        let kind = match g.load_media(n, &mut bufs.nb) {
             Ok(k) => k,
             Err(e) => {
                 out.damaged.push(node(format!("{}; {}", bare(&e), span())));
@@ -1539,7 +1553,7 @@ impl Inp {
         }
         let g = &self.geo;
         let mut b = tree::node_buf();
-        if g.load(n, &mut b)? == Node::Leaf {
+        if g.load_media(n, &mut b)? == Node::Leaf {
             if expect_level.is_some_and(|l| l != 0) {
                 return Err(corrupt(format!("leaf {n:#x} at an inner level")));
             }

@@ -260,6 +260,30 @@ pub(crate) struct Geo {
     /// Verify checksums on reads (always, except for the cost
     /// measurement's switch, `StoreOptions::verify`).
     pub verify: bool,
+    /// Verified copies of inner nodes (see [`InnerCache`]).
+    pub cache: std::sync::Arc<InnerCache>,
+}
+
+/// DRAM copies of the inner nodes reads have verified, by pool offset
+/// (their used bytes, at their offsets). Inner nodes are few (one per
+/// about a thousand keys) and change only when a leaf splits or an empty
+/// leaf is unlinked, while every read walks two or three of them: a read
+/// searches the verified copy instead of checksumming 1–2 KiB of the node
+/// again (most of what verification cost a point read). A writer's commit
+/// drops the copies of the inner nodes it changed, under the tree lock,
+/// so readers never see a copy older than the media. Damage to the media
+/// after a node was copied is not seen by reads — they keep using the
+/// verified copy, so they still return only what was written — and is
+/// found by the scrub and the deep check, which read the media
+/// ([`Geo::load_media`]); a reopen verifies the node again.
+#[derive(Default)]
+pub(crate) struct InnerCache(parking_lot::RwLock<std::collections::HashMap<u64, Box<[u8]>>>);
+
+impl InnerCache {
+    /// Forgets the copy of node `off` (a writer changed it).
+    pub(crate) fn forget(&self, off: u64) {
+        self.0.write().remove(&off);
+    }
 }
 
 impl Geo {
@@ -383,6 +407,27 @@ pub(crate) trait Src {
 
 impl Src for Geo {
     fn load(&self, off: u64, b: &mut NodeBuf) -> Result<Node> {
+        if self.verify {
+            if let Some(c) = self.cache.0.read().get(&off) {
+                b[..c.len()].copy_from_slice(c);
+                let (n, _) = inner_hdr(b, off)?;
+                return Ok(Node::Inner(n));
+            }
+            let node = self.load_media(off, b)?;
+            if node != Node::Leaf {
+                let used = u32_at(b, 4) as usize;
+                self.cache.0.write().insert(off, b[..KEYS_AT + used].into());
+            }
+            return Ok(node);
+        }
+        self.load_media(off, b)
+    }
+}
+
+impl Geo {
+    /// [`Src::load`] from the media, never from the copies of
+    /// [`InnerCache`] (the scrub, the walk, the count at open).
+    pub(crate) fn load_media(&self, off: u64, b: &mut NodeBuf) -> Result<Node> {
         self.check(off, 16)?;
         self.pool.read(off as usize, &mut b[..16]);
         match u32_at(b, 8) {
