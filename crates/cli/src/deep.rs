@@ -491,9 +491,59 @@ fn heap(image: &[u8], header: &Header, r: &mut Report) {
         .extend(c.findings.iter().map(|f| finding("heap", f.kind(), f)));
 }
 
+/// A store with damaged records: its recovery runs (opening it), then the
+/// damaged records that can be removed alone are unlinked and their
+/// blocks freed, in one durable write; each is named. Damaged index
+/// nodes cannot be removed alone (the keys below them are unreadable):
+/// refused, with the keys they held. Refused whole when the pool also
+/// holds damage the engine does not list per record (a header, the
+/// heap), which a write could make worse.
+fn repair_damaged(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
+    let other: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| {
+            f.kind != "engine-damaged" && !RECOVERABLE.contains(&f.kind) && f.kind != "leak"
+        })
+        .collect();
+    if let Some(f) = other.first() {
+        return Ok((
+            Vec::new(),
+            vec![format!(
+                "{}: {} (the damaged records are not removed while the pool also holds this: restore the pool from a backup)",
+                f.component, f.message
+            )],
+        ));
+    }
+    let e = |x: &dyn std::fmt::Display| crate::at(path, format!("repair: {x}"));
+    let store = Store::open_file(path, &StoreOptions::default()).map_err(|x| e(&x))?;
+    let mut done = Vec::new();
+    let rec = store.recovery().clone();
+    if report.findings.iter().any(|f| f.kind == "engine-recovery") {
+        done.push(format!("engine: recovery ran: {}", rec.detail));
+    }
+    let s = store.scrub(&mut |_| {}).map_err(|x| e(&x))?;
+    let removed = store.remove_damaged(&s.damaged).map_err(|x| e(&x))?;
+    let mut refused = Vec::new();
+    let left = s.damaged.len() - removed.len();
+    done.extend(removed.into_iter().map(|r| format!("engine: {r}")));
+    if left > 0 {
+        refused.push(format!(
+            "engine: {left} damaged node{} or record{} cannot be removed alone (the keys below a node are unreadable; listed below): restore the pool from a backup",
+            if left == 1 { "" } else { "s" },
+            if left == 1 { "" } else { "s" },
+        ));
+    }
+    store.close().map_err(|x| e(&x))?;
+    Ok((done, refused))
+}
+
 /// Runs the component's recovery on the file where that is safe.
 /// Returns what was done and what was refused (with reasons).
 pub fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
+    if report.findings.iter().any(|f| f.kind == "engine-damaged") {
+        return repair_damaged(path, report);
+    }
     let mut refused = Vec::new();
     let blocking: Vec<&Finding> = report
         .findings

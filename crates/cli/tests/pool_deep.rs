@@ -175,8 +175,7 @@ fn engines_clean_then_every_planted_corruption_is_found() {
 
             // 6. A flipped byte in the first block the walk reaches (the
             //    tree's root or the manifest: checksummed, or a magic
-            //    cross-checked). InP tuples carry no checksum of their
-            //    own, so a flipped value byte there is not detectable.
+            //    cross-checked). Damaged records: the test below.
             let p = dir.path().join(format!("{tag}-node.pool"));
             std::fs::copy(&path, &p).unwrap();
             let node = {
@@ -825,4 +824,97 @@ fn heaps_and_page_stores_on_their_own_are_recognised_and_checked() {
     assert!(out.contains("page store ("), "{out}");
     let p = variant(&path, "pages-sb.pool", |b| b[DATA + 30] ^= 0x04);
     finds(&p, "pages: does not open: ", "");
+}
+
+// ---- damaged records (issue 27) -------------------------------------------
+
+/// Runs `ferrite ARGS…`: (exit code, stdout, stderr).
+fn ferrite(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .output()
+        .expect("run ferrite");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn damaged_inp_records_are_listed_scrubbed_and_removed_by_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_store(dir.path(), EngineKind::Inp, AllocKind::Ferrite);
+    clean(&path);
+    // Damage the values of three keys: a byte inside each value (found by
+    // its key followed by its value: the tuple's bytes).
+    let damaged = [7u32, 101, 250];
+    let p = variant(&path, "inp-damaged.pool", |b| {
+        for i in damaged {
+            let mut rec = key(i);
+            rec.extend(vec![i as u8; 50 + (i as usize % 200)]);
+            let at = b
+                .windows(rec.len())
+                .position(|w| w == rec.as_slice())
+                .unwrap();
+            b[at + key(i).len() + 20] ^= 0x10;
+        }
+    });
+    let shown = p.to_str().unwrap();
+    // The deep check names each damaged key, one line each.
+    let (code, out) = deep(&p, &[]);
+    assert_eq!(code, 1, "{out}");
+    for i in damaged {
+        let k = String::from_utf8(key(i)).unwrap();
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!(
+                "{shown}: engine: damaged record: key '{k}': inp: tuple"
+            ))),
+            "{k} not listed:\n{out}"
+        );
+    }
+    assert!(out.contains("3 findings"), "{out}");
+    // A read of a damaged key fails naming it (exit 2); the others read.
+    let (code, _, err) = ferrite(&["kv", shown, "get", "key00101"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("key 'key00101' fails its checksum"), "{err}");
+    let (code, got, _) = ferrite(&["kv", shown, "get", "key00104"]);
+    assert_eq!(code, 0);
+    assert_eq!(got.trim_end(), "h".repeat(50 + 104));
+    // The scrub lists them too, at a bounded rate, and never writes.
+    let before = read(&p);
+    let (code, out, err) = ferrite(&["pool", "scrub", shown, "--rate", "5"]);
+    assert_eq!(code, 1, "{out}{err}");
+    for i in damaged {
+        let k = String::from_utf8(key(i)).unwrap();
+        assert!(out.contains(&format!("damaged record: key '{k}'")), "{out}");
+    }
+    assert!(out.contains("247 records"), "{out}");
+    assert!(out.contains(": 3 damaged"), "{out}");
+    assert_eq!(read(&p), before, "the scrub wrote to the pool");
+    let (code, out, err) = ferrite(&["pool", "scrub", shown, "--rate", "0"]);
+    assert_eq!(code, 2, "{out}{err}");
+    // --repair removes exactly those records, says so, and leaves the
+    // store clean; the other keys are intact.
+    let (code, out) = deep(&p, &["--repair"]);
+    assert_eq!(code, 0, "{out}");
+    for i in damaged {
+        let k = String::from_utf8(key(i)).unwrap();
+        assert!(
+            out.contains(&format!(
+                "repaired: engine: removed the damaged record '{k}'"
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains(": clean (inp engine"), "{out}");
+    assert!(out.contains("247 keys"), "{out}");
+    let (code, _, _) = ferrite(&["kv", shown, "get", "key00101"]);
+    assert_eq!(code, 1, "a removed key reads as absent");
+    let (code, out, _) = ferrite(&["pool", "scrub", shown]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("247 records") && out.contains("clean"),
+        "{out}"
+    );
 }

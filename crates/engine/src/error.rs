@@ -78,6 +78,22 @@ pub enum EngineError {
         /// The version this build reads.
         supported: u16,
     },
+    /// At open: the engine's own on-media format (its fixed area's
+    /// version) is not the one this build reads: an InP store of format 1,
+    /// made before tuples and nodes carried checksums, say. Nothing was
+    /// changed; open it with the build that made it and copy its keys out
+    /// (`ferrite kv scan`), or restore a newer copy.
+    #[error(
+        "{engine} store of format version {found}: this build reads version {supported} only (copy the keys out with the build that made it)"
+    )]
+    EngineFormat {
+        /// The engine (`inp`, `cow`, `lsm`).
+        engine: &'static str,
+        /// The version the store records.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
     /// At open: the superblock's CRC32C does not match its bytes.
     #[error(
         "store superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"

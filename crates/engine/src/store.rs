@@ -1022,6 +1022,18 @@ impl Store {
         self.core().engine.walk()
     }
 
+    /// Verifies every record and node, listing each damaged one
+    /// ([`Engine::scrub`]); `pace` gets the bytes read so far.
+    pub fn scrub(&self, pace: &mut dyn FnMut(u64)) -> Result<crate::Scrub> {
+        self.core().engine.scrub(pace)
+    }
+
+    /// Unlinks the damaged records a [`scrub`](Self::scrub) found that can
+    /// be removed alone ([`Engine::remove_damaged`]).
+    pub fn remove_damaged(&self, damaged: &[crate::Damage]) -> Result<Vec<String>> {
+        self.core().engine.remove_damaged(damaged)
+    }
+
     /// The pool file this store opened, if it opened one.
     pub fn pool(&self) -> Option<&Pool> {
         self.core().pool.as_ref()

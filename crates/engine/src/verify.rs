@@ -24,7 +24,7 @@
 //! back, lane records replayed) is a finding too: a cleanly closed store
 //! needs none of it.
 
-use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Store, StoreOptions, Superblock};
+use crate::{AllocKind, Damage, EngineError, EngineKind, LAYOUT, Store, StoreOptions, Superblock};
 use ferrite_alloc::verify::{self as av, HeapFinding};
 use ferrite_alloc::{Heap, LockHeap, PAllocator};
 use ferrite_pmem::{Domain, HEADER_SIZE, Pool, PoolOptions};
@@ -47,6 +47,10 @@ pub enum EngineFinding {
     },
     /// The walk of the recovered store fails (a node's checksum, order).
     Walk(String),
+    /// One damaged record or node, as the engine's scrub lists them
+    /// ([`crate::Engine::scrub`]): its key when it can be trusted, its
+    /// offset, and for a node the keys lost with it.
+    Damaged(Damage),
     /// The allocator holding the store's blocks.
     Heap(HeapFinding),
 }
@@ -67,6 +71,7 @@ impl EngineFinding {
             EngineFinding::Refused(_) => "engine-refused",
             EngineFinding::Recovery { .. } => "engine-recovery",
             EngineFinding::Walk(_) => "engine-walk",
+            EngineFinding::Damaged(_) => "engine-damaged",
             EngineFinding::Heap(h) => h.kind(),
         }
     }
@@ -83,6 +88,7 @@ impl std::fmt::Display for EngineFinding {
                 if *lines == 1 { "" } else { "s" }
             ),
             EngineFinding::Walk(e) => write!(f, "walk: {e}"),
+            EngineFinding::Damaged(d) => write!(f, "damaged record: {d}"),
             EngineFinding::Heap(h) => h.fmt(f),
         }
     }
@@ -205,6 +211,22 @@ pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
     if let Err(e) = store.quiesce() {
         out.findings.push(EngineFinding::Walk(e.to_string()));
         return out;
+    }
+    // Every record's checksum: an engine that lists damage per record
+    // (InP) names each damaged key; the others' walk below stops at the
+    // first.
+    match store.scrub(&mut |_| {}) {
+        Ok(s) if s.per_record && !s.damaged.is_empty() => {
+            out.keys = s.records;
+            out.findings
+                .extend(s.damaged.into_iter().map(EngineFinding::Damaged));
+            return out;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            out.findings.push(EngineFinding::Walk(e.to_string()));
+            return out;
+        }
     }
     let walk = match store.walk() {
         Ok(w) => w,

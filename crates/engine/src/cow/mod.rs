@@ -159,8 +159,8 @@ use crate::breakdown::{self, Phase};
 use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
-    Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
-    SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
+    Damage, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Scrub,
+    Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Link, PAllocator, Publish, Reservation};
 use ferrite_pmem::{LockHeld, POff, Region};
@@ -686,6 +686,8 @@ struct Counts {
 pub struct CowEngine {
     pool: Region,
     nonce: u64,
+    /// Reads verify checksums (`StoreOptions::verify`; off only to measure).
+    verify: bool,
     /// Pool offset of the root line.
     root_at: u64,
     alloc: Arc<dyn PAllocator>,
@@ -716,6 +718,7 @@ impl CowEngine {
         CowEngine {
             pool: ctx.pool,
             nonce: ctx.sb.nonce,
+            verify: opts.verify,
             root_at: ctx.area_off + format::ROOT_AT,
             alloc: ctx.alloc,
             opts: opts.cow.clone(),
@@ -1094,6 +1097,49 @@ impl Engine for CowEngine {
         self.release(&mut *th, &mut w)
     }
 
+    fn scrub(&self, pace: &mut dyn FnMut(u64)) -> Result<Scrub> {
+        // A version is immutable: no lock needed past taking it.
+        let v = self.snapshot();
+        let mut out = Scrub {
+            per_record: true,
+            ..Scrub::default()
+        };
+        if v.root != 0 {
+            let mut seen = HashSet::new();
+            scrub_node(
+                &self.pool,
+                self.nonce,
+                (v.root, v.crc, None),
+                (None, None),
+                &mut seen,
+                &mut out,
+                pace,
+            );
+        }
+        Ok(out)
+    }
+
+    fn remove_damaged(&self, damaged: &[Damage]) -> Result<Vec<String>> {
+        // A damaged value whose leaf verified: its key is known, and a
+        // delete reads the leaf, not the value.
+        let mut s = self.session()?;
+        let mut done = Vec::new();
+        for d in damaged {
+            // One that cannot be deleted (its path damaged too) stays,
+            // and is not listed.
+            if let (Some(k), None) = (&d.key, &d.span)
+                && s.delete(k).unwrap_or(false)
+            {
+                done.push(format!(
+                    "removed the damaged record {} (value blob {:#x}; its block freed)",
+                    crate::error::show_key(k),
+                    d.off
+                ));
+            }
+        }
+        Ok(done)
+    }
+
     fn walk(&self) -> Result<Walk> {
         // The writer lock keeps the version and its record together.
         let w = self.writer.lock();
@@ -1222,6 +1268,7 @@ impl Session for CowSession<'_> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
+        let _v = tree::VerifyScope::new(self.eng.verify);
         get_at(&self.eng.pool, self.eng.nonce, &v, key, out, &mut self.buf)
     }
 
@@ -1235,8 +1282,12 @@ impl Session for CowSession<'_> {
         check_key(key)?;
         // An absent key changes nothing: answer without a group.
         let mut scratch = Vec::new();
-        if !self.get_into(key, &mut scratch)? {
-            return Ok(false);
+        match self.get_into(key, &mut scratch) {
+            Ok(false) => return Ok(false),
+            // A damaged value is there all the same, and a delete (which
+            // never reads it) is how it goes.
+            Ok(true) | Err(EngineError::DamagedValue { .. }) => {}
+            Err(e) => return Err(e),
         }
         self.write(&[Op::Delete { key }])
     }
@@ -1249,6 +1300,7 @@ impl Session for CowSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(&self.eng.pool, self.eng.nonce, &v, from, limit, f)
     }
 
@@ -1260,6 +1312,7 @@ impl Session for CowSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(&self.eng.pool, self.eng.nonce, &v, upto, limit, f)
     }
 
@@ -1480,6 +1533,7 @@ impl SnapshotRead for CowReader<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
+        let _v = tree::VerifyScope::new(self.eng.verify);
         get_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1496,6 +1550,7 @@ impl SnapshotRead for CowReader<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1512,6 +1567,7 @@ impl SnapshotRead for CowReader<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1530,6 +1586,7 @@ impl SnapshotRead for CowReader<'_> {
 impl SnapshotRead for CowSnapshot<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        let _v = tree::VerifyScope::new(self.eng.verify);
         get_at(
             &self.eng.pool,
             self.eng.nonce,
@@ -1546,6 +1603,7 @@ impl SnapshotRead for CowSnapshot<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(&self.eng.pool, self.eng.nonce, &self.v, from, limit, f)
     }
 
@@ -1555,6 +1613,7 @@ impl SnapshotRead for CowSnapshot<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
+        let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(&self.eng.pool, self.eng.nonce, &self.v, upto, limit, f)
     }
 
@@ -1636,6 +1695,124 @@ struct Found {
 /// Walks and verifies the whole tree at `root`: checksums, levels, key
 /// order and bounds, each block referenced once. With `values`, collects
 /// the contents too.
+/// Scrubs the subtree of the node at `off` (checksum `crc` as its parent
+/// recorded, level `level` when known) holding keys `lo..hi`: every node
+/// and blob verified, every damaged one recorded, going on past it.
+fn scrub_node(
+    pool: &Region,
+    nonce: u64,
+    (off, crc, level): (u64, u32, Option<u8>),
+    (lo, hi): (Option<&[u8]>, Option<&[u8]>),
+    seen: &mut HashSet<u64>,
+    out: &mut Scrub,
+    pace: &mut dyn FnMut(u64),
+) {
+    let node = |detail: String| Damage {
+        key: None,
+        off,
+        detail: format!(
+            "cow: node {off:#x}: {detail}; keys from {} to {} unreadable",
+            lo.map_or_else(|| "the start".into(), crate::error::show_key),
+            hi.map_or_else(|| "the end".into(), crate::error::show_key),
+        ),
+        leaf: 0,
+        slot: 0,
+        span: Some((lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))),
+    };
+    if !seen.insert(off) {
+        out.damaged.push(node("referenced twice".into()));
+        return;
+    }
+    let mut buf = Vec::new();
+    let h = match tree::read_node(pool, off, &mut buf)
+        .and_then(|h| format::check_node_crc(&buf, nonce, crc).map(|_| h))
+    {
+        Ok(h) => h,
+        Err(e) => {
+            let e = e.to_string();
+            out.damaged.push(node(
+                e.strip_prefix("corrupt store: ").unwrap_or(&e).to_string(),
+            ));
+            return;
+        }
+    };
+    if level.is_some_and(|l| l != h.level) {
+        out.damaged
+            .push(node(format!("level {} where {level:?} expected", h.level)));
+        return;
+    }
+    out.bytes += h.len as u64;
+    let in_bounds = |k: &[u8]| lo.is_none_or(|l| k >= l) && hi.is_none_or(|h| k < h);
+    let ents: std::result::Result<Vec<Ent<'_>>, _> = format::Entries::new(&h, &buf).collect();
+    let ents = match ents {
+        Ok(e) => e,
+        Err(e) => {
+            out.damaged.push(node(e.to_string()));
+            return;
+        }
+    };
+    if h.kind == KIND_LEAF {
+        for e in ents {
+            let Ent::Leaf(k, v) = e else {
+                out.damaged.push(node("branch entry in a leaf".into()));
+                return;
+            };
+            if !in_bounds(k) {
+                out.damaged
+                    .push(node("key outside its parent's range".into()));
+                return;
+            }
+            if let ValRef::Blob { off: b, len, crc } = v {
+                let mut x = Vec::new();
+                let r = match tree::read_blob(pool, b, len as usize, &mut x) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(()) => {
+                        let c = format::crc(nonce, &x);
+                        if c == crc {
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "cow: value blob {b:#x}+{len} fails its checksum (computed {c:#010x}, the leaf recorded {crc:#010x})"
+                            ))
+                        }
+                    }
+                };
+                out.bytes += u64::from(len);
+                if let Err(detail) = r {
+                    out.damaged.push(Damage {
+                        key: Some(k.to_vec()),
+                        off: b,
+                        detail,
+                        leaf: off,
+                        slot: 0,
+                        span: None,
+                    });
+                    continue;
+                }
+            }
+            out.records += 1;
+        }
+        pace(out.bytes);
+        return;
+    }
+    let mut kids: Vec<(&[u8], u64, u32)> = Vec::with_capacity(ents.len());
+    for e in ents {
+        let Ent::Branch(k, c, ccrc) = e else {
+            out.damaged.push(node("leaf entry in a branch".into()));
+            return;
+        };
+        kids.push((k, c, ccrc));
+    }
+    pace(out.bytes);
+    for i in 0..kids.len() {
+        let clo = if i == 0 { lo } else { Some(kids[i].0) };
+        let chi = kids.get(i + 1).map(|k| k.0).or(hi);
+        let (_, c, ccrc) = kids[i];
+        let lvl = h.level.checked_sub(1);
+        scrub_node(pool, nonce, (c, ccrc, lvl), (clo, chi), seen, out, pace);
+    }
+}
+
 fn walk_tree(pool: &Region, nonce: u64, root: u64, crc: u32, values: bool) -> Result<Found> {
     let mut f = Found {
         entries: Vec::new(),

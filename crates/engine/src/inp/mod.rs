@@ -9,6 +9,17 @@
 //!   capacity in a 16-byte header; `inp/tree.rs` has the format). An update whose
 //!   value fits the block (and is at most [`Options::inplace_max`] bytes) is
 //!   written *in place*; otherwise a new tuple replaces the old one.
+//! - **Checksums** (format 2): every tuple, leaf and inner node carries a
+//!   CRC32C seeded by the store nonce and its own offset (`inp/tree.rs`).
+//!   Every read verifies each node it walks (a node is copied once per
+//!   read and searched in the copy) and the tuple it returns; a damaged
+//!   tuple is [`EngineError::DamagedValue`] naming the key, a damaged node
+//!   [`EngineError::Corrupt`] naming its offset — never wrong bytes. A
+//!   writer verifies what it stages and seals the nodes it changed just
+//!   before building the record, so each checksum is logged, flushed and
+//!   replayed with the bytes it covers under the write's one fence (an
+//!   update in place logs bytes 4..16 of the tuple: length, capacity,
+//!   checksum). [`Engine::scrub`] lists every damaged record and node.
 //! - **Index**: a persistent B+tree whose nodes are allocator blocks.
 //!   Leaves hold 32 unsorted slots (8-byte key prefix + tuple offset) and a
 //!   bitmap; inner nodes hold their own copies of (shortest) separator keys,
@@ -151,7 +162,7 @@
 //! # Fixed area (little-endian, pool offsets from the area start)
 //!
 //! ```text
-//!  0  8  magic "FRTINP01"
+//!  0  8  magic "FRTINP02" (format version 2: checksummed tuples and nodes)
 //!  8  8  root node (pool offset; 0 = empty tree)
 //! 16  8  retired: records with seq <= this are dead (set by recovery)
 //! 24  8  I: bytes of the intent area (0: no intent protocol; a multiple of 64)
@@ -172,8 +183,8 @@ use crate::breakdown::{self, Measured, Phase};
 use crate::gate::{SessionGate, Ticket};
 use crate::store::EngineCtx;
 use crate::{
-    AllocKind, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op, Result,
-    Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
+    AllocKind, Damage, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op,
+    Result, Scrub, Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
 };
 use ferrite_alloc::{AllocThread, Heap, LockHeap, MetaOp, PAllocator, Publish, Reservation};
 use ferrite_pmem::{HEADER_SIZE, LockHeld, POff, Region};
@@ -184,9 +195,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tree::{
-    FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, SLOTS, Src, TUPLE_HDR, corrupt, descend,
-    init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot, shortest_sep,
-    slot,
+    FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, Node, NodeBuf, SLOTS, Src, TUPLE_HDR,
+    corrupt, descend, init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot,
+    shortest_sep, slot,
 };
 
 /// Tuning knobs of this engine.
@@ -258,6 +269,11 @@ pub enum Fault {
     /// a flush: the pointer record may be durable while the record is not,
     /// and an acknowledged batch is lost.
     SkipOverflowFlush,
+    /// An update in place logs its value but stores the tuple's new
+    /// checksum only after the commit fence, outside the record and every
+    /// flush: after a crash the replayed value meets the old checksum, and
+    /// an acknowledged value reads as damaged.
+    ChecksumAfterFence,
 }
 
 impl Fault {
@@ -268,13 +284,20 @@ impl Fault {
         Fault::ApplyBeforeCommit,
         Fault::SkipDeferredFlush,
         Fault::SkipOverflowFlush,
+        Fault::ChecksumAfterFence,
     ];
     /// The faults of the intent protocol only (a store without it never
     /// reaches them).
     pub const INTENT: &'static [Fault] = &[Fault::SkipIntent, Fault::FreeBeforeCommit];
 }
 
-const HDR_MAGIC: &[u8; 8] = b"FRTINP01";
+/// Fixed-area magic: `FRTINP` and the two-digit format version. Version
+/// 2 added the checksums of tuples and nodes (`inp/tree.rs`); a version-1
+/// store has none where they now lie, and is refused
+/// ([`EngineError::EngineFormat`]).
+const HDR_MAGIC: &[u8; 8] = b"FRTINP02";
+const HDR_MAGIC_BASE: &[u8; 6] = b"FRTINP";
+const FORMAT_VERSION: u32 = 2;
 /// Room past a record's length in its overflow block, for the allocator
 /// operations of the block itself (appended once the block is reserved).
 const OVF_SLACK: usize = 1024;
@@ -334,6 +357,13 @@ fn log_cap(area_len: u64, intent_len: u64) -> usize {
         .saturating_sub(intent_len)
         / 2) as usize
         & !63
+}
+
+/// An error's message without the "corrupt store: " every `Corrupt` has
+/// (a scrub lists many: the word says nothing there).
+fn bare(e: &EngineError) -> String {
+    let s = e.to_string();
+    s.strip_prefix("corrupt store: ").unwrap_or(&s).to_string()
 }
 
 /// Key bounds and level a subtree must respect (walk).
@@ -462,6 +492,18 @@ fn fixed_layout(ctx: &EngineCtx) -> Result<(u64, usize)> {
     let mut magic = [0u8; 8];
     p.read(a as usize, &mut magic);
     let intent_len = p.load_u64((a + INTENT_BYTES_AT) as usize);
+    if &magic != HDR_MAGIC
+        && &magic[..6] == HDR_MAGIC_BASE
+        && let Some(found) = std::str::from_utf8(&magic[6..])
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+    {
+        return Err(EngineError::EngineFormat {
+            engine: "inp",
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
     if &magic != HDR_MAGIC
         || !intent_len.is_multiple_of(64)
         || intent_len > ctx.area_len.saturating_sub(HDR_BYTES)
@@ -786,9 +828,14 @@ pub(crate) fn open(
         ..EngineRecovery::default()
     };
     let eng = Inp::new(ctx, opts, seq, 0, rec.clone());
-    let keys = eng.count_keys()?;
+    let (keys, damaged) = eng.count_keys()?;
     eng.keys.store(keys, Ordering::Relaxed);
     rec.keys = keys;
+    if damaged > 0 {
+        detail.push_str(&format!(
+            "{damaged} damaged nodes not counted (their keys read as errors; `ferrite pool check --deep` lists them); "
+        ));
+    }
     rec.detail =
         format!("{detail}{replayed} log records replayed, {freed} blocks freed, {keys} keys");
     let mut eng = eng;
@@ -806,6 +853,9 @@ impl Inp {
                 pool: ctx.pool,
                 lo,
                 hi,
+                seed: log::seed(ctx.sb.nonce),
+                verify: opts.verify,
+                cache: Default::default(),
             },
             area_off: ctx.area_off,
             log_cap,
@@ -848,32 +898,40 @@ impl Inp {
         (self.area_off + HDR_BYTES) as usize + (seq % 2) as usize * self.log_cap
     }
 
-    /// Counts live keys (leaf bitmaps), bounded against cycles.
-    fn count_keys(&self) -> Result<u64> {
+    /// Counts live keys (leaf bitmaps), bounded against cycles: `(keys,
+    /// damaged nodes)`. A node below the root that fails its checksum is
+    /// not counted and does not stop the count: the store opens, and reads
+    /// below it report the damage.
+    fn count_keys(&self) -> Result<(u64, u64)> {
         let root = self.root();
         if root == 0 {
-            return Ok(0);
+            return Ok((0, 0));
         }
         let mut keys = 0u64;
+        let mut damaged = 0u64;
         let mut stack = vec![(root, 0usize)];
         let mut seen = 0usize;
         let max_nodes = ((self.geo.hi - self.geo.lo) as usize / LEAF_BYTES).max(1);
+        let mut nb = tree::node_buf();
         while let Some((n, depth)) = stack.pop() {
             seen += 1;
             if seen > max_nodes || depth > MAX_DEPTH {
                 return Err(corrupt("more nodes than the heap holds (a cycle?)"));
             }
-            if tree::is_leaf(&self.geo, n)? {
-                let mut b = [0u8; LEAF_BYTES];
-                self.geo.read(n, LEAF_BYTES, 0, &mut b)?;
-                keys += u64::from(leaf_bitmap(&b)?.count_ones());
-            } else {
-                for i in 0..tree::inner_n(&self.geo, n)? {
-                    stack.push((tree::inner_child_at(&self.geo, n, i)?, depth + 1));
+            match self.geo.load_media(n, &mut nb) {
+                Ok(Node::Leaf) => keys += u64::from(leaf_bitmap(&nb[..])?.count_ones()),
+                Ok(Node::Inner(k)) => {
+                    for i in 0..k {
+                        stack.push((tree::inner_child_at(&nb[..], i), depth + 1));
+                    }
                 }
+                // The root is the fixed area's pointer: a store whose root
+                // does not verify holds nothing readable, and is refused.
+                Err(e) if n == root => return Err(e),
+                Err(_) => damaged += 1,
             }
         }
-        Ok(keys)
+        Ok((keys, damaged))
     }
 
     /// Makes the last record's in-place stores durable (quiesce, drop).
@@ -909,6 +967,15 @@ impl Inp {
         // Building, writing and fencing the record: P2's crash consistency.
         let cc = breakdown::phase(Phase::Cc);
         let pool = self.pool();
+        // Every node the operation changed or made gets its checksum now,
+        // in the copy the record logs (or the fresh block it writes): the
+        // checksum is stored, flushed and replayed with the node's other
+        // bytes, under the same fence.
+        if self.geo.verify {
+            for (&base, st) in op.staged.iter_mut() {
+                tree::seal_node(self.seed, base, &mut st.buf)?;
+            }
+        }
         let intent = self.intent_cap != 0;
         w.metaops.clear();
         // The last record's overflow block: this record supersedes it.
@@ -1082,6 +1149,7 @@ impl Inp {
         let early_first = early && intent && !op.res.is_empty();
         if early_first {
             self.apply(w);
+            self.forget_inner(op);
         }
         if intent && !op.res.is_empty() {
             // Name the blocks, durably, before the allocator makes them
@@ -1161,12 +1229,17 @@ impl Inp {
         w.pending.clear();
         if early && !early_first {
             self.apply(w);
+            self.forget_inner(op);
         }
         pool.fence();
         drop(cc);
         if !early {
             let _g = self.rw.write();
             self.apply(w);
+            self.forget_inner(op);
+            for (off, c) in op.late.drain(..) {
+                pool.write(off as usize, &c);
+            }
             // With the apply, under the lock: a snapshot's len matches its view.
             self.add_keys(op.keys_delta);
         } else {
@@ -1255,6 +1328,16 @@ impl Inp {
         *owed = kept;
     }
 
+    /// Drops the verified copies of the inner nodes `op` changed (after
+    /// applying it, under the tree lock: `tree::InnerCache`).
+    fn forget_inner(&self, op: &OpState) {
+        for (&base, st) in &op.staged {
+            if tree::u32_at(&st.buf, 8) == tree::MAGIC_INNER {
+                self.geo.cache.forget(base);
+            }
+        }
+    }
+
     /// Stores the record in `w.rec` in place (no flush: the next record's
     /// fence makes them durable) and remembers what to flush.
     fn apply(&self, w: &mut WState) {
@@ -1297,6 +1380,169 @@ impl Inp {
         Ok(())
     }
 
+    /// Scrubs the subtree at `n` (keys in `lo..hi`, level `expect_level`
+    /// when known): every node and tuple verified, every damaged one
+    /// recorded in `out`, going on past it.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_node(
+        &self,
+        n: u64,
+        depth: usize,
+        (lo, hi, expect_level): Bounds<'_>,
+        seen: &mut HashSet<u64>,
+        bufs: &mut Bufs,
+        out: &mut Scrub,
+        pace: &mut dyn FnMut(u64),
+    ) {
+        let g = &self.geo;
+        let span = || {
+            let show =
+                |k: Option<&[u8]>| k.map_or_else(|| "the end".into(), crate::error::show_key);
+            format!("keys from {} to {} unreadable", show(lo), show(hi))
+        };
+        let node = |detail: String| Damage {
+            key: None,
+            off: n,
+            detail,
+            leaf: 0,
+            slot: 0,
+            span: Some((lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))),
+        };
+        if depth > MAX_DEPTH || !seen.insert(n) {
+            out.damaged.push(node(format!(
+                "node reached twice or too deep (a cycle?); {}",
+                span()
+            )));
+            return;
+        }
+        let kind = match g.load_media(n, &mut bufs.nb) {
+            Ok(k) => k,
+            Err(e) => {
+                out.damaged.push(node(format!("{}; {}", bare(&e), span())));
+                return;
+            }
+        };
+        if let Node::Inner(_) = kind {
+            out.bytes += INNER_BYTES as u64;
+            pace(out.bytes);
+            let d = match InnerD::decode(&bufs.nb[..], n) {
+                Ok(d) => d,
+                Err(e) => {
+                    out.damaged.push(node(format!("{}; {}", bare(&e), span())));
+                    return;
+                }
+            };
+            if expect_level.is_some_and(|l| l != d.level)
+                || d.seps.windows(2).any(|w| w[0] >= w[1])
+                || d.seps
+                    .first()
+                    .is_some_and(|s| lo.is_some_and(|l| s.as_slice() < l))
+                || d.seps
+                    .last()
+                    .is_some_and(|s| hi.is_some_and(|h| s.as_slice() >= h))
+            {
+                out.damaged.push(node(format!(
+                    "inner node's level or separators inconsistent with its parent; {}",
+                    span()
+                )));
+                return;
+            }
+            for (i, &c) in d.children.iter().enumerate() {
+                let clo = if i == 0 {
+                    lo
+                } else {
+                    Some(d.seps[i - 1].as_slice())
+                };
+                let chi = if i == d.seps.len() {
+                    hi
+                } else {
+                    Some(d.seps[i].as_slice())
+                };
+                self.scrub_node(
+                    c,
+                    depth + 1,
+                    (clo, chi, Some(d.level - 1)),
+                    seen,
+                    bufs,
+                    out,
+                    pace,
+                );
+            }
+            return;
+        }
+        out.bytes += LEAF_BYTES as u64;
+        if expect_level.is_some_and(|l| l != 0) {
+            out.damaged
+                .push(node(format!("leaf at an inner level; {}", span())));
+            return;
+        }
+        let leaf: Vec<u8> = bufs.nb[..LEAF_BYTES].to_vec();
+        let Ok(mut bm) = leaf_bitmap(&leaf) else {
+            out.damaged.push(node(format!("bad bitmap; {}", span())));
+            return;
+        };
+        while bm != 0 {
+            let i = bm.trailing_zeros() as usize;
+            bm &= bm - 1;
+            let (p, t) = slot(&leaf, i);
+            let stored_key =
+                |bufs: &mut Bufs| g.tuple_key(t, &mut bufs.kbuf).ok().map(<[u8]>::to_vec);
+            // A tuple whose key cannot be trusted is known by its leaf:
+            // it stands for the keys of that leaf's range.
+            let tuple = |key: Option<Vec<u8>>, detail: String| Damage {
+                span: key
+                    .is_none()
+                    .then(|| (lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))),
+                key,
+                off: t,
+                detail,
+                leaf: n,
+                slot: i as u32,
+            };
+            if !seen.insert(t) {
+                out.damaged.push(tuple(
+                    None,
+                    format!("tuple referenced twice (slot {i} of leaf {n:#x})"),
+                ));
+                continue;
+            }
+            match g.tuple_read(t, &mut bufs.kbuf, &mut bufs.val) {
+                Ok(kl) => {
+                    let k = &bufs.kbuf[..kl];
+                    out.bytes += (TUPLE_HDR + kl + bufs.val.len()) as u64;
+                    if prefix(k) != p || lo.is_some_and(|l| k < l) || hi.is_some_and(|h| k >= h) {
+                        let k = k.to_vec();
+                        out.damaged.push(tuple(
+                            Some(k),
+                            "tuple's key does not belong where its leaf links it".into(),
+                        ));
+                    } else {
+                        out.records += 1;
+                    }
+                }
+                Err(e) => {
+                    // Name the key only when its own check says it is
+                    // the key that was stored.
+                    let key = stored_key(bufs).filter(|k| g.tuple_key_ok(t, k));
+                    let mut detail = match e {
+                        EngineError::DamagedValue { detail, .. } => detail,
+                        e => e.to_string(),
+                    };
+                    if key.is_none() {
+                        detail.push_str(&format!(
+                            "; its key is damaged too (slot {i} of leaf {n:#x}, key prefix {:#018x}): one of the keys from {} to {}",
+                            p,
+                            lo.map_or_else(|| "the start".into(), crate::error::show_key),
+                            hi.map_or_else(|| "the end".into(), crate::error::show_key),
+                        ));
+                    }
+                    out.damaged.push(tuple(key, detail));
+                }
+            }
+        }
+        pace(out.bytes);
+    }
+
     /// Walks the subtree at `n`; its keys must lie in `lo..hi` and its
     /// level be `expect_level` (when known).
     fn walk_node(
@@ -1314,19 +1560,18 @@ impl Inp {
             return Err(corrupt(format!("node {n:#x} reached twice")));
         }
         let g = &self.geo;
-        if tree::is_leaf(g, n)? {
+        let mut b = tree::node_buf();
+        if g.load_media(n, &mut b)? == Node::Leaf {
             if expect_level.is_some_and(|l| l != 0) {
                 return Err(corrupt(format!("leaf {n:#x} at an inner level")));
             }
-            let mut b = [0u8; LEAF_BYTES];
-            g.read(n, LEAF_BYTES, 0, &mut b)?;
             out.blocks.push((n, LEAF_BYTES as u64));
-            let ents = leaf_sorted(g, &b)?;
-            let mut bm = leaf_bitmap(&b)?;
+            let ents = leaf_sorted(g, &b[..LEAF_BYTES])?;
+            let mut bm = leaf_bitmap(&b[..])?;
             while bm != 0 {
                 let i = bm.trailing_zeros() as usize;
                 bm &= bm - 1;
-                let (p, t) = slot(&b, i);
+                let (p, t) = slot(&b[..], i);
                 let mut kb = [0u8; MAX_KEY];
                 if prefix(g.tuple_key(t, &mut kb)?) != p {
                     return Err(corrupt(format!("leaf {n:#x} slot {i}: wrong prefix")));
@@ -1344,15 +1589,14 @@ impl Inp {
                 }
                 let (kl, vl, _) = g.tuple_hdr(t)?;
                 let mut v = Vec::new();
-                g.tuple_value(t, &mut v)?;
+                let mut kb = [0u8; MAX_KEY];
+                g.tuple_read(t, &mut kb, &mut v)?;
                 out.blocks.push((t, (TUPLE_HDR + kl + vl) as u64));
                 out.entries.push((k, v));
             }
             return Ok(());
         }
-        let mut b = vec![0u8; INNER_BYTES];
-        g.read(n, INNER_BYTES, 0, &mut b)?;
-        let d = InnerD::decode(&b, n)?;
+        let d = InnerD::decode(&b[..], n)?;
         if expect_level.is_some_and(|l| l != d.level) {
             return Err(corrupt(format!("inner {n:#x}: wrong level")));
         }
@@ -1413,7 +1657,7 @@ impl Engine for Inp {
             _ticket: ticket,
             op: OpState::default(),
             path: Vec::with_capacity(MAX_DEPTH),
-            kbuf: Box::new([0u8; MAX_KEY]),
+            bufs: Bufs::new(),
         }))
     }
 
@@ -1421,7 +1665,7 @@ impl Engine for Inp {
         Box::new(InpReader {
             eng: self,
             path: Vec::with_capacity(MAX_DEPTH),
-            kbuf: Box::new([0u8; MAX_KEY]),
+            bufs: Bufs::new(),
         })
     }
 
@@ -1430,7 +1674,7 @@ impl Engine for Inp {
             eng: self,
             _r: self.rw.read(),
             path: Vec::with_capacity(MAX_DEPTH),
-            kbuf: Box::new([0u8; MAX_KEY]),
+            bufs: Bufs::new(),
         }))
     }
 
@@ -1478,6 +1722,62 @@ impl Engine for Inp {
         Ok(())
     }
 
+    fn scrub(&self, pace: &mut dyn FnMut(u64)) -> Result<Scrub> {
+        let _r = self.rw.read();
+        let mut out = Scrub {
+            per_record: true,
+            ..Scrub::default()
+        };
+        let root = self.root();
+        if root != 0 {
+            let mut seen = HashSet::new();
+            let mut bufs = Bufs::new();
+            self.scrub_node(
+                root,
+                0,
+                (None, None, None),
+                &mut seen,
+                &mut bufs,
+                &mut out,
+                pace,
+            );
+        }
+        Ok(out)
+    }
+
+    fn remove_damaged(&self, damaged: &[Damage]) -> Result<Vec<String>> {
+        let tuples: Vec<&Damage> = damaged.iter().filter(|d| d.leaf != 0).collect();
+        if tuples.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ticket, th) = self.gate.enter(&*self.alloc)?;
+        let mut s = InpSession {
+            eng: self,
+            th,
+            _ticket: ticket,
+            op: OpState::default(),
+            path: Vec::with_capacity(MAX_DEPTH),
+            bufs: Bufs::new(),
+        };
+        let mut done = Vec::new();
+        s.write(|w| {
+            done.clear();
+            for d in &tuples {
+                if w.unlink_slot(d.leaf, d.slot as usize, d.off)? {
+                    done.push(format!(
+                        "removed the damaged record {} (tuple {:#x}, slot {} of leaf {:#x}; its block freed)",
+                        d.key.as_deref().map_or_else(|| "?".into(), crate::error::show_key),
+                        d.off,
+                        d.slot,
+                        d.leaf
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(done)
+    }
+
     fn walk(&self) -> Result<Walk> {
         // The block of a record too large for its log area is referenced
         // by the log until the next record (writer state first: a writer
@@ -1515,6 +1815,9 @@ struct OpState {
     free_ranges: Vec<(u64, u64)>,
     /// Logged in-place tuple writes: (tuple, pool offset, bytes).
     writes: Vec<(u64, u64, Vec<u8>)>,
+    /// Planted bug `ChecksumAfterFence` only: checksums stored after the
+    /// commit, neither logged nor flushed.
+    late: Vec<(u64, [u8; 4])>,
     new_root: Option<u64>,
     inplace_bytes: usize,
     ops: usize,
@@ -1533,6 +1836,7 @@ impl OpState {
         self.frees.clear();
         self.free_ranges.clear();
         self.writes.clear();
+        self.late.clear();
         self.new_root = None;
         self.inplace_bytes = 0;
         self.ops = 0;
@@ -1551,17 +1855,18 @@ struct WSrc<'x> {
 }
 
 impl Src for WSrc<'_> {
-    fn read(&self, base: u64, size: usize, rel: usize, dst: &mut [u8]) -> Result<()> {
+    fn load(&self, base: u64, b: &mut NodeBuf) -> Result<Node> {
         match self.staged.get(&base) {
+            // The writer's own copy, verified when it was staged (or made
+            // by it): taken as it is.
             Some(s) => {
-                let src = s
-                    .buf
-                    .get(rel..rel + dst.len())
-                    .ok_or_else(|| corrupt("node smaller than read"))?;
-                dst.copy_from_slice(src);
-                Ok(())
+                b[..s.buf.len()].copy_from_slice(&s.buf);
+                match tree::u32_at(&s.buf, 8) {
+                    tree::MAGIC_LEAF => Ok(Node::Leaf),
+                    _ => Ok(Node::Inner(InnerD::decode(&s.buf, base)?.children.len())),
+                }
             }
-            None => self.geo.read(base, size, rel, dst),
+            None => self.geo.load(base, b),
         }
     }
 }
@@ -1573,6 +1878,7 @@ struct Writer<'e, 't> {
     op: &'t mut OpState,
     path: &'t mut Vec<(u64, usize)>,
     kbuf: &'t mut [u8; MAX_KEY],
+    nb: &'t mut NodeBuf,
 }
 
 impl Writer<'_, '_> {
@@ -1585,6 +1891,11 @@ impl Writer<'_, '_> {
         if !self.op.staged.contains_key(&off) {
             self.eng.geo.check(off, size)?;
             let buf = self.eng.pool().read_vec(off as usize, size);
+            // A writer changes only what it verified: a damaged node is
+            // never sealed again with a fresh checksum.
+            if self.eng.geo.verify {
+                tree::verify_copy(self.eng.geo.seed, off, &buf)?;
+            }
             self.op.staged.insert(off, Staged { buf, fresh: false });
         }
         Ok(&mut self.op.staged.get_mut(&off).expect("staged").buf)
@@ -1613,10 +1924,8 @@ impl Writer<'_, '_> {
         self.op.res.push(r);
         self.eng.geo.check(off, len)?;
         let p = self.eng.pool();
-        let mut h = [0u8; TUPLE_HDR];
-        h[0..4].copy_from_slice(&(key.len() as u32).to_le_bytes());
-        h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        h[8..12].copy_from_slice(&cap.to_le_bytes());
+        let g = &self.eng.geo;
+        let h = tree::tuple_header(g.seed, off, key, value, cap as usize, g.verify);
         p.write(off as usize, &h);
         p.write(off as usize + TUPLE_HDR, key);
         p.write(off as usize + TUPLE_HDR + key.len(), value);
@@ -1640,10 +1949,14 @@ impl Writer<'_, '_> {
             geo: &self.eng.geo,
             staged: &self.op.staged,
         };
-        let leaf = descend(&src, root, key, self.path, self.kbuf)?;
-        let mut b = [0u8; LEAF_BYTES];
-        src.read(leaf, LEAF_BYTES, 0, &mut b)?;
-        let hit = leaf_find(&self.eng.geo, &b, key, prefix(key), self.kbuf)?;
+        let leaf = descend(&src, root, key, self.path, self.nb)?;
+        let hit = leaf_find(
+            &self.eng.geo,
+            &self.nb[..LEAF_BYTES],
+            key,
+            prefix(key),
+            self.kbuf,
+        )?;
         Ok(Some((leaf, hit)))
     }
 
@@ -1669,12 +1982,26 @@ impl Writer<'_, '_> {
                     && self.op.inplace_bytes + value.len() + 64 <= budget
                 {
                     self.op.inplace_bytes += value.len() + 64;
-                    if vl != value.len() {
-                        self.op.writes.push((
-                            t,
-                            t + 4,
-                            (value.len() as u32).to_le_bytes().to_vec(),
-                        ));
+                    // The value, its length and its checksum change in
+                    // one record (bytes 4..16: length, capacity as it
+                    // was, checksum), so a replay restores them together.
+                    // The old tuple is verified first: a damaged length
+                    // or capacity must not steer the write.
+                    let g = &self.eng.geo;
+                    if g.verify {
+                        g.tuple_verify(t)?;
+                    }
+                    debug_assert_eq!(kl, key.len());
+                    let h = tree::tuple_header(g.seed, t, key, value, cap, g.verify);
+                    if self.eng.fault == Some(Fault::ChecksumAfterFence) {
+                        // The planted bug: the checksum is stored after the
+                        // commit, outside the record and every flush.
+                        self.op.writes.push((t, t + 4, h[4..tree::CRC_AT].to_vec()));
+                        let mut c = [0u8; 4];
+                        c.copy_from_slice(&h[tree::CRC_AT..TUPLE_HDR]);
+                        self.op.late.push((t + tree::CRC_AT as u64, c));
+                    } else if vl != value.len() || self.eng.geo.verify {
+                        self.op.writes.push((t, t + 4, h[4..TUPLE_HDR].to_vec()));
                     }
                     if !value.is_empty() {
                         self.op
@@ -1713,6 +2040,27 @@ impl Writer<'_, '_> {
         if bm == 0 {
             self.drop_empty_leaf(leaf)?;
         }
+        Ok(true)
+    }
+
+    /// Clears slot `i` of `leaf` if it still links tuple `t`, and frees the
+    /// tuple's block (a damaged record, removed by repair). The leaf must
+    /// verify (staging checks it). An emptied leaf stays (valid).
+    fn unlink_slot(&mut self, leaf: u64, i: usize, t: u64) -> Result<bool> {
+        if i >= SLOTS {
+            return Ok(false);
+        }
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)?;
+        if bm & (1 << i) == 0 || slot(b, i).1 != t {
+            return Ok(false);
+        }
+        set_bitmap(b, bm & !(1 << i));
+        self.op.ops += 1;
+        self.op.keys_delta -= 1;
+        // The tuple's own capacity may be damaged: no write touches it
+        // anyway, so its header alone bounds the range kept from writes.
+        self.free_tuple(t, TUPLE_HDR);
         Ok(true)
     }
 
@@ -1761,6 +2109,10 @@ impl Writer<'_, '_> {
         let mut ents: Vec<(Vec<u8>, u64, u64, Option<usize>)> = Vec::with_capacity(SLOTS + 1);
         for i in 0..SLOTS {
             let (p, tt) = slot(&copy, i);
+            // The keys decide the separator: only verified ones may.
+            if geo.verify {
+                geo.tuple_verify(tt)?;
+            }
             ents.push((geo.tuple_key(tt, self.kbuf)?.to_vec(), p, tt, Some(i)));
         }
         ents.push((key.to_vec(), kp, t, None));
@@ -1847,7 +2199,7 @@ struct InpSession<'e> {
     th: Box<dyn AllocThread + Send + 'e>,
     op: OpState,
     path: Vec<(u64, usize)>,
-    kbuf: Box<[u8; MAX_KEY]>,
+    bufs: Bufs,
     _ticket: Ticket<'e>,
 }
 
@@ -1879,7 +2231,8 @@ impl<'e> InpSession<'e> {
                     th: &mut *self.th,
                     op: &mut self.op,
                     path: &mut self.path,
-                    kbuf: &mut self.kbuf,
+                    kbuf: &mut self.bufs.kbuf,
+                    nb: &mut self.bufs.nb,
                 };
                 f(&mut wr)
             };
@@ -1914,39 +2267,64 @@ impl<'e> InpSession<'e> {
     }
 }
 
-/// Looks `key` up; the caller holds `eng.rw` (read).
+/// A reader's scratch: a key, a verified node copy, a value.
+struct Bufs {
+    kbuf: Box<[u8; MAX_KEY]>,
+    nb: Box<NodeBuf>,
+    val: Vec<u8>,
+}
+
+impl Bufs {
+    fn new() -> Bufs {
+        Bufs {
+            kbuf: Box::new([0u8; MAX_KEY]),
+            nb: tree::node_buf(),
+            val: Vec::new(),
+        }
+    }
+}
+
+/// Looks `key` up; the caller holds `eng.rw` (read). Every node on the
+/// path, and the tuple returned, is verified (`tree` module docs).
 fn get_locked(
     eng: &Inp,
     key: &[u8],
     out: &mut Vec<u8>,
     path: &mut Vec<(u64, usize)>,
-    kbuf: &mut [u8; MAX_KEY],
+    bufs: &mut Bufs,
 ) -> Result<bool> {
     let root = eng.root();
     out.clear();
     if root == 0 {
         return Ok(false);
     }
-    let leaf = descend(&eng.geo, root, key, path, kbuf)?;
-    let mut b = [0u8; LEAF_BYTES];
-    eng.geo.read(leaf, LEAF_BYTES, 0, &mut b)?;
-    match leaf_find(&eng.geo, &b, key, prefix(key), kbuf)? {
+    descend(&eng.geo, root, key, path, &mut bufs.nb)?;
+    match leaf_find(
+        &eng.geo,
+        &bufs.nb[..LEAF_BYTES],
+        key,
+        prefix(key),
+        &mut bufs.kbuf,
+    )? {
         Some((_, t)) => {
-            eng.geo.tuple_value(t, out)?;
+            eng.geo.tuple_read(t, &mut bufs.kbuf, out)?;
             Ok(true)
         }
         None => Ok(false),
     }
 }
 
-/// Up to `limit` pairs with keys `>= from`, ascending; the caller holds
-/// `eng.rw` (read).
-fn scan_locked(
+/// Up to `limit` pairs with keys `>= from` (ascending), or with keys below
+/// `upto` (descending, `back`); the caller holds `eng.rw` (read). Every
+/// node and tuple visited is verified.
+fn scan_dir(
     eng: &Inp,
     from: &[u8],
+    upto: Bound<&[u8]>,
+    back: bool,
     limit: usize,
     f: &mut dyn FnMut(&[u8], &[u8]),
-    kbuf: &mut [u8; MAX_KEY],
+    bufs: &mut Bufs,
 ) -> Result<usize> {
     let g = &eng.geo;
     let root = eng.root();
@@ -1954,101 +2332,74 @@ fn scan_locked(
         return Ok(0);
     }
     let mut path = Vec::with_capacity(MAX_DEPTH);
-    let mut leaf = if from.is_empty() {
-        tree::leftmost(g, root, &mut path)?
-    } else {
-        descend(g, root, from, &mut path, kbuf)?
+    // Going back, the leaf that holds the bound holds every key below it
+    // that a later leaf could not.
+    let start = if back { upto } else { Bound::Included(from) };
+    match start {
+        Bound::Included(u) | Bound::Excluded(u) if !u.is_empty() || back => {
+            descend(g, root, u, &mut path, &mut bufs.nb)?
+        }
+        _ => tree::edge(g, root, back, &mut path, &mut bufs.nb)?,
+    };
+    let wanted = |k: &[u8]| {
+        if back {
+            match upto {
+                Bound::Included(u) => k <= u,
+                Bound::Excluded(u) => k < u,
+                Bound::Unbounded => true,
+            }
+        } else {
+            k >= from
+        }
     };
     let mut n = 0;
-    let mut val = Vec::new();
     let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
     for _ in 0..max_leaves {
-        let mut b = [0u8; LEAF_BYTES];
-        g.read(leaf, LEAF_BYTES, 0, &mut b)?;
-        for (k, t) in leaf_sorted(g, &b)? {
-            if k.as_slice() < from {
+        let mut ents = leaf_sorted(g, &bufs.nb[..LEAF_BYTES])?;
+        if back {
+            ents.reverse();
+        }
+        for (k, t) in ents {
+            if !wanted(&k) {
                 continue;
             }
-            g.tuple_value(t, &mut val)?;
-            f(&k, &val);
+            let kl = g.tuple_read(t, &mut bufs.kbuf, &mut bufs.val)?;
+            // The key the leaf sorted by is the key verified (read again
+            // with the value): a damaged key never reaches the visitor.
+            if bufs.kbuf[..kl] != k[..] {
+                return Err(corrupt(format!("tuple {t:#x} changed while read")));
+            }
+            f(&k, &bufs.val);
             n += 1;
             if n == limit {
                 return Ok(n);
             }
         }
-        // Next leaf: up to the first ancestor with a next child.
-        loop {
-            let Some((p, i)) = path.pop() else {
-                return Ok(n);
-            };
-            if i + 1 < tree::inner_n(g, p)? {
-                path.push((p, i + 1));
-                let c = tree::inner_child_at(g, p, i + 1)?;
-                leaf = tree::leftmost(g, c, &mut path)?;
-                break;
-            }
+        if tree::step(g, &mut path, back, &mut bufs.nb)?.is_none() {
+            return Ok(n);
         }
     }
     Err(corrupt("scan visited more leaves than the heap holds"))
 }
 
-/// Up to `limit` pairs below `upto`, descending; the caller holds
-/// `eng.rw` (read).
+fn scan_locked(
+    eng: &Inp,
+    from: &[u8],
+    limit: usize,
+    f: &mut dyn FnMut(&[u8], &[u8]),
+    bufs: &mut Bufs,
+) -> Result<usize> {
+    scan_dir(eng, from, Bound::Unbounded, false, limit, f, bufs)
+}
+
 fn scan_back_locked(
     eng: &Inp,
     upto: Bound<&[u8]>,
     limit: usize,
     f: &mut dyn FnMut(&[u8], &[u8]),
-    kbuf: &mut [u8; MAX_KEY],
+    bufs: &mut Bufs,
 ) -> Result<usize> {
-    let g = &eng.geo;
-    let root = eng.root();
-    if root == 0 || limit == 0 {
-        return Ok(0);
-    }
-    let mut path = Vec::with_capacity(MAX_DEPTH);
-    // The leaf that holds the bound holds every key below it that a
-    // later leaf could not.
-    let mut leaf = match upto {
-        Bound::Included(u) | Bound::Excluded(u) => descend(g, root, u, &mut path, kbuf)?,
-        Bound::Unbounded => tree::rightmost(g, root, &mut path)?,
-    };
-    let below = |k: &[u8]| match upto {
-        Bound::Included(u) => k <= u,
-        Bound::Excluded(u) => k < u,
-        Bound::Unbounded => true,
-    };
-    let mut n = 0;
-    let mut val = Vec::new();
-    let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
-    for _ in 0..max_leaves {
-        let mut b = [0u8; LEAF_BYTES];
-        g.read(leaf, LEAF_BYTES, 0, &mut b)?;
-        for (k, t) in leaf_sorted(g, &b)?.into_iter().rev() {
-            if !below(&k) {
-                continue;
-            }
-            g.tuple_value(t, &mut val)?;
-            f(&k, &val);
-            n += 1;
-            if n == limit {
-                return Ok(n);
-            }
-        }
-        // Previous leaf: up to the first ancestor with an earlier child.
-        loop {
-            let Some((p, i)) = path.pop() else {
-                return Ok(n);
-            };
-            if i > 0 {
-                path.push((p, i - 1));
-                let c = tree::inner_child_at(g, p, i - 1)?;
-                leaf = tree::rightmost(g, c, &mut path)?;
-                break;
-            }
-        }
-    }
-    Err(corrupt("scan visited more leaves than the heap holds"))
+    scan_dir(eng, &[], upto, true, limit, f, bufs)
 }
 
 /// A read-only view: holds `rw` (read) for its whole life, so no write
@@ -2058,14 +2409,14 @@ struct InpSnapshot<'e> {
     eng: &'e Inp,
     _r: parking_lot::RwLockReadGuard<'e, ()>,
     path: Vec<(u64, usize)>,
-    kbuf: Box<[u8; MAX_KEY]>,
+    bufs: Bufs,
 }
 
 /// A live reader: takes `rw` (read) for each read only.
 struct InpReader<'e> {
     eng: &'e Inp,
     path: Vec<(u64, usize)>,
-    kbuf: Box<[u8; MAX_KEY]>,
+    bufs: Bufs,
 }
 
 impl SnapshotRead for InpReader<'_> {
@@ -2073,7 +2424,7 @@ impl SnapshotRead for InpReader<'_> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
         let _r = self.eng.rw.read();
-        get_locked(self.eng, key, out, &mut self.path, &mut self.kbuf)
+        get_locked(self.eng, key, out, &mut self.path, &mut self.bufs)
     }
 
     fn scan_with(
@@ -2083,7 +2434,7 @@ impl SnapshotRead for InpReader<'_> {
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
         let _r = self.eng.rw.read();
-        scan_locked(self.eng, from, limit, f, &mut self.kbuf)
+        scan_locked(self.eng, from, limit, f, &mut self.bufs)
     }
 
     fn scan_back_with(
@@ -2093,7 +2444,7 @@ impl SnapshotRead for InpReader<'_> {
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
         let _r = self.eng.rw.read();
-        scan_back_locked(self.eng, upto, limit, f, &mut self.kbuf)
+        scan_back_locked(self.eng, upto, limit, f, &mut self.bufs)
     }
 
     fn len(&mut self) -> Result<u64> {
@@ -2104,7 +2455,7 @@ impl SnapshotRead for InpReader<'_> {
 impl SnapshotRead for InpSnapshot<'_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
-        get_locked(self.eng, key, out, &mut self.path, &mut self.kbuf)
+        get_locked(self.eng, key, out, &mut self.path, &mut self.bufs)
     }
 
     fn scan_with(
@@ -2113,7 +2464,7 @@ impl SnapshotRead for InpSnapshot<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
-        scan_locked(self.eng, from, limit, f, &mut self.kbuf)
+        scan_locked(self.eng, from, limit, f, &mut self.bufs)
     }
 
     fn scan_back_with(
@@ -2122,7 +2473,7 @@ impl SnapshotRead for InpSnapshot<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
-        scan_back_locked(self.eng, upto, limit, f, &mut self.kbuf)
+        scan_back_locked(self.eng, upto, limit, f, &mut self.bufs)
     }
 
     fn len(&mut self) -> Result<u64> {
@@ -2135,7 +2486,7 @@ impl Session for InpSession<'_> {
         check_key(key)?;
         let _p = breakdown::phase(Phase::Scan);
         let _r = self.eng.rw.read();
-        get_locked(self.eng, key, out, &mut self.path, &mut self.kbuf)
+        get_locked(self.eng, key, out, &mut self.path, &mut self.bufs)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -2157,7 +2508,7 @@ impl Session for InpSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let _r = self.eng.rw.read();
-        scan_locked(self.eng, from, limit, f, &mut self.kbuf)
+        scan_locked(self.eng, from, limit, f, &mut self.bufs)
     }
 
     fn scan_back_with(
@@ -2168,7 +2519,7 @@ impl Session for InpSession<'_> {
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let _r = self.eng.rw.read();
-        scan_back_locked(self.eng, upto, limit, f, &mut self.kbuf)
+        scan_back_locked(self.eng, upto, limit, f, &mut self.bufs)
     }
 
     fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {

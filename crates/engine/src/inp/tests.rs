@@ -4,6 +4,7 @@
 //! planted faults.
 
 use super::Fault;
+use super::tree::LEAF_BYTES;
 use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Op, Store, StoreOptions};
 use ferrite_crash::explorer::{Config, Explorer, SimRun};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
@@ -499,6 +500,118 @@ fn corrupt_fixed_area_is_an_error() {
         Store::open(&p2, &opts(AllocKind::Ferrite)),
         Err(EngineError::Corrupt(_))
     ));
+}
+
+#[test]
+fn a_format_1_store_is_refused_with_a_typed_error() {
+    let p = pool(4 << 20);
+    let store = Store::create(&p, &opts(AllocKind::Ferrite)).unwrap();
+    store.session().unwrap().put(b"k", b"v").unwrap();
+    drop(store);
+    // The fixed area's magic as a build before checksums wrote it.
+    let area = ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES;
+    let r = ferrite_pmem::Region::whole(p.medium().clone());
+    let mut m = [0u8; 8];
+    r.read(area, &mut m);
+    assert_eq!(&m, b"FRTINP02");
+    r.write(area, b"FRTINP01");
+    match Store::open(&p, &opts(AllocKind::Ferrite)) {
+        Err(
+            e @ EngineError::EngineFormat {
+                found: 1,
+                supported: 2,
+                ..
+            },
+        ) => {
+            assert!(e.to_string().contains("format version 1"), "{e}");
+        }
+        Err(e) => panic!("expected EngineFormat, got {e}"),
+        Ok(_) => panic!("a format-1 store opened"),
+    }
+    // Anything else there is still corruption, not a version.
+    r.write(area, b"FRTINPxx");
+    assert!(matches!(
+        Store::open(&p, &opts(AllocKind::Ferrite)),
+        Err(EngineError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn every_read_path_verifies_and_a_write_never_reseals_damage() {
+    let p = pool(8 << 20);
+    let store = Store::create(&p, &opts(AllocKind::Ferrite)).unwrap();
+    let keys: Vec<Vec<u8>> = (0..400u32)
+        .map(|i| format!("k{i:05}").into_bytes())
+        .collect();
+    {
+        let mut s = store.session().unwrap();
+        for k in &keys {
+            s.put(k, &[b'v'; 300]).unwrap();
+        }
+    }
+    store.quiesce().unwrap();
+    // Damage the value of one key in place (its tuple's bytes).
+    let victim = b"k00123";
+    let img = p.image();
+    let mut rec = victim.to_vec();
+    rec.extend([b'v'; 300]);
+    let at = img
+        .windows(rec.len())
+        .position(|w| w == rec.as_slice())
+        .unwrap();
+    let r = ferrite_pmem::Region::whole(p.medium().clone());
+    r.write(at + victim.len() + 5, b"X");
+    let is_damaged =
+        |e: &EngineError| matches!(e, EngineError::DamagedValue { key, .. } if key == victim);
+    // get, a reader, a snapshot, scans both ways: never the damaged bytes.
+    assert!(is_damaged(&store.get(victim).unwrap_err()));
+    let mut s = store.session().unwrap();
+    assert!(is_damaged(&s.get(victim).unwrap_err()));
+    assert!(s.scan(b"k00100", 100).is_err());
+    assert!(s.scan(b"k00124", 100).unwrap().len() == 100);
+    assert!(s.range(&crate::KeyRange::all().rev()).is_err());
+    let mut snap = store.snapshot().unwrap();
+    assert!(is_damaged(&snap.get(victim).unwrap_err()));
+    drop(snap);
+    // An update in place verifies the old tuple first: the damage is
+    // reported, not sealed under a fresh checksum.
+    assert!(is_damaged(&s.put(victim, &[b'w'; 300]).unwrap_err()));
+    assert!(is_damaged(&s.get(victim).unwrap_err()));
+    // A delete of the damaged key works (it reads nothing of the value).
+    assert!(s.delete(victim).unwrap());
+    assert_eq!(s.get(victim).unwrap(), None);
+    // Damage a leaf: every key in it reads as an error, none absent.
+    let damaged_leaf = {
+        let w = store.walk().unwrap();
+        let leaf = w
+            .blocks
+            .iter()
+            .find(|b| b.1 == LEAF_BYTES as u64)
+            .unwrap()
+            .0;
+        r.write(leaf as usize + 80, &[0xAB]);
+        leaf
+    };
+    let mut errs = 0;
+    for k in &keys {
+        match s.get(k) {
+            Ok(Some(v)) => assert_eq!(v, vec![b'v'; 300]),
+            Ok(None) => assert_eq!(k.as_slice(), victim),
+            Err(e) => {
+                assert!(
+                    e.to_string().contains(&format!("leaf {damaged_leaf:#x}")),
+                    "{e}"
+                );
+                errs += 1;
+            }
+        }
+    }
+    assert!(errs > 0);
+    // The scrub lists the leaf (with its keys' range), once.
+    let sc = store.scrub(&mut |_| {}).unwrap();
+    assert_eq!(sc.damaged.len(), 1, "{:?}", sc.damaged);
+    assert_eq!(sc.damaged[0].off, damaged_leaf);
+    assert_eq!(sc.records as usize + errs, keys.len() - 1);
 }
 
 // ---- fences per operation, flushes in flight -----------------------------

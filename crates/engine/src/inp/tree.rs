@@ -1,28 +1,45 @@
 //! The persistent B+tree's node and tuple formats, and the searches that
 //! readers and writers share.
 //!
+//! Every tuple, leaf and inner node carries a CRC32C of its own bytes
+//! (format version 2, fixed-area magic `FRTINP02`): a read verifies every
+//! node and tuple it uses before it trusts a byte of it, so a stray write
+//! or a bad media block is an error, never a wrong value. Each checksum is
+//! [`block_crc`]: CRC32C started from the store's seed (`log::seed` of the
+//! superblock nonce), then the block's pool offset as 8 LE bytes, then the
+//! bytes listed below — so a block left by an earlier store (another
+//! nonce), or a block's bytes found at another offset, never validate.
+//!
 //! # Tuple (one allocator block per key, little-endian)
 //!
 //! ```text
-//!  0  4  key length (1..=MAX_KEY)
+//!  0  2  key length (1..=MAX_KEY)
+//!  2  2  key check: the low 16 bits of block_crc(key) — tells a damaged
+//!        key from a damaged value, so the deep check names only keys it
+//!        can trust (written once, at creation)
 //!  4  4  value length (0..=MAX_VALUE)
 //!  8  4  capacity: usable bytes of the block (written once, at creation)
-//! 12  4  zero
+//! 12  4  block_crc(bytes 0..12 ‖ key ‖ value)
 //! 16  .. key bytes, then value bytes
 //! ```
+//!
+//! An update in place rewrites bytes 4..16 (length, capacity, checksum)
+//! and the value in the same log record, so a replay restores them
+//! together.
 //!
 //! # Leaf (LEAF_BYTES = 576)
 //!
 //! ```text
 //!  0  8  bitmap: bit i set = slot i live (bits 32.. zero)
 //!  8  4  magic "LEAF"
-//! 12  4  zero
+//! 12  4  block_crc(bytes 0..12 ‖ bytes 16..576)
+//! 16 48  zero
 //! 64 + 16 i  slot i: 8 key prefix (the key's first 8 bytes, zero-padded, as a
 //!            big-endian number, stored LE), 8 tuple pool offset
 //! ```
 //!
 //! Slots are unsorted: an insert writes a free slot and sets its bit, a
-//! delete clears the bit (two small logged writes, no shifting). A lookup
+//! delete clears the bit (small logged writes, no shifting). A lookup
 //! compares prefixes and reads a tuple's full key only on a prefix match.
 //!
 //! # Inner node (INNER_BYTES = 8192)
@@ -30,13 +47,17 @@
 //! ```text
 //!    0  2  n: children (2..=64)
 //!    2  2  level (1 = children are leaves)
-//!    4  4  bytes of the key heap in use
+//!    4  4  h: bytes of the key heap in use (separators are packed from 1536)
 //!    8  4  magic "INNR"
-//!   12  4  zero
+//!   12  4  block_crc(bytes 0..12 ‖ 16..16+8n ‖ 528..528+16(n-1) ‖ 1536..1536+h)
 //!   16 + 8 i   child i (pool offset)
 //!  528 + 16 j  separator j (j < n - 1): 8 prefix, 4 offset in the node, 4 length
 //! 1536 ..      key heap: separator bytes (own copies, never a tuple's)
 //! ```
+//!
+//! The checksum covers exactly the bytes a search can use (the rest of the
+//! node is left as it was by earlier versions and never read), so a read
+//! copies those bytes once, verifies them, and searches the copy.
 //!
 //! Child `i` holds the keys `k` with `sep[i-1] <= k < sep[i]`. Separators are
 //! the shortest prefix of the right half's first key that is still above the
@@ -59,11 +80,146 @@ const KEY_HEAP: usize = INNER_BYTES - KEYS_AT;
 pub(crate) const MAGIC_LEAF: u32 = u32::from_le_bytes(*b"LEAF");
 pub(crate) const MAGIC_INNER: u32 = u32::from_le_bytes(*b"INNR");
 pub(crate) const TUPLE_HDR: usize = 16;
+/// Where a node's and a tuple's checksum lies.
+pub(crate) const CRC_AT: usize = 12;
 /// Deepest tree walked before a cycle is assumed.
 pub(crate) const MAX_DEPTH: usize = 32;
 
+/// A copy of one node (an inner node's used parts, or a leaf in its first
+/// `LEAF_BYTES`), verified.
+pub(crate) type NodeBuf = [u8; INNER_BYTES];
+
+pub(crate) fn node_buf() -> Box<NodeBuf> {
+    vec![0u8; INNER_BYTES]
+        .into_boxed_slice()
+        .try_into()
+        .expect("INNER_BYTES")
+}
+
 pub(crate) fn corrupt(what: impl Into<String>) -> EngineError {
     EngineError::Corrupt(format!("inp: {}", what.into()))
+}
+
+/// The checksum of the block at pool offset `off` made of `parts`
+/// (module docs).
+#[inline]
+pub(crate) fn block_crc(seed: u32, off: u64, parts: &[&[u8]]) -> u32 {
+    let mut c = crc32c::crc32c_append(seed, &off.to_le_bytes());
+    for p in parts {
+        c = crc32c::crc32c_append(c, p);
+    }
+    c
+}
+
+/// The checksum of a tuple at `t` with header bytes `h[0..12]`.
+#[inline]
+pub(crate) fn tuple_crc(seed: u32, t: u64, h: &[u8], key: &[u8], value: &[u8]) -> u32 {
+    block_crc(seed, t, &[&h[..CRC_AT], key, value])
+}
+
+/// The key check of a tuple at `t` holding `key` (tuple format).
+#[inline]
+pub(crate) fn key_check(seed: u32, t: u64, key: &[u8]) -> u16 {
+    block_crc(seed, t, &[key]) as u16
+}
+
+/// The header of a tuple at `t`: key length and check, value length,
+/// capacity, and (with `sums`) its checksum.
+pub(crate) fn tuple_header(
+    seed: u32,
+    t: u64,
+    key: &[u8],
+    value: &[u8],
+    cap: usize,
+    sums: bool,
+) -> [u8; TUPLE_HDR] {
+    let mut h = [0u8; TUPLE_HDR];
+    h[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    if sums {
+        h[2..4].copy_from_slice(&key_check(seed, t, key).to_le_bytes());
+    }
+    h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    h[8..12].copy_from_slice(&(cap.min(u32::MAX as usize) as u32).to_le_bytes());
+    if sums {
+        let c = tuple_crc(seed, t, &h, key, value);
+        h[CRC_AT..TUPLE_HDR].copy_from_slice(&c.to_le_bytes());
+    }
+    h
+}
+
+fn leaf_crc(seed: u32, off: u64, b: &[u8]) -> u32 {
+    block_crc(seed, off, &[&b[..CRC_AT], &b[CRC_AT + 4..LEAF_BYTES]])
+}
+
+/// `(n, heap bytes used)` of an inner node's header, validated.
+fn inner_hdr(b: &[u8], off: u64) -> Result<(usize, usize)> {
+    let n = u16::from_le_bytes([b[0], b[1]]) as usize;
+    let level = u16::from_le_bytes([b[2], b[3]]) as usize;
+    let used = u32_at(b, 4) as usize;
+    if !(2..=FANOUT).contains(&n) || level == 0 || level > MAX_DEPTH || used > KEY_HEAP {
+        return Err(corrupt(format!(
+            "inner {off:#x}: bad header ({n} children, level {level}, {used} key bytes)"
+        )));
+    }
+    Ok((n, used))
+}
+
+fn inner_crc(seed: u32, off: u64, b: &[u8], n: usize, used: usize) -> u32 {
+    block_crc(
+        seed,
+        off,
+        &[
+            &b[..CRC_AT],
+            &b[CRC_AT + 4..CHILD_AT + 8 * n],
+            &b[SEP_AT..SEP_AT + 16 * (n - 1)],
+            &b[KEYS_AT..KEYS_AT + used],
+        ],
+    )
+}
+
+/// Writes the checksum of the node copy `b` (leaf or inner node, by its
+/// magic) for pool offset `off`. A writer seals every node it changed
+/// before logging it.
+pub(crate) fn seal_node(seed: u32, off: u64, b: &mut [u8]) -> Result<()> {
+    let c = match u32_at(b, 8) {
+        MAGIC_LEAF => leaf_crc(seed, off, b),
+        MAGIC_INNER => {
+            let (n, used) = inner_hdr(b, off)?;
+            inner_crc(seed, off, b, n, used)
+        }
+        x => return Err(corrupt(format!("node {off:#x}: bad magic {x:#x}"))),
+    };
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&c.to_le_bytes());
+    Ok(())
+}
+
+/// Verifies a whole node copy `b` (a leaf's `LEAF_BYTES`, an inner node's
+/// `INNER_BYTES`) read from pool offset `off`.
+pub(crate) fn verify_copy(seed: u32, off: u64, b: &[u8]) -> Result<()> {
+    match u32_at(b, 8) {
+        MAGIC_LEAF if b.len() >= LEAF_BYTES => {
+            check_crc("leaf", off, u32_at(b, CRC_AT), leaf_crc(seed, off, b))
+        }
+        MAGIC_INNER if b.len() >= INNER_BYTES => {
+            let (n, used) = inner_hdr(b, off)?;
+            check_crc(
+                "inner node",
+                off,
+                u32_at(b, CRC_AT),
+                inner_crc(seed, off, b, n, used),
+            )
+        }
+        x => Err(corrupt(format!("node {off:#x}: bad magic {x:#x}"))),
+    }
+}
+
+fn check_crc(what: &str, off: u64, stored: u32, computed: u32) -> Result<()> {
+    if stored != computed {
+        return Err(corrupt(format!(
+            "{what} {off:#x} fails its checksum (stored {stored:#010x}, computed {computed:#010x})"
+        )));
+    }
+    Ok(())
 }
 
 /// The first 8 key bytes, zero-padded, as a big-endian number: a smaller
@@ -99,6 +255,35 @@ pub(crate) struct Geo {
     /// Heap bounds (pool offsets): every node and tuple lies inside.
     pub lo: u64,
     pub hi: u64,
+    /// Checksum seed of the store (`log::seed` of its nonce).
+    pub seed: u32,
+    /// Verify checksums on reads (always, except for the cost
+    /// measurement's switch, `StoreOptions::verify`).
+    pub verify: bool,
+    /// Verified copies of inner nodes (see [`InnerCache`]).
+    pub cache: std::sync::Arc<InnerCache>,
+}
+
+/// DRAM copies of the inner nodes reads have verified, by pool offset
+/// (their used bytes, at their offsets). Inner nodes are few (one per
+/// about a thousand keys) and change only when a leaf splits or an empty
+/// leaf is unlinked, while every read walks two or three of them: a read
+/// searches the verified copy instead of checksumming 1–2 KiB of the node
+/// again (most of what verification cost a point read). A writer's commit
+/// drops the copies of the inner nodes it changed, under the tree lock,
+/// so readers never see a copy older than the media. Damage to the media
+/// after a node was copied is not seen by reads — they keep using the
+/// verified copy, so they still return only what was written — and is
+/// found by the scrub and the deep check, which read the media
+/// ([`Geo::load_media`]); a reopen verifies the node again.
+#[derive(Default)]
+pub(crate) struct InnerCache(parking_lot::RwLock<std::collections::HashMap<u64, Box<[u8]>>>);
+
+impl InnerCache {
+    /// Forgets the copy of node `off` (a writer changed it).
+    pub(crate) fn forget(&self, off: u64) {
+        self.0.write().remove(&off);
+    }
 }
 
 impl Geo {
@@ -118,13 +303,19 @@ impl Geo {
         Ok(())
     }
 
-    /// A tuple's `(key length, value length, capacity)`, validated.
+    /// A tuple's `(key length, value length, capacity)`, validated (not
+    /// its checksum: [`Geo::tuple_read`] verifies that).
     pub fn tuple_hdr(&self, t: u64) -> Result<(usize, usize, usize)> {
+        let (k, v, cap, _) = self.tuple_hdr_crc(t)?;
+        Ok((k, v, cap))
+    }
+
+    fn tuple_hdr_crc(&self, t: u64) -> Result<(usize, usize, usize, [u8; TUPLE_HDR])> {
         self.check(t, TUPLE_HDR)?;
         let mut h = [0u8; TUPLE_HDR];
         self.pool.read(t as usize, &mut h);
         let (k, v, cap) = (
-            u32_at(&h, 0) as usize,
+            u16::from_le_bytes([h[0], h[1]]) as usize,
             u32_at(&h, 4) as usize,
             u32_at(&h, 8) as usize,
         );
@@ -132,10 +323,11 @@ impl Geo {
             return Err(corrupt(format!("tuple {t:#x}: bad lengths {k}/{v}/{cap}")));
         }
         self.check(t, cap)?;
-        Ok((k, v, cap))
+        Ok((k, v, cap, h))
     }
 
-    /// The tuple's key, read into `buf`.
+    /// The tuple's key, read into `buf` (unverified: for comparisons
+    /// whose result a read checks again through [`Geo::tuple_read`]).
     pub fn tuple_key<'b>(&self, t: u64, buf: &'b mut [u8; MAX_KEY]) -> Result<&'b [u8]> {
         let (k, _, _) = self.tuple_hdr(t)?;
         self.pool.read(t as usize + TUPLE_HDR, &mut buf[..k]);
@@ -152,121 +344,204 @@ impl Geo {
         Ok(&buf[..k] == key)
     }
 
-    /// Reads the tuple's value into `out` (cleared first).
-    pub fn tuple_value(&self, t: u64, out: &mut Vec<u8>) -> Result<()> {
-        let (k, v, _) = self.tuple_hdr(t)?;
+    /// Reads the tuple's key into `kbuf` and its value into `out`
+    /// (cleared first), and verifies its checksum: a damaged tuple is
+    /// [`EngineError::DamagedValue`] naming the key as stored. Returns
+    /// the key's length.
+    pub fn tuple_read(&self, t: u64, kbuf: &mut [u8; MAX_KEY], out: &mut Vec<u8>) -> Result<usize> {
+        let (k, v, _, h) = self.tuple_hdr_crc(t)?;
+        self.pool.read(t as usize + TUPLE_HDR, &mut kbuf[..k]);
         out.clear();
         out.resize(v, 0);
         self.pool.read(t as usize + TUPLE_HDR + k, out);
+        if self.verify {
+            let stored = u32_at(&h, CRC_AT);
+            let computed = tuple_crc(self.seed, t, &h, &kbuf[..k], out);
+            if stored != computed {
+                out.clear();
+                return Err(EngineError::DamagedValue {
+                    key: kbuf[..k].to_vec(),
+                    detail: format!(
+                        "inp: tuple {t:#x} fails its checksum (stored {stored:#010x}, computed {computed:#010x})"
+                    ),
+                });
+            }
+        }
+        Ok(k)
+    }
+
+    /// Verifies the tuple at `t` (for a writer about to change it, and for
+    /// a read that did not find its key among the tuples sharing its
+    /// prefix: one of them may be it, damaged).
+    /// True when the key stored in tuple `t` passes its key check (the
+    /// header must have been validated).
+    pub fn tuple_key_ok(&self, t: u64, key: &[u8]) -> bool {
+        let mut h = [0u8; 4];
+        self.pool.read(t as usize, &mut h);
+        u16::from_le_bytes([h[2], h[3]]) == key_check(self.seed, t, key)
+    }
+
+    pub fn tuple_verify(&self, t: u64) -> Result<()> {
+        let (k, v, _, h) = self.tuple_hdr_crc(t)?;
+        if !self.verify {
+            return Ok(());
+        }
+        // Streamed through a small buffer: a writer verifies before every
+        // update in place, and must not pay an allocation for it.
+        let mut c = crc32c::crc32c_append(self.seed, &t.to_le_bytes());
+        c = crc32c::crc32c_append(c, &h[..CRC_AT]);
+        let mut chunk = [0u8; 512];
+        let (mut at, end) = (t as usize + TUPLE_HDR, t as usize + TUPLE_HDR + k + v);
+        while at < end {
+            let n = (end - at).min(chunk.len());
+            self.pool.read(at, &mut chunk[..n]);
+            c = crc32c::crc32c_append(c, &chunk[..n]);
+            at += n;
+        }
+        let stored = u32_at(&h, CRC_AT);
+        if stored != c {
+            let mut kbuf = vec![0u8; k];
+            self.pool.read(t as usize + TUPLE_HDR, &mut kbuf);
+            return Err(EngineError::DamagedValue {
+                key: kbuf,
+                detail: format!(
+                    "inp: tuple {t:#x} fails its checksum (stored {stored:#010x}, computed {c:#010x})"
+                ),
+            });
+        }
         Ok(())
     }
+}
+
+/// What [`Src::load`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Node {
+    Leaf,
+    /// An inner node of `n` children.
+    Inner(usize),
 }
 
 /// Where nodes are read from: the pool (readers) or a writer's staged
 /// copies over the pool.
 pub(crate) trait Src {
-    /// Reads `dst.len()` bytes at `rel` of the node of `size` bytes at `base`.
-    fn read(&self, base: u64, size: usize, rel: usize, dst: &mut [u8]) -> Result<()>;
+    /// Copies node `off` into `b` — a leaf into `b[..LEAF_BYTES]`, an
+    /// inner node's used parts at their offsets — and verifies it (a
+    /// writer's own staged copies are not verified: it made them).
+    fn load(&self, off: u64, b: &mut NodeBuf) -> Result<Node>;
 }
 
 impl Src for Geo {
-    #[inline]
-    fn read(&self, base: u64, size: usize, rel: usize, dst: &mut [u8]) -> Result<()> {
-        self.check(base, size)?;
-        debug_assert!(rel + dst.len() <= size);
-        self.pool.read(base as usize + rel, dst);
-        Ok(())
+    fn load(&self, off: u64, b: &mut NodeBuf) -> Result<Node> {
+        if self.verify {
+            if let Some(c) = self.cache.0.read().get(&off) {
+                b[..c.len()].copy_from_slice(c);
+                let (n, _) = inner_hdr(b, off)?;
+                return Ok(Node::Inner(n));
+            }
+            let node = self.load_media(off, b)?;
+            if node != Node::Leaf {
+                let used = u32_at(b, 4) as usize;
+                self.cache.0.write().insert(off, b[..KEYS_AT + used].into());
+            }
+            return Ok(node);
+        }
+        self.load_media(off, b)
     }
 }
 
-/// A node's kind, from its magic.
-pub(crate) fn is_leaf<S: Src>(s: &S, off: u64) -> Result<bool> {
-    let mut m = [0u8; 4];
-    s.read(off, LEAF_BYTES, 8, &mut m)?;
-    match u32::from_le_bytes(m) {
-        MAGIC_LEAF => Ok(true),
-        MAGIC_INNER => Ok(false),
-        x => Err(corrupt(format!("node {off:#x}: bad magic {x:#x}"))),
+impl Geo {
+    /// [`Src::load`] from the media, never from the copies of
+    /// [`InnerCache`] (the scrub, the walk, the count at open).
+    pub(crate) fn load_media(&self, off: u64, b: &mut NodeBuf) -> Result<Node> {
+        self.check(off, 16)?;
+        self.pool.read(off as usize, &mut b[..16]);
+        match u32_at(b, 8) {
+            MAGIC_LEAF => {
+                self.check(off, LEAF_BYTES)?;
+                self.pool.read(off as usize + 16, &mut b[16..LEAF_BYTES]);
+                if self.verify {
+                    check_crc("leaf", off, u32_at(b, CRC_AT), leaf_crc(self.seed, off, b))?;
+                }
+                leaf_bitmap(b)?;
+                Ok(Node::Leaf)
+            }
+            MAGIC_INNER => {
+                self.check(off, INNER_BYTES)?;
+                let (n, used) = inner_hdr(b, off)?;
+                let o = off as usize;
+                self.pool.read(o + 16, &mut b[16..CHILD_AT + 8 * n]);
+                self.pool
+                    .read(o + SEP_AT, &mut b[SEP_AT..SEP_AT + 16 * (n - 1)]);
+                self.pool.read(o + KEYS_AT, &mut b[KEYS_AT..KEYS_AT + used]);
+                if self.verify {
+                    check_crc(
+                        "inner node",
+                        off,
+                        u32_at(b, CRC_AT),
+                        inner_crc(self.seed, off, b, n, used),
+                    )?;
+                }
+                Ok(Node::Inner(n))
+            }
+            x => Err(corrupt(format!("node {off:#x}: bad magic {x:#x}"))),
+        }
     }
 }
 
-/// Compares separator `j` of inner node `off` with `key` (`sep.cmp(key)`).
-fn sep_cmp<S: Src>(
-    s: &S,
-    off: u64,
-    j: usize,
-    key: &[u8],
-    kp: u64,
-    buf: &mut [u8; MAX_KEY],
-) -> Result<Ordering> {
-    let mut e = [0u8; 16];
-    s.read(off, INNER_BYTES, SEP_AT + 16 * j, &mut e)?;
-    let sp = u64_at(&e, 0);
+/// Compares separator `j` of the inner node copy `b` with `key`
+/// (`sep.cmp(key)`).
+fn sep_cmp(b: &[u8], off: u64, j: usize, key: &[u8], kp: u64) -> Result<Ordering> {
+    let e = SEP_AT + 16 * j;
+    let sp = u64_at(b, e);
     if sp != kp {
         return Ok(sp.cmp(&kp));
     }
-    let (ko, kl) = (u32_at(&e, 8) as usize, u32_at(&e, 12) as usize);
-    if kl == 0 || kl > MAX_KEY || ko < KEYS_AT || ko + kl > INNER_BYTES {
+    let used = u32_at(b, 4) as usize;
+    let (ko, kl) = (u32_at(b, e + 8) as usize, u32_at(b, e + 12) as usize);
+    if kl == 0 || kl > MAX_KEY || ko < KEYS_AT || ko + kl > KEYS_AT + used {
         return Err(corrupt(format!(
             "inner {off:#x}: separator {j} out of bounds"
         )));
     }
-    s.read(off, INNER_BYTES, ko, &mut buf[..kl])?;
-    Ok(buf[..kl].cmp(key))
+    Ok(b[ko..ko + kl].cmp(key))
 }
 
-/// The child of inner node `off` that holds `key`: `(index, child)`.
-pub(crate) fn inner_child<S: Src>(
-    s: &S,
+/// The child of the inner node copy `b` (at `off`, `n` children) that
+/// holds `key`: `(index, child)`.
+pub(crate) fn inner_child(
+    b: &[u8],
     off: u64,
+    n: usize,
     key: &[u8],
     kp: u64,
-    buf: &mut [u8; MAX_KEY],
 ) -> Result<(usize, u64)> {
-    let mut h = [0u8; 2];
-    s.read(off, INNER_BYTES, 0, &mut h)?;
-    let n = u16::from_le_bytes(h) as usize;
-    if !(2..=FANOUT).contains(&n) {
-        return Err(corrupt(format!("inner {off:#x}: {n} children")));
-    }
     let (mut lo, mut hi) = (0, n - 1);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        if sep_cmp(s, off, mid, key, kp, buf)? != Ordering::Greater {
+        if sep_cmp(b, off, mid, key, kp)? != Ordering::Greater {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    Ok((lo, inner_child_at(s, off, lo)?))
+    Ok((lo, inner_child_at(b, lo)))
 }
 
-/// Child `i` of inner node `off`.
-pub(crate) fn inner_child_at<S: Src>(s: &S, off: u64, i: usize) -> Result<u64> {
-    let mut c = [0u8; 8];
-    s.read(off, INNER_BYTES, CHILD_AT + 8 * i, &mut c)?;
-    Ok(u64::from_le_bytes(c))
-}
-
-/// Children of inner node `off`.
-pub(crate) fn inner_n<S: Src>(s: &S, off: u64) -> Result<usize> {
-    let mut h = [0u8; 2];
-    s.read(off, INNER_BYTES, 0, &mut h)?;
-    let n = u16::from_le_bytes(h) as usize;
-    if !(2..=FANOUT).contains(&n) {
-        return Err(corrupt(format!("inner {off:#x}: {n} children")));
-    }
-    Ok(n)
+/// Child `i` of the inner node copy `b`.
+#[inline]
+pub(crate) fn inner_child_at(b: &[u8], i: usize) -> u64 {
+    u64_at(b, CHILD_AT + 8 * i)
 }
 
 /// Descends from `root` to the leaf that holds `key`, recording the inner
-/// nodes passed and the child taken in `path`.
+/// nodes passed and the child taken in `path`. The leaf is left, verified,
+/// in `nb[..LEAF_BYTES]`.
 pub(crate) fn descend<S: Src>(
     s: &S,
     root: u64,
     key: &[u8],
     path: &mut Vec<(u64, usize)>,
-    buf: &mut [u8; MAX_KEY],
+    nb: &mut NodeBuf,
 ) -> Result<u64> {
     // Index look-ups, of reads and of writes: P2's SCAN.
     let _p = crate::breakdown::phase(crate::breakdown::Phase::Scan);
@@ -274,24 +549,36 @@ pub(crate) fn descend<S: Src>(
     let kp = prefix(key);
     let mut cur = root;
     for _ in 0..MAX_DEPTH {
-        if is_leaf(s, cur)? {
-            return Ok(cur);
+        match s.load(cur, nb)? {
+            Node::Leaf => return Ok(cur),
+            Node::Inner(n) => {
+                let (i, c) = inner_child(&nb[..], cur, n, key, kp)?;
+                path.push((cur, i));
+                cur = c;
+            }
         }
-        let (i, c) = inner_child(s, cur, key, kp, buf)?;
-        path.push((cur, i));
-        cur = c;
     }
     Err(corrupt("tree deeper than 32 levels (a cycle?)"))
 }
 
-/// Descends to the leftmost leaf below `cur`, pushing the path.
-pub(crate) fn leftmost<S: Src>(s: &S, mut cur: u64, path: &mut Vec<(u64, usize)>) -> Result<u64> {
+/// Descends to the leftmost (`right` false) or rightmost leaf below `cur`,
+/// pushing the path; the leaf is left in `nb`.
+pub(crate) fn edge<S: Src>(
+    s: &S,
+    mut cur: u64,
+    right: bool,
+    path: &mut Vec<(u64, usize)>,
+    nb: &mut NodeBuf,
+) -> Result<u64> {
     for _ in 0..MAX_DEPTH {
-        if is_leaf(s, cur)? {
-            return Ok(cur);
+        match s.load(cur, nb)? {
+            Node::Leaf => return Ok(cur),
+            Node::Inner(n) => {
+                let i = if right { n - 1 } else { 0 };
+                path.push((cur, i));
+                cur = inner_child_at(&nb[..], i);
+            }
         }
-        path.push((cur, 0));
-        cur = inner_child_at(s, cur, 0)?;
         if path.len() > MAX_DEPTH {
             break;
         }
@@ -299,20 +586,33 @@ pub(crate) fn leftmost<S: Src>(s: &S, mut cur: u64, path: &mut Vec<(u64, usize)>
     Err(corrupt("tree deeper than 32 levels (a cycle?)"))
 }
 
-/// Descends to the rightmost leaf below `cur`, pushing the path.
-pub(crate) fn rightmost<S: Src>(s: &S, mut cur: u64, path: &mut Vec<(u64, usize)>) -> Result<u64> {
-    for _ in 0..MAX_DEPTH {
-        if is_leaf(s, cur)? {
-            return Ok(cur);
-        }
-        let last = inner_n(s, cur)? - 1;
-        path.push((cur, last));
-        cur = inner_child_at(s, cur, last)?;
-        if path.len() > MAX_DEPTH {
-            break;
+/// The leaf after (`back` false) or before the one `path` leads to: up to
+/// the first ancestor with a next (previous) child, then down its edge.
+/// `None` past the last (first) leaf. The leaf is left in `nb`.
+pub(crate) fn step<S: Src>(
+    s: &S,
+    path: &mut Vec<(u64, usize)>,
+    back: bool,
+    nb: &mut NodeBuf,
+) -> Result<Option<u64>> {
+    loop {
+        let Some((p, i)) = path.pop() else {
+            return Ok(None);
+        };
+        let Node::Inner(n) = s.load(p, nb)? else {
+            return Err(corrupt(format!("node {p:#x} on a path is a leaf")));
+        };
+        let next = if back {
+            i.checked_sub(1)
+        } else {
+            Some(i + 1).filter(|&j| j < n)
+        };
+        if let Some(j) = next {
+            path.push((p, j));
+            let c = inner_child_at(&nb[..], j);
+            return edge(s, c, back, path, nb).map(Some);
         }
     }
-    Err(corrupt("tree deeper than 32 levels (a cycle?)"))
 }
 
 // ---- leaves (operating on a copy of the node) ----------------------------
@@ -345,7 +645,10 @@ pub(crate) fn init_leaf(b: &mut [u8]) {
     b[8..12].copy_from_slice(&MAGIC_LEAF.to_le_bytes());
 }
 
-/// The slot and tuple of `key` in the leaf copy `b`.
+/// The slot and tuple of `key` in the (verified) leaf copy `b`. When the
+/// key is not there, every tuple that shares its prefix is verified: one
+/// of them may be the key's, its key bytes damaged — an error then, not
+/// "absent".
 pub(crate) fn leaf_find(
     geo: &Geo,
     b: &[u8],
@@ -353,13 +656,37 @@ pub(crate) fn leaf_find(
     kp: u64,
     buf: &mut [u8; MAX_KEY],
 ) -> Result<Option<(usize, u64)>> {
-    let mut bm = leaf_bitmap(b)?;
+    let all = leaf_bitmap(b)?;
+    let mut bm = all;
+    let mut shared = false;
     while bm != 0 {
         let i = bm.trailing_zeros() as usize;
         bm &= bm - 1;
         let (p, t) = slot(b, i);
-        if p == kp && geo.tuple_key_eq(t, key, buf)? {
-            return Ok(Some((i, t)));
+        if p == kp {
+            if geo.tuple_key_eq(t, key, buf)? {
+                return Ok(Some((i, t)));
+            }
+            shared = true;
+        }
+    }
+    if shared && geo.verify {
+        let mut bm = all;
+        while bm != 0 {
+            let i = bm.trailing_zeros() as usize;
+            bm &= bm - 1;
+            let (p, t) = slot(b, i);
+            if p == kp {
+                geo.tuple_verify(t).map_err(|e| match e {
+                    EngineError::DamagedValue { detail, .. } => EngineError::DamagedValue {
+                        key: key.to_vec(),
+                        detail: format!(
+                            "not found intact: {detail}, a tuple of the same 8-byte prefix in its leaf, may be it"
+                        ),
+                    },
+                    e => e,
+                })?;
+            }
         }
     }
     Ok(None)
@@ -396,11 +723,8 @@ impl InnerD {
         if b.len() < INNER_BYTES || u32_at(b, 8) != MAGIC_INNER {
             return Err(bad("bad magic"));
         }
-        let n = u16::from_le_bytes([b[0], b[1]]) as usize;
+        let (n, used) = inner_hdr(b, off)?;
         let level = u16::from_le_bytes([b[2], b[3]]);
-        if !(2..=FANOUT).contains(&n) || level == 0 || level as usize > MAX_DEPTH {
-            return Err(bad("bad count or level"));
-        }
         let children = (0..n).map(|i| u64_at(b, CHILD_AT + 8 * i)).collect();
         let mut seps = Vec::with_capacity(n - 1);
         for j in 0..n - 1 {
@@ -408,7 +732,7 @@ impl InnerD {
                 u32_at(b, SEP_AT + 16 * j + 8) as usize,
                 u32_at(b, SEP_AT + 16 * j + 12) as usize,
             );
-            if kl == 0 || kl > MAX_KEY || ko < KEYS_AT || ko + kl > INNER_BYTES {
+            if kl == 0 || kl > MAX_KEY || ko < KEYS_AT || ko + kl > KEYS_AT + used {
                 return Err(bad("separator out of bounds"));
             }
             seps.push(b[ko..ko + kl].to_vec());

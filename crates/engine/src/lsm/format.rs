@@ -315,6 +315,9 @@ pub(crate) struct BlockRef {
     /// Offset from the run's data start.
     pub off: u64,
     pub len: u32,
+    /// crc32c(nonce ‖ block), as the index records it: every read of the
+    /// block verifies it ([`read_block`]).
+    pub crc: u32,
 }
 
 /// A 64-bit hash of a key for the bloom filter (multiply-xorshift over
@@ -406,6 +409,7 @@ impl RunBuilder {
             self.index[e + 12..e + 16].copy_from_slice(&c.to_le_bytes());
             if let Some(r) = self.refs.last_mut() {
                 r.len = blk.len() as u32;
+                r.crc = c;
             }
             self.block_start = self.out.len();
         }
@@ -423,6 +427,7 @@ impl RunBuilder {
                 first: key.into(),
                 off: rel,
                 len: 0,
+                crc: 0,
             });
             self.index.extend_from_slice(&rel.to_le_bytes());
             self.index.extend_from_slice(&[0u8; 8]);
@@ -482,6 +487,8 @@ impl RunBuilder {
             blocks: self.refs,
             bloom,
             k,
+            nonce,
+            verify: true,
         };
         (self.out, meta)
     }
@@ -516,6 +523,39 @@ pub(crate) struct RunMeta {
     pub blocks: Vec<BlockRef>,
     pub bloom: Vec<u64>,
     pub k: u32,
+    /// The store nonce that seeds the block checksums.
+    pub nonce: u64,
+    /// Verify each block read (off only for the cost measurement,
+    /// `StoreOptions::verify`).
+    pub verify: bool,
+}
+
+/// Reads data block `b` of the run at `run_off` into `dst` and verifies
+/// its checksum: a block that fails it is [`EngineError::Corrupt`] naming
+/// the run, the block's offset and its first key — never parsed, so a
+/// damaged record is never returned. Each read verifies the block once
+/// (a point read reads one block per run it searches).
+pub(crate) fn read_block(
+    pool: &Region,
+    run_off: u64,
+    meta: &RunMeta,
+    b: &BlockRef,
+    dst: &mut Vec<u8>,
+) -> Result<()> {
+    let at = run_off + RUN_HEADER as u64 + b.off;
+    read_checked(pool, at, u64::from(b.len), dst)?;
+    if meta.verify {
+        let c = crc(meta.nonce, &[dst]);
+        if c != b.crc {
+            dst.clear();
+            return Err(corrupt(format!(
+                "run at {run_off:#x}: data block at {at:#x} (keys from {}) fails its checksum (stored {:#010x}, computed {c:#010x})",
+                crate::error::show_key(&b.first),
+                b.crc
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Reads and validates the run at `off` (`len` bytes): header, index and
@@ -584,6 +624,7 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
             first: index[p..p + kl].into(),
             off: boff,
             len: blen,
+            crc: bcrc,
         });
         crcs.push(bcrc);
         p += kl;
@@ -598,7 +639,11 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
     for (b, c) in blocks.iter().zip(crcs) {
         read_checked(pool, data_off + b.off, u64::from(b.len), &mut buf)?;
         if crc(nonce, &[&buf]) != c {
-            return Err(bad("data block checksum mismatch"));
+            return Err(bad(&format!(
+                "data block at {:#x} (keys from {}) fails its checksum",
+                data_off + b.off,
+                crate::error::show_key(&b.first)
+            )));
         }
         let mut q = 0;
         let mut first = true;
@@ -623,5 +668,7 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
         blocks,
         bloom,
         k,
+        nonce,
+        verify: true,
     })
 }

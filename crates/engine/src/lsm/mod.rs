@@ -174,8 +174,7 @@ use crate::{
 use ferrite_alloc::{AllocThread, Link, PAllocator, Publish, Reservation};
 use ferrite_pmem::{LockHeld, POff, Region};
 use format::{
-    Manifest, RUN_HEADER, RunBuilder, RunMeta, bloom_may_contain, corrupt, parse_run_record,
-    read_checked, round_line,
+    Manifest, RunBuilder, RunMeta, bloom_may_contain, corrupt, parse_run_record, round_line,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -545,7 +544,8 @@ pub(crate) fn open(
         if block_len(off, "run")? < len {
             return Err(corrupt(format!("run at {off:#x} longer than its block")));
         }
-        let meta = format::load_run(pool, off, len, nonce)?;
+        let mut meta = format::load_run(pool, off, len, nonce)?;
+        meta.verify = opts.verify;
         runs.push(Arc::new(Run::new(off, len, meta)));
     }
     // Replay the log's valid prefix.
@@ -779,12 +779,7 @@ impl Lsm {
             return Ok(None);
         }
         let b = &run.meta.blocks[i - 1];
-        read_checked(
-            &self.pool,
-            run.off + RUN_HEADER as u64 + b.off,
-            u64::from(b.len),
-            blk,
-        )?;
+        format::read_block(&self.pool, run.off, &run.meta, b, blk)?;
         let mut q = 0;
         while q < blk.len() {
             let (k, v, next) = parse_run_record(blk, q)?;
@@ -1857,12 +1852,7 @@ impl<'a> RunCursor<'a> {
         self.next = 0;
         self.buf.clear();
         if let Some(b) = self.run.meta.blocks.get(self.block) {
-            read_checked(
-                self.pool,
-                self.run.off + RUN_HEADER as u64 + b.off,
-                u64::from(b.len),
-                &mut self.buf,
-            )?;
+            format::read_block(self.pool, self.run.off, &self.run.meta, b, &mut self.buf)?;
         }
         Ok(())
     }
@@ -2078,12 +2068,7 @@ impl<'a> RunBackCursor<'a> {
         let Some(b) = self.block.and_then(|i| self.run.meta.blocks.get(i)) else {
             return Ok(());
         };
-        read_checked(
-            self.pool,
-            self.run.off + RUN_HEADER as u64 + b.off,
-            u64::from(b.len),
-            &mut self.buf,
-        )?;
+        format::read_block(self.pool, self.run.off, &self.run.meta, b, &mut self.buf)?;
         let mut p = 0;
         while p < self.buf.len() {
             let (k, v, next) = parse_run_record(&self.buf, p)?;
