@@ -931,6 +931,33 @@ impl PAllocator for LockHeap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = {
+            let p = pool();
+            let opts = LockOptions {
+                lane_bytes: 4096,
+                nonce: Some(0x1234_5678_9abc_def0),
+            };
+            LockHeap::create(region(&p), opts).unwrap();
+            region(&p).read_vec(0, CACHE_LINE)
+        }
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "464552524c4f434b0100000000100000801000000000000080cf3f0000000000",
+                "00e03f0000000000f0debc9a7856341200000000000000000000000026e7415c"
+            )
+        );
+    }
     use ferrite_pmem::{Counters, Domain, Pool, PoolOptions};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;

@@ -324,6 +324,34 @@ pub fn redo_crc(nonce: u64, slot: usize, status: u64, count: u32, entries: &[u8]
 mod tests {
     use super::*;
 
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            algorithm: 2,
+            slots: 3,
+            log_bytes: 4096,
+            slots_off: SLOTS_OFF,
+            heap_off: 1 << 16,
+            heap_len: 1 << 20,
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "46455250544d3031010002000300000000100000000000008010000000000000",
+                "00000100000000000000100000000000f0debc9a78563412000000008ea13079"
+            )
+        );
+    }
+
     #[test]
     fn superblock_round_trips_and_rejects_damage() {
         let sb = Superblock {

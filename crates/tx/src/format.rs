@@ -498,6 +498,34 @@ pub fn scan_area(area: &Region, slot: u16, nonce: u64, done: u64) -> (Vec<Record
 mod tests {
     use super::*;
 
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            strategy: 3,
+            slots: 5,
+            area_bytes: 8192,
+            slots_off: 4096 + 128,
+            heap_off: 1 << 17,
+            heap_len: 1 << 21,
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "464552525458504c010003000500000000200000000000008010000000000000",
+                "00000200000000000000200000000000f0debc9a78563412000000001b357e7f"
+            )
+        );
+    }
+
     #[test]
     fn items_round_trip_and_reject_garbage() {
         let mut p = Vec::new();

@@ -498,6 +498,29 @@ impl PageHdr {
 mod tests {
     use super::*;
 
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            geo: Geometry::compute(4 << 20, 4, 1024, true).unwrap(),
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "46455252484541500200040000040000ee03000000000000ee03000000000000",
+                "00200000000000000000400000000000f0debc9a7856341200000000304c0ab0"
+            )
+        );
+    }
+
     #[test]
     fn geometry_fits_and_is_maximal() {
         for len in [64 * 1024usize, 252 * 1024, 1 << 20, (64 << 20) + 12345] {

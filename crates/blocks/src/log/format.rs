@@ -212,6 +212,22 @@ impl HeadSlot {
 mod tests {
     use super::*;
 
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = sb().encode().iter().map(|x| format!("{x:02x}")).collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "464552524c4f47000100020240000000c0100000000000000010000000000000",
+                "f0debc9a785634120000000000000000000000000000000000000000d7295b21"
+            )
+        );
+    }
+
     fn sb() -> Superblock {
         Superblock {
             variant: Variant::new(Algorithm::Header, Layout::Dancing).unwrap(),

@@ -326,6 +326,31 @@ pub fn decode_entry(geo: &Geometry, nonce: u64, read: impl Fn(usize, &mut [u8]))
 mod tests {
     use super::*;
 
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            geo: Geometry::new(16384, 10, 14, 4).unwrap(),
+            algorithm: PageAlgorithm::Hybrid,
+            crossover: [24, 40],
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "464552504147450001000300004000000a0000000e0000000400000018002800",
+                "f0debc9a785634120000000000000000000000000000000000000000cb061b43"
+            )
+        );
+    }
+
     #[test]
     fn geometry_places_everything_without_overlap() {
         let g = Geometry::new(4096, 4, 6, 2).unwrap();
