@@ -219,7 +219,10 @@ mod tests {
         let v = SuperblockView::of(&b);
         assert!(v.has_magic(b"FERTEST1") && !v.has_magic(b"FERTEST2"));
         assert_eq!(v.version(), 3);
-        assert_eq!((v.u8(10), v.u16(12), v.u32(16)), (0xaa, 0x0102, 0x0304_0506));
+        assert_eq!(
+            (v.u8(10), v.u16(12), v.u32(16)),
+            (0xaa, 0x0102, 0x0304_0506)
+        );
         assert_eq!(v.u64(24), 0x0708_090a_0b0c_0d0e);
         assert!(v.is_zero(32..60) && !v.is_zero(10..11));
         assert_eq!(v.checksum(), Ok(()));

@@ -93,8 +93,8 @@
 
 use crate::error::{PtmError, Result};
 use ferrite_alloc::MetaOp;
-use ferrite_pmem::{SuperblockView, SuperblockWriter};
 use ferrite_alloc::ops::OP_BYTES;
+use ferrite_pmem::{SuperblockView, SuperblockWriter};
 
 pub const MAGIC: &[u8; 8] = b"FERPTM01";
 pub const VERSION: u16 = 1;
