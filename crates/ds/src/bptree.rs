@@ -125,7 +125,7 @@ const H_FANOUT: u64 = 40;
 const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "B+tree",
-    mutable: &[24..40],
+    mutable: 24..40,
 };
 const H_ROOT: u64 = 24;
 const H_HEIGHT: u64 = 32;

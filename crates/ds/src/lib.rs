@@ -235,14 +235,14 @@ pub const HEADER_VERSION: u16 = 2;
 
 /// A structure's 64-byte header: the [`ferrite_pmem::superblock`] frame
 /// (magic 0..8, version 8..10, CRC32C at 60..64) with the structure's
-/// `mutable` words — its root and count, updated in place by every
+/// `mutable` words (one range) — its root and count, updated in place by every
 /// transaction that changes them, under the transaction's log — left out
 /// of the checksum.
 pub(crate) struct Header {
     pub magic: [u8; 8],
     /// Name in errors (`rbtree`, …).
     pub name: &'static str,
-    pub mutable: &'static [std::ops::Range<usize>],
+    pub mutable: std::ops::Range<usize>,
 }
 
 impl Header {
@@ -252,7 +252,7 @@ impl Header {
         for &(at, v) in fields {
             w.u64(at, v);
         }
-        w.seal_masked(self.mutable)
+        w.seal_masked(std::slice::from_ref(&self.mutable))
     }
 
     /// Reads and validates the header at pool offset `at`: magic, then the
@@ -273,7 +273,7 @@ impl Header {
             found,
             supported: HEADER_VERSION,
         };
-        if let Err(e) = view.checksum_masked(self.mutable) {
+        if let Err(e) = view.checksum_masked(std::slice::from_ref(&self.mutable)) {
             if e.stored == 0 {
                 return Err(old(1));
             }

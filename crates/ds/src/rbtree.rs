@@ -50,7 +50,7 @@ const H_VALUE_LEN: usize = 32;
 const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "rbtree",
-    mutable: &[16..32],
+    mutable: 16..32,
 };
 const KEY: u64 = 0;
 const LEFT: u64 = 8;

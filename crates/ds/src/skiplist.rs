@@ -55,7 +55,7 @@ const H_LEVELS: usize = 40;
 const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "skiplist",
-    mutable: &[24..32],
+    mutable: 24..32,
 };
 
 /// Creates a list: args `[levels, value_len]`; returns the header.
