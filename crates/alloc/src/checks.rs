@@ -114,12 +114,6 @@ impl CheckSubject for AllocError {
     const RUNS: &'static str = "ferrite|lock[/torn][/store][/xlane][/restartN], ferrite[/grow]";
 }
 
-impl From<AllocError> for CheckError {
-    fn from(e: AllocError) -> CheckError {
-        CheckError::Subject(e)
-    }
-}
-
 /// The allocator checks' own run-name flags ([`RunMods::parse`]), in the
 /// order names carry them.
 const FLAGS: [&str; 2] = ["xlane", "grow"];

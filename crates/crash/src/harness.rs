@@ -171,6 +171,13 @@ pub enum CheckError<E: CheckSubject> {
     UnknownRun { name: String, why: SpecError },
 }
 
+/// `?` on the component's own errors: they failed building what is checked.
+impl<E: CheckSubject> From<E> for CheckError<E> {
+    fn from(e: E) -> CheckError<E> {
+        CheckError::Subject(e)
+    }
+}
+
 impl<E: CheckSubject> CheckError<E> {
     /// The error for the run name `name` refused for `why`.
     pub fn unknown_run(name: &str, why: SpecError) -> CheckError<E> {

@@ -81,12 +81,6 @@ impl CheckSubject for GroupError {
     const RUNS: &'static str = "gN[/torn][/store][/restartN]";
 }
 
-impl From<GroupError> for GroupCheckError {
-    fn from(e: GroupError) -> GroupCheckError {
-        GroupCheckError::Subject(e)
-    }
-}
-
 // ---- deterministic keys and values -------------------------------------------------
 
 fn key_of(id: u64) -> u64 {

@@ -65,12 +65,6 @@ impl CheckSubject for LogError {
     const RUNS: &'static str = "VARIANT[/torn][/store][/restartN]";
 }
 
-impl From<LogError> for CheckError {
-    fn from(e: LogError) -> CheckError {
-        CheckError::Subject(e)
-    }
-}
-
 // ---- deterministic records -------------------------------------------------------
 
 const SIZES: [usize; 24] = [

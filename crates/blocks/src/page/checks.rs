@@ -67,12 +67,6 @@ impl CheckSubject for PageError {
     const RUNS: &'static str = "ALG/4k|16k[/torn][/store][/restartN]";
 }
 
-impl From<PageError> for PageCheckError {
-    fn from(e: PageError) -> PageCheckError {
-        PageCheckError::Subject(e)
-    }
-}
-
 // ---- the store under test --------------------------------------------------------
 
 /// The store's shape in a run.
