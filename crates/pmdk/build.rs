@@ -37,6 +37,7 @@ fn main() {
 
     println!("cargo:rerun-if-env-changed=FERRITE_PMDK");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_LIBDIR");
     let link = if std::env::var_os("CARGO_FEATURE_LINK").is_some() {
         true
     } else {
