@@ -1,9 +1,27 @@
 //! Build script for `ferrite-pmdk`.
 //!
-//! Does nothing unless the `link` feature is on, so the crate builds on
-//! machines without PMDK. With `link`, it compiles `csrc/shim.c`,
-//! `csrc/txbtree.c` and `csrc/txbytemap.c` (the code that has to be C
-//! because PMDK's transaction macros use `setjmp`) and links the four PMDK 1.12 libraries.
+//! Links PMDK when it is installed, so the default build of the workspace
+//! has PMDK's rows wherever PMDK is, and still builds where it is not:
+//!
+//! - feature `link` on (`--features ferrite/pmdk`): link, as before; a
+//!   missing PMDK is a build error.
+//! - else the environment variable `FERRITE_PMDK`: `0` (or `off`) never
+//!   links — how to build, test and run as on a machine without PMDK — and
+//!   `1` (or `on`) always links;
+//! - else detection: `pkg-config --exists libpmem libpmemobj libpmemblk
+//!   libpmemlog` (Debian's `lib*-dev` packages install the `.pc` files), or,
+//!   without pkg-config, a compile probe of the four headers.
+//!
+//! When it links, it compiles `csrc/shim.c`, `csrc/txbtree.c` and
+//! `csrc/txbytemap.c` (the code that has to be C because PMDK's
+//! transaction macros use `setjmp`), links the four PMDK 1.12 libraries,
+//! turns on the crate's own `feature = "link"` cfg (the code behind it is
+//! the binding), and tells the crates that depend on this one through the
+//! `links` metadata `DEP_FERRITE_PMDK_LINKED=1`: the build scripts of
+//! ferrite-bench, ferrite-server and ferrite then turn on their
+//! `feature = "pmdk"` cfg. (A build script's cfg does not change Cargo's
+//! feature resolution, which is why those crates depend on this one
+//! unconditionally: without PMDK it is an empty crate.)
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -17,9 +35,23 @@ fn main() {
         println!("cargo:rerun-if-changed={f}");
     }
 
-    if std::env::var_os("CARGO_FEATURE_LINK").is_none() {
+    println!("cargo:rerun-if-env-changed=FERRITE_PMDK");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_LIBDIR");
+    let link = if std::env::var_os("CARGO_FEATURE_LINK").is_some() {
+        true
+    } else {
+        match std::env::var("FERRITE_PMDK").as_deref() {
+            Ok("0" | "off") => false,
+            Ok("1" | "on") => true,
+            _ => pmdk_installed(),
+        }
+    };
+    println!("cargo:linked={}", u8::from(link));
+    if !link {
         return;
     }
+    println!("cargo:rustc-cfg=feature=\"link\"");
 
     let mut build = cc::Build::new();
     build
@@ -43,5 +75,32 @@ fn main() {
     // emitted the shim's own directive above.
     for lib in ["pmemobj", "pmemblk", "pmemlog", "pmem"] {
         println!("cargo:rustc-link-lib=dylib={lib}");
+    }
+}
+
+/// Whether PMDK's four libraries and their headers are installed.
+fn pmdk_installed() -> bool {
+    const LIBS: [&str; 4] = ["libpmem", "libpmemobj", "libpmemblk", "libpmemlog"];
+    match std::process::Command::new("pkg-config")
+        .arg("--exists")
+        .args(LIBS)
+        .status()
+    {
+        Ok(s) => s.success(),
+        // No pkg-config: do the headers compile?
+        Err(_) => {
+            let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+            let probe = out.join("pmdk_probe.c");
+            let src = "#include <libpmem.h>\n#include <libpmemobj.h>\n\
+                       #include <libpmemblk.h>\n#include <libpmemlog.h>\n\
+                       int ferrite_pmdk_probe(void) { return 0; }\n";
+            std::fs::write(&probe, src).is_ok()
+                && cc::Build::new()
+                    .file(&probe)
+                    .cargo_metadata(false)
+                    .cargo_warnings(false)
+                    .try_compile("ferrite_pmdk_probe")
+                    .is_ok()
+        }
     }
 }

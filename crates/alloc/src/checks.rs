@@ -77,10 +77,10 @@ use crate::ops::{MetaOp, OP_BYTES, flush_words};
 use crate::{AllocError, AllocThread, Link, PAllocator, Publish, Reservation};
 use ferrite_crash::sim::SimThread;
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
-    spend_budget,
+    CheckSubject, Config, CrashAt, ExploreError, Explorer, Report, RunMods, SimRun, SpecError,
+    failed_restart, spend_budget,
 };
-use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, POff, Pool, PoolError, PoolOptions, Region};
+use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, POff, Pool, PoolOptions, Region};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Size of the simulated pool every check uses (images are copied for
@@ -105,20 +105,20 @@ const GROW_INITIAL: u64 = 32 * 1024;
 /// thread) and an extent, so the ~60-page heap fills up now and then.
 const SIZES: [usize; 6] = [16, 48, 100, 256, 2000, 20_000];
 
-/// Why a check could not run (a violation is not an error: it is in the report).
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error(transparent)]
-    Explore(#[from] ExploreError),
-    #[error("cannot build the pool under test: {0}")]
-    Pool(#[from] PoolError),
-    #[error("cannot build the heap under test: {0}")]
-    Alloc(#[from] AllocError),
-    #[error(
-        "unknown check run '{0}' (expected ferrite|lock[/torn][/store][/restartN], ferrite[/grow])"
-    )]
-    UnknownRun(String),
+/// Why a check could not run (a violation is not an error: it is in the
+/// report): the shared [`ferrite_crash::CheckError`] with the heap's errors.
+pub type CheckError = ferrite_crash::CheckError<AllocError>;
+
+impl CheckSubject for AllocError {
+    const WHAT: &'static str = "heap";
+    const RUNS: &'static str = "ferrite|lock[/torn][/store][/xlane][/restartN], ferrite[/grow]";
 }
+
+/// The allocator checks' own run-name flags ([`RunMods::parse`]), in the
+/// order names carry them.
+const FLAGS: [&str; 2] = ["xlane", "grow"];
+const XLANE: usize = 0;
+const GROW: usize = 1;
 
 /// The allocator under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -811,53 +811,38 @@ impl RunSpec {
     }
 
     fn name(&self) -> String {
-        let mut s = self.target.name().to_string();
-        for (on, part) in [
-            (self.torn, "/torn"),
-            (self.store, "/store"),
-            (self.xlane, "/xlane"),
-            (self.grow, "/grow"),
-        ] {
-            if on {
-                s.push_str(part);
-            }
-        }
-        if let Some(r) = self.restart {
-            s.push_str(&format!("/restart{r}"));
-        }
-        s
+        let mods = RunMods::new(self.torn, self.store, self.restart)
+            .with_flag(XLANE, self.xlane)
+            .with_flag(GROW, self.grow);
+        format!("{}{}", self.target.name(), mods.suffix(&FLAGS))
     }
 
-    fn parse(name: &str) -> Option<RunSpec> {
+    fn parse(name: &str) -> Result<RunSpec, SpecError> {
         let mut parts = name.split('/');
-        let target = match parts.next()? {
+        let target = match parts.next().unwrap_or_default() {
             "ferrite" => Target::Ferrite,
             "lock" => Target::Lock,
-            _ => return None,
+            base => return Err(SpecError::UnknownBase(base.to_string())),
         };
-        let mut spec = RunSpec::new(target);
-        for p in parts {
-            let flag = match p {
-                "torn" => &mut spec.torn,
-                "store" => &mut spec.store,
-                "xlane" => &mut spec.xlane,
-                "grow" if target == Target::Ferrite => &mut spec.grow,
-                _ if spec.restart.is_none() => {
-                    spec.restart = Some(p.strip_prefix("restart")?.parse().ok()?);
-                    continue;
-                }
-                _ => return None,
-            };
-            if *flag {
-                return None;
-            }
-            *flag = true;
+        let m = RunMods::parse(parts, &FLAGS)?;
+        let spec = RunSpec {
+            torn: m.torn,
+            store: m.store,
+            xlane: m.flag(XLANE),
+            restart: m.restart,
+            grow: m.flag(GROW),
+            ..RunSpec::new(target)
+        };
+        if spec.grow && target != Target::Ferrite {
+            return Err(SpecError::Conflict("only the Ferrite heap grows"));
         }
         // Restarts start from a crash of the main workload.
         if spec.restart.is_some() && spec.xlane {
-            return None;
+            return Err(SpecError::Conflict(
+                "a restart starts from the main workload, not the cross-lane one",
+            ));
         }
-        Some(spec)
+        Ok(spec)
     }
 
     fn setup(&self, pool: &Pool) -> Result<(), AllocError> {
@@ -953,24 +938,6 @@ fn crash_main(
     }
 }
 
-/// A report holding the one violation that stopped a restart run.
-fn failed_start(cfg: &Config, at: CrashAt, salt: u64, message: String) -> Report {
-    Report {
-        states: 1,
-        violation_count: 1,
-        violations: vec![Violation {
-            repro: Repro {
-                at,
-                image: ImageSel::Sampled(salt),
-                nested: None,
-            },
-            seed: cfg.seed,
-            message,
-        }],
-        ..Report::default()
-    }
-}
-
 fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckError> {
     let target = spec.target;
     let mut cfg = cfg
@@ -1016,7 +983,7 @@ fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckErr
                 ..Model::default()
             };
             if let Err(e) = check(&opened, &*a, &acked) {
-                return Ok(failed_start(
+                return Ok(failed_restart(
                     &cfg,
                     at,
                     salt,
@@ -1026,7 +993,7 @@ fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, CheckErr
             start
         }
         Err(e) => {
-            return Ok(failed_start(
+            return Ok(failed_restart(
                 &cfg,
                 at,
                 salt,
@@ -1130,7 +1097,7 @@ pub fn check_alloc(cfg: Config) -> Result<Vec<(String, Report)>, CheckError> {
 /// Replays one run by name (`ferrite/torn/restart1`), e.g. with `cfg.only`
 /// set to a violation's reproducer and `cfg.seed` to its seed.
 pub fn check_run(name: &str, cfg: Config) -> Result<Report, CheckError> {
-    let spec = RunSpec::parse(name).ok_or_else(|| CheckError::UnknownRun(name.to_string()))?;
+    let spec = RunSpec::parse(name).map_err(|why| CheckError::unknown_run(name, why))?;
     run_one(spec, &cfg, Fault::None)
 }
 
@@ -1385,6 +1352,21 @@ mod tests {
         {
             assert_eq!(RunSpec::parse(&n).unwrap().name(), n);
         }
-        assert!(check_run("nope", cfg(1)).is_err());
+        for bad in [
+            "nope",
+            "lock/grow",
+            "ferrite/xlane/restart0",
+            // A repeated modifier is refused, as in every check
+            // (`ferrite_crash::harness`); the restart used to be too.
+            "ferrite/torn/torn",
+            "ferrite/grow/grow",
+            "ferrite/restart0/restart1",
+        ] {
+            assert!(RunSpec::parse(bad).is_err(), "{bad}");
+            assert!(
+                matches!(check_run(bad, cfg(1)), Err(CheckError::UnknownRun { .. })),
+                "{bad}"
+            );
+        }
     }
 }

@@ -77,7 +77,9 @@ use crate::heap::Fault;
 use crate::lane::{Cursor, ENTRY_HEADER, Lane, Latest, MIN_LANE_BYTES};
 use crate::ops::{MetaOp, OpKind, flush_words};
 use crate::{AllocStats, AllocThread, Link, Loc, PAllocator, Publish, RecoveryReport, Reservation};
-use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, POff, Region};
+use ferrite_pmem::{
+    CACHE_LINE, ChecksumMismatch, HEADER_SIZE, POff, Region, SuperblockView, SuperblockWriter,
+};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,16 +243,13 @@ impl LockHeap {
         region.store_u64(arena_off + 8, 0);
         region.flush(arena_off, 16);
         region.fence();
-        let mut b = [0u8; CACHE_LINE];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&opts.lane_bytes.to_le_bytes());
-        b[16..24].copy_from_slice(&(arena_off as u64).to_le_bytes());
-        b[24..32].copy_from_slice(&arena_len.to_le_bytes());
-        b[32..40].copy_from_slice(&(region.len() as u64).to_le_bytes());
-        b[40..48].copy_from_slice(&nonce.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        let b = SuperblockWriter::new(&MAGIC, VERSION)
+            .u32(12, opts.lane_bytes)
+            .u64(16, arena_off as u64)
+            .u64(24, arena_len)
+            .u64(32, region.len() as u64)
+            .u64(40, nonce)
+            .seal();
         region.write(0, &b);
         region.persist(0, CACHE_LINE);
         LockHeap::open(region)
@@ -271,12 +270,12 @@ impl LockHeap {
             });
         }
         let b = region.read_vec(0, CACHE_LINE);
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        if b[0..8] != MAGIC {
+        let view = SuperblockView::new(&b).filter(|v| v.has_magic(&MAGIC));
+        let Some(view) = view else {
             return Err(AllocError::NotAHeap { what: "lock heap" });
-        }
-        let version = u16::from_le_bytes([b[8], b[9]]);
+        };
+        let (u32_at, u64_at) = (|o| view.u32(o), |o| view.u64(o));
+        let version = view.version();
         if version != VERSION {
             return Err(AllocError::UnsupportedVersion {
                 what: "lock heap",
@@ -284,8 +283,7 @@ impl LockHeap {
                 supported: VERSION,
             });
         }
-        let (stored, computed) = (u32_at(60), crc32c::crc32c(&b[..60]));
-        if stored != computed {
+        if let Err(ChecksumMismatch { stored, computed }) = view.checksum() {
             return Err(AllocError::Checksum {
                 what: "lock heap superblock".into(),
                 stored,
@@ -931,6 +929,33 @@ impl PAllocator for LockHeap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = {
+            let p = pool();
+            let opts = LockOptions {
+                lane_bytes: 4096,
+                nonce: Some(0x1234_5678_9abc_def0),
+            };
+            LockHeap::create(region(&p), opts).unwrap();
+            region(&p).read_vec(0, CACHE_LINE)
+        }
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "464552524c4f434b0100000000100000801000000000000080cf3f0000000000",
+                "00e03f0000000000f0debc9a7856341200000000000000000000000026e7415c"
+            )
+        );
+    }
     use ferrite_pmem::{Counters, Domain, Pool, PoolOptions};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;

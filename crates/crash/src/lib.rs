@@ -9,6 +9,10 @@
 //!   one running at a time, handing over at medium events by a seeded
 //!   schedule — two operations in flight at once, every crash point
 //!   reproducible; a crash stops them all.
+//! - [`harness`]: what every component's `checks.rs` shares — the run-name
+//!   grammar `BASE[/torn][/store][/FLAG…][/restartN]` ([`RunMods`]), the
+//!   [`CheckError`] of a check that cannot run, the report of a failed
+//!   restart ([`failed_restart`]).
 //! - [`selftest`]: the explorer proven on a correct and two broken
 //!   append-then-publish protocols.
 //! - [`inflight`]: an observer counting flushes not yet fenced, for tests
@@ -18,6 +22,7 @@
 //! crate's tests and the engine of `ferrite check`.
 
 pub mod explorer;
+pub mod harness;
 pub mod inflight;
 pub mod lockstep;
 pub mod selftest;
@@ -27,5 +32,6 @@ pub use explorer::{
     Config, ExploreError, Explorer, ImageSel, PowerFail, Report, Repro, SimRun, Violation,
     panic_message, spend_budget,
 };
+pub use harness::{CheckError, CheckSubject, RunMods, SpecError, failed_restart};
 pub use inflight::InFlight;
 pub use sim::{CrashAt, CrashState, SimMedium, SimThread};

@@ -74,9 +74,23 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! Header block (64 bytes): magic `FERRBPTR`, `fanout` F u64 (most keys
-//! per node), `value_len` u64, `root` u64, `height` u64 (1: the root is a
-//! leaf), 24 reserved bytes.
+//! Header block (64 bytes, version [`crate::HEADER_VERSION`], the
+//! [`ferrite_pmem::superblock`] frame):
+//!
+//! | bytes  | field                                                   |
+//! |--------|---------------------------------------------------------|
+//! | 0..8   | magic `FERRBPTR`                                        |
+//! | 8..10  | version, u16 = 2                                        |
+//! | 10..16 | zero                                                    |
+//! | 16..24 | `value_len` u64                                         |
+//! | 24..32 | `root` u64 (updated in place; not in the checksum)      |
+//! | 32..40 | `height` u64, 1: the root is a leaf (updated in place; not in the checksum) |
+//! | 40..48 | `fanout` F u64 (most keys per node)                      |
+//! | 48..60 | zero                                                    |
+//! | 60..64 | CRC32C of bytes 0..60 with 24..40 read as zero           |
+//!
+//! Version 1 (no version, no checksum; F at 8..16) is refused with
+//! [`ferrite_tx::TxError::HeaderVersion`].
 //!
 //! Node (`32 + 32·F + 8·(F+1)` bytes): `leaf` u64 (1 leaf, 0 internal),
 //! `n` u64 (keys), `next` u64 (leaves: the next leaf, 0 = last), 8
@@ -94,7 +108,7 @@
 //! following `next` from the leftmost leaf visits every leaf once, left
 //! to right; every node and value block is allocated and large enough.
 
-use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
+use crate::{DsOptions, KvMap, Shape, Structure, le, mix64};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
@@ -105,7 +119,14 @@ pub const MAGIC: [u8; 8] = *b"FERRBPTR";
 /// Bytes of a key.
 pub const KEY: usize = 32;
 const HDR: usize = 64;
-const H_FANOUT: u64 = 8;
+const H_VALUE_LEN: usize = 16;
+const H_FANOUT: u64 = 40;
+/// The header's framing; root and height change in place.
+const HEADER: crate::Header = crate::Header {
+    magic: MAGIC,
+    name: "B+tree",
+    mutable: 24..40,
+};
 const H_ROOT: u64 = 24;
 const H_HEIGHT: u64 = 32;
 const N_LEAF: u64 = 0;
@@ -190,8 +211,8 @@ fn ptr_off(x: u64, f: u64, i: usize) -> u64 {
 /// The fanout, root and height of a header image, refused (as corrupt)
 /// when the fanout or height is out of range: descents stage node pieces
 /// in arrays sized by [`MAX_FANOUT`] and paths by `MAX_HEIGHT`.
-fn header_fields(hdr: u64, hb: &[u8; 40]) -> Result<(u64, u64, u64)> {
-    let (f, root, height) = (le(hb, 8), le(hb, 24), le(hb, 32));
+fn header_fields(hdr: u64, hb: &[u8; 48]) -> Result<(u64, u64, u64)> {
+    let (f, root, height) = (le(hb, H_FANOUT as usize), le(hb, 24), le(hb, 32));
     if !(MIN_FANOUT..=MAX_FANOUT).contains(&f) || height == 0 || height > MAX_HEIGHT as u64 {
         return Err(TxError::Corrupt(format!(
             "B+tree header {hdr:#x}: fanout {f}, height {height}"
@@ -456,12 +477,12 @@ fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut nb = [0u8; node_bytes(MAX_FANOUT) as usize];
     nb[0..8].copy_from_slice(&1u64.to_le_bytes());
     tx.write(root, &nb[..node_bytes(f) as usize])?;
-    let mut b = [0u8; HDR];
-    b[0..8].copy_from_slice(&MAGIC);
-    b[8..16].copy_from_slice(&f.to_le_bytes());
-    b[16..24].copy_from_slice(&vlen.to_le_bytes());
-    b[24..32].copy_from_slice(&root.raw().to_le_bytes());
-    b[32..40].copy_from_slice(&1u64.to_le_bytes());
+    let b = HEADER.encode(&[
+        (H_FANOUT as usize, f),
+        (H_VALUE_LEN, vlen),
+        (H_ROOT as usize, root.raw()),
+        (H_HEIGHT as usize, 1),
+    ]);
     tx.write(h, &b)?;
     tx.set_root(h.raw())?;
     Ok(h.raw())
@@ -542,7 +563,7 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (hdr, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let value = inp.buf(0);
     let k = key32(key);
-    let mut hb = [0u8; 40];
+    let mut hb = [0u8; 48];
     tx.read(p64(hdr), &mut hb)?;
     let (f, root, height) = header_fields(hdr, &hb)?;
     with_scratch(f, |kb, pb| {
@@ -816,7 +837,7 @@ struct Plan {
 fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (hdr, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let k = key32(key);
-    let mut hb = [0u8; 40];
+    let mut hb = [0u8; 48];
     tx.read(p64(hdr), &mut hb)?;
     let (f, root, height) = header_fields(hdr, &hb)?;
     with_scratch(f, |kb, pb| {
@@ -1098,8 +1119,8 @@ impl<'p> BpTree<'p> {
     }
 
     pub fn open(txp: &'p TxPool, header: u64) -> Result<BpTree<'p>> {
-        let h = header_bytes(txp, header, &MAGIC, 40)?;
-        let (fanout, value_len) = (le(&h, 8), le(&h, 16) as usize);
+        let h = HEADER.read(txp, header)?;
+        let (fanout, value_len) = (le(&h, H_FANOUT as usize), le(&h, H_VALUE_LEN) as usize);
         if !(MIN_FANOUT..=MAX_FANOUT).contains(&fanout) || value_len == 0 || value_len > 4096 {
             return Err(TxError::Corrupt(format!("B+tree header at {header:#x}")));
         }

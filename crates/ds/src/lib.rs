@@ -209,7 +209,9 @@ pub(crate) fn peek(txp: &TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-/// Checks the header magic of a structure and returns the header bytes.
+/// Checks the header magic of a structure and returns the header bytes
+/// (the hash map and byte map, whose headers have no version yet; see
+/// [`Header`] for the others).
 pub(crate) fn header_bytes(
     txp: &TxPool,
     header: u64,
@@ -224,4 +226,67 @@ pub(crate) fn header_bytes(
         )));
     }
     Ok(h)
+}
+
+/// Format version of the rbtree, skiplist and B+tree headers. Version 1
+/// (before the header went through [`ferrite_pmem::superblock`]) had no
+/// version and no checksum; it is refused with [`TxError::HeaderVersion`].
+pub const HEADER_VERSION: u16 = 2;
+
+/// A structure's 64-byte header: the [`ferrite_pmem::superblock`] frame
+/// (magic 0..8, version 8..10, CRC32C at 60..64) with the structure's
+/// `mutable` words (one range) — its root and count, updated in place by every
+/// transaction that changes them, under the transaction's log — left out
+/// of the checksum.
+pub(crate) struct Header {
+    pub magic: [u8; 8],
+    /// Name in errors (`rbtree`, …).
+    pub name: &'static str,
+    pub mutable: std::ops::Range<usize>,
+}
+
+impl Header {
+    /// A new header with `fields` (offset, value) set and its checksum sealed.
+    pub fn encode(&self, fields: &[(usize, u64)]) -> [u8; 64] {
+        let mut w = ferrite_pmem::SuperblockWriter::new(&self.magic, HEADER_VERSION);
+        for &(at, v) in fields {
+            w.u64(at, v);
+        }
+        w.seal_masked(std::slice::from_ref(&self.mutable))
+    }
+
+    /// Reads and validates the header at pool offset `at`: magic, then the
+    /// checksum (a header whose checksum field is zero is a version-1
+    /// header, which had none), then the version. Returns its 64 bytes.
+    pub fn read(&self, txp: &TxPool, at: u64) -> Result<Vec<u8>> {
+        let h = peek(txp, at, 64)?;
+        let view = ferrite_pmem::SuperblockView::new(&h).expect("64 bytes");
+        if !view.has_magic(&self.magic) {
+            return Err(TxError::Corrupt(format!(
+                "no {} at {at:#x}",
+                String::from_utf8_lossy(&self.magic)
+            )));
+        }
+        let old = |found| TxError::HeaderVersion {
+            structure: self.name,
+            at,
+            found,
+            supported: HEADER_VERSION,
+        };
+        if let Err(e) = view.checksum_masked(std::slice::from_ref(&self.mutable)) {
+            if e.stored == 0 {
+                return Err(old(1));
+            }
+            return Err(TxError::HeaderChecksum {
+                structure: self.name,
+                at,
+                stored: e.stored,
+                computed: e.computed,
+            });
+        }
+        if view.version() != HEADER_VERSION {
+            return Err(old(view.version()));
+        }
+        Ok(h)
+    }
 }

@@ -8,8 +8,22 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! Header block (64 bytes): magic `FERRRBTR`, `value_len` u64, `count`
-//! u64, `root` u64 (0 = empty), 32 reserved bytes.
+//! Header block (64 bytes, version [`crate::HEADER_VERSION`], the
+//! [`ferrite_pmem::superblock`] frame):
+//!
+//! | bytes  | field                                                 |
+//! |--------|-------------------------------------------------------|
+//! | 0..8   | magic `FERRRBTR`                                      |
+//! | 8..10  | version, u16 = 2                                      |
+//! | 10..16 | zero                                                  |
+//! | 16..24 | `count` u64 (updated in place; not in the checksum)   |
+//! | 24..32 | `root` u64, 0 = empty (updated in place; not in the checksum) |
+//! | 32..40 | `value_len` u64                                       |
+//! | 40..60 | zero                                                  |
+//! | 60..64 | CRC32C of bytes 0..60 with 16..32 read as zero        |
+//!
+//! Version 1 (no version, no checksum; `value_len` at 8..16) is refused
+//! with [`ferrite_tx::TxError::HeaderVersion`].
 //!
 //! Node (`40 + value_len` bytes): `key` u64, `left` u64, `right` u64,
 //! `parent` u64 (0 = none), `color` u64 (0 black, 1 red), value.
@@ -21,7 +35,7 @@
 //! path from a node to a leaf has the same number of black nodes; `count`
 //! nodes are reachable; every block is allocated and large enough.
 
-use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le};
+use crate::{DsOptions, KvMap, Shape, Structure, le};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
@@ -31,6 +45,13 @@ pub const MAGIC: [u8; 8] = *b"FERRRBTR";
 const HDR: usize = 64;
 const H_COUNT: u64 = 16;
 const H_ROOT: u64 = 24;
+const H_VALUE_LEN: usize = 32;
+/// The header's framing; count and root change in place.
+const HEADER: crate::Header = crate::Header {
+    magic: MAGIC,
+    name: "rbtree",
+    mutable: 16..32,
+};
 const KEY: u64 = 0;
 const LEFT: u64 = 8;
 const RIGHT: u64 = 16;
@@ -63,9 +84,7 @@ pub static FUNCS: [&TxFunc; 3] = [&CREATE, &INSERT, &REMOVE];
 
 fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let h = tx.alloc(HDR)?;
-    let mut b = [0u8; HDR];
-    b[0..8].copy_from_slice(&MAGIC);
-    b[8..16].copy_from_slice(&inp.arg_u64(0).to_le_bytes());
+    let b = HEADER.encode(&[(H_VALUE_LEN, inp.arg_u64(0))]);
     tx.write(h, &b)?;
     tx.set_root(h.raw())?;
     Ok(h.raw())
@@ -330,8 +349,8 @@ impl<'p> RbTree<'p> {
     }
 
     pub fn open(txp: &'p TxPool, header: u64) -> Result<RbTree<'p>> {
-        let h = header_bytes(txp, header, &MAGIC, 16)?;
-        let value_len = le(&h, 8) as usize;
+        let h = HEADER.read(txp, header)?;
+        let value_len = le(&h, H_VALUE_LEN) as usize;
         if value_len == 0 || value_len > 4096 {
             return Err(TxError::Corrupt(format!("rbtree header at {header:#x}")));
         }

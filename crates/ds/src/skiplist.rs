@@ -8,8 +8,23 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! Header block (64 bytes): magic `FERRSKIP`, `levels` u64, `value_len`
-//! u64, `count` u64, `head` u64 (the head node), 24 reserved bytes.
+//! Header block (64 bytes, version [`crate::HEADER_VERSION`], the
+//! [`ferrite_pmem::superblock`] frame):
+//!
+//! | bytes  | field                                                |
+//! |--------|------------------------------------------------------|
+//! | 0..8   | magic `FERRSKIP`                                     |
+//! | 8..10  | version, u16 = 2                                     |
+//! | 10..16 | zero                                                 |
+//! | 16..24 | `value_len` u64                                      |
+//! | 24..32 | `count` u64 (updated in place; not in the checksum)  |
+//! | 32..40 | `head` u64, the head node                            |
+//! | 40..48 | `levels` u64                                         |
+//! | 48..60 | zero                                                 |
+//! | 60..64 | CRC32C of bytes 0..60 with 24..32 read as zero       |
+//!
+//! Version 1 (no version, no checksum; `levels` at 8..16) is refused with
+//! [`ferrite_tx::TxError::HeaderVersion`].
 //!
 //! Node (`16 + 8·height + value_len` bytes): `key` u64, `height` u64,
 //! `next[height]` u64 (pool offsets, 0 = end of that level), value. The
@@ -22,7 +37,7 @@
 //! the same order; every height is `1 + trailing ones of mix64(key)`
 //! capped at `levels`; every referenced block is allocated and large enough.
 
-use crate::{DsOptions, KvMap, Shape, Structure, header_bytes, le, mix64};
+use crate::{DsOptions, KvMap, Shape, Structure, le, mix64};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
@@ -32,8 +47,16 @@ pub const MAGIC: [u8; 8] = *b"FERRSKIP";
 /// Most levels.
 pub const MAX_LEVELS: u64 = 32;
 const HDR: usize = 64;
+const H_VALUE_LEN: usize = 16;
 const H_COUNT: u64 = 24;
 const H_HEAD: u64 = 32;
+const H_LEVELS: usize = 40;
+/// The header's framing; the count changes in place.
+const HEADER: crate::Header = crate::Header {
+    magic: MAGIC,
+    name: "skiplist",
+    mutable: 24..32,
+};
 
 /// Creates a list: args `[levels, value_len]`; returns the header.
 pub static CREATE: TxFunc = TxFunc {
@@ -72,11 +95,11 @@ fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut hb = vec![0u8; 16 + 8 * levels as usize];
     hb[8..16].copy_from_slice(&levels.to_le_bytes());
     tx.write(head, &hb)?;
-    let mut b = [0u8; HDR];
-    b[0..8].copy_from_slice(&MAGIC);
-    b[8..16].copy_from_slice(&levels.to_le_bytes());
-    b[16..24].copy_from_slice(&vlen.to_le_bytes());
-    b[32..40].copy_from_slice(&head.raw().to_le_bytes());
+    let b = HEADER.encode(&[
+        (H_LEVELS, levels),
+        (H_VALUE_LEN, vlen),
+        (H_HEAD as usize, head.raw()),
+    ]);
     tx.write(h, &b)?;
     tx.set_root(h.raw())?;
     Ok(h.raw())
@@ -129,9 +152,9 @@ fn bad_count(count: u64) -> TxError {
 fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (header, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let value = inp.buf(0);
-    let mut hb = [0u8; 40];
+    let mut hb = [0u8; 48];
     tx.read(p64(header), &mut hb)?;
-    let (levels, count, head) = (le(&hb, 8), le(&hb, 24), le(&hb, 32));
+    let (levels, count, head) = (le(&hb, H_LEVELS), le(&hb, 24), le(&hb, 32));
     let mut update = [0u64; MAX_LEVELS as usize];
     let cand = search(tx, head, levels, key, &mut update)?;
     if cand != 0 && tx.read_u64(p64(cand))? == key {
@@ -160,9 +183,9 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
 
 fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (header, key) = (inp.arg_u64(0), inp.arg_u64(1));
-    let mut hb = [0u8; 40];
+    let mut hb = [0u8; 48];
     tx.read(p64(header), &mut hb)?;
-    let (levels, count, head) = (le(&hb, 8), le(&hb, 24), le(&hb, 32));
+    let (levels, count, head) = (le(&hb, H_LEVELS), le(&hb, 24), le(&hb, 32));
     let mut update = [0u64; MAX_LEVELS as usize];
     let t = search(tx, head, levels, key, &mut update)?;
     if t == 0 || tx.read_u64(p64(t))? != key {
@@ -211,8 +234,8 @@ impl<'p> SkipList<'p> {
     }
 
     pub fn open(txp: &'p TxPool, header: u64) -> Result<SkipList<'p>> {
-        let h = header_bytes(txp, header, &MAGIC, 40)?;
-        let (levels, value_len) = (le(&h, 8), le(&h, 16) as usize);
+        let h = HEADER.read(txp, header)?;
+        let (levels, value_len) = (le(&h, H_LEVELS), le(&h, H_VALUE_LEN) as usize);
         if levels == 0 || levels > MAX_LEVELS || value_len == 0 || value_len > 4096 {
             return Err(TxError::Corrupt(format!("skiplist header at {header:#x}")));
         }

@@ -297,8 +297,8 @@ fn a_damaged_skiplist_is_an_error_not_a_panic() {
         for k in 1..20 {
             list.insert(&mut th, k, &value(k, 0, 32)).unwrap();
         }
-        // Header: magic, levels u64 at 8.
-        let levels_at = list.header() as usize + 8;
+        // Header (version 2): levels u64 at 40.
+        let levels_at = list.header() as usize + 40;
         let whole = ferrite_pmem::Region::whole(p.medium().clone());
         let levels = whole.load_u64(levels_at);
         whole.store_u64(levels_at, 40);
@@ -309,5 +309,69 @@ fn a_damaged_skiplist_is_an_error_not_a_panic() {
         whole.store_u64(levels_at, levels);
         list.insert(&mut th, 5, &value(5, 2, 32)).unwrap();
         assert_eq!(list.get(5).unwrap(), Some(value(5, 2, 32)));
+    }
+}
+
+/// The rbtree, skiplist and B+tree headers are versioned and checksummed
+/// (`ferrite_pmem::superblock`, version `ds::HEADER_VERSION`): one that
+/// reopens after inserts (which update the root and count in place, outside
+/// the checksum); a version-1 header — no version, no checksum, the moved
+/// field at 8..16 — is refused with `TxError::HeaderVersion { found: 1 }`;
+/// a flipped bit with `HeaderChecksum`; a well-sealed unknown version with
+/// `HeaderVersion { found }`.
+#[test]
+fn structure_headers_are_versioned_and_old_ones_refused() {
+    use ferrite_pmem::{Region, SuperblockWriter};
+    // (structure, offset of the field version 1 kept at 8..16, words
+    // outside the checksum)
+    let cases = [
+        (Structure::BpTree, 40, 24..40),
+        (Structure::SkipList, 40, 24..32),
+        (Structure::RbTree, 32, 16..32),
+    ];
+    for (s, moved, mutable) in cases {
+        let p = pool(8);
+        let txp = TxPool::create(&p, &TxOptions::new(Strategy::Undo), ds::registry()).unwrap();
+        let header = {
+            let mut th = txp.thread().unwrap();
+            let m = ds::create(s, &mut th, small()).unwrap();
+            for k in 0..20 {
+                m.insert(&mut th, k, &value(k, 0, 32)).unwrap();
+            }
+            txp.root()
+        };
+        let whole = Region::whole(p.medium().clone());
+        let good = whole.read_vec(header as usize, 64);
+        assert_eq!(u16::from_le_bytes([good[8], good[9]]), ds::HEADER_VERSION);
+        let reopen = |b: &[u8]| {
+            whole.write(header as usize, b);
+            ds::open(s, &txp, header).map(|_| ())
+        };
+        reopen(&good).unwrap_or_else(|e| panic!("{s:?}: {e}"));
+
+        let mut v1 = good.clone();
+        v1.copy_within(moved..moved + 8, 8);
+        v1[moved..moved + 8].fill(0);
+        v1[60..64].fill(0);
+        let e = reopen(&v1).unwrap_err();
+        assert!(
+            matches!(e, TxError::HeaderVersion { found: 1, supported, .. } if supported == ds::HEADER_VERSION),
+            "{s:?}: {e}"
+        );
+        assert!(e.to_string().contains("recreate the structure"), "{e}");
+
+        let mut flipped = good.clone();
+        flipped[moved] ^= 4;
+        let e = reopen(&flipped).unwrap_err();
+        assert!(matches!(e, TxError::HeaderChecksum { .. }), "{s:?}: {e}");
+
+        let mut future = SuperblockWriter::new(good[..8].try_into().unwrap(), 3);
+        future.bytes(16, &good[16..60]);
+        let e = reopen(&future.seal_masked(&[mutable])).unwrap_err();
+        assert!(
+            matches!(e, TxError::HeaderVersion { found: 3, .. }),
+            "{s:?}: {e}"
+        );
+        reopen(&good).unwrap();
     }
 }

@@ -12,6 +12,8 @@
 //! - [`trace`]: persist traces of every thread's loads, stores, flushes,
 //!   non-temporal stores, fences and commit points (feature `trace`), in a
 //!   documented binary format, for `ferrite-sim`.
+//! - [`superblock`]: the 64-byte superblock frame (magic, version, CRC32C
+//!   of bytes 0..60) every format's superblock is encoded with.
 //! - [`SimObserver`]: the hook through which `ferrite-crash` simulates power
 //!   failures on the same code paths.
 //!
@@ -28,6 +30,7 @@ pub mod opened;
 pub mod persist;
 pub mod pool;
 pub mod region;
+pub mod superblock;
 pub mod trace;
 
 pub use arch::{CACHE_LINE, FlushKind};
@@ -39,3 +42,4 @@ pub use map::{Mapping, OutOfBounds, PAGE};
 pub use persist::{LockHeld, Medium, PersistConfig, SimObserver};
 pub use pool::{Pool, PoolOptions};
 pub use region::{POff, Region};
+pub use superblock::{ChecksumMismatch, SUPERBLOCK_LEN, SuperblockView, SuperblockWriter};

@@ -94,6 +94,7 @@
 use crate::error::{PtmError, Result};
 use ferrite_alloc::MetaOp;
 use ferrite_alloc::ops::OP_BYTES;
+use ferrite_pmem::{SuperblockView, SuperblockWriter};
 
 pub const MAGIC: &[u8; 8] = b"FERPTM01";
 pub const VERSION: u16 = 1;
@@ -139,34 +140,28 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SB_BYTES] {
-        let mut b = [0u8; SB_BYTES];
-        b[0..8].copy_from_slice(MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
-        b[10..12].copy_from_slice(&self.algorithm.to_le_bytes());
-        b[12..14].copy_from_slice(&self.slots.to_le_bytes());
-        b[16..20].copy_from_slice(&self.log_bytes.to_le_bytes());
-        b[24..32].copy_from_slice(&self.slots_off.to_le_bytes());
-        b[32..40].copy_from_slice(&self.heap_off.to_le_bytes());
-        b[40..48].copy_from_slice(&self.heap_len.to_le_bytes());
-        b[48..56].copy_from_slice(&self.nonce.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
-        b
+        SuperblockWriter::new(MAGIC, VERSION)
+            .u16(10, self.algorithm)
+            .u16(12, self.slots)
+            .u32(16, self.log_bytes)
+            .u64(24, self.slots_off)
+            .u64(32, self.heap_off)
+            .u64(40, self.heap_len)
+            .u64(48, self.nonce)
+            .seal()
     }
 
     /// Decodes and validates against a pool of `pool_len` bytes.
     pub fn decode(b: &[u8; SB_BYTES], pool_len: u64) -> Result<Superblock> {
-        if &b[0..8] != MAGIC {
+        let sb = SuperblockView::of(b);
+        if !sb.has_magic(MAGIC) {
             return Err(PtmError::NotAPtm("no PTM superblock".into()));
         }
-        let crc = u32::from_le_bytes(b[60..64].try_into().expect("4"));
-        if crc != crc32c::crc32c(&b[..60]) {
+        if sb.checksum().is_err() {
             return Err(PtmError::Corrupt("superblock checksum mismatch".into()));
         }
-        let u16_at = |i: usize| u16::from_le_bytes(b[i..i + 2].try_into().expect("2"));
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4"));
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
-        let v = u16_at(8);
+        let (u16_at, u32_at, u64_at) = (|i| sb.u16(i), |i| sb.u32(i), |i| sb.u64(i));
+        let v = sb.version();
         if v != VERSION {
             return Err(PtmError::Version(v));
         }
@@ -323,6 +318,34 @@ pub fn redo_crc(nonce: u64, slot: usize, status: u64, count: u32, entries: &[u8]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            algorithm: 2,
+            slots: 3,
+            log_bytes: 4096,
+            slots_off: SLOTS_OFF,
+            heap_off: 1 << 16,
+            heap_len: 1 << 20,
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "46455250544d3031010002000300000000100000000000008010000000000000",
+                "00000100000000000000100000000000f0debc9a78563412000000008ea13079"
+            )
+        );
+    }
 
     #[test]
     fn superblock_round_trips_and_rejects_damage() {

@@ -28,6 +28,28 @@ pub enum TxError {
     Checksum { stored: u32, computed: u32 },
     #[error("corrupt transactional pool: {0}")]
     Corrupt(String),
+    /// A data structure's header (`ferrite-ds`) of a format version this
+    /// build does not read. Version 1 headers had no version field; they
+    /// are recognised by their zero checksum field and reported as `found: 1`.
+    #[error(
+        "{structure} header at {at:#x} has format version {found} (this build reads version {supported}); recreate the structure with this build"
+    )]
+    HeaderVersion {
+        structure: &'static str,
+        at: u64,
+        found: u16,
+        supported: u16,
+    },
+    /// A data structure's header whose checksum does not match.
+    #[error(
+        "{structure} header at {at:#x} fails its checksum (stored {stored:#010x}, computed {computed:#010x})"
+    )]
+    HeaderChecksum {
+        structure: &'static str,
+        at: u64,
+        stored: u32,
+        computed: u32,
+    },
     #[error("invalid option: {0}")]
     BadOption(String),
     #[error("all {slots} log slots are attached to threads; detach one first")]

@@ -5,7 +5,7 @@
 use crate::class::{CLASSES, NUM_CLASSES};
 use crate::error::{AllocError, Result};
 use crate::lane::MIN_LANE_BYTES;
-use ferrite_pmem::{CACHE_LINE, PAGE};
+use ferrite_pmem::{CACHE_LINE, ChecksumMismatch, PAGE, SuperblockView, SuperblockWriter};
 
 /// `FERRHEAP`: identifies a heap superblock.
 pub(crate) const MAGIC: [u8; 8] = *b"FERRHEAP";
@@ -335,34 +335,28 @@ impl Superblock {
     /// Encodes a version-2 superblock.
     pub fn encode(&self) -> [u8; CACHE_LINE] {
         let g = &self.geo;
-        let mut b = [0u8; CACHE_LINE];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
-        b[10..12].copy_from_slice(&g.lanes.to_le_bytes());
-        b[12..16].copy_from_slice(&g.lane_bytes.to_le_bytes());
-        b[16..24].copy_from_slice(&g.pages.to_le_bytes());
-        b[24..28].copy_from_slice(&g.zone_pages.to_le_bytes());
-        // 28..32: zero.
-        b[32..40].copy_from_slice(&(g.zone0 as u64).to_le_bytes());
-        b[40..48].copy_from_slice(&(g.region_len as u64).to_le_bytes());
-        b[48..56].copy_from_slice(&self.nonce.to_le_bytes());
-        // 56..60: flags, none defined.
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
-        b
+        // 28..32: zero; 56..60: flags, none defined.
+        SuperblockWriter::new(&MAGIC, VERSION)
+            .u16(10, g.lanes)
+            .u32(12, g.lane_bytes)
+            .u64(16, g.pages)
+            .u32(24, g.zone_pages)
+            .u64(32, g.zone0 as u64)
+            .u64(40, g.region_len as u64)
+            .u64(48, self.nonce)
+            .seal()
     }
 
     /// Decodes and validates a superblock (version 1 or 2) read from a
     /// region of `region_len` bytes. Order: magic, version, checksum,
     /// flags, geometry.
     pub fn decode(b: &[u8], region_len: usize) -> Result<Superblock> {
-        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        if b[0..8] != MAGIC {
+        let view = SuperblockView::new(b).filter(|v| v.has_magic(&MAGIC));
+        let Some(view) = view else {
             return Err(AllocError::NotAHeap { what: "heap" });
-        }
-        let version = u16_at(8);
+        };
+        let (u16_at, u32_at, u64_at) = (|o| view.u16(o), |o| view.u32(o), |o| view.u64(o));
+        let version = view.version();
         if version != 1 && version != VERSION {
             return Err(AllocError::UnsupportedVersion {
                 what: "heap",
@@ -370,9 +364,7 @@ impl Superblock {
                 supported: VERSION,
             });
         }
-        let stored = u32_at(60);
-        let computed = crc32c::crc32c(&b[..60]);
-        if stored != computed {
+        if let Err(ChecksumMismatch { stored, computed }) = view.checksum() {
             return Err(AllocError::Checksum {
                 what: "superblock".into(),
                 stored,
@@ -497,6 +489,29 @@ impl PageHdr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            geo: Geometry::compute(4 << 20, 4, 1024, true).unwrap(),
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "46455252484541500200040000040000ee03000000000000ee03000000000000",
+                "00200000000000000000400000000000f0debc9a7856341200000000304c0ab0"
+            )
+        );
+    }
 
     #[test]
     fn geometry_fits_and_is_maximal() {

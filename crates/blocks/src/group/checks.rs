@@ -47,10 +47,10 @@
 
 use super::{Fault, FpLeaves, GroupError, Op, Outcome, SLOTS, bits, mix};
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
-    spend_budget,
+    CheckSubject, Config, CrashAt, ExploreError, Explorer, Report, RunMods, SimRun, SpecError,
+    failed_restart, spend_budget,
 };
-use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
+use ferrite_pmem::{HEADER_SIZE, Pool, PoolOptions, Region};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Size of the simulated pool every check uses (the configuration's is
@@ -71,17 +71,14 @@ const RESTARTS: u32 = 2;
 /// Most extra runs spent on a leftover budget, per group size.
 const MAX_EXTRA: u64 = 8;
 
-/// Why a check could not run (a violation is not an error: it is in the report).
-#[derive(Debug, thiserror::Error)]
-pub enum GroupCheckError {
-    #[error(transparent)]
-    Explore(#[from] ExploreError),
-    #[error("cannot build the pool under test: {0}")]
-    Pool(#[from] PoolError),
-    #[error("cannot build the leaf array under test: {0}")]
-    Table(#[from] GroupError),
-    #[error("unknown check run '{0}' (expected gN[/torn][/store][/restartN])")]
-    UnknownRun(String),
+/// Why a check could not run (a violation is not an error: it is in the
+/// report): the shared [`ferrite_crash::CheckError`] with the leaf array's
+/// errors.
+pub type GroupCheckError = ferrite_crash::CheckError<GroupError>;
+
+impl CheckSubject for GroupError {
+    const WHAT: &'static str = "leaf array";
+    const RUNS: &'static str = "gN[/torn][/store][/restartN]";
 }
 
 // ---- deterministic keys and values -------------------------------------------------
@@ -270,42 +267,25 @@ struct RunSpec {
 
 impl RunSpec {
     fn name(&self) -> String {
-        let mut s = format!("g{}", self.group);
-        if self.torn {
-            s.push_str("/torn");
-        }
-        if self.store {
-            s.push_str("/store");
-        }
-        if let Some(r) = self.restart {
-            s.push_str(&format!("/restart{r}"));
-        }
-        s
+        let mods = RunMods::new(self.torn, self.store, self.restart);
+        format!("g{}{}", self.group, mods.suffix(&[]))
     }
 
-    fn parse(name: &str) -> Option<RunSpec> {
+    fn parse(name: &str) -> Result<RunSpec, SpecError> {
         let mut parts = name.split('/');
-        let group: usize = parts.next()?.strip_prefix('g')?.parse().ok()?;
-        if group == 0 || group > super::MAX_GROUP {
-            return None;
-        }
-        let mut spec = RunSpec {
+        let base = parts.next().unwrap_or_default();
+        let group = base
+            .strip_prefix('g')
+            .and_then(|g| g.parse::<usize>().ok())
+            .filter(|&g| g != 0 && g <= super::MAX_GROUP)
+            .ok_or_else(|| SpecError::UnknownBase(base.to_string()))?;
+        let m = RunMods::parse(parts, &[])?;
+        Ok(RunSpec {
             group,
-            torn: false,
-            store: false,
-            restart: None,
-        };
-        for p in parts {
-            match p {
-                "torn" if !spec.torn => spec.torn = true,
-                "store" if !spec.store => spec.store = true,
-                _ if spec.restart.is_none() => {
-                    spec.restart = Some(p.strip_prefix("restart")?.parse().ok()?)
-                }
-                _ => return None,
-            }
-        }
-        Some(spec)
+            torn: m.torn,
+            store: m.store,
+            restart: m.restart,
+        })
     }
 }
 
@@ -407,20 +387,7 @@ fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, GroupChe
     };
     // A restart image that is already broken (only a planted bug makes
     // one) is a violation of the crash it came from, reported as such.
-    let broken = |message: String| Report {
-        states: 1,
-        violation_count: 1,
-        violations: vec![Violation {
-            repro: Repro {
-                at,
-                image: ImageSel::Sampled(salt),
-                nested: None,
-            },
-            seed: cfg.seed,
-            message,
-        }],
-        ..Report::default()
-    };
+    let broken = |message: String| failed_restart(&cfg, at, salt, message);
     let opened = Pool::open_image(&base, &pool_opts(&cfg), cfg.domain, None)?;
     let start = match FpLeaves::recover_with_fault(table_region(&opened), fault) {
         Ok(t) => match t.audit() {
@@ -547,7 +514,7 @@ pub fn check_fptree_group_fault(
 /// Replays one run by name (`g16/torn/restart1`), e.g. with `cfg.only` set
 /// to a violation's reproducer and `cfg.seed` to its seed.
 pub fn check_group_run(name: &str, cfg: Config) -> Result<Report, GroupCheckError> {
-    let spec = RunSpec::parse(name).ok_or_else(|| GroupCheckError::UnknownRun(name.to_string()))?;
+    let spec = RunSpec::parse(name).map_err(|why| GroupCheckError::unknown_run(name, why))?;
     run_one(spec, &cfg, Fault::None)
 }
 

@@ -153,7 +153,7 @@ mod tests;
 
 pub use exec::RunStats;
 
-use ferrite_pmem::Region;
+use ferrite_pmem::{ChecksumMismatch, Region, SuperblockView, SuperblockWriter};
 use std::cell::Cell;
 use std::fmt;
 
@@ -281,36 +281,26 @@ struct Superblock {
 
 impl Superblock {
     fn encode(&self) -> [u8; SUPERBLOCK] {
-        let mut b = [0u8; SUPERBLOCK];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b[10..12].copy_from_slice(&(SLOTS as u16).to_le_bytes());
-        b[12..16].copy_from_slice(&(LEAF_BYTES as u32).to_le_bytes());
-        b[16..24].copy_from_slice(&(self.leaves as u64).to_le_bytes());
-        b[24..32].copy_from_slice(&self.seed.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
-        b
+        SuperblockWriter::new(&MAGIC, FORMAT_VERSION)
+            .u16(10, SLOTS as u16)
+            .u32(12, LEAF_BYTES as u32)
+            .u64(16, self.leaves as u64)
+            .u64(24, self.seed)
+            .seal()
     }
 
     fn decode(b: &[u8; SUPERBLOCK]) -> Result<Superblock, GroupError> {
-        if b[0..8] != MAGIC {
+        let view = SuperblockView::of(b);
+        if !view.has_magic(&MAGIC) {
             return Err(GroupError::NotATable);
         }
-        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(w)
-        };
+        let (u16_at, u32_at, u64_at) = (|o| view.u16(o), |o| view.u32(o), |o| view.u64(o));
         // The checksum first: a torn or corrupt superblock must not be
         // believed about anything, including its version.
-        let (stored, computed) = (u32_at(60), crc32c::crc32c(&b[..60]));
-        if stored != computed {
+        if let Err(ChecksumMismatch { stored, computed }) = view.checksum() {
             return Err(GroupError::Checksum { stored, computed });
         }
-        let version = u16_at(8);
+        let version = view.version();
         if version != FORMAT_VERSION {
             return Err(GroupError::Version { found: version });
         }

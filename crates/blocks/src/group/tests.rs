@@ -425,3 +425,24 @@ fn recovery_refuses_damaged_visible_slots() {
     r.write(lo + 48, &[0]);
     FpLeaves::recover(r).unwrap().audit().unwrap();
 }
+
+/// The superblock's bytes, as the version that wrote them laid them out
+/// (hex of one fixed superblock, taken before the encoding moved to
+/// `ferrite_pmem::superblock`): tables written by older builds must keep
+/// opening, byte for byte.
+#[test]
+fn superblock_bytes_are_the_format_on_media() {
+    let b = Superblock {
+        leaves: 4,
+        seed: 0x1234_5678_9abc_def0,
+    }
+    .encode();
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    assert_eq!(
+        hex,
+        concat!(
+            "464552524650470001002000400200000400000000000000f0debc9a78563412",
+            "000000000000000000000000000000000000000000000000000000001b9d4e3b"
+        )
+    );
+}

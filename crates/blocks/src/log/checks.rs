@@ -35,10 +35,10 @@
 
 use super::{Fault, Log, LogError, LogOptions, Lsn, Variant};
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
-    spend_budget,
+    CheckSubject, Config, CrashAt, ExploreError, Explorer, Report, RunMods, SimRun, SpecError,
+    failed_restart, spend_budget,
 };
-use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
+use ferrite_pmem::{HEADER_SIZE, Pool, PoolOptions, Region};
 
 /// Size of the simulated pool every check uses (the configuration's is
 /// overridden: images are copied for every crash state, and the log must be
@@ -56,17 +56,13 @@ const RESTARTS: u32 = 2;
 /// Most extra runs spent on a leftover budget.
 const MAX_EXTRA: u64 = 8;
 
-/// Why a check could not run (a violation is not an error: it is in the report).
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error(transparent)]
-    Explore(#[from] ExploreError),
-    #[error("cannot build the pool under test: {0}")]
-    Pool(#[from] PoolError),
-    #[error("cannot build the log under test: {0}")]
-    Log(#[from] LogError),
-    #[error("unknown check run '{0}' (expected VARIANT[/torn][/store][/restartN])")]
-    UnknownRun(String),
+/// Why a check could not run (a violation is not an error: it is in the
+/// report): the shared [`ferrite_crash::CheckError`] with the log's errors.
+pub type CheckError = ferrite_crash::CheckError<LogError>;
+
+impl CheckSubject for LogError {
+    const WHAT: &'static str = "log";
+    const RUNS: &'static str = "VARIANT[/torn][/store][/restartN]";
 }
 
 // ---- deterministic records -------------------------------------------------------
@@ -295,37 +291,27 @@ struct RunSpec {
 }
 
 impl RunSpec {
-    fn name(&self) -> String {
-        let mut s = self.variant.name().to_string();
-        if self.torn {
-            s.push_str("/torn");
-        }
-        if self.store {
-            s.push_str("/store");
-        }
-        if let Some(r) = self.restart {
-            s.push_str(&format!("/restart{r}"));
-        }
-        s
+    fn mods(&self) -> RunMods {
+        RunMods::new(self.torn, self.store, self.restart)
     }
 
-    fn parse(name: &str) -> Option<RunSpec> {
+    fn name(&self) -> String {
+        format!("{}{}", self.variant.name(), self.mods().suffix(&[]))
+    }
+
+    fn parse(name: &str) -> Result<RunSpec, SpecError> {
         let mut parts = name.split('/');
-        let variant: Variant = parts.next()?.parse().ok()?;
-        let mut spec = RunSpec {
+        let base = parts.next().unwrap_or_default();
+        let variant: Variant = base
+            .parse()
+            .map_err(|_| SpecError::UnknownBase(base.to_string()))?;
+        let m = RunMods::parse(parts, &[])?;
+        Ok(RunSpec {
             variant,
-            torn: false,
-            store: false,
-            restart: None,
-        };
-        for p in parts {
-            match p {
-                "torn" if !spec.torn => spec.torn = true,
-                "store" if !spec.store => spec.store = true,
-                _ => spec.restart = Some(p.strip_prefix("restart")?.parse().ok()?),
-            }
-        }
-        Some(spec)
+            torn: m.torn,
+            store: m.store,
+            restart: m.restart,
+        })
     }
 }
 
@@ -444,20 +430,12 @@ fn run_one_audited(
         Ok(log) => Model::recovered(&log),
         Err(e) => {
             // Nothing to continue from: that is a violation in itself.
-            return Ok(Report {
-                states: 1,
-                violation_count: 1,
-                violations: vec![Violation {
-                    repro: Repro {
-                        at,
-                        image: ImageSel::Sampled(salt),
-                        nested: None,
-                    },
-                    seed: cfg.seed,
-                    message: format!("recovery of the restart image failed: {e}"),
-                }],
-                ..Report::default()
-            });
+            return Ok(failed_restart(
+                &cfg,
+                at,
+                salt,
+                format!("recovery of the restart image failed: {e}"),
+            ));
         }
     };
     drop(opened);
@@ -553,7 +531,7 @@ pub fn check_log(alg: super::Algorithm, cfg: Config) -> Result<Vec<(String, Repo
 /// Replays one run by name (`poplog-staged/torn/restart1`), e.g. with
 /// `cfg.only` set to a violation's reproducer and `cfg.seed` to its seed.
 pub fn check_run(name: &str, cfg: Config) -> Result<Report, CheckError> {
-    let spec = RunSpec::parse(name).ok_or_else(|| CheckError::UnknownRun(name.to_string()))?;
+    let spec = RunSpec::parse(name).map_err(|why| CheckError::unknown_run(name, why))?;
     run_one(spec, &cfg, Fault::None)
 }
 

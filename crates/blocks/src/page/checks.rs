@@ -42,10 +42,10 @@ use super::{
     PageStoreOptions,
 };
 use ferrite_crash::{
-    Config, CrashAt, ExploreError, Explorer, ImageSel, Report, Repro, SimRun, Violation,
-    spend_budget,
+    CheckSubject, Config, CrashAt, ExploreError, Explorer, Report, RunMods, SimRun, SpecError,
+    failed_restart, spend_budget,
 };
-use ferrite_pmem::{HEADER_SIZE, Pool, PoolError, PoolOptions, Region};
+use ferrite_pmem::{HEADER_SIZE, Pool, PoolOptions, Region};
 
 const NONCE: u64 = 0x9a6e_5709_e5ca_fe01;
 /// The hybrid's crossover in the checks: patterns of 11 and 12 lines fall
@@ -58,17 +58,13 @@ const RESTART_STEPS: usize = 12;
 /// Most extra runs spent on a leftover budget.
 const MAX_EXTRA: u64 = 8;
 
-/// Why a check could not run (a violation is not an error: it is in the report).
-#[derive(Debug, thiserror::Error)]
-pub enum PageCheckError {
-    #[error(transparent)]
-    Explore(#[from] ExploreError),
-    #[error("cannot build the pool under test: {0}")]
-    Pool(#[from] PoolError),
-    #[error("cannot build the page store under test: {0}")]
-    Store(#[from] PageError),
-    #[error("unknown check run '{0}' (expected ALG/4k|16k[/torn][/store][/restartN])")]
-    UnknownRun(String),
+/// Why a check could not run (a violation is not an error: it is in the
+/// report): the shared [`ferrite_crash::CheckError`] with the store's errors.
+pub type PageCheckError = ferrite_crash::CheckError<PageError>;
+
+impl CheckSubject for PageError {
+    const WHAT: &'static str = "page store";
+    const RUNS: &'static str = "ALG/4k|16k[/torn][/store][/restartN]";
 }
 
 // ---- the store under test --------------------------------------------------------
@@ -287,45 +283,33 @@ struct RunSpec {
 
 impl RunSpec {
     fn name(&self) -> String {
-        let mut s = format!("{}/{}k", self.alg, self.shape.page_size / 1024);
-        if self.torn {
-            s.push_str("/torn");
-        }
-        if self.store {
-            s.push_str("/store");
-        }
-        if let Some(r) = self.restart {
-            s.push_str(&format!("/restart{r}"));
-        }
-        s
+        let mods = RunMods::new(self.torn, self.store, self.restart);
+        format!(
+            "{}/{}k{}",
+            self.alg,
+            self.shape.page_size / 1024,
+            mods.suffix(&[])
+        )
     }
 
-    fn parse(name: &str) -> Option<RunSpec> {
+    fn parse(name: &str) -> Result<RunSpec, SpecError> {
         let mut parts = name.split('/');
-        let alg: PageAlgorithm = parts.next()?.parse().ok()?;
-        let shape = match parts.next()? {
-            "4k" => SHAPE_4K,
-            "16k" => SHAPE_16K,
-            _ => return None,
+        let base = parts.next().unwrap_or_default();
+        let unknown = || SpecError::UnknownBase(name.to_string());
+        let alg: PageAlgorithm = base.parse().map_err(|_| unknown())?;
+        let shape = match parts.next() {
+            Some("4k") => SHAPE_4K,
+            Some("16k") => SHAPE_16K,
+            _ => return Err(unknown()),
         };
-        let mut spec = RunSpec {
+        let m = RunMods::parse(parts, &[])?;
+        Ok(RunSpec {
             alg,
             shape,
-            torn: false,
-            store: false,
-            restart: None,
-        };
-        for p in parts {
-            match p {
-                "torn" if !spec.torn => spec.torn = true,
-                "store" if !spec.store => spec.store = true,
-                _ if spec.restart.is_none() => {
-                    spec.restart = Some(p.strip_prefix("restart")?.parse().ok()?)
-                }
-                _ => return None,
-            }
-        }
-        Some(spec)
+            torn: m.torn,
+            store: m.store,
+            restart: m.restart,
+        })
     }
 }
 
@@ -426,20 +410,12 @@ fn run_one(spec: RunSpec, cfg: &Config, fault: Fault) -> Result<Report, PageChec
         }
         Err(e) => {
             // Nothing to continue from: that is a violation in itself.
-            return Ok(Report {
-                states: 1,
-                violation_count: 1,
-                violations: vec![Violation {
-                    repro: Repro {
-                        at,
-                        image: ImageSel::Sampled(salt),
-                        nested: None,
-                    },
-                    seed: cfg.seed,
-                    message: format!("recovery of the restart image failed: {e}"),
-                }],
-                ..Report::default()
-            });
+            return Ok(failed_restart(
+                &cfg,
+                at,
+                salt,
+                format!("recovery of the restart image failed: {e}"),
+            ));
         }
     };
     drop(opened);
@@ -538,7 +514,7 @@ pub fn check_page_with_fault(
 /// Replays one run by name (`hybrid/4k/torn/restart1`), e.g. with
 /// `cfg.only` set to a violation's reproducer and `cfg.seed` to its seed.
 pub fn check_page_run(name: &str, cfg: Config) -> Result<Report, PageCheckError> {
-    let spec = RunSpec::parse(name).ok_or_else(|| PageCheckError::UnknownRun(name.to_string()))?;
+    let spec = RunSpec::parse(name).map_err(|why| PageCheckError::unknown_run(name, why))?;
     run_one(spec, &cfg, Fault::None)
 }
 

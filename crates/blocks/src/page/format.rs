@@ -4,7 +4,7 @@
 
 use super::dirty::DirtyLines;
 use super::{PageAlgorithm, PageError};
-use ferrite_pmem::CACHE_LINE;
+use ferrite_pmem::{CACHE_LINE, ChecksumMismatch, SuperblockView, SuperblockWriter};
 
 /// Magic at region offset 0.
 pub const MAGIC: [u8; 8] = *b"FERPAGE\0";
@@ -133,42 +133,36 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPER_LEN] {
-        let mut b = [0u8; SUPER_LEN];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b[10] = self.algorithm.code();
-        b[12..16].copy_from_slice(&(self.geo.page_size as u32).to_le_bytes());
-        b[16..20].copy_from_slice(&self.geo.pages.to_le_bytes());
-        b[20..24].copy_from_slice(&self.geo.slots.to_le_bytes());
-        b[24..28].copy_from_slice(&self.geo.lanes.to_le_bytes());
-        b[28..30].copy_from_slice(&self.crossover[0].to_le_bytes());
-        b[30..32].copy_from_slice(&self.crossover[1].to_le_bytes());
-        b[32..40].copy_from_slice(&self.nonce.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
-        b
+        SuperblockWriter::new(&MAGIC, FORMAT_VERSION)
+            .u8(10, self.algorithm.code())
+            .u32(12, self.geo.page_size as u32)
+            .u32(16, self.geo.pages)
+            .u32(20, self.geo.slots)
+            .u32(24, self.geo.lanes)
+            .u16(28, self.crossover[0])
+            .u16(30, self.crossover[1])
+            .u64(32, self.nonce)
+            .seal()
     }
 
     /// Decodes and validates a superblock for a region of `region_len` bytes.
     pub fn decode(b: &[u8; SUPER_LEN], region_len: usize) -> Result<Superblock, PageError> {
-        if b[0..8] != MAGIC {
+        let view = SuperblockView::of(b);
+        if !view.has_magic(&MAGIC) {
             return Err(PageError::NotAPageStore);
         }
-        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let version = u16_at(8);
+        let (u16_at, u32_at) = (|o| view.u16(o), |o| view.u32(o));
+        let version = view.version();
         if version != FORMAT_VERSION {
             return Err(PageError::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
             });
         }
-        let stored = u32_at(60);
-        let computed = crc32c::crc32c(&b[..60]);
-        if stored != computed {
+        if let Err(ChecksumMismatch { stored, computed }) = view.checksum() {
             return Err(PageError::Checksum { stored, computed });
         }
-        if b[11] != 0 || b[40..60].iter().any(|&x| x != 0) {
+        if !view.is_zero(11..12) || !view.is_zero(40..60) {
             return Err(PageError::Corrupt(
                 "reserved superblock bytes are not zero".into(),
             ));
@@ -183,13 +177,11 @@ impl Superblock {
                 min: geo.len,
             });
         }
-        let mut nonce = [0u8; 8];
-        nonce.copy_from_slice(&b[32..40]);
         Ok(Superblock {
             geo,
             algorithm,
             crossover: [u16_at(28), u16_at(30)],
-            nonce: u64::from_le_bytes(nonce),
+            nonce: view.u64(32),
         })
     }
 }
@@ -325,6 +317,31 @@ pub fn decode_entry(geo: &Geometry, nonce: u64, read: impl Fn(usize, &mut [u8]))
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The superblock's bytes, as the version that wrote them laid them out
+    /// (hex of one fixed superblock, taken before the encoding moved to
+    /// `ferrite_pmem::superblock`): pools written by older builds must keep
+    /// opening, byte for byte.
+    #[test]
+    fn superblock_bytes_are_the_format_on_media() {
+        let hex: String = Superblock {
+            geo: Geometry::new(16384, 10, 14, 4).unwrap(),
+            algorithm: PageAlgorithm::Hybrid,
+            crossover: [24, 40],
+            nonce: 0x1234_5678_9abc_def0,
+        }
+        .encode()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+        assert_eq!(
+            hex,
+            concat!(
+                "464552504147450001000300004000000a0000000e0000000400000018002800",
+                "f0debc9a785634120000000000000000000000000000000000000000cb061b43"
+            )
+        );
+    }
 
     #[test]
     fn geometry_places_everything_without_overlap() {

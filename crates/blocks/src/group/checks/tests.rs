@@ -52,7 +52,7 @@ fn tearing_only_and_other_domains_pass() {
     ));
     assert!(matches!(
         check_group(0, cfg(10), Fault::None),
-        Err(GroupCheckError::Table(GroupError::BadGroup(0)))
+        Err(GroupCheckError::Subject(GroupError::BadGroup(0)))
     ));
 }
 
@@ -140,12 +140,19 @@ fn run_names_parse_back() {
     for name in ["g1", "g16/torn", "g4/store", "g16/torn/store/restart1"] {
         assert_eq!(RunSpec::parse(name).unwrap().name(), name);
     }
-    for bad in ["g0", "g65", "x1", "g4/what", "g4/torn/torn"] {
-        assert!(RunSpec::parse(bad).is_none(), "{bad}");
+    for bad in [
+        "g0",
+        "g65",
+        "x1",
+        "g4/what",
+        "g4/torn/torn",
+        "g4/restart0/restart1",
+    ] {
+        assert!(RunSpec::parse(bad).is_err(), "{bad}");
     }
     assert!(matches!(
         check_group_run("nope", cfg(1)),
-        Err(GroupCheckError::UnknownRun(_))
+        Err(GroupCheckError::UnknownRun { .. })
     ));
     let rep = check_group_run("g4/torn", cfg(50)).unwrap();
     assert!(rep.ok() && (40..=50).contains(&rep.states), "{rep}");

@@ -179,13 +179,23 @@ fn run_names_round_trip() {
         "poplog",
         "poplog-packed/sideways",
         "rawl-packed/restartX",
+        // A repeated modifier is refused (it used to replace the first
+        // restart), as in every check (`ferrite_crash::harness`).
+        "rawl-packed/torn/torn",
+        "rawl-packed/restart0/restart1",
     ] {
-        assert!(RunSpec::parse(bad).is_none(), "{bad}");
+        assert!(RunSpec::parse(bad).is_err(), "{bad}");
     }
     assert!(matches!(
         check_run("nope", cfg(10)),
-        Err(CheckError::UnknownRun(_))
+        Err(CheckError::UnknownRun { .. })
     ));
+    let e = check_run("rawl-packed/restart0/restart1", cfg(10)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown check run 'rawl-packed/restart0/restart1': modifier 'restartN' given twice \
+         (expected VARIANT[/torn][/store][/restartN])"
+    );
     assert_eq!(run_names(Variant::RAWL_PACKED, &cfg(10)).len(), 6);
     assert_eq!(
         run_names(Variant::RAWL_PACKED, &cfg(10).tearing(true)).len(),
