@@ -1129,20 +1129,13 @@ impl Lsm {
             }
             w.full_tried_gen = w.man.gen_;
             retried = true;
+            // On this writer, background thread or not (a compaction the
+            // thread is running holds no lock this needs: its install
+            // finds its inputs gone and drops its output).
             self.major_requested.store(true, Ordering::Relaxed);
-            if self.background.load(Ordering::Relaxed) {
-                drop(held);
-                drop(w);
-                self.bg.lock().pending = true;
-                self.bg_cv.notify_all();
-                let mut fl = self.bg.lock();
-                while (fl.pending || fl.busy) && !fl.stop {
-                    self.bg_cv.wait(&mut fl);
-                }
-            } else {
-                w.compact_due = true;
-                self.compact_inline(&mut w, at);
-            }
+            w.compact_due = true;
+            self.compact_inline(&mut w, at);
+            drop(held);
         }
     }
 
@@ -1384,7 +1377,10 @@ impl Lsm {
     /// told, or (no background thread) the compaction is due at the end
     /// of this write or the next ([`compact_inline`](Self::compact_inline)).
     fn after_new_run(&self, w: &mut Writer) {
-        if self.background.load(Ordering::Relaxed) {
+        // A store short of room compacts on the writer, at once: a
+        // background compactor that cannot get room for its output would
+        // leave the runs to pile up while flushes add more.
+        if self.background.load(Ordering::Relaxed) && self.headroom_ok(w) {
             self.bg.lock().pending = true;
             self.bg_cv.notify_all();
         } else {
