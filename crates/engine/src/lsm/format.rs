@@ -64,7 +64,8 @@ pub(crate) fn read_checked(pool: &Region, off: u64, len: u64, dst: &mut Vec<u8>)
 ///
 /// ```text
 ///  0  4  crc32c(nonce ‖ bytes 4 .. 24 + body length)
-///  4  4  body length n
+///  4  4  body length n (bits 0..31); bit 31 set: every earlier record of
+///        the log was durable when this one was written (see below)
 ///  8  8  sequence number (consecutive from the manifest's first sequence)
 /// 16  8  log generation (the manifest's; stale records of earlier generations never match)
 /// 24  n  body: op count u32, then per op: kind u8 (1 put, 2 delete), key length u16,
@@ -74,7 +75,21 @@ pub(crate) fn read_checked(pool: &Region, off: u64, len: u64, dst: &mut Vec<u8>)
 /// The record occupies `round_line(24 + n)` bytes; the next one starts on
 /// the following line (so consecutive appends never flush the same line).
 /// A whole batch is one record: its CRC makes it all or nothing.
+///
+/// Bit 31 of the length tells a torn tail from media damage. A crash can
+/// leave a record torn only if it was never fenced, and then no record
+/// written after it says its predecessors were durable (relaxed commits
+/// are fenced together with a later one, whose bit is clear). So an
+/// invalid record followed, anywhere later in the segment, by a valid
+/// record of the next sequence number with the bit set was damaged after
+/// it was durable: recovery reports it instead of cutting the log there
+/// (which would silently drop that record and every one after it).
+/// Records written before the bit existed have it clear (cut, as before).
 pub(crate) const REC_HEADER: usize = 24;
+/// Bit 31 of a record's length word: its predecessors were durable.
+const PRED_DURABLE: u32 = 1 << 31;
+/// Largest body a log record may have (the length's other 31 bits).
+pub(crate) const MAX_REC_BODY: usize = (PRED_DURABLE - 1) as usize;
 const OP_HEADER: usize = 7;
 pub(crate) const OP_PUT: u8 = 1;
 pub(crate) const OP_DEL: u8 = 2;
@@ -103,10 +118,13 @@ pub(crate) fn encode_ops(buf: &mut Vec<u8>, ops: &[Op<'_>]) {
     }
 }
 
-/// Fills the header of a record built by [`encode_ops`].
-pub(crate) fn seal_record(buf: &mut [u8], nonce: u64, seq: u64, gen_: u64) {
+/// Fills the header of a record built by [`encode_ops`]; `pred_durable`:
+/// every earlier record of the log is durable (fenced) now.
+pub(crate) fn seal_record(buf: &mut [u8], nonce: u64, seq: u64, gen_: u64, pred_durable: bool) {
     let n = (buf.len() - REC_HEADER) as u32;
-    buf[4..8].copy_from_slice(&n.to_le_bytes());
+    debug_assert!(n < PRED_DURABLE);
+    let word = if pred_durable { n | PRED_DURABLE } else { n };
+    buf[4..8].copy_from_slice(&word.to_le_bytes());
     buf[8..16].copy_from_slice(&seq.to_le_bytes());
     buf[16..24].copy_from_slice(&gen_.to_le_bytes());
     let c = crc(nonce, &[&buf[4..]]);
@@ -161,9 +179,28 @@ pub(crate) fn read_record(
     if pos + REC_HEADER as u64 > cap {
         return Ok(None);
     }
+    Ok(read_header_and_body(pool, seg, cap, pos, nonce, seq, gen_, body)?.map(|(len, _)| len))
+}
+
+/// [`read_record`], also returning the record's predecessors-durable bit.
+#[allow(clippy::too_many_arguments)]
+fn read_header_and_body(
+    pool: &Region,
+    seg: u64,
+    cap: u64,
+    pos: u64,
+    nonce: u64,
+    seq: u64,
+    gen_: u64,
+    body: &mut Vec<u8>,
+) -> Result<Option<(u64, bool)>> {
+    if pos + REC_HEADER as u64 > cap {
+        return Ok(None);
+    }
     let mut h = [0u8; REC_HEADER];
     pool.read((seg + pos) as usize, &mut h);
-    let n = u32_at(&h, 4) as u64;
+    let word = u32_at(&h, 4);
+    let n = u64::from(word & !PRED_DURABLE);
     if u64_at(&h, 8) != seq || u64_at(&h, 16) != gen_ || pos + REC_HEADER as u64 + n > cap {
         return Ok(None);
     }
@@ -171,7 +208,40 @@ pub(crate) fn read_record(
     if crc(nonce, &[&h[4..], body]) != u32_at(&h, 0) {
         return Ok(None);
     }
-    Ok(Some(round_line(REC_HEADER as u64 + n)))
+    Ok(Some((
+        round_line(REC_HEADER as u64 + n),
+        word & PRED_DURABLE != 0,
+    )))
+}
+
+/// After the log's valid prefix ends at `pos` (the record of sequence
+/// `seq` there is invalid or absent): the position of a later valid record
+/// of sequence `seq + 1` whose predecessors were durable — proof that the
+/// record at `pos` was damaged after it was written, not torn by a crash.
+/// Scans the rest of the segment line by line (only at open, and only
+/// headers until one matches).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn durable_successor(
+    pool: &Region,
+    seg: u64,
+    cap: u64,
+    pos: u64,
+    nonce: u64,
+    seq: u64,
+    gen_: u64,
+) -> Result<Option<u64>> {
+    let mut body = Vec::new();
+    let mut p = pos + LINE;
+    while p + REC_HEADER as u64 <= cap {
+        if pool.load_u64((seg + p + 8) as usize) == seq + 1
+            && let Some((_, true)) =
+                read_header_and_body(pool, seg, cap, p, nonce, seq + 1, gen_, &mut body)?
+        {
+            return Ok(Some(p));
+        }
+        p += LINE;
+    }
+    Ok(None)
 }
 
 // ---------------------------------------------------------------------------

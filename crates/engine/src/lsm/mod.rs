@@ -128,7 +128,10 @@
 //! Open reads the manifest (bounds and CRC checked, every block checked
 //! against the allocator), loads and validates every run (header, index,
 //! bloom and block CRCs, strictly increasing keys), replays the log's valid
-//! prefix into the memtable, and then *scrubs* the rest of the segment
+//! prefix into the memtable — refusing the store if a later valid record
+//! says its predecessors were durable (the record that ended the prefix
+//! was damaged, not torn: [`format`]'s record docs) — and then *scrubs*
+//! the rest of the segment
 //! (zeroes every non-zero line after the valid prefix, one fence), so that
 //! the remains of a torn record can never be mistaken for a later record
 //! once new records are appended over it. Recovery writes nothing else, so
@@ -568,6 +571,16 @@ pub(crate) fn open(
         replayed += 1;
         seq += 1;
         pos += len;
+    }
+    // A damaged record, not a torn one (format docs): refuse rather than
+    // drop it and every record after it.
+    if let Some(at) =
+        format::durable_successor(pool, man.seg, man.cap, pos, nonce, seq, man.log_gen)?
+    {
+        return Err(corrupt(format!(
+            "log record {seq} at segment offset {pos} is damaged: record {} at {at}, written after it was durable, is intact",
+            seq + 1
+        )));
     }
     // Scrub everything after the valid prefix (see the module docs).
     scrub(pool, man.seg + pos, man.cap - pos);
@@ -1028,7 +1041,9 @@ impl Lsm {
             }
         }
         let cc = breakdown::phase(Phase::Cc);
-        format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen);
+        // Every earlier record durable now (none left by relaxed commits)?
+        let pred_durable = w.unfenced.is_none();
+        format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen, pred_durable);
         let at_off = (w.man.seg + w.pos) as usize;
         match d {
             Durability::Eventual => {
@@ -1331,6 +1346,17 @@ impl Lsm {
         st.free + st.grow_room >= need
     }
 
+    /// True when the room left (free and still to grow) is under twice
+    /// what a merge of everything needs: a store near its size cap, where
+    /// flushes merge on the writer as they did before compaction moved to
+    /// the background. A store far from its cap never is.
+    fn near_cap(&self, w: &Writer) -> bool {
+        let runs: u64 = self.state.read().version.runs.iter().map(|r| r.len).sum();
+        let need = runs + 2 * w.pos + 2 * format::LINE * 64;
+        let st = self.alloc.stats();
+        st.free.saturating_add(st.grow_room) < 2 * need
+    }
+
     /// Flushes the memtable into a run (merging newer runs per the policy,
     /// or all of them when `major`), making room for a record of `need` bytes.
     fn flush(
@@ -1364,7 +1390,28 @@ impl Lsm {
         // Ops of the publish besides the merged runs' frees: run, manifest,
         // segment allocs and frees, the link, with room for split words.
         let max_merge = at.max_publish_ops().saturating_sub(10);
-        let j = if major { runs.len().min(max_merge) } else { 0 };
+        let j = if major {
+            runs.len().min(max_merge)
+        } else if self.near_cap(w) {
+            // Near the store's size cap: merge as the flush goes (the
+            // memtable with the newest runs, by the compaction's size
+            // rule), so that its data is not first written as a run of its
+            // own, which a compaction would then need room to rewrite (and
+            // whose hole, freed, fragments what is left).
+            let mut j = 0;
+            let mut acc = w.pos.max(1);
+            while j < runs.len()
+                && j < max_merge
+                && (runs[j].meta.data_bytes <= self.opts.merge_ratio.saturating_mul(acc)
+                    || runs.len() - j + 1 > self.opts.max_runs)
+            {
+                acc += runs[j].meta.data_bytes;
+                j += 1;
+            }
+            j
+        } else {
+            0
+        };
         match self.flush_with(w, at, runs, j, need) {
             Err(EngineError::Full(_)) if j > 0 => self.flush_with(w, at, runs, 0, need),
             r => r,
@@ -2272,7 +2319,7 @@ impl Session for LsmSession<'_> {
         if ops.is_empty() {
             return Ok(());
         }
-        // A record's body length is a u32 (and the whole batch one record).
+        // A batch's log record body: its op count and ops.
         let bytes: usize = ops
             .iter()
             .map(|o| {
@@ -2284,12 +2331,6 @@ impl Session for LsmSession<'_> {
                     }
             })
             .sum();
-        if bytes >= u32::MAX as usize - 4 {
-            return Err(EngineError::BatchTooLarge {
-                ops: ops.len(),
-                max: (u32::MAX as usize - 4) / (7 + crate::MAX_KEY + crate::MAX_VALUE),
-            });
-        }
         let eng = self.eng;
         if (format::REC_HEADER + 4 + bytes) as u64 > eng.ingest_threshold() {
             return eng.write_with(&mut *self.at, |w, at| {
@@ -2299,6 +2340,14 @@ impl Session for LsmSession<'_> {
                     scope.mark();
                 }
                 r
+            });
+        }
+        // Only with `ingest_bytes` set past 2 GiB: a log record's body
+        // length has 31 bits.
+        if bytes + 4 > format::MAX_REC_BODY {
+            return Err(EngineError::BatchTooLarge {
+                ops: ops.len(),
+                max: format::MAX_REC_BODY / (7 + crate::MAX_KEY + crate::MAX_VALUE),
             });
         }
         format::encode_ops(&mut self.rec, ops);

@@ -3,7 +3,7 @@
 //! pool, fence counts, and a crash exploration catching the planted faults.
 
 use super::Fault;
-use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Op, Store, StoreOptions};
+use crate::{AllocKind, Durability, EngineError, EngineKind, LAYOUT, Op, Store, StoreOptions};
 use ferrite_crash::{Config, Explorer, InFlight};
 use ferrite_pmem::{Domain, Mapping, Pool, PoolOptions, SimObserver};
 use rand::{Rng, SeedableRng};
@@ -867,4 +867,54 @@ fn crash_exploration_two_threads() {
         .unwrap();
     eprintln!("two threads: {r}");
     assert!(r.ok(), "{r}");
+}
+
+/// A log record damaged after it was durable is reported at open (a
+/// later record says its predecessors were durable), not cut off with
+/// everything after it; a relaxed record lost in a crash with a durable
+/// successor still ends the log quietly (its successor's bit is clear).
+#[test]
+fn a_damaged_log_record_is_told_from_a_torn_one() {
+    for relaxed in [false, true] {
+        let opts = small(AllocKind::Ferrite);
+        let pool = new_pool(4);
+        let store = Store::create(&pool, &opts).unwrap();
+        let mut s = store.session().unwrap();
+        s.put(b"a", b"1").unwrap();
+        let d = if relaxed {
+            Durability::Eventual
+        } else {
+            Durability::Immediate
+        };
+        s.batch_with(
+            &[Op::Put {
+                key: b"b",
+                value: b"2",
+            }],
+            d,
+        )
+        .unwrap();
+        s.put(b"c", b"3").unwrap();
+        let seg = store.walk().unwrap().blocks[1].0 as usize;
+        drop(s);
+        drop(store);
+        // Records are one line each: "b" is the second.
+        let mut img = pool.image();
+        img[seg + 64 + 30] ^= 0x5a;
+        let p2 = Pool::open_image(&img, &pool_opts(4), Domain::Adr, None).unwrap();
+        match Store::open(&p2, &opts) {
+            Err(EngineError::Corrupt(m)) => {
+                assert!(!relaxed, "a relaxed record's loss is a crash's: {m}");
+                assert!(m.contains("damaged"), "{m}");
+            }
+            Ok(st) => {
+                assert!(relaxed, "a damaged durable record was cut off silently");
+                assert_eq!(st.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+                // The relaxed record and what followed it are gone together.
+                assert_eq!(st.get(b"b").unwrap(), None);
+                assert_eq!(st.get(b"c").unwrap(), None);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
 }
