@@ -252,7 +252,10 @@ pub(crate) fn durable_successor(
 /// engine's fixed area. It is never modified; a new one replaces it.
 ///
 /// ```text
-///  0  8  magic "FRLSMMF1"
+///  0  8  magic "FRLSMMF2" (written by this build; "FRLSMMF1", of stores
+///        whose log records never carry the predecessors-durable bit, is
+///        still read — an older build refuses MF2, whose records it would
+///        misread as torn)
 ///  8  8  generation (every manifest a new, larger one)
 /// 16  8  log segment pool offset
 /// 24  8  log segment capacity (bytes, multiple of 64)
@@ -263,7 +266,9 @@ pub(crate) fn durable_successor(
 /// 56  8  zero
 /// 64 16r runs, newest first: pool offset u64, length u64
 /// ```
-pub(crate) const MANIFEST_MAGIC: &[u8; 8] = b"FRLSMMF1";
+pub(crate) const MANIFEST_MAGIC: &[u8; 8] = b"FRLSMMF2";
+/// The magic of manifests written before log records carried bit 31.
+const MANIFEST_MAGIC_V1: &[u8; 8] = b"FRLSMMF1";
 pub(crate) const MANIFEST_HEADER: usize = 64;
 /// Most runs a manifest may list (bounds decoding untrusted bytes).
 pub(crate) const MAX_MANIFEST_RUNS: usize = 4096;
@@ -277,6 +282,11 @@ pub(crate) struct Manifest {
     pub first_seq: u64,
     /// (pool offset, length), newest first.
     pub runs: Vec<(u64, u64)>,
+    /// Records appended under this manifest carry the
+    /// predecessors-durable bit (every manifest this build writes; not a
+    /// "FRLSMMF1" one read from an older store, whose build may still
+    /// append to the same log).
+    pub marks: bool,
 }
 
 impl Manifest {
@@ -306,7 +316,8 @@ impl Manifest {
     pub fn read(pool: &Region, off: u64, nonce: u64) -> Result<Manifest> {
         let mut h = Vec::new();
         read_checked(pool, off, MANIFEST_HEADER as u64, &mut h)?;
-        if &h[0..8] != MANIFEST_MAGIC {
+        let marks = &h[0..8] == MANIFEST_MAGIC;
+        if !marks && &h[0..8] != MANIFEST_MAGIC_V1 {
             return Err(corrupt(format!("no manifest at {off:#x}")));
         }
         let r = u32_at(&h, 48) as usize;
@@ -333,6 +344,7 @@ impl Manifest {
             runs: (0..r)
                 .map(|i| (u64_at(&runs_raw, 16 * i), u64_at(&runs_raw, 16 * i + 8)))
                 .collect(),
+            marks,
         };
         if m.cap < LINE || !m.cap.is_multiple_of(LINE) {
             return Err(corrupt(format!("manifest: log capacity {}", m.cap)));

@@ -472,6 +472,7 @@ pub(crate) fn create(ctx: EngineCtx, opts: &StoreOptions) -> Result<Box<dyn Engi
             log_gen: 1,
             first_seq: 1,
             runs: Vec::new(),
+            marks: true,
         };
         let rs = reserve_all(&mut *at, &[cap as usize, m0.len()])?;
         man = Manifest {
@@ -1042,7 +1043,7 @@ impl Lsm {
         }
         let cc = breakdown::phase(Phase::Cc);
         // Every earlier record durable now (none left by relaxed commits)?
-        let pred_durable = w.unfenced.is_none();
+        let pred_durable = w.man.marks && w.unfenced.is_none();
         format::seal_record(rec, self.nonce, w.next_seq, w.man.log_gen, pred_durable);
         let at_off = (w.man.seg + w.pos) as usize;
         match d {
@@ -1640,6 +1641,7 @@ impl Lsm {
             log_gen,
             first_seq: w.man.first_seq,
             runs: list,
+            marks: true,
         };
         let man_res = match at.reserve(man.len()) {
             Ok(r) => r,
@@ -1791,6 +1793,7 @@ impl Lsm {
             log_gen: w.man.gen_ + 1,
             first_seq: w.next_seq,
             runs: list,
+            marks: true,
         };
         if let (Some(o), Some(img)) = (run_at, &image) {
             if self.fault == Some(Fault::RunUnflushed) {
