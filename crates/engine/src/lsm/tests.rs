@@ -477,10 +477,7 @@ fn one_fence_per_write_and_none_in_flight() {
             .unwrap();
         let compactions: usize = d
             .split(", ")
-            .find_map(|p| {
-                p.strip_suffix(" compactions (inline) merging 0 runs")
-                    .or_else(|| p.split_once(" compactions (").map(|(n, _)| n))
-            })
+            .find_map(|p| p.split_once(" compactions (").map(|(n, _)| n))
             .unwrap()
             .parse()
             .unwrap();
