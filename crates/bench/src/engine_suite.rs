@@ -180,7 +180,10 @@ impl Kv for FerriteKv<'_> {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, EngineError> {
-        self.0.scan_with(from, limit, f)
+        self.0.scan_with(from, limit, &mut |k, v| {
+            f(k, v);
+            true
+        })
     }
 
     fn batch(&mut self, ops: &[BatchOp<'_>]) -> Result<(), EngineError> {

@@ -557,22 +557,24 @@ pub trait Session {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Removes; false when the key was absent.
     fn delete(&mut self, key: &[u8]) -> Result<bool>;
-    /// Calls `f` for up to `limit` pairs with keys `>= from`, in key order;
+    /// Calls `f` for up to `limit` pairs with keys `>= from`, in key order,
+    /// until it returns false (the engine then reads no further pair);
     /// returns how many it visited.
     fn scan_with(
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize>;
     /// Calls `f` for up to `limit` pairs with keys below `upto`
     /// (`Included`: `<=`, `Excluded`: `<`, `Unbounded`: every key), in
-    /// descending key order; returns how many it visited.
+    /// descending key order, until it returns false; returns how many it
+    /// visited.
     fn scan_back_with(
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize>;
     /// Applies every operation atomically (all or nothing after a crash);
     /// later operations on the same key win.
@@ -605,7 +607,10 @@ pub trait Session {
     /// The pair with the least key.
     fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let mut out = None;
-        self.scan_with(&[], 1, &mut |k, v| out = Some((k.to_vec(), v.to_vec())))?;
+        self.scan_with(&[], 1, &mut |k, v| {
+            out = Some((k.to_vec(), v.to_vec()));
+            false
+        })?;
         Ok(out)
     }
 
@@ -613,7 +618,8 @@ pub trait Session {
     fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let mut out = None;
         self.scan_back_with(Bound::Unbounded, 1, &mut |k, v| {
-            out = Some((k.to_vec(), v.to_vec()))
+            out = Some((k.to_vec(), v.to_vec()));
+            false
         })?;
         Ok(out)
     }
@@ -628,7 +634,8 @@ pub trait Session {
     fn scan(&mut self, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut v = Vec::new();
         self.scan_with(from, limit, &mut |k, val| {
-            v.push((k.to_vec(), val.to_vec()))
+            v.push((k.to_vec(), val.to_vec()));
+            true
         })?;
         Ok(v)
     }
@@ -645,14 +652,14 @@ pub trait SnapshotRead {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize>;
     /// As [`Session::scan_back_with`].
     fn scan_back_with(
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize>;
     /// Live keys in the view (InP, CoW: a counter; LSM: a merge of the
     /// memtable and every run).
@@ -660,7 +667,10 @@ pub trait SnapshotRead {
     /// True when the view holds no key.
     fn is_empty(&mut self) -> Result<bool> {
         let mut any = false;
-        self.scan_with(&[], 1, &mut |_, _| any = true)?;
+        self.scan_with(&[], 1, &mut |_, _| {
+            any = true;
+            false
+        })?;
         Ok(!any)
     }
 }

@@ -171,13 +171,13 @@ pub(crate) trait Scan {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize>;
     fn scan_back(
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize>;
 }
 
@@ -189,7 +189,7 @@ impl<S: Session + ?Sized> Scan for SessionScan<'_, S> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.0.scan_with(from, limit, f)
     }
@@ -198,7 +198,7 @@ impl<S: Session + ?Sized> Scan for SessionScan<'_, S> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.0.scan_back_with(upto, limit, f)
     }
@@ -209,7 +209,7 @@ impl<T: SnapshotRead + ?Sized> Scan for Box<T> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.as_mut().scan_with(from, limit, f)
     }
@@ -218,7 +218,7 @@ impl<T: SnapshotRead + ?Sized> Scan for Box<T> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.as_mut().scan_back_with(upto, limit, f)
     }
@@ -280,7 +280,7 @@ impl Walker {
         let range = &self.range;
         let mut visit = |k: &[u8], v: &[u8]| {
             if stop {
-                return;
+                return false;
             }
             let outside = if range.reverse {
                 range.below_start(k)
@@ -289,12 +289,12 @@ impl Walker {
             };
             if outside {
                 stop = true;
-                return;
+                return false;
             }
             seen += 1;
             if !f(k, v) {
                 stop = true;
-                return;
+                return false;
             }
             match &mut last {
                 Some(l) => {
@@ -303,6 +303,7 @@ impl Walker {
                 }
                 None => last = Some(k.to_vec()),
             }
+            true
         };
         let got = if self.range.reverse {
             s.scan_back(self.next.as_ref().map(Vec::as_slice), limit, &mut visit)?

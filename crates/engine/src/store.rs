@@ -219,7 +219,7 @@ impl Session for StoreSession {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.0
             .with_dependent_mut(|_, s| s.scan_with(from, limit, f))
@@ -229,7 +229,7 @@ impl Session for StoreSession {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.0
             .with_dependent_mut(|_, s| s.scan_back_with(upto, limit, f))

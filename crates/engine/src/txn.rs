@@ -413,7 +413,7 @@ impl Scan for ReaderScan<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.0
             .with_dependent_mut(|_, s| s.scan_with(from, limit, f))
@@ -423,7 +423,7 @@ impl Scan for ReaderScan<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.0
             .with_dependent_mut(|_, s| s.scan_back_with(upto, limit, f))

@@ -1296,7 +1296,7 @@ impl Session for CowSession<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
@@ -1308,7 +1308,7 @@ impl Session for CowSession<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let v = self.eng.snapshot();
@@ -1333,7 +1333,7 @@ struct BackWalk<'a, 'f> {
     upto: Bound<&'a [u8]>,
     limit: usize,
     n: &'a mut usize,
-    f: &'a mut (dyn FnMut(&[u8], &[u8]) + 'f),
+    f: &'a mut (dyn FnMut(&[u8], &[u8]) -> bool + 'f),
     val: &'a mut Vec<u8>,
 }
 
@@ -1346,7 +1346,9 @@ impl BackWalk<'_, '_> {
         }
     }
 
-    fn node(&mut self, off: u64, crc: u32, depth: usize) -> Result<()> {
+    /// Visits the subtree at `off`; false once the walk is over (the
+    /// limit reached or the visitor stopped).
+    fn node(&mut self, off: u64, crc: u32, depth: usize) -> Result<bool> {
         if depth > MAX_HEIGHT as usize {
             return Err(EngineError::Corrupt(
                 "cow: tree deeper than the limit".into(),
@@ -1365,7 +1367,7 @@ impl BackWalk<'_, '_> {
                 if !self.below(k) {
                     continue;
                 }
-                match v {
+                let go = match v {
                     ValRef::Inline(x) => (self.f)(k, x),
                     ValRef::Blob { off, len, crc } => {
                         self.val.clear();
@@ -1376,15 +1378,15 @@ impl BackWalk<'_, '_> {
                             (off, len, crc),
                             self.val,
                         )?;
-                        (self.f)(k, self.val);
+                        (self.f)(k, self.val)
                     }
-                }
+                };
                 *self.n += 1;
-                if *self.n >= self.limit {
-                    return Ok(());
+                if !go || *self.n >= self.limit {
+                    return Ok(false);
                 }
             }
-            return Ok(());
+            return Ok(true);
         }
         let mut children: Vec<(&[u8], u64, u32)> = Vec::with_capacity(h.count as usize);
         for e in format::Entries::new(&h, &buf) {
@@ -1402,12 +1404,11 @@ impl BackWalk<'_, '_> {
             Bound::Unbounded => children.len(),
         };
         for &(_, c, ccrc) in children[..end].iter().rev() {
-            self.node(c, ccrc, depth + 1)?;
-            if *self.n >= self.limit {
-                break;
+            if !self.node(c, ccrc, depth + 1)? {
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -1469,7 +1470,7 @@ fn scan_at(
     v: &Version,
     from: &[u8],
     limit: usize,
-    f: &mut dyn FnMut(&[u8], &[u8]),
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<usize> {
     let mut n = 0;
     if v.root != 0 && limit > 0 {
@@ -1496,7 +1497,7 @@ fn scan_back_at(
     v: &Version,
     upto: Bound<&[u8]>,
     limit: usize,
-    f: &mut dyn FnMut(&[u8], &[u8]),
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<usize> {
     let mut n = 0;
     if v.root != 0 && limit > 0 {
@@ -1548,7 +1549,7 @@ impl SnapshotRead for CowReader<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(
@@ -1565,7 +1566,7 @@ impl SnapshotRead for CowReader<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(
@@ -1601,7 +1602,7 @@ impl SnapshotRead for CowSnapshot<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _v = tree::VerifyScope::new(self.eng.verify);
         scan_at(&self.eng.pool, self.eng.nonce, &self.v, from, limit, f)
@@ -1611,7 +1612,7 @@ impl SnapshotRead for CowSnapshot<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _v = tree::VerifyScope::new(self.eng.verify);
         scan_back_at(&self.eng.pool, self.eng.nonce, &self.v, upto, limit, f)
@@ -1622,6 +1623,8 @@ impl SnapshotRead for CowSnapshot<'_> {
     }
 }
 
+/// Visits the subtree at `off` from `from` on; false once the walk is
+/// over (the limit reached or the visitor stopped).
 #[allow(clippy::too_many_arguments)]
 fn scan_node(
     pool: &Region,
@@ -1630,10 +1633,10 @@ fn scan_node(
     from: &[u8],
     limit: usize,
     n: &mut usize,
-    f: &mut dyn FnMut(&[u8], &[u8]),
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     depth: usize,
     val: &mut Vec<u8>,
-) -> Result<()> {
+) -> Result<bool> {
     if depth > MAX_HEIGHT as usize {
         return Err(EngineError::Corrupt(
             "cow: tree deeper than the limit".into(),
@@ -1649,20 +1652,20 @@ fn scan_node(
             if k < from {
                 continue;
             }
-            match v {
+            let go = match v {
                 ValRef::Inline(x) => f(k, x),
                 ValRef::Blob { off, len, crc } => {
                     val.clear();
                     tree::read_blob_checked(pool, nonce, k, (off, len, crc), val)?;
-                    f(k, val);
+                    f(k, val)
                 }
-            }
+            };
             *n += 1;
-            if *n >= limit {
-                return Ok(());
+            if !go || *n >= limit {
+                return Ok(false);
             }
         }
-        return Ok(());
+        return Ok(true);
     }
     let mut children: Vec<(&[u8], u64, u32)> = Vec::with_capacity(h.count as usize);
     for e in format::Entries::new(&h, &buf) {
@@ -1677,12 +1680,11 @@ fn scan_node(
         children[1..].partition_point(|(k, ..)| *k <= from)
     };
     for &(_, c, ccrc) in &children[start..] {
-        scan_node(pool, nonce, (c, ccrc), from, limit, n, f, depth + 1, val)?;
-        if *n >= limit {
-            break;
+        if !scan_node(pool, nonce, (c, ccrc), from, limit, n, f, depth + 1, val)? {
+            return Ok(false);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// What a full walk found.

@@ -397,6 +397,7 @@ fn threads_disjoint_overlapping_and_readers() {
                                 if k.starts_with("shared-") {
                                     assert!(check_tagged(k, v), "scan saw a bad value for {k}");
                                 }
+                                true
                             })
                             .unwrap();
                         assert!(n <= 20);

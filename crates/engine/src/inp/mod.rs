@@ -196,8 +196,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tree::{
     FULL, Geo, INNER_BYTES, InnerD, LEAF_BYTES, MAX_DEPTH, Node, NodeBuf, SLOTS, Src, TUPLE_HDR,
-    corrupt, descend, init_leaf, leaf_bitmap, leaf_find, leaf_sorted, prefix, set_bitmap, set_slot,
-    shortest_sep, slot,
+    corrupt, descend, init_leaf, leaf_bitmap, leaf_find, leaf_order, leaf_sorted, prefix,
+    set_bitmap, set_slot, shortest_sep, slot,
 };
 
 /// Tuning knobs of this engine.
@@ -2272,6 +2272,8 @@ struct Bufs {
     kbuf: Box<[u8; MAX_KEY]>,
     nb: Box<NodeBuf>,
     val: Vec<u8>,
+    /// A leaf's slots in key order (scans).
+    order: Vec<(u64, u64)>,
 }
 
 impl Bufs {
@@ -2280,6 +2282,7 @@ impl Bufs {
             kbuf: Box::new([0u8; MAX_KEY]),
             nb: tree::node_buf(),
             val: Vec::new(),
+            order: Vec::with_capacity(tree::SLOTS),
         }
     }
 }
@@ -2317,13 +2320,16 @@ fn get_locked(
 /// Up to `limit` pairs with keys `>= from` (ascending), or with keys below
 /// `upto` (descending, `back`); the caller holds `eng.rw` (read). Every
 /// node and tuple visited is verified.
+/// Tuples a scan asks the CPU to fetch ahead of reading them.
+const PREFETCH_TUPLES: usize = 16;
+
 fn scan_dir(
     eng: &Inp,
     from: &[u8],
     upto: Bound<&[u8]>,
     back: bool,
     limit: usize,
-    f: &mut dyn FnMut(&[u8], &[u8]),
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     bufs: &mut Bufs,
 ) -> Result<usize> {
     let g = &eng.geo;
@@ -2341,6 +2347,18 @@ fn scan_dir(
         }
         _ => tree::edge(g, root, back, &mut path, &mut bufs.nb)?,
     };
+    // Which keys the scan returns, decided on a slot's prefix where it
+    // can (prefixes order as their keys do, and a prefix above or below
+    // the bound's settles the comparison), on the full key otherwise.
+    let bound = if back {
+        match upto {
+            Bound::Included(u) | Bound::Excluded(u) => Some(u),
+            Bound::Unbounded => None,
+        }
+    } else {
+        Some(from)
+    };
+    let bound_prefix = bound.map(prefix);
     let wanted = |k: &[u8]| {
         if back {
             match upto {
@@ -2355,23 +2373,41 @@ fn scan_dir(
     let mut n = 0;
     let max_leaves = ((g.hi - g.lo) as usize / LEAF_BYTES).max(1);
     for _ in 0..max_leaves {
-        let mut ents = leaf_sorted(g, &bufs.nb[..LEAF_BYTES])?;
-        if back {
-            ents.reverse();
+        leaf_order(g, &bufs.nb[..LEAF_BYTES], &mut bufs.order)?;
+        let count = bufs.order.len();
+        // The tuples this leaf will likely return, fetched together (the
+        // first of them may lie below the start: a few wasted hints).
+        let ahead = (limit - n).min(count).min(PREFETCH_TUPLES);
+        let skip = match bound_prefix {
+            Some(bp) if !back => bufs.order.partition_point(|e| e.0 < bp),
+            Some(bp) => count - bufs.order.partition_point(|e| e.0 <= bp),
+            None => 0,
+        };
+        for j in skip..(skip + ahead).min(count) {
+            let (_, t) = bufs.order[if back { count - 1 - j } else { j }];
+            g.prefetch_tuple(t, 192);
         }
-        for (k, t) in ents {
-            if !wanted(&k) {
-                continue;
+        for j in 0..count {
+            let (p, t) = bufs.order[if back { count - 1 - j } else { j }];
+            let by_prefix = bound_prefix.map_or(std::cmp::Ordering::Greater, |bp| {
+                if back { bp.cmp(&p) } else { p.cmp(&bp) }
+            });
+            match by_prefix {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal if !wanted(g.tuple_key(t, &mut bufs.kbuf)?) => continue,
+                _ => {}
             }
             let kl = g.tuple_read(t, &mut bufs.kbuf, &mut bufs.val)?;
-            // The key the leaf sorted by is the key verified (read again
-            // with the value): a damaged key never reaches the visitor.
-            if bufs.kbuf[..kl] != k[..] {
-                return Err(corrupt(format!("tuple {t:#x} changed while read")));
+            // The key verified with the value must be the one the leaf
+            // ordered by: a damaged slot never reaches the visitor.
+            let k = &bufs.kbuf[..kl];
+            if prefix(k) != p || !wanted(k) {
+                return Err(corrupt(format!(
+                    "tuple {t:#x}: key does not match its leaf slot"
+                )));
             }
-            f(&k, &bufs.val);
             n += 1;
-            if n == limit {
+            if !f(k, &bufs.val) || n == limit {
                 return Ok(n);
             }
         }
@@ -2386,7 +2422,7 @@ fn scan_locked(
     eng: &Inp,
     from: &[u8],
     limit: usize,
-    f: &mut dyn FnMut(&[u8], &[u8]),
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     bufs: &mut Bufs,
 ) -> Result<usize> {
     scan_dir(eng, from, Bound::Unbounded, false, limit, f, bufs)
@@ -2396,7 +2432,7 @@ fn scan_back_locked(
     eng: &Inp,
     upto: Bound<&[u8]>,
     limit: usize,
-    f: &mut dyn FnMut(&[u8], &[u8]),
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     bufs: &mut Bufs,
 ) -> Result<usize> {
     scan_dir(eng, &[], upto, true, limit, f, bufs)
@@ -2431,7 +2467,7 @@ impl SnapshotRead for InpReader<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _r = self.eng.rw.read();
         scan_locked(self.eng, from, limit, f, &mut self.bufs)
@@ -2441,7 +2477,7 @@ impl SnapshotRead for InpReader<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _r = self.eng.rw.read();
         scan_back_locked(self.eng, upto, limit, f, &mut self.bufs)
@@ -2462,7 +2498,7 @@ impl SnapshotRead for InpSnapshot<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         scan_locked(self.eng, from, limit, f, &mut self.bufs)
     }
@@ -2471,7 +2507,7 @@ impl SnapshotRead for InpSnapshot<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         scan_back_locked(self.eng, upto, limit, f, &mut self.bufs)
     }
@@ -2504,7 +2540,7 @@ impl Session for InpSession<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let _r = self.eng.rw.read();
@@ -2515,7 +2551,7 @@ impl Session for InpSession<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         let _r = self.eng.rw.read();

@@ -326,6 +326,18 @@ impl Geo {
         Ok((k, v, cap, h))
     }
 
+    /// Asks the CPU to bring the first `bytes` of tuple `t` into cache
+    /// (a hint: nothing outside the heap is touched). A scan issues it for
+    /// the tuples it is about to read so their cache misses overlap
+    /// instead of following one another.
+    pub fn prefetch_tuple(&self, t: u64, bytes: usize) {
+        let mut at = t;
+        while at < t + bytes as u64 && self.check(at, 1).is_ok() {
+            self.pool.prefetch(at as usize);
+            at += 64;
+        }
+    }
+
     /// The tuple's key, read into `buf` (unverified: for comparisons
     /// whose result a read checks again through [`Geo::tuple_read`]).
     pub fn tuple_key<'b>(&self, t: u64, buf: &'b mut [u8; MAX_KEY]) -> Result<&'b [u8]> {
@@ -428,6 +440,27 @@ pub(crate) trait Src {
     /// inner node's used parts at their offsets — and verifies it (a
     /// writer's own staged copies are not verified: it made them).
     fn load(&self, off: u64, b: &mut NodeBuf) -> Result<Node>;
+
+    /// Steps through node `off` on a descent: for an inner node, `pick`
+    /// chooses a child from the node's verified bytes (at their offsets)
+    /// and its child count, and the answer is `Some((index, child, n))`;
+    /// a leaf is loaded into `b` and the answer is `None`. The default
+    /// loads every node into `b`; [`Geo`] searches its cached copy of an
+    /// inner node in place.
+    fn pick(
+        &self,
+        off: u64,
+        b: &mut NodeBuf,
+        pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
+    ) -> Result<Option<(usize, u64, usize)>> {
+        match self.load(off, b)? {
+            Node::Leaf => Ok(None),
+            Node::Inner(n) => {
+                let i = pick(&b[..], n)?;
+                Ok(Some((i, inner_child_at(&b[..], i), n)))
+            }
+        }
+    }
 }
 
 impl Src for Geo {
@@ -446,6 +479,30 @@ impl Src for Geo {
             return Ok(node);
         }
         self.load_media(off, b)
+    }
+
+    fn pick(
+        &self,
+        off: u64,
+        b: &mut NodeBuf,
+        pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
+    ) -> Result<Option<(usize, u64, usize)>> {
+        if self.verify
+            && let Some(c) = self.cache.0.read().get(&off)
+        {
+            // The copy was verified when cached: searched where it lies,
+            // not copied out first (most of a read's time otherwise).
+            let (n, _) = inner_hdr(c, off)?;
+            let i = pick(c, n)?;
+            return Ok(Some((i, inner_child_at(c, i), n)));
+        }
+        match self.load(off, b)? {
+            Node::Leaf => Ok(None),
+            Node::Inner(n) => {
+                let i = pick(&b[..], n)?;
+                Ok(Some((i, inner_child_at(&b[..], i), n)))
+            }
+        }
     }
 }
 
@@ -549,10 +606,11 @@ pub(crate) fn descend<S: Src>(
     let kp = prefix(key);
     let mut cur = root;
     for _ in 0..MAX_DEPTH {
-        match s.load(cur, nb)? {
-            Node::Leaf => return Ok(cur),
-            Node::Inner(n) => {
-                let (i, c) = inner_child(&nb[..], cur, n, key, kp)?;
+        let at = cur;
+        let mut choose = |b: &[u8], n: usize| inner_child(b, at, n, key, kp).map(|(i, _)| i);
+        match s.pick(cur, nb, &mut choose)? {
+            None => return Ok(cur),
+            Some((i, c, _)) => {
                 path.push((cur, i));
                 cur = c;
             }
@@ -571,12 +629,12 @@ pub(crate) fn edge<S: Src>(
     nb: &mut NodeBuf,
 ) -> Result<u64> {
     for _ in 0..MAX_DEPTH {
-        match s.load(cur, nb)? {
-            Node::Leaf => return Ok(cur),
-            Node::Inner(n) => {
-                let i = if right { n - 1 } else { 0 };
+        let mut choose = |_: &[u8], n: usize| Ok(if right { n - 1 } else { 0 });
+        match s.pick(cur, nb, &mut choose)? {
+            None => return Ok(cur),
+            Some((i, c, _)) => {
                 path.push((cur, i));
-                cur = inner_child_at(&nb[..], i);
+                cur = c;
             }
         }
         if path.len() > MAX_DEPTH {
@@ -599,17 +657,21 @@ pub(crate) fn step<S: Src>(
         let Some((p, i)) = path.pop() else {
             return Ok(None);
         };
-        let Node::Inner(n) = s.load(p, nb)? else {
+        // The next child over, if the node has one (else climb on).
+        let mut over = None;
+        let mut choose = |_: &[u8], n: usize| {
+            over = if back {
+                i.checked_sub(1)
+            } else {
+                Some(i + 1).filter(|&j| j < n)
+            };
+            Ok(over.unwrap_or(i))
+        };
+        let Some((j, c, _)) = s.pick(p, nb, &mut choose)? else {
             return Err(corrupt(format!("node {p:#x} on a path is a leaf")));
         };
-        let next = if back {
-            i.checked_sub(1)
-        } else {
-            Some(i + 1).filter(|&j| j < n)
-        };
-        if let Some(j) = next {
+        if over.is_some() {
             path.push((p, j));
-            let c = inner_child_at(&nb[..], j);
             return edge(s, c, back, path, nb).map(Some);
         }
     }
@@ -705,6 +767,40 @@ pub(crate) fn leaf_sorted(geo: &Geo, b: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
     }
     v.sort_unstable();
     Ok(v)
+}
+
+/// The live slots of leaf copy `b` in key order, as `(prefix, tuple)`,
+/// into `out` (cleared first), reading full keys only where prefixes tie:
+/// a scan then reads the tuples it returns and no others (with random
+/// keys no two prefixes of a leaf tie; keys sharing longer prefixes cost
+/// what [`leaf_sorted`] costs). The prefixes come from the verified leaf;
+/// a scan still checks each tuple's key against its slot's prefix.
+pub(crate) fn leaf_order(geo: &Geo, b: &[u8], out: &mut Vec<(u64, u64)>) -> Result<()> {
+    let mut bm = leaf_bitmap(b)?;
+    out.clear();
+    while bm != 0 {
+        let i = bm.trailing_zeros() as usize;
+        bm &= bm - 1;
+        out.push(slot(b, i));
+    }
+    out.sort_unstable();
+    let mut at = 0;
+    while at < out.len() {
+        let end = at + out[at..].iter().take_while(|e| e.0 == out[at].0).count();
+        if end - at > 1 {
+            let mut buf = [0u8; MAX_KEY];
+            let mut tied = Vec::with_capacity(end - at);
+            for &(_, t) in &out[at..end] {
+                tied.push((geo.tuple_key(t, &mut buf)?.to_vec(), t));
+            }
+            tied.sort_unstable();
+            for (e, (_, t)) in out[at..end].iter_mut().zip(tied) {
+                e.1 = t;
+            }
+        }
+        at = end;
+    }
+    Ok(())
 }
 
 // ---- inner nodes (decoded form for the rare writer changes) -------------

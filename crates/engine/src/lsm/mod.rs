@@ -813,7 +813,12 @@ impl Lsm {
         Ok(None)
     }
 
-    fn scan(&self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
+    fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
         if limit == 0 {
             return Ok(0);
         }
@@ -832,7 +837,7 @@ impl Lsm {
         version: &Version,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let mut m = Merge::new(&self.pool, entries_iter(mem), &version.runs, from)?;
         let mut n = 0;
@@ -840,8 +845,10 @@ impl Lsm {
             match m.next()? {
                 None => break,
                 Some((k, Some(v))) => {
-                    f(k, v);
                     n += 1;
+                    if !f(k, v) {
+                        break;
+                    }
                 }
                 Some((_, None)) => {}
             }
@@ -893,7 +900,7 @@ impl Lsm {
         &self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         if limit == 0 {
             return Ok(0);
@@ -913,7 +920,7 @@ impl Lsm {
         version: &Version,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let mut srcs = Vec::with_capacity(version.runs.len());
         for r in &version.runs {
@@ -940,8 +947,10 @@ impl Lsm {
                 srcs[b - 1].current().expect("live").1.map(<[u8]>::to_vec)
             };
             if let Some(v) = &value {
-                f(&key, v);
                 n += 1;
+                if !f(&key, v) {
+                    break;
+                }
             }
             // The chosen entry and every older version of its key.
             if mem.get(mem_at).is_some_and(|(k, _)| *k == key) {
@@ -1994,7 +2003,7 @@ impl SnapshotRead for LsmReader<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.eng.scan(from, limit, f)
     }
@@ -2003,7 +2012,7 @@ impl SnapshotRead for LsmReader<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         self.eng.scan_back(upto, limit, f)
     }
@@ -2030,7 +2039,7 @@ impl SnapshotRead for LsmSnapshot<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         if limit == 0 {
             return Ok(0);
@@ -2043,7 +2052,7 @@ impl SnapshotRead for LsmSnapshot<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         if limit == 0 {
             return Ok(0);
@@ -2297,7 +2306,7 @@ impl Session for LsmSession<'_> {
         &mut self,
         from: &[u8],
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         self.eng.scan(from, limit, f)
@@ -2307,7 +2316,7 @@ impl Session for LsmSession<'_> {
         &mut self,
         upto: Bound<&[u8]>,
         limit: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize> {
         let _p = breakdown::phase(Phase::Scan);
         self.eng.scan_back(upto, limit, f)
