@@ -258,6 +258,13 @@ impl Walker {
         }
     }
 
+    /// A walker whose first chunk asks for `chunk` pairs.
+    pub(crate) fn with_chunk(range: KeyRange, chunk: usize) -> Walker {
+        let mut w = Walker::new(range);
+        w.chunk = chunk.max(1);
+        w
+    }
+
     pub(crate) fn done(&self) -> bool {
         self.done
     }

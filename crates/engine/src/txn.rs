@@ -19,6 +19,9 @@
 //! nothing applied).
 
 use crate::range::{Scan, SessionScan, Walker};
+
+/// Pairs the first read-ahead of a pop end reads.
+const FIRST_AHEAD: usize = 16;
 use crate::store::Core;
 use crate::{
     Durability, KeyRange, Op, Result, SnapshotRead, Store, StoreSession, check_key, check_value,
@@ -40,13 +43,16 @@ pub struct WriteTxn {
     /// ordered map — the engine's batch orders them itself. The first
     /// read [settles](Self::settle) them into `writes`.
     unsorted: Vec<(Vec<u8>, Vec<u8>)>,
-    /// The greatest key [`pop_first`](Self::pop_first) removed, while
-    /// every key of the store up to it is deleted in `writes` (a put at
-    /// or below it clears this): the next pop reads the store from there,
-    /// not from its start past all it popped.
-    front: Option<Vec<u8>>,
-    /// The same for [`pop_last`](Self::pop_last), from the end.
-    back: Option<Vec<u8>>,
+    /// Keys removed by [`retain`](Self::retain), [`extract_if`](Self::extract_if)
+    /// and [`delete_range`](Self::delete_range), not yet in `writes`: each
+    /// was live when removed, and all are older than every unsorted put
+    /// (those made them settled first). A retain followed by the commit
+    /// never builds an ordered map of its removals.
+    removed: Vec<Vec<u8>>,
+    /// [`pop_first`](Self::pop_first)'s end of the store.
+    front: PopEnd,
+    /// [`pop_last`](Self::pop_last)'s end.
+    back: PopEnd,
     durability: Durability,
     /// The writers' gate, exclusively; released after the session goes
     /// back (field order: dropped last).
@@ -79,6 +85,52 @@ fn valid(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
     }
 }
 
+/// One end of the store as successive pops see it.
+///
+/// Invariants (`cursor` set): every key of the store from the end up to
+/// `cursor` (included) is deleted, in `writes` or in `popped`; the pairs
+/// of `ahead` are the store's next pairs after `cursor`, in pop order,
+/// live, with no write of the transaction on them or between `cursor`
+/// and the last of them. A pop then takes `ahead`'s first pair and
+/// records its key in `popped`: no index descent, no ordered insert. Any
+/// write at or inside `ahead`'s span drops `ahead`; one at or past
+/// `cursor` clears it all (its `popped` keys moved to `writes` first).
+#[derive(Default)]
+struct PopEnd {
+    cursor: Option<Vec<u8>>,
+    /// Keys popped here and not yet in `writes` (the commit and every
+    /// read other than a pop move them there).
+    popped: Vec<Vec<u8>>,
+    ahead: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// Pairs the next refill of `ahead` reads (doubles up to
+    /// [`MAX_CHUNK`](crate::range::MAX_CHUNK)).
+    chunk: usize,
+}
+
+impl PopEnd {
+    /// True when `key` lies inside `ahead`'s span, seen from this end
+    /// (`rev`: the last end).
+    fn covers(&self, key: &[u8], rev: bool) -> bool {
+        match (self.cursor.as_deref(), self.ahead.back()) {
+            (_, None) => false,
+            (c, Some((last, _))) => {
+                if rev {
+                    key >= last.as_slice() && c.is_none_or(|c| key < c)
+                } else {
+                    key <= last.as_slice() && c.is_none_or(|c| key > c)
+                }
+            }
+        }
+    }
+
+    /// True when `key` is at or past the cursor (deleted territory).
+    fn behind(&self, key: &[u8], rev: bool) -> bool {
+        self.cursor
+            .as_deref()
+            .is_some_and(|c| if rev { key >= c } else { key <= c })
+    }
+}
+
 impl WriteTxn {
     pub(crate) fn begin(store: Store, session: StoreSession) -> WriteTxn {
         let gate = session.writers().write_arc();
@@ -87,8 +139,9 @@ impl WriteTxn {
             session: Some(session),
             writes: BTreeMap::new(),
             unsorted: Vec::new(),
-            front: None,
-            back: None,
+            removed: Vec::new(),
+            front: PopEnd::default(),
+            back: PopEnd::default(),
             durability: Durability::Immediate,
             _gate: gate,
         }
@@ -100,12 +153,58 @@ impl WriteTxn {
             .expect("a live transaction has its session")
     }
 
-    /// Moves the unsorted puts into `writes` (later ones win), before a
-    /// read of the transaction's own writes.
+    /// Moves the unsorted puts and the popped keys into `writes` (later
+    /// puts win), before a read of the transaction's own writes.
     fn settle(&mut self) {
+        // Oldest first: pops and removals, then the puts made after them.
+        self.settle_pops();
+        self.settle_removed();
+        self.settle_puts();
+    }
+
+    fn settle_removed(&mut self) {
+        for k in self.removed.drain(..) {
+            self.writes.insert(k, None);
+        }
+    }
+
+    fn settle_puts(&mut self) {
         for (k, v) in self.unsorted.drain(..) {
             self.writes.insert(k, Some(v));
         }
+    }
+
+    fn settle_pops(&mut self) {
+        for k in self
+            .front
+            .popped
+            .drain(..)
+            .chain(self.back.popped.drain(..))
+        {
+            self.writes.insert(k, None);
+        }
+    }
+
+    /// Keeps both ends' invariants (see [`PopEnd`]) over a write at `key`
+    /// that is not a pop of `ahead`'s first pair.
+    fn wrote(&mut self, key: &[u8]) {
+        if self.front.behind(key, false) || self.back.behind(key, true) {
+            self.settle_pops();
+        }
+        for (end, rev) in [(&mut self.front, false), (&mut self.back, true)] {
+            if end.behind(key, rev) {
+                end.cursor = None;
+                end.ahead.clear();
+            } else if end.covers(key, rev) {
+                end.ahead.clear();
+            }
+        }
+    }
+
+    /// Drops both ends' read-ahead (after writes at many keys).
+    fn forget_ahead(&mut self) {
+        self.front.ahead.clear();
+        self.back.ahead.clear();
     }
 
     /// Reads `key` as this transaction sees it.
@@ -122,12 +221,7 @@ impl WriteTxn {
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_key(key)?;
         check_value(value)?;
-        if self.front.as_deref().is_some_and(|f| key <= f) {
-            self.front = None;
-        }
-        if self.back.as_deref().is_some_and(|b| key >= b) {
-            self.back = None;
-        }
+        self.wrote(key);
         self.unsorted.push((key.to_vec(), value.to_vec()));
         Ok(())
     }
@@ -136,6 +230,7 @@ impl WriteTxn {
     pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
         let existed = self.get(key)?.is_some();
         if existed {
+            self.wrote(key);
             self.writes.insert(key.to_vec(), None);
         }
         Ok(existed)
@@ -162,6 +257,17 @@ impl WriteTxn {
     ) -> Result<usize> {
         self.settle();
         let session = self.session.as_mut().expect("live");
+        if !valid(range.start(), range.end())
+            || self
+                .writes
+                .range::<[u8], _>((range.start(), range.end()))
+                .next()
+                .is_none()
+        {
+            // Nothing of the transaction's in the range: the store's
+            // pairs straight to `f`, with no copy of each.
+            return crate::range::drive(&mut SessionScan(session), range, f);
+        }
         merged(&mut SessionScan(session), &self.writes, range, f)
     }
 
@@ -170,46 +276,127 @@ impl WriteTxn {
         crate::range::collect(|f| self.range_with(range, f))
     }
 
+    /// The keys between the two pop cursors (everything outside is
+    /// deleted), ascending.
+    fn between_cursors(&self) -> KeyRange {
+        KeyRange::bounds(
+            self.front
+                .cursor
+                .clone()
+                .map_or(Bound::Unbounded, Bound::Excluded),
+            self.back
+                .cursor
+                .clone()
+                .map_or(Bound::Unbounded, Bound::Excluded),
+        )
+    }
+
     /// The pair with the least key.
     pub fn first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        // Nothing live at or below `front` (see the field).
-        let range = match &self.front {
-            Some(k) => KeyRange::bounds(Bound::Excluded(k.clone()), Bound::Unbounded),
-            None => KeyRange::all(),
-        };
+        let range = self.between_cursors();
         crate::range::first_of(|f| self.range_with(&range, f))
     }
 
     /// The pair with the greatest key.
     pub fn last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let range = match &self.back {
-            Some(k) => KeyRange::bounds(Bound::Unbounded, Bound::Excluded(k.clone())),
-            None => KeyRange::all(),
-        };
-        crate::range::first_of(|f| self.range_with(&range.rev(), f))
+        let range = self.between_cursors().rev();
+        crate::range::first_of(|f| self.range_with(&range, f))
     }
 
     /// Removes and returns the pair with the least key. Successive pops
-    /// cost a seek each, not a walk past what was popped.
+    /// take the store's pairs from a read-ahead of its next pairs: a pop
+    /// costs neither an index descent nor an ordered insert.
     pub fn pop_first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let p = self.first()?;
-        if let Some((k, _)) = &p {
-            self.writes.insert(k.clone(), None);
-            // Every store key below `k` was deleted here (`k` came
-            // first), and now `k` too.
-            self.front = Some(k.clone());
-        }
-        Ok(p)
+        self.pop(false)
     }
 
     /// Removes and returns the pair with the greatest key.
     pub fn pop_last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let p = self.last()?;
+        self.pop(true)
+    }
+
+    fn end(&mut self, rev: bool) -> (&mut PopEnd, &mut PopEnd) {
+        if rev {
+            (&mut self.back, &mut self.front)
+        } else {
+            (&mut self.front, &mut self.back)
+        }
+    }
+
+    fn pop(&mut self, rev: bool) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if self.end(rev).0.ahead.is_empty() {
+            self.refill(rev)?;
+        }
+        let (end, other) = self.end(rev);
+        if let Some((k, v)) = end.ahead.pop_front() {
+            end.cursor = Some(k.clone());
+            end.popped.push(k.clone());
+            // The other end's read-ahead may reach this key (a table
+            // nearly emptied from both ends).
+            if other.covers(&k, !rev) {
+                other.ahead.clear();
+            }
+            return Ok(Some((k, v)));
+        }
+        // Nothing of the store's before the next write: the merged view.
+        let p = if rev { self.last()? } else { self.first()? };
         if let Some((k, _)) = &p {
+            self.wrote(k);
             self.writes.insert(k.clone(), None);
-            self.back = Some(k.clone());
+            // Every key up to `k` is deleted now (`k` came first).
+            self.end(rev).0.cursor = Some(k.clone());
         }
         Ok(p)
+    }
+
+    /// Reads the store's next pairs at one end into its `ahead`: those
+    /// after its cursor, before the first write of the transaction beyond
+    /// it and before the other end's cursor.
+    fn refill(&mut self, rev: bool) -> Result<()> {
+        self.settle_removed();
+        self.settle_puts();
+        let (end, other) = if rev {
+            (&self.back, &self.front)
+        } else {
+            (&self.front, &self.back)
+        };
+        let from = end.cursor.clone();
+        let next_write = if rev {
+            let upto = from.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            self.writes
+                .range::<[u8], _>((Bound::Unbounded, upto))
+                .next_back()
+        } else {
+            let after = from.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            self.writes
+                .range::<[u8], _>((after, Bound::Unbounded))
+                .next()
+        };
+        // The nearer of the next write and the other end's cursor.
+        let limit = match (next_write.map(|(k, _)| k), other.cursor.as_ref()) {
+            (Some(w), Some(c)) => Some(if (w < c) != rev { w } else { c }),
+            (w, c) => w.or(c),
+        }
+        .cloned();
+        let far = limit.map_or(Bound::Unbounded, Bound::Excluded);
+        let near = from.map_or(Bound::Unbounded, Bound::Excluded);
+        let range = if rev {
+            KeyRange::bounds(far, near).rev()
+        } else {
+            KeyRange::bounds(near, far)
+        };
+        let chunk = end.chunk.clamp(FIRST_AHEAD, crate::range::MAX_CHUNK);
+        let mut ahead = VecDeque::with_capacity(chunk);
+        let session = self.session.as_mut().expect("live");
+        let mut walker = Walker::with_chunk(range, chunk);
+        walker.step(&mut SessionScan(session), &mut |k, v| {
+            ahead.push_back((k.to_vec(), v.to_vec()));
+            true
+        })?;
+        let end = if rev { &mut self.back } else { &mut self.front };
+        end.ahead = ahead;
+        end.chunk = (chunk * 2).min(crate::range::MAX_CHUNK);
+        Ok(())
     }
 
     /// Keeps the pairs of `range` for which `keep` is true and removes the
@@ -227,9 +414,10 @@ impl WriteTxn {
             true
         })?;
         let n = gone.len();
-        for k in gone {
-            self.writes.insert(k, None);
+        if n > 0 {
+            self.forget_ahead();
         }
+        self.removed.append(&mut gone);
         Ok(n)
     }
 
@@ -247,9 +435,10 @@ impl WriteTxn {
             }
             true
         })?;
-        for (k, _) in &out {
-            self.writes.insert(k.clone(), None);
+        if !out.is_empty() {
+            self.forget_ahead();
         }
+        self.removed.extend(out.iter().map(|(k, _)| k.clone()));
         Ok(out)
     }
 
@@ -261,29 +450,42 @@ impl WriteTxn {
     /// Applies every write at once, atomically and durably. On an error
     /// nothing was applied (and the transaction is gone).
     pub fn commit(mut self) -> Result<()> {
-        if !self.writes.is_empty() {
-            self.settle();
-        }
         let writes = std::mem::take(&mut self.writes);
+        let removed = std::mem::take(&mut self.removed);
         let unsorted = std::mem::take(&mut self.unsorted);
-        if writes.is_empty() && unsorted.is_empty() {
+        let popped: Vec<Vec<u8>> = std::mem::take(&mut self.front.popped)
+            .into_iter()
+            .chain(std::mem::take(&mut self.back.popped))
+            .collect();
+        let sources = [
+            !writes.is_empty(),
+            !removed.is_empty(),
+            !popped.is_empty(),
+            !unsorted.is_empty(),
+        ];
+        if !sources.contains(&true) {
             return Ok(());
         }
-        // Only blind puts: as made (a batch applies the last put of a key).
-        let ops: Vec<Op<'_>> = if writes.is_empty() {
-            unsorted
-                .iter()
-                .map(|(k, v)| Op::Put { key: k, value: v })
-                .collect()
-        } else {
-            writes
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Op::Put { key: k, value: v },
-                    None => Op::Delete { key: k },
-                })
-                .collect()
-        };
+        // Oldest first — the ordered writes, then the removals and pops
+        // (a removal may follow a put of `writes`; a write after a removal
+        // or a pop settled it into `writes` first), then the puts made
+        // after them — so the batch's rule, the last operation on a key
+        // wins, gives each key its final state.
+        let mut ops: Vec<Op<'_>> = writes
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => Op::Put { key: k, value: v },
+                None => Op::Delete { key: k },
+            })
+            .chain(removed.iter().chain(&popped).map(|k| Op::Delete { key: k }))
+            .chain(unsorted.iter().map(|(k, v)| Op::Put { key: k, value: v }))
+            .collect();
+        // In key order (the engines apply a sorted batch fastest; a sort
+        // of sorted runs is linear), stable so that later still wins;
+        // blind puts alone go as made (the engine orders them itself).
+        if sources != [false, false, false, true] {
+            ops.sort_by(|a, b| a.key().cmp(b.key()));
+        }
         let d = self.durability;
         self.session().batch_in_txn(&ops, d)
     }

@@ -562,52 +562,140 @@ fn retain_extract_if_and_pop_are_one_transaction() {
 fn pops_mixed_with_writes_match_a_model() {
     let dir = tempfile::tempdir().unwrap();
     for kind in EngineKind::ALL {
+        for seed in 0..3u64 {
+            pops_against_a_model(kind, dir.path(), seed);
+        }
+    }
+}
+
+/// Writes landing where a pop end has read ahead: a put between the
+/// popped keys and the next stored ones, a put over a stored key not yet
+/// popped, a delete of one, and the other end's pops reaching it.
+#[test]
+fn writes_inside_a_pop_read_ahead_are_seen_by_the_next_pops() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
         let store = Store::create_file(
-            dir.path().join(format!("pops-{kind}.pool")),
+            dir.path().join(format!("ahead-{kind}.pool")),
+            16 << 20,
+            &small(kind),
+        )
+        .unwrap();
+        let mut s = store.session().unwrap();
+        for i in (0..40u32).step_by(2) {
+            s.put(&key(i), b"v").unwrap();
+        }
+        drop(s);
+        let mut tx = store.write().unwrap();
+        let k = |o: Option<(Vec<u8>, Vec<u8>)>| o.map(|(k, v)| (String::from_utf8(k).unwrap(), v));
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00000".into(), b"v".to_vec()))
+        );
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00002".into(), b"v".to_vec()))
+        );
+        tx.put(&key(3), b"new").unwrap();
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00003".into(), b"new".to_vec())),
+            "{kind}"
+        );
+        tx.put(&key(6), b"over").unwrap();
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00004".into(), b"v".to_vec())),
+            "{kind}"
+        );
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00006".into(), b"over".to_vec())),
+            "{kind}"
+        );
+        assert!(tx.delete(&key(8)).unwrap());
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00010".into(), b"v".to_vec())),
+            "{kind}"
+        );
+        // The front end reads ahead again (up to the last key), then the
+        // back end pops down into it.
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00012".into(), b"v".to_vec())),
+            "{kind}"
+        );
+        for i in (24..40u32).step_by(2).rev() {
+            assert_eq!(
+                k(tx.pop_last().unwrap()),
+                Some((format!("k{i:05}"), b"v".to_vec())),
+                "{kind}"
+            );
+        }
+        assert_eq!(
+            k(tx.pop_first().unwrap()),
+            Some(("k00014".into(), b"v".to_vec())),
+            "{kind}"
+        );
+        for i in (16..24u32).step_by(2).rev() {
+            assert_eq!(
+                k(tx.pop_last().unwrap()),
+                Some((format!("k{i:05}"), b"v".to_vec())),
+                "{kind}"
+            );
+        }
+        assert_eq!(tx.pop_first().unwrap(), None, "{kind}");
+        assert_eq!(tx.pop_last().unwrap(), None, "{kind}");
+        tx.commit().unwrap();
+        assert_eq!(store.len().unwrap(), 0, "{kind}");
+    }
+}
+
+/// Removals by retain and extract_if, then puts of removed keys, then
+/// the commit with no read in between: the puts made after a removal
+/// win, the removals made after a put win.
+#[test]
+fn puts_after_removals_win_at_the_commit_and_removals_after_puts_too() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
+        let store = Store::create_file(
+            dir.path().join(format!("removed-{kind}.pool")),
             16 << 20,
             &small(kind),
         )
         .unwrap();
         let mut m = Model::new();
         let mut s = store.session().unwrap();
-        for i in (0..1000u32).step_by(2) {
-            s.put(&key(i), &i.to_le_bytes()).unwrap();
-            m.insert(key(i), i.to_le_bytes().to_vec());
+        for i in 0..200u32 {
+            s.put(&key(i), b"old").unwrap();
+            m.insert(key(i), b"old".to_vec());
         }
         drop(s);
-        let mut rng = ChaCha8Rng::seed_from_u64(11);
         let mut tx = store.write().unwrap();
-        for step in 0..2000 {
-            match rng.random_range(0..6) {
-                0 | 1 => {
-                    let want = m.pop_first();
-                    assert_eq!(tx.pop_first().unwrap(), want, "{kind} step {step}");
-                }
-                2 | 3 => {
-                    let want = m.pop_last();
-                    assert_eq!(tx.pop_last().unwrap(), want, "{kind} step {step}");
-                }
-                4 => {
-                    let i = rng.random_range(0..1000u32);
-                    tx.put(&key(i), b"again").unwrap();
-                    m.insert(key(i), b"again".to_vec());
-                }
-                _ => {
-                    let i = rng.random_range(0..1000u32);
-                    assert_eq!(
-                        tx.delete(&key(i)).unwrap(),
-                        m.remove(&key(i)).is_some(),
-                        "{kind} step {step}"
-                    );
-                }
-            }
-            if step % 97 == 0 {
-                let first = m.iter().next().map(|(k, v)| (k.clone(), v.clone()));
-                let last = m.iter().next_back().map(|(k, v)| (k.clone(), v.clone()));
-                assert_eq!(tx.first().unwrap(), first, "{kind} step {step}");
-                assert_eq!(tx.last().unwrap(), last, "{kind} step {step}");
-            }
+        // A put, then a retain that removes it with others.
+        tx.put(&key(3), b"put-then-removed").unwrap();
+        let gone = tx
+            .retain(&KeyRange::all(), |k, _| k[k.len() - 1] % 2 == 0)
+            .unwrap();
+        m.retain(|k, _| k[k.len() - 1] % 2 == 0);
+        assert_eq!(gone, 100, "{kind}");
+        // Puts of removed keys, then an extract_if, then more puts.
+        for i in [1u32, 5, 7] {
+            tx.put(&key(i), b"back").unwrap();
+            m.insert(key(i), b"back".to_vec());
         }
+        let out = tx
+            .extract_if(&KeyRange::between(key(40), key(60)), |k, _| {
+                k[k.len() - 1] % 4 == 0
+            })
+            .unwrap();
+        let before = m.len();
+        m.retain(|k, _| !(k >= &key(40) && k < &key(60) && k[k.len() - 1] % 4 == 0));
+        assert_eq!(out.len(), before - m.len(), "{kind}");
+        assert!(!out.is_empty());
+        tx.put(&key(40), b"after-extract").unwrap();
+        m.insert(key(40), b"after-extract".to_vec());
         tx.commit().unwrap();
         assert_eq!(
             store
@@ -618,6 +706,111 @@ fn pops_mixed_with_writes_match_a_model() {
             "{kind}"
         );
     }
+}
+
+/// Pops from both ends (runs of them, so the read-ahead of each end is
+/// used and refilled), mixed with puts, deletes, gets, retains and
+/// first/last, then pops until the table is empty; the transaction
+/// matches a model throughout and after its commit.
+fn pops_against_a_model(kind: EngineKind, dir: &std::path::Path, seed: u64) {
+    let store = Store::create_file(
+        dir.join(format!("pops-{kind}-{seed}.pool")),
+        16 << 20,
+        &small(kind),
+    )
+    .unwrap();
+    let mut m = Model::new();
+    let mut s = store.session().unwrap();
+    for i in (0..3000u32).step_by(2) {
+        s.put(&key(i), &i.to_le_bytes()).unwrap();
+        m.insert(key(i), i.to_le_bytes().to_vec());
+    }
+    drop(s);
+    let mut rng = ChaCha8Rng::seed_from_u64(11 + seed);
+    let mut tx = store.write().unwrap();
+    for step in 0..3000 {
+        // Phases of pops only, then of mixed operations.
+        let op = if (step / 150) % 2 == 0 {
+            rng.random_range(0..4)
+        } else {
+            rng.random_range(0..9)
+        };
+        match op {
+            0 | 1 => {
+                let want = m.pop_first();
+                assert_eq!(tx.pop_first().unwrap(), want, "{kind} step {step}");
+            }
+            2 | 3 => {
+                let want = m.pop_last();
+                assert_eq!(tx.pop_last().unwrap(), want, "{kind} step {step}");
+            }
+            4 | 5 => {
+                let i = rng.random_range(0..3000u32);
+                tx.put(&key(i), b"again").unwrap();
+                m.insert(key(i), b"again".to_vec());
+            }
+            6 => {
+                let i = rng.random_range(0..3000u32);
+                assert_eq!(
+                    tx.delete(&key(i)).unwrap(),
+                    m.remove(&key(i)).is_some(),
+                    "{kind} step {step}"
+                );
+            }
+            7 => {
+                let i = rng.random_range(0..3000u32);
+                assert_eq!(
+                    tx.get(&key(i)).unwrap(),
+                    m.get(&key(i)).cloned(),
+                    "{kind} step {step}"
+                );
+            }
+            _ => {
+                let cut = rng.random_range(0..7u8);
+                let gone = tx
+                    .retain(&KeyRange::all(), |k, _| k[k.len() - 1] % 7 != cut)
+                    .unwrap();
+                let before = m.len();
+                m.retain(|k, _| k[k.len() - 1] % 7 != cut);
+                assert_eq!(gone, before - m.len(), "{kind} step {step}");
+            }
+        }
+        if step % 97 == 0 {
+            let first = m.iter().next().map(|(k, v)| (k.clone(), v.clone()));
+            let last = m.iter().next_back().map(|(k, v)| (k.clone(), v.clone()));
+            assert_eq!(tx.first().unwrap(), first, "{kind} step {step}");
+            assert_eq!(tx.last().unwrap(), last, "{kind} step {step}");
+        }
+    }
+    // Both ends meet.
+    let mut step = 0;
+    loop {
+        let (got, want) = if step % 3 == 0 {
+            (tx.pop_last().unwrap(), m.pop_last())
+        } else {
+            (tx.pop_first().unwrap(), m.pop_first())
+        };
+        assert_eq!(got, want, "{kind}: emptying, pop {step}");
+        if want.is_none() {
+            break;
+        }
+        step += 1;
+        if step == 200 {
+            // Commit what was popped so far in a new transaction's view.
+            tx.commit().unwrap();
+            assert_eq!(
+                store
+                    .range(KeyRange::all())
+                    .map(Result::unwrap)
+                    .collect::<Vec<_>>(),
+                model_range(&m, &KeyRange::all()),
+                "{kind}: after the first commit"
+            );
+            tx = store.write().unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    assert_eq!(store.len().unwrap(), 0, "{kind}");
 }
 
 /// Blind puts (no read in the transaction) are kept unsorted until the
