@@ -1,6 +1,6 @@
 //! Ascending inserts (redb's `redb-sorted` phase): `cargo run --release
-//! -p ferrite-engine --example ascending -- [N] [M] [POPS]` loads N random
-//! 24-byte keys with 150-byte values in one batch, pops POPS pairs (default 0) alternately from each end in
+//! -p ferrite-engine --example ascending -- [N] [M] [POPS] [THIN] [ENGINE]` loads N random
+//! 24-byte keys with 150-byte values in one batch, removes every other key in one batch when THIN is 1, pops POPS pairs (default 0) alternately from each end in
 //! one transaction (as redb's pop phase before its sorted one), then inserts M keys
 //! past every key, in ascending order, in one write transaction; prints,
 //! per engine, the load and the ascending commit times and the ascending
@@ -13,11 +13,13 @@ use std::time::Instant;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<u64> = std::env::args()
         .skip(1)
+        .take(4)
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
     let n = args.first().copied().unwrap_or(1_000_000);
     let m = args.get(1).copied().unwrap_or(200_000);
     let pops = args.get(2).copied().unwrap_or(0);
+    let thin = args.get(3).copied().unwrap_or(0) != 0;
     let keys: Vec<[u8; 24]> = (0..n)
         .map(|i| {
             let mut k = [0u8; 24];
@@ -43,7 +45,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             k
         })
         .collect();
-    for kind in EngineKind::ALL {
+    let only = std::env::args().nth(5).and_then(|e| EngineKind::parse(&e));
+    for kind in EngineKind::ALL
+        .into_iter()
+        .filter(|k| only.is_none_or(|o| o == *k))
+    {
         let dir = tempfile::tempdir_in("/dev/shm")?;
         let store = Store::create_new(
             dir.path().join("p"),
@@ -52,6 +58,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         store.batch(&ops)?;
         let load = t.elapsed();
+        if thin {
+            // As redb's removal phase: every other key, one transaction.
+            let t = Instant::now();
+            let dels: Vec<Op<'_>> = keys
+                .iter()
+                .step_by(2)
+                .map(|k| Op::Delete { key: k })
+                .collect();
+            store.batch(&dels)?;
+            println!(
+                "{kind}: removed {} keys {:.3} s",
+                dels.len(),
+                t.elapsed().as_secs_f64()
+            );
+        }
         if pops > 0 {
             let t = Instant::now();
             let mut txn = store.write()?;

@@ -1863,7 +1863,9 @@ impl Src for WSrc<'_> {
                 b[..s.buf.len()].copy_from_slice(&s.buf);
                 match tree::u32_at(&s.buf, 8) {
                     tree::MAGIC_LEAF => Ok(Node::Leaf),
-                    _ => Ok(Node::Inner(InnerD::decode(&s.buf, base)?.children.len())),
+                    // Its header's child count: no decode (and no
+                    // allocation) per level of every descent.
+                    _ => Ok(Node::Inner(tree::inner_hdr(&s.buf, base)?.0)),
                 }
             }
             None => self.geo.load(base, b),
@@ -1956,6 +1958,7 @@ impl Writer<'_, '_> {
             key,
             prefix(key),
             self.kbuf,
+            false,
         )?;
         Ok(Some((leaf, hit)))
     }
@@ -2308,6 +2311,7 @@ fn get_locked(
         key,
         prefix(key),
         &mut bufs.kbuf,
+        true,
     )? {
         Some((_, t)) => {
             eng.geo.tuple_read(t, &mut bufs.kbuf, out)?;
