@@ -2,13 +2,21 @@
 //! commits them as one atomic batch, serialized against every other
 //! write) and [`Snapshot`] (a consistent read-only view).
 //!
-//! A write transaction keeps its writes in DRAM, in key order, until
+//! A write transaction keeps its writes in DRAM until
 //! [`WriteTxn::commit`] hands them to the engine as one batch: the engine's
 //! batch is what makes them atomic and durable (all or nothing after a
 //! crash: `ferrite check engine-*`). Reads merge those writes over the
 //! store; no other write can land meanwhile (the store's writers' gate,
 //! held exclusively), so what the transaction read is still true when it
 //! commits: serializable, as LMDB's and redb's single writer.
+//!
+//! The writes live in an ordered map, except where a workload would pay
+//! for order it never reads: blind puts, the removals of `retain` /
+//! `extract_if` / `delete_range`, and pops stay in plain lists (oldest
+//! first) until a read needs them merged or the commit sorts the batch
+//! once. Pops read the store ahead at each end (`PopEnd`), so a run of
+//! `pop_first` / `pop_last` costs neither an index descent nor an ordered
+//! insert per pair.
 //!
 //! The batch has any size the heap has room for (an InP record larger
 //! than its log area is stored in a heap block of its own; an LSM record
@@ -49,6 +57,8 @@ pub struct WriteTxn {
     /// (those made them settled first). A retain followed by the commit
     /// never builds an ordered map of its removals.
     removed: Vec<Vec<u8>>,
+    /// [`delete`](Self::delete)'s buffer for the value it finds.
+    scratch: Vec<u8>,
     /// [`pop_first`](Self::pop_first)'s end of the store.
     front: PopEnd,
     /// [`pop_last`](Self::pop_last)'s end.
@@ -140,6 +150,7 @@ impl WriteTxn {
             writes: BTreeMap::new(),
             unsorted: Vec::new(),
             removed: Vec::new(),
+            scratch: Vec::new(),
             front: PopEnd::default(),
             back: PopEnd::default(),
             durability: Durability::Immediate,
@@ -209,12 +220,23 @@ impl WriteTxn {
 
     /// Reads `key` as this transaction sees it.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Reads `key` as this transaction sees it into `out` (cleared
+    /// first); false when absent.
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
         self.settle();
+        out.clear();
         if let Some(v) = self.writes.get(key) {
-            return Ok(v.clone());
+            if let Some(v) = v {
+                out.extend_from_slice(v);
+            }
+            return Ok(v.is_some());
         }
-        self.session().get(key)
+        self.session().get_into(key, out)
     }
 
     /// Inserts or replaces `key` (applied at commit).
@@ -228,7 +250,12 @@ impl WriteTxn {
 
     /// Removes `key` (at commit); false when it was absent.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        let existed = self.get(key)?.is_some();
+        // The old value into a buffer kept for it: a transaction of many
+        // deletes allocates none per key.
+        let mut old = std::mem::take(&mut self.scratch);
+        let existed = self.get_into(key, &mut old);
+        self.scratch = old;
+        let existed = existed?;
         if existed {
             self.wrote(key);
             self.writes.insert(key.to_vec(), None);

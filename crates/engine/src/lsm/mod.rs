@@ -207,7 +207,7 @@ pub struct Options {
     /// — the writer that flushed compacts at once, by the same steps.
     pub background: bool,
     /// A batch whose log record would be larger than this is written as a
-    /// run of its own ([ingested](Lsm::ingest)) instead of through the
+    /// run of its own (ingested) instead of through the
     /// log and the memtable. Default: `memtable_bytes`.
     pub ingest_bytes: Option<u64>,
 }
