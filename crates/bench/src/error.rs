@@ -21,6 +21,9 @@ pub enum BenchError {
     /// A row could not be encoded as JSON.
     #[error("encoding a row as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// Reading or writing rows as JSON lines failed.
+    #[error(transparent)]
+    Rows(#[from] ferrite_rows::RowsError),
     /// The experiment cannot run here (e.g. no cache-line flush instruction).
     #[error("{0}")]
     Unsupported(String),
