@@ -65,7 +65,7 @@
 //! # Summary
 //!
 //! [`summarize`] states the targets as ratios of rows of this run
-//! ([`summary`]), each marked `met` or `missed`; they are part of the
+//! each marked `met` or `missed`; they are part of the
 //! headline claims `ferrite bench` ends with ([`crate::claims`]).
 //!
 //! # Scale

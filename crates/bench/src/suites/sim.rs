@@ -733,7 +733,7 @@ pub mod record {
         use ferrite_workload::tpcc::{Terminal, TpccConfig, TpccLoader};
         let cfg = TpccConfig::quick(1);
         // The load is about 2.5 MB of rows at this scale; a transaction adds
-        // at most ~1.5 KB (engine_suite's TPCC_GROWTH_PER_TXN).
+        // at most ~1.5 KB (suites::engine's TPCC_GROWTH_PER_TXN).
         let bytes = ((64 << 20) + ops * 4096).next_multiple_of(1 << 20);
         let (trace, ns, dom) = record_with(ops, |d, ph| {
             let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, bytes).domain(d))?;
