@@ -11,6 +11,7 @@ mod checks;
 mod deep;
 mod kv;
 mod live;
+mod opener;
 mod progress;
 mod run;
 mod scrub;
