@@ -128,8 +128,8 @@ pub enum OpenError {
     /// `ferrite serve` was pointed at a pool no server store made.
     #[error("pool layout '{0}' is not a server store")]
     NotServerStore(String),
-    /// The pool holds something other than the store asked for.
-    #[error("the pool (layout '{layout}') holds {}, not {}", found.describe(), wanted.describe())]
+    /// The pool's layout marks another store than the one asked for.
+    #[error("the pool's layout '{layout}' marks {}, not {}", found.describe(), wanted.describe())]
     Holds {
         layout: String,
         found: Holds,
@@ -298,7 +298,7 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            "the pool (layout 'ferrite-serve-tx') holds a transactional pool, not an engine store"
+            "the pool's layout 'ferrite-serve-tx' marks a transactional pool, not an engine store"
         );
         // A log or heap is checked and recovered, never opened as a store.
         let e = open(&p, Holds::Heap, &StoreOptions::default())
