@@ -523,8 +523,8 @@ fn run_group(
     } else {
         wname
     };
-    let w = Workload::parse(&format!("{spec}:records={records}:fields=1x100:ops=1g"))
-        .map_err(err)?;
+    let w =
+        Workload::parse(&format!("{spec}:records={records}:fields=1x100:ops=1g")).map_err(err)?;
     let mut variants = Vec::new();
     for sys in systems {
         if plan.quick && threads > 1 && sys.name.starts_with("persistron-") {
@@ -535,8 +535,7 @@ fn run_group(
         }
         let gens: Vec<Mutex<Generator>> = (0..threads)
             .map(|t| {
-                Generator::new(&w, SEED + threads as u64, t as u32, threads as u32)
-                    .map(Mutex::new)
+                Generator::new(&w, SEED + threads as u64, t as u32, threads as u32).map(Mutex::new)
             })
             .collect::<Result<_, _>>()
             .map_err(err)?;
@@ -587,8 +586,7 @@ fn run_group(
             continue;
         };
         let per_thread = row.ops / row.threads.max(1) as u64;
-        let total = ((per_thread.max(1) / 4 + per_thread * row.reps as u64)
-            * row.threads as u64)
+        let total = ((per_thread.max(1) / 4 + per_thread * row.reps as u64) * row.threads as u64)
             .max(1) as f64;
         let after = events(&systems[i]);
         for (k, name) in EVENTS.iter().enumerate() {
