@@ -282,9 +282,7 @@ mod tests {
 
         let (p, pool) = pool_tx(&dir);
         pool.close().unwrap();
-        let e = open_engine_store(&p, &StoreOptions::default())
-            .err()
-            .expect("refused");
+        let e = open_engine_store(&p, &StoreOptions::default()).expect_err("refused");
         assert!(
             matches!(
                 e,
