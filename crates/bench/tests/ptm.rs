@@ -215,7 +215,7 @@ fn tiny_run_yields_every_row_peers_and_targets() {
     if cfg!(feature = "pmdk") {
         assert!(matches!(pm.verdict, Verdict::Met | Verdict::Missed));
     } else {
-        assert_eq!(pm.verdict, Verdict::NotMeasured);
+        assert_eq!(pm.verdict, Verdict::NotRun);
     }
     let text = ferrite_bench::claims::ptm::format_summary(&rows);
     assert!(text.contains("ptm summary"));

@@ -94,7 +94,8 @@ use std::time::Instant;
 pub mod peers;
 
 // The suite's targets are computed with the other claims (ferrite-rows).
-pub use ferrite_rows::claims::ptm::{SUITE, Target, Verdict, print_summary, summarize};
+pub use ferrite_rows::claims::Verdict;
+pub use ferrite_rows::claims::ptm::{SUITE, Target, print_summary, summarize};
 
 /// Environment variable choosing the workloads (module documentation).
 pub const WORKLOADS_ENV: &str = "FERRITE_PTM_WORKLOADS";

@@ -16,7 +16,8 @@
 //! on `tpcc-hash` at 2 threads under `adr` (P3 Tables I/II: ≈ 6–8×) and
 //! the largest redo log per workload (P3 §IV-B: ≤ 36–37 lines).
 
-use super::{Goal, Outcome, param_text as s};
+// A target's verdict is a claim's: `NotRun` when its rows are absent.
+use super::{Goal, Outcome, Verdict, param_text as s};
 use crate::names::{PMDK_TX, PTM_ALGORITHMS};
 use crate::row::Row;
 use ferrite_pmem::{Domain, FlushKind};
@@ -24,28 +25,6 @@ use std::fmt::Write as _;
 
 /// The suite's name in its rows.
 pub const SUITE: &str = "ptm";
-
-/// How a target came out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Met,
-    Missed,
-    /// A measurement stated without a goal.
-    Info,
-    /// The rows it needs are not in this run.
-    NotMeasured,
-}
-
-impl Verdict {
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Met => "met",
-            Verdict::Missed => "missed",
-            Verdict::Info => "info",
-            Verdict::NotMeasured => "not measured",
-        }
-    }
-}
 
 /// One line of the summary.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,7 +122,7 @@ fn goal_target(
     (figure, paper): (&'static str, &'static str),
 ) -> Target {
     let verdict = match ratio {
-        None => Verdict::NotMeasured,
+        None => Verdict::NotRun,
         Some(r) if r >= goal => Verdict::Met,
         Some(_) => Verdict::Missed,
     };
@@ -378,7 +357,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             verdict: if e.is_some() && l.is_some() {
                 Verdict::Info
             } else {
-                Verdict::NotMeasured
+                Verdict::NotRun
             },
             detail: format!(
                 "commits/abort eager {} lazy {} (P3 at 2 threads: undo 3.3-4.6, redo 21.5-27.6)",
@@ -411,7 +390,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
         ratio: None,
         goal: None,
         verdict: if logs.is_empty() {
-            Verdict::NotMeasured
+            Verdict::NotRun
         } else {
             Verdict::Info
         },
@@ -447,7 +426,7 @@ fn range_target(
     let med = median(v);
     let (lo, hi) = (v.first().copied(), v.last().copied());
     let verdict = match (med, band) {
-        (None, _) => Verdict::NotMeasured,
+        (None, _) => Verdict::NotRun,
         (Some(_), None) => Verdict::Info,
         (Some(m), Some((a, b))) if m >= a && m <= b => Verdict::Met,
         (Some(_), Some(_)) => Verdict::Missed,
@@ -497,7 +476,6 @@ pub fn print_summary(rows: &[Row]) {
 
 impl From<Target> for Outcome {
     fn from(t: Target) -> Outcome {
-        use super::Verdict as Claimed;
         Outcome {
             suite: SUITE.to_string(),
             figure: t.figure.to_string(),
@@ -510,12 +488,7 @@ impl From<Target> for Outcome {
                 (None, Some((lo, hi))) => Goal::Within(lo, hi),
                 (None, None) => Goal::Stated,
             },
-            verdict: match t.verdict {
-                Verdict::Met => Claimed::Met,
-                Verdict::Missed => Claimed::Missed,
-                Verdict::Info => Claimed::Info,
-                Verdict::NotMeasured => Claimed::NotRun,
-            },
+            verdict: t.verdict,
             detail: t.detail,
             unit: "×",
         }
