@@ -2,7 +2,7 @@
 //!
 //! Does nothing unless the `rocksdb` feature is on, so the crate builds on
 //! machines without RocksDB. With it, links the system's shared
-//! `librocksdb` (Debian: `librocksdb-dev`), which `src/rocksdb.rs` calls
+//! `librocksdb` (Debian: `librocksdb-dev`), which `src/peers/rocksdb.rs` calls
 //! through RocksDB's C API; nothing of RocksDB is compiled here.
 //!
 //! PMDK: the `pmdk` cfg is on wherever ferrite-pmdk linked PMDK

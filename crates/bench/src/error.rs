@@ -11,16 +11,16 @@ pub enum BenchError {
     /// A pool the experiment needs could not be created.
     #[error("benchmark pool: {0}")]
     Pool(#[from] ferrite_pmem::PoolError),
-    /// Writing the JSON lines file failed.
+    /// A file the experiment needs could not be written or read.
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    /// A row could not be encoded as JSON.
-    #[error("encoding a row as JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    /// Reading or writing rows as JSON lines failed.
+    #[error(transparent)]
+    Rows(#[from] ferrite_rows::RowsError),
     /// The experiment cannot run here (e.g. no cache-line flush instruction).
     #[error("{0}")]
     Unsupported(String),

@@ -191,31 +191,8 @@ impl<'a> Variant<'a> {
     }
 }
 
-/// Median of a non-empty slice (mean of the two middle values for even lengths).
-pub fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
-}
-
-/// `(max - min) / median`: the relative spread of repeated measurements.
-pub fn spread(v: &[f64]) -> f64 {
-    let med = median(v);
-    if v.is_empty() || med <= 0.0 {
-        return 0.0;
-    }
-    let max = v.iter().copied().fold(f64::MIN, f64::max);
-    let min = v.iter().copied().fold(f64::MAX, f64::min);
-    (max - min) / med
-}
+// The statistics live with the rows, which the claims also compute from.
+pub use ferrite_rows::{median, spread};
 
 /// Measures `variants` interleaved (see the module documentation) and
 /// returns one row per variant, in order, with ratios against their

@@ -1,8 +1,8 @@
 //! The LMDB peer honours the `Kv` contract, and the `engine` suite at a
 //! tiny scale yields the rows the report reads.
 
-use ferrite_bench::engine_suite::{self, LMDB, Opened, Plan, SUITE, System};
-use ferrite_bench::lmdb::LmdbStore;
+use ferrite_bench::peers::lmdb::LmdbStore;
+use ferrite_bench::suites::engine::{self, LMDB, Opened, Plan, SUITE, System};
 use ferrite_bench::{BenchCtx, Row};
 use ferrite_engine::{AllocKind, EngineKind};
 use ferrite_pmem::Domain;
@@ -154,17 +154,17 @@ fn tiny_suite_yields_the_conventional_rows() {
         eadr_max_threads: 1,
         recovery_bytes: vec![1 << 20],
         workloads: vec!["p2-f".into(), "p2-h".into(), "p2-var".into(), "tpcc".into()],
-        redb: engine_suite::redb_bench::Counts::tiny(),
-        long_run: engine_suite::long_run::Counts::tiny(),
+        redb: engine::redb_bench::Counts::tiny(),
+        long_run: engine::long_run::Counts::tiny(),
     };
-    let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
+    let rows = engine::run_plan(&ctx, &plan).expect("suite");
     // Per workload x (1 thread adr, 1 thread eadr, 2 threads adr): LMDB +
     // 3 engines x the domain's allocators (2, and PMDK's in adr with the
     // pmdk feature); then the recovery rows.
     // LMDB and the other peers (RocksDB with its feature) in every group.
-    let peers = 1 + engine_suite::System::peers().len();
-    let adr = peers + engine_suite::System::ferrite_all(Domain::Adr).len();
-    let eadr = peers + engine_suite::System::ferrite_all(Domain::Eadr).len();
+    let peers = 1 + engine::System::peers().len();
+    let adr = peers + engine::System::ferrite_all(Domain::Adr).len();
+    let eadr = peers + engine::System::ferrite_all(Domain::Eadr).len();
     assert_eq!(rows.len(), 4 * (2 * adr + eadr) + adr);
     for r in &rows {
         assert_eq!(r.suite, SUITE);
@@ -306,13 +306,11 @@ fn workloads_by_name() {
         eadr_max_threads: 1,
         recovery_bytes: vec![],
         workloads: vec!["p2-zz".into(), "ycsb-e".into()],
-        redb: engine_suite::redb_bench::Counts::tiny(),
-        long_run: engine_suite::long_run::Counts::tiny(),
+        redb: engine::redb_bench::Counts::tiny(),
+        long_run: engine::long_run::Counts::tiny(),
     };
-    let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
-    let group = 1
-        + engine_suite::System::peers().len()
-        + engine_suite::System::ferrite_all(Domain::Adr).len();
+    let rows = engine::run_plan(&ctx, &plan).expect("suite");
+    let group = 1 + engine::System::peers().len() + engine::System::ferrite_all(Domain::Adr).len();
     assert_eq!(rows.len(), 2 * group);
     for r in &rows[..group] {
         assert_eq!(r.params["workload"], "p2-zz");

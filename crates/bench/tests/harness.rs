@@ -228,7 +228,7 @@ fn json_to_an_unwritable_path_is_a_typed_error() {
         &[sample("a", 1.0, None)],
     )
     .unwrap_err();
-    assert!(matches!(err, BenchError::Io { .. }), "{err}");
+    assert!(matches!(err, ferrite_rows::RowsError::Io { .. }), "{err}");
 }
 
 #[test]
@@ -304,4 +304,23 @@ fn quick_probe_runs_and_counts_exactly() {
     );
     assert_eq!(get("sfence").unwrap().fences_per_op, 1.0);
     assert!(rows.iter().all(|r| r.ns_per_op > 0.0));
+}
+
+/// The names ferrite-rows copies (so that the report links no engine,
+/// PTM or server) are their owners' names, in their owners' order.
+#[test]
+fn names_match_their_owners() {
+    use ferrite_rows::names;
+    let engines: Vec<&str> = ferrite_engine::EngineKind::ALL
+        .iter()
+        .map(|k| k.name())
+        .collect();
+    assert_eq!(engines, names::ENGINES);
+    let algorithms: Vec<&str> = ferrite_ptm::Algorithm::ALL
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    assert_eq!(algorithms, names::PTM_ALGORITHMS);
+    assert_eq!(ferrite_server::store::STORES, names::SERVER_STORES);
+    assert_eq!(ferrite_server::store::PMDK_STORE, names::PMDK_STORE);
 }

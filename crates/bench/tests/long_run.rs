@@ -2,8 +2,8 @@
 //! tiny scale: its rows on every engine, and its claim.
 
 use ferrite_bench::claims::{self, Verdict};
-use ferrite_bench::engine_suite::long_run::{self, Counts};
-use ferrite_bench::engine_suite::{self, Plan, SUITE};
+use ferrite_bench::suites::engine::long_run::{self, Counts};
+use ferrite_bench::suites::engine::{self, Plan, SUITE};
 use ferrite_bench::{BenchCtx, Row};
 use ferrite_engine::EngineKind;
 use ferrite_pmem::Domain;
@@ -117,14 +117,14 @@ fn long_run_alone_by_name() {
         eadr_max_threads: 1,
         recovery_bytes: vec![1 << 20],
         workloads: vec![long_run::NAME.into()],
-        redb: engine_suite::redb_bench::Counts::tiny(),
+        redb: engine::redb_bench::Counts::tiny(),
         long_run: Counts {
             bulk: 500,
             puts: 40,
             max_reps: 1,
         },
     };
-    let rows = engine_suite::run_plan(&ctx, &plan).expect("suite");
+    let rows = engine::run_plan(&ctx, &plan).expect("suite");
     assert_eq!(rows.len(), 2 * EngineKind::ALL.len());
     assert!(rows.iter().all(|r| r.params["workload"] == long_run::NAME));
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrite_alloc::{AllocError, Link, PAllocator, Publish};
-use ferrite_bench::pmdk_alloc::{
+use ferrite_bench::peers::pmdk_alloc::{
     MAX_PUBLISH_OPS, PMDK_LAYOUT, PmdkAlloc, PmdkStoreError, open_pmdk_store, pmdk_store,
 };
 use ferrite_engine::{EngineError, EngineKind, Op, StoreOptions};
@@ -78,7 +78,7 @@ fn retry_locked<T, E>(
 fn open_store(
     path: &Path,
     opts: &StoreOptions,
-) -> Result<ferrite_bench::pmdk_alloc::PmdkStore, PmdkStoreError> {
+) -> Result<ferrite_bench::peers::pmdk_alloc::PmdkStore, PmdkStoreError> {
     retry_locked(
         || open_pmdk_store(path, opts),
         |e| match e {
@@ -418,9 +418,9 @@ const NOT_ON_PMDK: &[(EngineKind, &str)] = &[];
 /// yet") or on [`NOT_ON_PMDK`] (after checking that its first put is
 /// refused with an error).
 fn engine_or_skip(
-    r: Result<ferrite_bench::pmdk_alloc::PmdkStore, PmdkStoreError>,
+    r: Result<ferrite_bench::peers::pmdk_alloc::PmdkStore, PmdkStoreError>,
     kind: EngineKind,
-) -> Option<ferrite_bench::pmdk_alloc::PmdkStore> {
+) -> Option<ferrite_bench::peers::pmdk_alloc::PmdkStore> {
     if let Some((_, why)) = NOT_ON_PMDK.iter().find(|(k, _)| *k == kind) {
         let refusal = match r {
             Err(e) => e.to_string(),
@@ -456,7 +456,7 @@ fn value(i: u32, v: u32) -> Vec<u8> {
         .collect()
 }
 
-fn check_walk(s: &ferrite_bench::pmdk_alloc::PmdkStore, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+fn check_walk(s: &ferrite_bench::peers::pmdk_alloc::PmdkStore, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
     s.quiesce().unwrap();
     let w = s.walk().unwrap();
     let entries: BTreeMap<_, _> = w.entries.into_iter().collect();

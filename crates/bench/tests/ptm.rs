@@ -1,7 +1,7 @@
 //! `ferrite bench ptm` at a tiny scale: every row it must yield, with
 //! every required field, the peers, and the summary's ratios.
 
-use ferrite_bench::ptm_suite::{self, DOMAINS, Plan, Verdict};
+use ferrite_bench::suites::ptm::{self, DOMAINS, Plan, Verdict};
 use ferrite_bench::{BenchCtx, Row, Scale};
 use ferrite_ptm::workloads::WorkloadKind;
 use std::collections::BTreeSet;
@@ -66,7 +66,7 @@ fn check_common(r: &Row) {
 fn tiny_run_yields_every_row_peers_and_targets() {
     let plan = Plan::tiny();
     let ctx = BenchCtx::new(Scale::Quick).with_reps(1);
-    let rows = ptm_suite::run_plan(&ctx, &plan).unwrap();
+    let rows = ptm::run_plan(&ctx, &plan).unwrap();
     for r in &rows {
         check_common(r);
     }
@@ -170,7 +170,7 @@ fn tiny_run_yields_every_row_peers_and_targets() {
     }
 
     // The summary: every target computed from this run.
-    let targets = ptm_suite::summarize(&rows);
+    let targets = ptm::summarize(&rows);
     let get = |name: &str| {
         targets
             .iter()
@@ -215,9 +215,9 @@ fn tiny_run_yields_every_row_peers_and_targets() {
     if cfg!(feature = "pmdk") {
         assert!(matches!(pm.verdict, Verdict::Met | Verdict::Missed));
     } else {
-        assert_eq!(pm.verdict, Verdict::NotMeasured);
+        assert_eq!(pm.verdict, Verdict::NotRun);
     }
-    let text = ptm_suite::summary::format_summary(&rows);
+    let text = ferrite_bench::claims::ptm::format_summary(&rows);
     assert!(text.contains("ptm summary"));
     assert!(text.contains("orec-lazy/orec-eager tpcc-hash adr x1"));
 }
@@ -242,9 +242,9 @@ fn workload_filter() {
     plan.select("none").unwrap();
     assert!(plan.workloads.is_empty() && !plan.peers);
     // An empty plan runs nothing and summarises nothing.
-    let rows = ptm_suite::run_plan(&BenchCtx::new(Scale::Quick).with_reps(1), &plan).unwrap();
+    let rows = ptm::run_plan(&BenchCtx::new(Scale::Quick).with_reps(1), &plan).unwrap();
     assert!(rows.is_empty());
-    assert!(ptm_suite::summary::format_summary(&rows).is_empty());
+    assert!(ferrite_bench::claims::ptm::format_summary(&rows).is_empty());
 }
 
 #[test]
@@ -258,9 +258,9 @@ fn summary_ratios_pair_the_repetitions() {
     // a is 2x, 1x and 3x as fast as b in its three rounds: 2x.
     let a = row(1.0, &[100.0, 200.0, 100.0]);
     let b = row(1.0, &[200.0, 200.0, 300.0]);
-    assert_eq!(ptm_suite::summary::ratio(&a, &b), 2.0);
-    assert_eq!(ptm_suite::summary::ratio(&b, &a), 0.5);
+    assert_eq!(ferrite_bench::claims::ptm::ratio(&a, &b), 2.0);
+    assert_eq!(ferrite_bench::claims::ptm::ratio(&b, &a), 0.5);
     // Without paired repetitions: the throughputs.
     let c = row(3.0, &[1.0, 2.0]);
-    assert_eq!(ptm_suite::summary::ratio(&c, &a), 3.0);
+    assert_eq!(ferrite_bench::claims::ptm::ratio(&c, &a), 3.0);
 }

@@ -3,8 +3,8 @@
 //! that every system holds the right data after the phases.
 
 use ferrite_bench::Row;
-use ferrite_bench::engine_suite::redb_bench::{self, Counts, Peer, Phase};
-use ferrite_bench::engine_suite::{LMDB, SUITE};
+use ferrite_bench::suites::engine::redb_bench::{self, Counts, Peer, Phase};
+use ferrite_bench::suites::engine::{LMDB, SUITE};
 use ferrite_bench::{BenchCtx, claims};
 use ferrite_engine::EngineKind;
 

@@ -3,7 +3,7 @@
 //! Without the feature this file compiles to nothing.
 #![cfg(feature = "rocksdb")]
 
-use ferrite_bench::rocksdb::{RocksDb, RocksStore, copy_dir};
+use ferrite_bench::peers::rocksdb::{RocksDb, RocksStore, copy_dir};
 use ferrite_workload::{BatchOp, Kv, MemKv};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

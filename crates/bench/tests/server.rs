@@ -3,7 +3,7 @@
 //! memcached, memcaslap or the `ferrite` binary is missing.
 
 use ferrite_bench::BenchCtx;
-use ferrite_bench::server_suite::{
+use ferrite_bench::suites::server::{
     self, KILL_MIX, MEMCACHED, MEMCACHED_RESTARTABLE, Mix, Plan, SUITE,
 };
 
@@ -17,7 +17,7 @@ fn num(r: &ferrite_bench::Row, k: &str) -> f64 {
 
 #[test]
 fn tiny_server_suite_yields_the_rows_the_report_reads() {
-    if let Some(why) = server_suite::missing_tools() {
+    if let Some(why) = server::missing_tools() {
         println!("skipped: {why}");
         return;
     }
@@ -34,7 +34,7 @@ fn tiny_server_suite_yields_the_rows_the_report_reads() {
         group_commit: None,
         p1: false,
     };
-    let rows = server_suite::run_plan(&BenchCtx::quick(), &plan).expect("suite runs");
+    let rows = server::run_plan(&BenchCtx::quick(), &plan).expect("suite runs");
     let variants: Vec<(&str, &str)> = rows
         .iter()
         .map(|r| (r.variant.as_str(), r.params["mix"].as_str().unwrap_or("")))
@@ -80,7 +80,7 @@ fn tiny_server_suite_yields_the_rows_the_report_reads() {
     let mck = &rows[2];
     assert_eq!(num(mck, "acknowledged"), 50.0);
     assert!(num(mck, "survived") <= 50.0);
-    server_suite::print_summary(&rows);
+    server::print_summary(&rows);
 }
 
 /// P1's comparison [P1 §3.4.6]: the tx stores (and with the feature
@@ -89,7 +89,7 @@ fn tiny_server_suite_yields_the_rows_the_report_reads() {
 /// redo commit with fewer fences than undo.
 #[test]
 fn p1_rows_compare_the_logging_strategies() {
-    if let Some(why) = server_suite::missing_tools() {
+    if let Some(why) = server::missing_tools() {
         println!("skipped: {why}");
         return;
     }
@@ -106,7 +106,7 @@ fn p1_rows_compare_the_logging_strategies() {
         group_commit: None,
         p1: true,
     };
-    let rows = server_suite::run_plan(&BenchCtx::quick().with_reps(1), &plan).expect("suite runs");
+    let rows = server::run_plan(&BenchCtx::quick().with_reps(1), &plan).expect("suite runs");
     let names: Vec<&str> = rows.iter().map(|r| r.variant.as_str()).collect();
     let pmdk = cfg!(feature = "pmdk");
     let mut want = vec![
@@ -125,7 +125,7 @@ fn p1_rows_compare_the_logging_strategies() {
     assert_eq!(names, want);
     let served = if pmdk { 5 } else { 4 };
     for r in &rows[..served] {
-        assert_eq!(r.params["mix"], server_suite::P1_MIX);
+        assert_eq!(r.params["mix"], server::P1_MIX);
         assert_eq!(r.params["server_threads"], 1);
         assert_eq!(r.params["client_threads"], 4);
         assert_eq!(r.params["group_commit"], 1);
@@ -134,11 +134,11 @@ fn p1_rows_compare_the_logging_strategies() {
     let store = &rows[served..served + 3];
     for r in store {
         assert!(r.counters_observed);
-        assert_eq!(r.params["layer"], server_suite::STORE_LAYER);
+        assert_eq!(r.params["layer"], server::STORE_LAYER);
     }
     if pmdk {
         let p = &rows[served + 3];
-        assert_eq!(p.params["layer"], server_suite::STORE_LAYER);
+        assert_eq!(p.params["layer"], server::STORE_LAYER);
         assert_eq!(p.baseline.as_deref(), Some("store-tx-undo"));
         assert!(p.ops_per_s > 0.0);
         // PMDK flushes outside Ferrite's door: n/a unless counted.
@@ -158,7 +158,7 @@ fn p1_rows_compare_the_logging_strategies() {
         assert_eq!(r.baseline.as_deref(), Some("store-tx-undo"));
     }
     let refs: Vec<&ferrite_bench::Row> = rows.iter().collect();
-    let claims = server_suite::p1_outcomes(&refs);
+    let claims = server::p1_outcomes(&refs);
     assert_eq!(claims.len(), 2, "memcaslap and in process");
     let versus = if pmdk {
         "clobber ÷ PMDK undo"

@@ -37,10 +37,9 @@
 //! (freeing a block is only safe if nothing outside the walked roots
 //! references it, which no check can prove).
 
+use crate::opener::{self, Holds, Opened, recognise};
 use ferrite_engine::{Store, StoreOptions};
 use ferrite_pmem::{Domain, HEADER_SIZE, Header, PAGE, Pool, PoolOptions};
-use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
-use ferrite_tx::TxPool;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -52,17 +51,6 @@ pub struct Finding {
     /// Stable short name of the kind of problem (JSON, tests).
     pub kind: &'static str,
     pub message: String,
-}
-
-/// What the pool holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Holds {
-    Engine,
-    Tx,
-    Ptm,
-    Blocks,
-    Heap,
-    Unknown,
 }
 
 /// The result of one check.
@@ -311,22 +299,6 @@ fn pool_len(header: &Header, file_len: usize) -> u64 {
         (file_len as u64).min(header.max_size) / PAGE as u64 * PAGE as u64
     } else {
         header.size
-    }
-}
-
-fn recognise(image: &[u8], layout: &str) -> Holds {
-    if ferrite_engine::verify::recognise(image, layout) {
-        Holds::Engine
-    } else if ferrite_tx::verify::recognise(image) {
-        Holds::Tx
-    } else if ferrite_ptm::verify::recognise(image) {
-        Holds::Ptm
-    } else if ferrite_blocks::verify::recognise(&image[HEADER_SIZE..]).is_some() {
-        Holds::Blocks
-    } else if ferrite_alloc::verify::recognise(&image[HEADER_SIZE..]).is_some() {
-        Holds::Heap
-    } else {
-        Holds::Unknown
     }
 }
 
@@ -588,48 +560,12 @@ pub fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<Strin
     let e = |x: &dyn std::fmt::Display| crate::at(path, format!("repair: {x}"));
     let mut done = Vec::new();
     match holds {
-        Holds::Engine => {
-            let store = Store::open_file(path, &StoreOptions::default()).map_err(|x| e(&x))?;
-            let rec = store.recovery().clone();
-            store.close().map_err(|x| e(&x))?;
-            done.push(format!("engine: recovery ran: {}", rec.detail));
-            if rec.alloc.replayed > 0 {
-                done.push(format!(
-                    "heap: replayed {} lane record{}",
-                    rec.alloc.replayed,
-                    if rec.alloc.replayed == 1 { "" } else { "s" }
-                ));
-            }
-        }
-        Holds::Tx => {
-            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
-            let txp = TxPool::open(&pool, ferrite_ds::registry(), None).map_err(|x| e(&x))?;
-            done.push(format!(
-                "tx: {}",
-                ferrite_tx::verify::describe(txp.recovery())
-            ));
-            drop(txp);
-            pool.close().map_err(|x| e(&x))?;
-        }
-        Holds::Ptm => {
-            let pool = Pool::open(path, &PoolOptions::new(&header.layout, 0)).map_err(|x| e(&x))?;
-            let mut raw = [0u8; ferrite_ptm::format::SB_BYTES];
-            ferrite_pmem::Region::whole(pool.medium().clone())
-                .read(ferrite_ptm::format::SB_OFF as usize, &mut raw);
-            let sb = ferrite_ptm::format::Superblock::decode(&raw, pool.header().size)
-                .map_err(|x| e(&x))?;
-            let alg = if sb.algorithm == 1 {
-                Algorithm::Eager
-            } else {
-                Algorithm::Lazy
-            };
-            let opts = PtmOptions::new(alg).slots(sb.slots).log_bytes(sb.log_bytes);
-            let p = Ptm::open(&pool, &opts).map_err(|x| e(&x))?;
-            done.push(format!(
-                "ptm: {}",
-                ferrite_ptm::verify::describe(p.recovery())
-            ));
-            drop(p);
+        Holds::Engine | Holds::Tx | Holds::Ptm => {
+            // Opening the store runs its recovery.
+            let (pool, opened) =
+                opener::open(path, holds, &StoreOptions::default()).map_err(|x| e(&x))?;
+            done.extend(recovered(&opened));
+            opened.close().map_err(|x| e(&x))?;
             pool.close().map_err(|x| e(&x))?;
         }
         Holds::Blocks => {
@@ -658,4 +594,30 @@ pub fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<Strin
         Holds::Unknown => {}
     }
     Ok((done, refused))
+}
+
+/// What the recovery of a store just opened did, one line per component.
+fn recovered(opened: &Opened) -> Vec<String> {
+    match opened {
+        Opened::Engine(store) => {
+            let rec = store.recovery();
+            let mut done = vec![format!("engine: recovery ran: {}", rec.detail)];
+            if rec.alloc.replayed > 0 {
+                done.push(format!(
+                    "heap: replayed {} lane record{}",
+                    rec.alloc.replayed,
+                    if rec.alloc.replayed == 1 { "" } else { "s" }
+                ));
+            }
+            done
+        }
+        Opened::Tx(txp) => vec![format!(
+            "tx: {}",
+            ferrite_tx::verify::describe(txp.recovery())
+        )],
+        Opened::Ptm(p) => vec![format!(
+            "ptm: {}",
+            ferrite_ptm::verify::describe(p.recovery())
+        )],
+    }
 }

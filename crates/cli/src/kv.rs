@@ -267,7 +267,7 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
     }
     // Opening runs recovery, which takes a while on a large store.
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
-    let store = Store::open_file(path, &base).map_err(e)?;
+    let store = crate::opener::open_engine_store(path, &base).map_err(|x| crate::at(path, x))?;
     step.done(&format!(
         "recovery {:.1} s",
         store.recovery().elapsed.as_secs_f64()

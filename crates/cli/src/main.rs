@@ -11,6 +11,7 @@ mod checks;
 mod deep;
 mod kv;
 mod live;
+mod opener;
 mod progress;
 mod run;
 mod scrub;
@@ -420,6 +421,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
             }
         }),
         Cmd::Report(a) => {
+            use ferrite_bench::{BenchCtx, Scale};
             // The check targets live in this binary: the report runs them
             // through this closure (states and violations summed per target).
             let run = |target: &str, budget: usize| -> Result<(usize, usize), String> {
@@ -437,7 +439,23 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
                 .map(|t| (t.0.to_string(), !t.2))
                 .collect();
             let checks = ferrite_report::Checks { targets, run: &run };
-            ferrite_report::run(&a, &checks).map_err(|e| e.to_string())?;
+            // So are the suites: the report reads rows, it links no harness.
+            let scale = if a.full { Scale::Full } else { Scale::Quick };
+            let ctx = BenchCtx::new(scale).with_progress(true);
+            let run_suite = |name: &str| -> Result<Vec<ferrite_bench::Row>, String> {
+                let rows = ferrite_bench::run_suite(name, &ctx).map_err(|e| e.to_string())?;
+                ferrite_bench::report(&rows, &ctx).map_err(|e| e.to_string())?;
+                Ok(rows)
+            };
+            let names = ferrite_bench::suites()
+                .iter()
+                .map(|(n, _)| n.to_string())
+                .collect();
+            let suites = ferrite_report::Suites {
+                names,
+                run: &run_suite,
+            };
+            ferrite_report::run(&a, &suites, &checks).map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -9,6 +9,7 @@ use ferrite_tx::{Strategy, TxPool};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::opener::TX_LAYOUT;
 use ferrite_server::store::{PMDK_STORE, STORES};
 
 #[derive(clap::Args)]
@@ -194,16 +195,13 @@ impl Variant {
     fn layout(self) -> String {
         match self {
             Variant::Engine(_) => LAYOUT.to_string(),
-            Variant::Ptm(_) => format!("ferrite-serve-{}", self.name()),
+            Variant::Ptm(alg) => crate::opener::ptm_layout(alg),
             Variant::Tx(_) => TX_LAYOUT.to_string(),
             // Not a Ferrite pool: libpmemobj checks its own layout name.
             Variant::Pmdk => "ferrite-bytemap".to_string(),
         }
     }
 }
-
-/// The pool layout of the `tx-*` stores.
-const TX_LAYOUT: &str = "ferrite-serve-tx";
 
 enum Opened {
     Engine(Box<Store>),
@@ -392,32 +390,19 @@ fn open(
         return open_pmdk(path, None).map(|o| (None, o, Variant::Pmdk, false));
     }
     if path.exists() {
-        let (hdr, _) = Pool::inspect(path).map_err(|x| e(&x))?;
-        let ptm = [Algorithm::Lazy, Algorithm::Eager]
-            .into_iter()
-            .map(Variant::Ptm)
-            .find(|v| v.layout() == hdr.layout);
-        let pool = Pool::open(path, &PoolOptions::new(&hdr.layout, 0)).map_err(|x| e(&x))?;
-        let (opened, found) = match ptm {
-            Some(v @ Variant::Ptm(alg)) => {
-                let p = Ptm::open(&pool, &ptm_options(alg)).map_err(|x| e(&x))?;
-                (Opened::Ptm(Box::new(p)), v)
+        let (pool, opened) = crate::opener::open_server_store(path).map_err(|x| e(&x))?;
+        let (opened, found) = match opened {
+            crate::opener::Opened::Ptm(p) => {
+                let alg = p.algorithm();
+                (Opened::Ptm(p), Variant::Ptm(alg))
             }
-            _ if hdr.layout == TX_LAYOUT => {
-                let t = ferrite_server::store::tx::open(&pool).map_err(|x| e(&x))?;
+            crate::opener::Opened::Tx(t) => {
                 let s = t.strategy();
-                (Opened::Tx(Box::new(t)), Variant::Tx(s))
+                (Opened::Tx(t), Variant::Tx(s))
             }
-            _ if hdr.layout == LAYOUT => {
-                let s = Store::open(&pool, &StoreOptions::default()).map_err(|x| e(&x))?;
-                let k = s.kind();
-                (Opened::Engine(Box::new(s)), Variant::Engine(k))
-            }
-            _ => {
-                return Err(e(&format!(
-                    "pool layout '{}' is not a server store",
-                    hdr.layout
-                )));
+            crate::opener::Opened::Engine(st) => {
+                let k = st.kind();
+                (Opened::Engine(st), Variant::Engine(k))
             }
         };
         if let Some(w) = want

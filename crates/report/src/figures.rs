@@ -2,8 +2,8 @@
 //! beside it.
 
 use crate::plot::{Bar, Reference, Series, SeriesSpec};
-use ferrite_bench::Row;
-use ferrite_bench::claims::{Outcome, param_text};
+use ferrite_rows::Row;
+use ferrite_rows::claims::{Outcome, param_text};
 
 /// One section of the page: an optional series chart of rows, an
 /// optional bar chart of rows and the claims chart of the outcomes it owns.
@@ -83,7 +83,7 @@ fn times(points: &[Point], name: &str, factor: f64, label: &str) -> Option<Refer
 }
 
 /// Every figure, in page order. Paper values are those of
-/// [`ferrite_bench::claims::CLAIMS`] (cited there).
+/// [`ferrite_rows::claims::CLAIMS`] (cited there).
 pub fn figures() -> Vec<Figure> {
     vec![
         Figure {

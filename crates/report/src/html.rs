@@ -6,8 +6,8 @@ use crate::figures::{Figure, collect, collect_bars, figures};
 use crate::input::{check_error, check_result};
 use crate::machine::Machine;
 use crate::plot::{Bar, claims_chart, series_chart};
-use ferrite_bench::Row;
-use ferrite_bench::claims::{Goal, Outcome, Pick, Verdict, evaluate, pick};
+use ferrite_rows::Row;
+use ferrite_rows::claims::{Goal, Outcome, Pick, Verdict, evaluate, pick};
 use std::fmt::Write as _;
 
 /// Escapes text for HTML content and attribute values.

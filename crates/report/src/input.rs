@@ -3,7 +3,7 @@
 //! included), with errors that name the file and the line.
 
 use crate::ReportError;
-use ferrite_bench::Row;
+use ferrite_rows::Row;
 use std::path::Path;
 
 /// Suite name of the rows that carry `ferrite check` results: variant =

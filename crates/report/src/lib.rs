@@ -9,7 +9,7 @@
 //!    PMDK, Ferrite's time ÷ the floor's, fences and lines per operation,
 //!    and the crash states its `ferrite check` targets explored (with the
 //!    violations found, and whether the planted bugs were caught);
-//! 2. the **claims summary** of [`ferrite_bench::claims`] — the lines
+//! 2. the **claims summary** of [`ferrite_rows::claims`] — the lines
 //!    `ferrite bench` ends with;
 //! 3. one section per reproduced **figure** ([`figures::figures`]): a chart
 //!    of the rows (throughput over the figure's parameter, the paper's
@@ -35,7 +35,7 @@ pub mod input;
 pub mod machine;
 pub mod plot;
 
-use ferrite_bench::Row;
+use ferrite_rows::Row;
 use std::path::PathBuf;
 
 pub use input::{CHECK_SUITE, parse_rows, read_files};
@@ -57,8 +57,11 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A suite failed (its error as the harness words it).
     #[error("bench: {0}")]
-    Bench(#[from] ferrite_bench::BenchError),
+    Bench(String),
+    #[error("bench: {0}")]
+    Rows(#[from] ferrite_rows::RowsError),
     #[error("{0}")]
     Plot(String),
 }
@@ -81,6 +84,20 @@ pub struct ReportArgs {
     pub full: bool,
 }
 
+/// Runs one benchmark suite by name at the report's scale, printing its
+/// table as `ferrite bench` does, and returns its rows.
+pub type SuiteFn<'a> = &'a dyn Fn(&str) -> Result<Vec<Row>, String>;
+
+/// The benchmark suites, handed in by the command: they live in
+/// ferrite-bench, which this crate does not link (it reads rows and claims
+/// from ferrite-rows), so a page made `--from` files needs no harness.
+pub struct Suites<'a> {
+    /// Every suite's name, in the order they run.
+    pub names: Vec<String>,
+    /// Runs one of them (at the scale of the report's arguments).
+    pub run: SuiteFn<'a>,
+}
+
 /// Explores a check target with a budget; `(states, violations)`.
 pub type CheckFn<'a> = &'a dyn Fn(&str, usize) -> Result<(usize, usize), String>;
 
@@ -100,18 +117,19 @@ pub fn check_budget(full: bool) -> usize {
     if full { 2000 } else { 100 }
 }
 
-/// Runs every suite of the registry (and the checks) at the scale of
-/// `full`, printing each suite's table as `ferrite bench` does, and
-/// returns all rows, check rows last.
-pub fn run_suites(full: bool, checks: &Checks<'_>) -> Result<Vec<Row>, ReportError> {
-    use ferrite_bench::{BenchCtx, Scale};
-    let ctx = BenchCtx::new(if full { Scale::Full } else { Scale::Quick }).with_progress(true);
+/// Runs every suite of `suites` (and the checks) at the scale of `full`,
+/// each printing its table as `ferrite bench` does, and returns all rows,
+/// check rows last.
+pub fn run_suites(
+    full: bool,
+    suites: &Suites<'_>,
+    checks: &Checks<'_>,
+) -> Result<Vec<Row>, ReportError> {
+    let scale = if full { "full" } else { "quick" };
     let mut rows = Vec::new();
-    for (name, _) in ferrite_bench::suites() {
-        eprintln!("== report: bench {name} ({})", ctx.scale.name());
-        let got = ferrite_bench::run_suite(name, &ctx)?;
-        ferrite_bench::report(&got, &ctx)?;
-        rows.extend(got);
+    for name in &suites.names {
+        eprintln!("== report: bench {name} ({scale})");
+        rows.extend((suites.run)(name).map_err(ReportError::Bench)?);
     }
     let budget = check_budget(full);
     for (target, must_fail) in &checks.targets {
@@ -138,9 +156,13 @@ pub fn run_suites(full: bool, checks: &Checks<'_>) -> Result<Vec<Row>, ReportErr
 /// `ferrite report`: gets the rows (from `--from` or by running
 /// everything), writes `DIR/index.html` and `DIR/rows.jsonl`, prints the
 /// claims summary, and returns the page's path.
-pub fn run(args: &ReportArgs, checks: &Checks<'_>) -> Result<PathBuf, ReportError> {
+pub fn run(
+    args: &ReportArgs,
+    suites: &Suites<'_>,
+    checks: &Checks<'_>,
+) -> Result<PathBuf, ReportError> {
     let rows = if args.from.is_empty() {
-        run_suites(args.full, checks)?
+        run_suites(args.full, suites, checks)?
     } else {
         read_files(&args.from)?
     };
@@ -156,7 +178,7 @@ pub fn run(args: &ReportArgs, checks: &Checks<'_>) -> Result<PathBuf, ReportErro
         text.push('\n');
     }
     std::fs::write(&jsonl, text).map_err(io(jsonl.clone()))?;
-    ferrite_bench::claims::print_summary(&rows);
+    ferrite_rows::claims::print_summary(&rows);
     println!(
         "wrote {} ({} rows in {})",
         index.display(),

@@ -1,7 +1,7 @@
 //! The machine a report ran on: CPU model, cores, memory, kernel, the
 //! probe's persist-barrier cost, the date and the git commit.
 
-use ferrite_bench::Row;
+use ferrite_rows::Row;
 
 /// What the page says about the machine. Fields that could not be read
 /// are `None` and print as "unknown".

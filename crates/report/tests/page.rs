@@ -5,10 +5,10 @@
 //! installed, the page is also rendered headless: the DOM the browser
 //! built holds the same plots, and a screenshot is written.
 
-use ferrite_bench::Row;
-use ferrite_bench::claims::{Verdict, evaluate};
 use ferrite_report::plot::BAR_FILL;
-use ferrite_report::{Checks, Machine, ReportArgs, read_files};
+use ferrite_report::{Checks, Machine, ReportArgs, Suites, read_files};
+use ferrite_rows::Row;
+use ferrite_rows::claims::{Verdict, evaluate};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,6 +20,14 @@ fn fixture(name: &str) -> PathBuf {
 
 fn rows() -> Vec<Row> {
     read_files(&[fixture("bench-quick.jsonl"), fixture("checks.jsonl")]).expect("fixtures parse")
+}
+
+/// No suite runs from a test: `--from` never calls it.
+fn no_suites() -> Suites<'static> {
+    Suites {
+        names: Vec::new(),
+        run: &|s| Err(format!("{s}: no suites in this test")),
+    }
 }
 
 /// No check runs from a test: `--from` never calls it.
@@ -268,13 +276,18 @@ fn from_writes_the_page_and_the_rows_it_was_made_from() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r");
     let files = vec![fixture("bench-quick.jsonl"), fixture("checks.jsonl")];
-    let index = ferrite_report::run(&args(files, &out), &no_checks()).unwrap();
+    let index = ferrite_report::run(&args(files, &out), &no_suites(), &no_checks()).unwrap();
     assert_eq!(index, out.join("index.html"));
     let again = read_files(&[out.join("rows.jsonl")]).unwrap();
     assert_eq!(again, rows());
     // The rows written beside the page make the same page.
     let out2 = dir.path().join("r2");
-    ferrite_report::run(&args(vec![out.join("rows.jsonl")], &out2), &no_checks()).unwrap();
+    ferrite_report::run(
+        &args(vec![out.join("rows.jsonl")], &out2),
+        &no_suites(),
+        &no_checks(),
+    )
+    .unwrap();
     let strip = |p: &Path| {
         let s = std::fs::read_to_string(p).unwrap();
         // The date line differs by the minute the page was made.
@@ -298,7 +311,7 @@ fn from_refuses_bad_input_with_one_readable_error() {
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, lines.join("\n")).unwrap();
     let out = dir.path().join("out");
-    let e = ferrite_report::run(&args(vec![bad.clone()], &out), &no_checks())
+    let e = ferrite_report::run(&args(vec![bad.clone()], &out), &no_suites(), &no_checks())
         .unwrap_err()
         .to_string();
     assert!(
@@ -309,14 +322,19 @@ fn from_refuses_bad_input_with_one_readable_error() {
     assert!(!out.exists(), "no page from bad input");
     // A missing file and an empty one are errors too.
     let missing = dir.path().join("missing.jsonl");
-    let e = ferrite_report::run(&args(vec![missing.clone()], &out), &no_checks()).unwrap_err();
+    let e = ferrite_report::run(
+        &args(vec![missing.clone()], &out),
+        &no_suites(),
+        &no_checks(),
+    )
+    .unwrap_err();
     assert!(
         e.to_string().starts_with(&missing.display().to_string()),
         "{e}"
     );
     let empty = dir.path().join("empty.jsonl");
     std::fs::write(&empty, "\n\n").unwrap();
-    let e = ferrite_report::run(&args(vec![empty], &out), &no_checks()).unwrap_err();
+    let e = ferrite_report::run(&args(vec![empty], &out), &no_suites(), &no_checks()).unwrap_err();
     assert!(e.to_string().ends_with(": no rows"), "{e}");
 }
 
@@ -337,7 +355,7 @@ fn chromium_renders_every_plot() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r");
     let files = vec![fixture("bench-quick.jsonl"), fixture("checks.jsonl")];
-    let index = ferrite_report::run(&args(files, &out), &no_checks()).unwrap();
+    let index = ferrite_report::run(&args(files, &out), &no_suites(), &no_checks()).unwrap();
     let url = format!("file://{}", index.display());
     let base = [
         "--headless",

@@ -243,7 +243,7 @@ fn golden_statistics_per_model() {
 
 /// A real persist trace, recorded once from Ferrite's Classic log (100
 /// appends of 64 B on an `eadr` pool, a commit point after each; written
-/// by `ferrite_bench::sim_suite::record::log` and kept in the repository,
+/// by `ferrite_bench::suites::sim::record::log` and kept in the repository,
 /// 12 KiB): it parses, has what the log does per append, and replays to the
 /// same statistics in every mode on 4 cores.
 #[test]

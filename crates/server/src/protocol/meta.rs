@@ -200,28 +200,8 @@ pub(crate) fn parse(
     line_len: usize,
     limits: &Limits,
 ) -> ParseResult {
-    let op = match sub {
-        b'g' => Op::MetaGet,
-        b's' => Op::MetaSet,
-        b'd' => Op::MetaDelete,
-        b'a' => Op::MetaArith,
-        b'e' => Op::MetaDebug,
-        b'n' => Op::MetaNoOp,
-        _ => {
-            return Err(ProtoError::skip(
-                Failure::UnknownCommand,
-                ReqCtx::text(Op::NoOp, false),
-                line_len,
-            ));
-        }
-    };
-    let fail = |f: Failure, n: usize| {
-        Err(ProtoError::skip(
-            f,
-            ReqCtx::meta(op, false, MetaCtx::default()),
-            n,
-        ))
-    };
+    let op = meta_op(sub, line_len)?;
+    let fail = |f: Failure, n: usize| Err(refuse(op, f, n));
     if op == Op::MetaNoOp {
         return Ok(Some((
             Request {
@@ -245,66 +225,15 @@ pub(crate) fn parse(
         return fail(Failure::BAD_FORMAT, line_len);
     }
     if op == Op::MetaDebug {
-        let base64 = tokens.get(2).is_some_and(|t| *t == b"b");
-        let key = if base64 {
-            match base64::decode(wire_key) {
-                Some(k) => k,
-                None => return fail(Failure::BAD_FORMAT, line_len),
-            }
-        } else {
-            wire_key.to_vec()
-        };
-        let meta = MetaCtx {
-            wire_key: wire_key.to_vec(),
-            base64,
-            ..MetaCtx::default()
-        };
-        return Ok(Some((
-            Request {
-                cmd: Command::MetaDebug { key },
-                ctx: ReqCtx::meta(op, false, meta),
-            },
-            line_len,
-        )));
+        return debug(tokens, line_len);
     }
-    // ms carries its data length before the flags.
-    let (flag_start, data) = if op == Op::MetaSet {
-        if tokens.len() < 3 {
-            return fail(Failure::BAD_FORMAT, line_len);
-        }
-        match parse_i32(tokens[2]) {
-            Some(v) if (0..=i32::MAX - 2).contains(&v) => {
-                let vlen = v.unsigned_abs() as usize;
-                (3, Some((vlen, line_len + vlen + 2)))
-            }
-            _ => return fail(Failure::BAD_FORMAT, line_len),
-        }
-    } else {
-        (2, None)
-    };
+    let (flag_start, data) = data_len(op, tokens, line_len)?;
     if tokens.len() > MAX_TOKENS {
         return fail(Failure::client("options flags are too long"), line_len);
     }
     // After the length is known, errors skip the data block too.
     let skip = data.map_or(line_len, |(_, total)| total);
-    let echo: &[u8] = match op {
-        Op::MetaGet => b"cfhklOst",
-        Op::MetaSet => b"Okc",
-        Op::MetaDelete => b"Ok",
-        _ => b"ctOk",
-    };
-    let f = match parse_flags(&tokens[flag_start..], echo) {
-        Ok(f) => f,
-        // memcached's md and ma do not pass the flag parser's message on
-        // (only an overlong opaque keeps its own).
-        Err(e)
-            if matches!(op, Op::MetaDelete | Op::MetaArith)
-                && e != Failure::client("opaque token too long") =>
-        {
-            return fail(Failure::client("invalid or duplicate flag"), skip);
-        }
-        Err(e) => return fail(e, skip),
-    };
+    let mut f = flags(op, &tokens[flag_start..], skip)?;
     let key = if f.b {
         match base64::decode(wire_key) {
             Some(k) => k,
@@ -313,23 +242,7 @@ pub(crate) fn parse(
     } else {
         wire_key.to_vec()
     };
-    // Only the modifiers the command acts on (ma accepts `R` and ignores
-    // it, so it has no place in its order; found by fuzzing: the client
-    // encoder could not write such an order back).
-    let acts: &[u8] = match op {
-        Op::MetaGet => b"TNRt",
-        Op::MetaArith => b"NTt",
-        _ => b"",
-    };
-    let order: Vec<u8> = f.order.into_iter().filter(|c| acts.contains(c)).collect();
-    let meta = MetaCtx {
-        ret: f.ret,
-        wire_key: wire_key.to_vec(),
-        base64: f.b,
-        value: f.v,
-        order,
-    };
-    let ctx = ReqCtx::meta(op, f.q, meta);
+    let ctx = ReqCtx::meta(op, f.q, reply_ctx(op, &mut f, wire_key));
     let cmd = match op {
         Op::MetaGet => Command::Get {
             keys: vec![key],
@@ -352,79 +265,227 @@ pub(crate) fn parse(
                 new_cas: f.new_cas,
             },
         },
-        Op::MetaArith => {
-            let incr = match f.mode {
-                None | Some(b'I' | b'i' | b'+') => true,
-                Some(b'D' | b'd' | b'-') => false,
-                Some(_) => return fail(Failure::client("invalid mode for ma M token"), skip),
-            };
-            Command::Arith {
-                key,
-                incr,
-                delta: f.delta.unwrap_or(1),
-                create: f.n_ttl.map(|ttl| (f.initial.unwrap_or(0), ttl)),
-                cas: f.cas,
-                ttl: f.t_ttl,
-                new_cas: f.new_cas,
-            }
-        }
+        Op::MetaArith => arith(key, &f).map_err(|e| refuse(op, e, skip))?,
         _ => {
             let (vlen, total) = data.unwrap_or((0, line_len));
-            let mut mode = match f.mode {
-                None | Some(b'S' | b's') => StoreMode::Set,
-                Some(b'E' | b'e') => StoreMode::Add,
-                Some(b'A' | b'a') => StoreMode::Append,
-                Some(b'P' | b'p') => StoreMode::Prepend,
-                Some(b'R' | b'r') => StoreMode::Replace,
-                Some(_) => return fail(Failure::client("invalid mode for ms M token"), skip),
-            };
-            // memcached: a CAS turns set and replace into a CAS store; add
-            // ignores it; append/prepend check it.
-            let cas = match mode {
-                StoreMode::Set | StoreMode::Replace if f.cas.is_some() => {
-                    mode = StoreMode::Cas;
-                    f.cas
-                }
-                StoreMode::Add => None,
-                _ => f.cas,
-            };
-            if vlen > limits.max_item_size {
-                return Err(ProtoError {
-                    failure: Failure::TooLarge,
-                    ctx: ReqCtx::meta(op, false, MetaCtx::default()),
-                    recovery: Recovery::Skip(total),
-                    unlink: Some(key),
-                });
-            }
-            if buf.len() < total {
-                return Ok(None);
-            }
-            if &buf[line_len + vlen..total] != b"\r\n" {
-                return fail(Failure::client("bad data chunk"), total);
-            }
-            let vivify = matches!(mode, StoreMode::Append | StoreMode::Prepend)
-                .then_some(f.n_ttl)
-                .flatten();
-            return Ok(Some((
-                Request {
-                    cmd: Command::Store {
-                        mode,
-                        key,
-                        flags: f.client_flags.unwrap_or(0),
-                        exptime: f.t_ttl.unwrap_or(0),
-                        data: buf[line_len..line_len + vlen].to_vec(),
-                        cas,
-                        opts: StoreOpts {
-                            invalidate: f.invalidate,
-                            vivify,
-                            new_cas: f.new_cas,
-                        },
-                    },
-                    ctx,
-                },
-                total,
-            )));
+            return store(key, &f, ctx, buf, (line_len, vlen, total), limits);
         }
     };
     Ok(Some((Request { cmd, ctx }, line_len)))
+}
+
+/// A refusal of a meta request `op`, skipping `n` bytes.
+fn refuse(op: Op, f: Failure, n: usize) -> ProtoError {
+    ProtoError::skip(f, ReqCtx::meta(op, false, MetaCtx::default()), n)
+}
+
+/// The meta command `m` + `sub`; any other is `ERROR`, skipping the line.
+fn meta_op(sub: u8, line_len: usize) -> Result<Op, ProtoError> {
+    Ok(match sub {
+        b'g' => Op::MetaGet,
+        b's' => Op::MetaSet,
+        b'd' => Op::MetaDelete,
+        b'a' => Op::MetaArith,
+        b'e' => Op::MetaDebug,
+        b'n' => Op::MetaNoOp,
+        _ => {
+            return Err(ProtoError::skip(
+                Failure::UnknownCommand,
+                ReqCtx::text(Op::NoOp, false),
+                line_len,
+            ));
+        }
+    })
+}
+
+/// `me <key> [b]`: the key (base64 with `b`), no flags.
+fn debug(tokens: &[&[u8]], line_len: usize) -> ParseResult {
+    let op = Op::MetaDebug;
+    let wire_key = tokens[1];
+    let base64 = tokens.get(2).is_some_and(|t| *t == b"b");
+    let key = if base64 {
+        match base64::decode(wire_key) {
+            Some(k) => k,
+            None => return Err(refuse(op, Failure::BAD_FORMAT, line_len)),
+        }
+    } else {
+        wire_key.to_vec()
+    };
+    let meta = MetaCtx {
+        wire_key: wire_key.to_vec(),
+        base64,
+        ..MetaCtx::default()
+    };
+    Ok(Some((
+        Request {
+            cmd: Command::MetaDebug { key },
+            ctx: ReqCtx::meta(op, false, meta),
+        },
+        line_len,
+    )))
+}
+
+/// Where the flags start, and for `ms` (which carries its data length
+/// before the flags) `(data length, bytes of line and data block)`.
+fn data_len(
+    op: Op,
+    tokens: &[&[u8]],
+    line_len: usize,
+) -> Result<(usize, Option<(usize, usize)>), ProtoError> {
+    if op != Op::MetaSet {
+        return Ok((2, None));
+    }
+    if tokens.len() < 3 {
+        return Err(refuse(op, Failure::BAD_FORMAT, line_len));
+    }
+    match parse_i32(tokens[2]) {
+        Some(v) if (0..=i32::MAX - 2).contains(&v) => {
+            let vlen = v.unsigned_abs() as usize;
+            Ok((3, Some((vlen, line_len + vlen + 2))))
+        }
+        _ => Err(refuse(op, Failure::BAD_FORMAT, line_len)),
+    }
+}
+
+/// The flags of `op`, refused as memcached words it (skipping `skip`
+/// bytes).
+fn flags(op: Op, tokens: &[&[u8]], skip: usize) -> Result<Flags, ProtoError> {
+    let echo: &[u8] = match op {
+        Op::MetaGet => b"cfhklOst",
+        Op::MetaSet => b"Okc",
+        Op::MetaDelete => b"Ok",
+        _ => b"ctOk",
+    };
+    match parse_flags(tokens, echo) {
+        Ok(f) => Ok(f),
+        // memcached's md and ma do not pass the flag parser's message on
+        // (only an overlong opaque keeps its own).
+        Err(e)
+            if matches!(op, Op::MetaDelete | Op::MetaArith)
+                && e != Failure::client("opaque token too long") =>
+        {
+            Err(refuse(
+                op,
+                Failure::client("invalid or duplicate flag"),
+                skip,
+            ))
+        }
+        Err(e) => Err(refuse(op, e, skip)),
+    }
+}
+
+/// What the reply of `op` echoes (its return flags and the modifiers it
+/// acts on, in request order), taken out of `f`.
+fn reply_ctx(op: Op, f: &mut Flags, wire_key: &[u8]) -> MetaCtx {
+    // Only the modifiers the command acts on (ma accepts `R` and ignores
+    // it, so it has no place in its order; found by fuzzing: the client
+    // encoder could not write such an order back).
+    let acts: &[u8] = match op {
+        Op::MetaGet => b"TNRt",
+        Op::MetaArith => b"NTt",
+        _ => b"",
+    };
+    let order: Vec<u8> = std::mem::take(&mut f.order)
+        .into_iter()
+        .filter(|c| acts.contains(c))
+        .collect();
+    MetaCtx {
+        ret: std::mem::take(&mut f.ret),
+        wire_key: wire_key.to_vec(),
+        base64: f.b,
+        value: f.v,
+        order,
+    }
+}
+
+/// `ma`: increment (mode `I`, the default) or decrement (`D`).
+fn arith(key: Vec<u8>, f: &Flags) -> Result<Command, Failure> {
+    let incr = match f.mode {
+        None | Some(b'I' | b'i' | b'+') => true,
+        Some(b'D' | b'd' | b'-') => false,
+        Some(_) => return Err(Failure::client("invalid mode for ma M token")),
+    };
+    Ok(Command::Arith {
+        key,
+        incr,
+        delta: f.delta.unwrap_or(1),
+        create: f.n_ttl.map(|ttl| (f.initial.unwrap_or(0), ttl)),
+        cas: f.cas,
+        ttl: f.t_ttl,
+        new_cas: f.new_cas,
+    })
+}
+
+/// `ms`: the store of its mode, once its data block (`vlen` bytes after
+/// the `line_len` bytes of the line, `total` bytes in all) has arrived.
+fn store(
+    key: Vec<u8>,
+    f: &Flags,
+    ctx: ReqCtx,
+    buf: &[u8],
+    (line_len, vlen, total): (usize, usize, usize),
+    limits: &Limits,
+) -> ParseResult {
+    let op = Op::MetaSet;
+    let mut mode = match f.mode {
+        None | Some(b'S' | b's') => StoreMode::Set,
+        Some(b'E' | b'e') => StoreMode::Add,
+        Some(b'A' | b'a') => StoreMode::Append,
+        Some(b'P' | b'p') => StoreMode::Prepend,
+        Some(b'R' | b'r') => StoreMode::Replace,
+        // The data length is known: the refusal skips the data block too.
+        Some(_) => {
+            return Err(refuse(
+                op,
+                Failure::client("invalid mode for ms M token"),
+                total,
+            ));
+        }
+    };
+    // memcached: a CAS turns set and replace into a CAS store; add
+    // ignores it; append/prepend check it.
+    let cas = match mode {
+        StoreMode::Set | StoreMode::Replace if f.cas.is_some() => {
+            mode = StoreMode::Cas;
+            f.cas
+        }
+        StoreMode::Add => None,
+        _ => f.cas,
+    };
+    if vlen > limits.max_item_size {
+        return Err(ProtoError {
+            failure: Failure::TooLarge,
+            ctx: ReqCtx::meta(op, false, MetaCtx::default()),
+            recovery: Recovery::Skip(total),
+            unlink: Some(key),
+        });
+    }
+    if buf.len() < total {
+        return Ok(None);
+    }
+    if &buf[line_len + vlen..total] != b"\r\n" {
+        return Err(refuse(op, Failure::client("bad data chunk"), total));
+    }
+    let vivify = matches!(mode, StoreMode::Append | StoreMode::Prepend)
+        .then_some(f.n_ttl)
+        .flatten();
+    Ok(Some((
+        Request {
+            cmd: Command::Store {
+                mode,
+                key,
+                flags: f.client_flags.unwrap_or(0),
+                exptime: f.t_ttl.unwrap_or(0),
+                data: buf[line_len..line_len + vlen].to_vec(),
+                cas,
+                opts: StoreOpts {
+                    invalidate: f.invalidate,
+                    vivify,
+                    new_cas: f.new_cas,
+                },
+            },
+            ctx,
+        },
+        total,
+    )))
 }

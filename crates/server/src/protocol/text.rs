@@ -45,6 +45,45 @@ fn is_multiget(buf: &[u8]) -> bool {
 
 /// Parse one text or meta request at the front of `buf` (not binary).
 pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
+    let Some(line) = split_line(buf, limits)? else {
+        return Ok(None);
+    };
+    let Some(&cmd) = line.tokens.first() else {
+        return line.err(Failure::UnknownCommand, Op::NoOp, false);
+    };
+    if cmd.len() < 2 {
+        return line.err(Failure::UnknownCommand, Op::NoOp, false);
+    }
+    if cmd.len() == 2 && cmd[0] == b'm' {
+        return meta::parse(cmd[1], &line.tokens, buf, line.len, limits);
+    }
+    match cmd {
+        b"get" | b"gets" | b"gat" | b"gats" => retrieval(cmd, &line, limits),
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            parse_storage(cmd, &line.tokens, buf, line.len, limits)
+        }
+        b"incr" | b"decr" => arith(cmd, &line, limits),
+        b"delete" => delete(&line, limits),
+        b"touch" => touch(&line, limits),
+        b"flush_all" => flush_all(&line),
+        b"verbosity" => verbosity(&line),
+        _ => other(cmd, &line),
+    }
+}
+
+/// One command line at the front of the input, split into its tokens.
+struct Line<'a> {
+    /// The space-separated tokens (runs of spaces count as one; a `\r`
+    /// before the `\n` is dropped). Never empty past [`parse`]'s check.
+    tokens: Vec<&'a [u8]>,
+    /// Bytes of the line, its `\n` included.
+    len: usize,
+}
+
+/// Frames the command line at the front of `buf`: `None` while its `\n`
+/// has not arrived; a line longer than the limit (a retrieval line's own
+/// limit for `get`/`gat` lines) closes the connection.
+fn split_line<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<Line<'a>>, ProtoError> {
     let limit = if is_multiget(buf) {
         limits.max_get_line().max(limits.max_line)
     } else {
@@ -62,207 +101,235 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         }
         return Ok(None);
     };
-    let line_len = nl + 1;
     let mut line = &buf[..nl];
     if let Some((b'\r', rest)) = line.split_last() {
         line = rest;
     }
-    let tokens: Vec<&[u8]> = line
+    let tokens = line
         .split(|&b| b == b' ')
         .filter(|t| !t.is_empty())
         .collect();
-    let err = |f: Failure, op: Op, noreply: bool| {
-        Err(ProtoError::skip(f, ReqCtx::text(op, noreply), line_len))
-    };
-    let Some(&cmd) = tokens.first() else {
-        return err(Failure::UnknownCommand, Op::NoOp, false);
-    };
-    if cmd.len() < 2 {
-        return err(Failure::UnknownCommand, Op::NoOp, false);
+    Ok(Some(Line {
+        tokens,
+        len: nl + 1,
+    }))
+}
+
+impl Line<'_> {
+    /// Tokens on the line.
+    fn n(&self) -> usize {
+        self.tokens.len()
     }
-    if cmd.len() == 2 && cmd[0] == b'm' {
-        return meta::parse(cmd[1], &tokens, buf, line_len, limits);
+
+    /// Whether the last token is `noreply`.
+    fn last_noreply(&self) -> bool {
+        self.tokens[self.n() - 1] == b"noreply"
     }
-    let n = tokens.len();
-    let last_noreply = tokens[n - 1] == b"noreply";
-    let ok = |cmd: Command, op: Op, noreply: bool| {
+
+    /// Refuses the request with `f`, skipping the line.
+    fn err(&self, f: Failure, op: Op, noreply: bool) -> ParseResult {
+        Err(ProtoError::skip(f, ReqCtx::text(op, noreply), self.len))
+    }
+
+    /// The request `cmd`, consuming the line.
+    fn ok(&self, cmd: Command, op: Op, noreply: bool) -> ParseResult {
         Ok(Some((
             Request {
                 cmd,
                 ctx: ReqCtx::text(op, noreply),
             },
-            line_len,
+            self.len,
         )))
+    }
+}
+
+/// `get|gets <key>*`, `gat|gats <exptime> <key>*`.
+fn retrieval(cmd: &[u8], line: &Line<'_>, limits: &Limits) -> ParseResult {
+    let (op, touch_arg) = match cmd {
+        b"get" => (Op::Get, false),
+        b"gets" => (Op::Gets, false),
+        b"gat" => (Op::Gat, true),
+        _ => (Op::Gats, true),
     };
-    let key_ok = |k: &[u8]| k.len() <= limits.max_key;
-    match cmd {
-        b"get" | b"gets" | b"gat" | b"gats" => {
-            let (op, touch_arg) = match cmd {
-                b"get" => (Op::Get, false),
-                b"gets" => (Op::Gets, false),
-                b"gat" => (Op::Gat, true),
-                _ => (Op::Gats, true),
-            };
-            if n < 2 {
-                return err(Failure::UnknownCommand, op, false);
+    let tokens = &line.tokens;
+    if line.n() < 2 {
+        return line.err(Failure::UnknownCommand, op, false);
+    }
+    let (touch, keys) = if touch_arg {
+        match parse_i32(tokens[1]) {
+            Some(t) => (Some(i64::from(t)), &tokens[2..]),
+            None => {
+                return line.err(Failure::client("invalid exptime argument"), op, false);
             }
-            let (touch, keys) = if touch_arg {
-                match parse_i32(tokens[1]) {
-                    Some(t) => (Some(i64::from(t)), &tokens[2..]),
-                    None => {
-                        return err(Failure::client("invalid exptime argument"), op, false);
-                    }
-                }
-            } else {
-                (None, &tokens[1..])
-            };
-            if keys.len() > limits.max_keys_per_get || !keys.iter().all(|k| key_ok(k)) {
-                return err(Failure::BAD_FORMAT, op, false);
-            }
-            ok(
-                Command::Get {
-                    keys: keys.iter().map(|k| k.to_vec()).collect(),
-                    touch,
-                    with_cas: matches!(op, Op::Gets | Op::Gats),
-                    opts: GetOpts::default(),
-                },
-                op,
-                false,
-            )
         }
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            parse_storage(cmd, &tokens, buf, line_len, limits)
-        }
-        b"incr" | b"decr" => {
-            let op = if cmd == b"incr" { Op::Incr } else { Op::Decr };
-            if n != 3 && n != 4 {
-                return err(Failure::UnknownCommand, op, false);
-            }
-            if !key_ok(tokens[1]) {
-                return err(Failure::BAD_FORMAT, op, last_noreply);
-            }
-            let Some(delta) = parse_u64(tokens[2]) else {
-                return err(
-                    Failure::client("invalid numeric delta argument"),
-                    op,
-                    last_noreply,
-                );
-            };
-            ok(
-                Command::Arith {
-                    key: tokens[1].to_vec(),
-                    incr: op == Op::Incr,
-                    delta,
-                    create: None,
-                    cas: None,
-                    ttl: None,
-                    new_cas: None,
-                },
-                op,
-                last_noreply,
-            )
-        }
-        b"delete" => {
-            if !(2..=4).contains(&n) {
-                return err(Failure::UnknownCommand, Op::Delete, false);
-            }
-            let mut noreply = false;
-            if n > 2 {
-                // memcached still accepts the legacy hold time, but only 0.
-                let hold_zero = tokens[2] == b"0";
-                noreply = last_noreply;
-                let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
-                if !valid {
-                    return err(
-                        Failure::client("bad command line format.  Usage: delete <key> [noreply]"),
-                        Op::Delete,
-                        noreply,
-                    );
-                }
-            }
-            if !key_ok(tokens[1]) {
-                return err(Failure::BAD_FORMAT, Op::Delete, noreply);
-            }
-            ok(
-                Command::Delete {
-                    key: tokens[1].to_vec(),
-                    cas: None,
-                    opts: Default::default(),
-                },
+    } else {
+        (None, &tokens[1..])
+    };
+    if keys.len() > limits.max_keys_per_get || !keys.iter().all(|k| k.len() <= limits.max_key) {
+        return line.err(Failure::BAD_FORMAT, op, false);
+    }
+    line.ok(
+        Command::Get {
+            keys: keys.iter().map(|k| k.to_vec()).collect(),
+            touch,
+            with_cas: matches!(op, Op::Gets | Op::Gats),
+            opts: GetOpts::default(),
+        },
+        op,
+        false,
+    )
+}
+
+/// `incr|decr <key> <value> [noreply]`.
+fn arith(cmd: &[u8], line: &Line<'_>, limits: &Limits) -> ParseResult {
+    let op = if cmd == b"incr" { Op::Incr } else { Op::Decr };
+    let (n, tokens, last_noreply) = (line.n(), &line.tokens, line.last_noreply());
+    if n != 3 && n != 4 {
+        return line.err(Failure::UnknownCommand, op, false);
+    }
+    if tokens[1].len() > limits.max_key {
+        return line.err(Failure::BAD_FORMAT, op, last_noreply);
+    }
+    let Some(delta) = parse_u64(tokens[2]) else {
+        return line.err(
+            Failure::client("invalid numeric delta argument"),
+            op,
+            last_noreply,
+        );
+    };
+    line.ok(
+        Command::Arith {
+            key: tokens[1].to_vec(),
+            incr: op == Op::Incr,
+            delta,
+            create: None,
+            cas: None,
+            ttl: None,
+            new_cas: None,
+        },
+        op,
+        last_noreply,
+    )
+}
+
+/// `delete <key> [0] [noreply]`.
+fn delete(line: &Line<'_>, limits: &Limits) -> ParseResult {
+    let (n, tokens) = (line.n(), &line.tokens);
+    if !(2..=4).contains(&n) {
+        return line.err(Failure::UnknownCommand, Op::Delete, false);
+    }
+    let mut noreply = false;
+    if n > 2 {
+        // memcached still accepts the legacy hold time, but only 0.
+        let hold_zero = tokens[2] == b"0";
+        noreply = line.last_noreply();
+        let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
+        if !valid {
+            return line.err(
+                Failure::client("bad command line format.  Usage: delete <key> [noreply]"),
                 Op::Delete,
                 noreply,
-            )
+            );
         }
-        b"touch" => {
-            if n != 3 && n != 4 {
-                return err(Failure::UnknownCommand, Op::Touch, false);
-            }
-            if !key_ok(tokens[1]) {
-                return err(Failure::BAD_FORMAT, Op::Touch, last_noreply);
-            }
-            let Some(exptime) = parse_i32(tokens[2]) else {
-                return err(
+    }
+    if tokens[1].len() > limits.max_key {
+        return line.err(Failure::BAD_FORMAT, Op::Delete, noreply);
+    }
+    line.ok(
+        Command::Delete {
+            key: tokens[1].to_vec(),
+            cas: None,
+            opts: Default::default(),
+        },
+        Op::Delete,
+        noreply,
+    )
+}
+
+/// `touch <key> <exptime> [noreply]`.
+fn touch(line: &Line<'_>, limits: &Limits) -> ParseResult {
+    let (n, tokens, last_noreply) = (line.n(), &line.tokens, line.last_noreply());
+    if n != 3 && n != 4 {
+        return line.err(Failure::UnknownCommand, Op::Touch, false);
+    }
+    if tokens[1].len() > limits.max_key {
+        return line.err(Failure::BAD_FORMAT, Op::Touch, last_noreply);
+    }
+    let Some(exptime) = parse_i32(tokens[2]) else {
+        return line.err(
+            Failure::client("invalid exptime argument"),
+            Op::Touch,
+            last_noreply,
+        );
+    };
+    line.ok(
+        Command::Touch {
+            key: tokens[1].to_vec(),
+            exptime: i64::from(exptime),
+        },
+        Op::Touch,
+        last_noreply,
+    )
+}
+
+/// `flush_all [delay] [noreply]`.
+fn flush_all(line: &Line<'_>) -> ParseResult {
+    let n = line.n();
+    if n > 3 {
+        return line.err(Failure::UnknownCommand, Op::FlushAll, false);
+    }
+    let noreply = n >= 2 && line.last_noreply();
+    let mut delay = 0;
+    if n != if noreply { 2 } else { 1 } {
+        match parse_i32(line.tokens[1]) {
+            Some(d) => delay = i64::from(d),
+            None => {
+                return line.err(
                     Failure::client("invalid exptime argument"),
-                    Op::Touch,
-                    last_noreply,
+                    Op::FlushAll,
+                    noreply,
                 );
-            };
-            ok(
-                Command::Touch {
-                    key: tokens[1].to_vec(),
-                    exptime: i64::from(exptime),
-                },
-                Op::Touch,
-                last_noreply,
-            )
-        }
-        b"flush_all" => {
-            if n > 3 {
-                return err(Failure::UnknownCommand, Op::FlushAll, false);
-            }
-            let noreply = n >= 2 && last_noreply;
-            let mut delay = 0;
-            if n != if noreply { 2 } else { 1 } {
-                match parse_i32(tokens[1]) {
-                    Some(d) => delay = i64::from(d),
-                    None => {
-                        return err(
-                            Failure::client("invalid exptime argument"),
-                            Op::FlushAll,
-                            noreply,
-                        );
-                    }
-                }
-            }
-            ok(Command::FlushAll { delay }, Op::FlushAll, noreply)
-        }
-        b"verbosity" => {
-            if n != 2 && n != 3 {
-                return err(Failure::UnknownCommand, Op::Verbosity, false);
-            }
-            match parse_u32(tokens[1]) {
-                Some(level) => ok(Command::Verbosity { level }, Op::Verbosity, last_noreply),
-                None => err(Failure::BAD_FORMAT, Op::Verbosity, last_noreply),
             }
         }
-        b"stats" => ok(
+    }
+    line.ok(Command::FlushAll { delay }, Op::FlushAll, noreply)
+}
+
+/// `verbosity <n> [noreply]`.
+fn verbosity(line: &Line<'_>) -> ParseResult {
+    let (n, last_noreply) = (line.n(), line.last_noreply());
+    if n != 2 && n != 3 {
+        return line.err(Failure::UnknownCommand, Op::Verbosity, false);
+    }
+    match parse_u32(line.tokens[1]) {
+        Some(level) => line.ok(Command::Verbosity { level }, Op::Verbosity, last_noreply),
+        None => line.err(Failure::BAD_FORMAT, Op::Verbosity, last_noreply),
+    }
+}
+
+/// `stats`, the administrative commands, `version`, `quit`, and anything
+/// else: `ERROR`, or a silent close for what looks like an HTTP request.
+fn other(cmd: &[u8], line: &Line<'_>) -> ParseResult {
+    let tokens = &line.tokens;
+    match cmd {
+        b"stats" => line.ok(
             Command::Stats {
                 args: tokens[1..].iter().map(|t| t.to_vec()).collect(),
             },
             Op::Stats,
             false,
         ),
-        b"slabs" | b"watch" | b"shutdown" | b"lru_crawler" | b"lru" | b"cache_memlimit" => ok(
+        b"slabs" | b"watch" | b"shutdown" | b"lru_crawler" | b"lru" | b"cache_memlimit" => line.ok(
             Command::Admin {
                 args: tokens.iter().map(|t| t.to_vec()).collect(),
             },
             Op::NoOp,
             false,
         ),
-        b"version" => ok(Command::Version, Op::Version, false),
-        b"quit" => ok(Command::Quit, Op::Quit, false),
+        b"version" => line.ok(Command::Version, Op::Version, false),
+        b"quit" => line.ok(Command::Quit, Op::Quit, false),
         _ => {
-            if tokens[n - 1].starts_with(b"HTTP/") {
+            if tokens[line.n() - 1].starts_with(b"HTTP/") {
                 Err(ProtoError {
                     failure: Failure::UnknownCommand,
                     ctx: ReqCtx::text(Op::NoOp, false),
@@ -270,7 +337,7 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
                     unlink: None,
                 })
             } else {
-                err(Failure::UnknownCommand, Op::NoOp, false)
+                line.err(Failure::UnknownCommand, Op::NoOp, false)
             }
         }
     }

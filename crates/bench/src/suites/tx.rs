@@ -66,7 +66,7 @@ use crate::error::BenchError;
 use crate::measure::{Variant, median, run_interleaved, spread};
 use crate::row::Row;
 use ferrite_ds::{self as ds, DsOptions, KvMap, Structure};
-use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
+use ferrite_pmem::{Domain, Pool, PoolOptions};
 use ferrite_tx::{Inputs, Registry, Strategy, Tx, TxFunc, TxOptions, TxPool, TxStats};
 use serde_json::json;
 use std::sync::Mutex;
@@ -74,7 +74,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Name of the PMDK row.
-pub const PMDK: &str = "pmdk-tx";
+pub const PMDK: &str = ferrite_rows::names::PMDK_TX;
 /// Bytes of every value [P1 §3.4.2].
 pub const VALUE_LEN: usize = 256;
 /// Structures the suite covers.
@@ -82,11 +82,8 @@ pub const STRUCTURES: [Structure; 4] = Structure::ALL;
 const MIB: u64 = 1 << 20;
 
 pub(crate) fn domain() -> Domain {
-    if FlushKind::best().is_some() {
-        Domain::Adr
-    } else {
-        Domain::Eadr
-    }
+    // One definition: the ptm claims find the peers' rows by it.
+    ferrite_rows::claims::ptm::peer_domain()
 }
 
 /// YCSB's key for insertion number `seq`: FNV-1a 64 of its 8 bytes.

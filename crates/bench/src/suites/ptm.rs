@@ -65,7 +65,7 @@
 //! # Summary
 //!
 //! [`summarize`] states the targets as ratios of rows of this run
-//! ([`summary`]), each marked `met` or `missed`; they are part of the
+//! each marked `met` or `missed`; they are part of the
 //! headline claims `ferrite bench` ends with ([`crate::claims`]).
 //!
 //! # Scale
@@ -79,10 +79,10 @@
 //! nothing; unset: everything).
 
 use crate::ctx::{BenchCtx, Scale};
-use crate::engine_suite::{new_histogram, set_latency};
 use crate::error::BenchError;
 use crate::measure::{Variant, run_interleaved};
 use crate::row::{Row, set_ratios};
+use crate::suites::engine::{new_histogram, set_latency};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
 use ferrite_ptm::workloads::{self as wl, PtmWorkload, WorkloadKind};
 use ferrite_ptm::{Algorithm, Ptm, PtmOptions, PtmStats};
@@ -92,12 +92,11 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 pub mod peers;
-pub mod summary;
 
-pub use summary::{Target, Verdict, print_summary, summarize};
+// The suite's targets are computed with the other claims (ferrite-rows).
+pub use ferrite_rows::claims::Verdict;
+pub use ferrite_rows::claims::ptm::{SUITE, Target, print_summary, summarize};
 
-/// Suite name of every row.
-pub const SUITE: &str = "ptm";
 /// Environment variable choosing the workloads (module documentation).
 pub const WORKLOADS_ENV: &str = "FERRITE_PTM_WORKLOADS";
 /// The domains of the matrix, `volatile` (the DRAM upper bound) last.

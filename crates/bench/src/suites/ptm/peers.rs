@@ -38,11 +38,11 @@
 use super::{
     Plan, SEED, SUITE, add_stats, fail, has_failed, ptm_extra_from, ptm_options, retime, set_failed,
 };
-use crate::engine_suite::{new_histogram, set_latency};
 use crate::error::BenchError;
 use crate::measure::{Variant, run_interleaved};
 use crate::row::{Row, set_ratios};
-use crate::tx_suite::{self, ycsb_key};
+use crate::suites::engine::{new_histogram, set_latency};
+use crate::suites::tx::{self, ycsb_key};
 use ferrite_ds::{self as ds, DsOptions, KvMap, Structure};
 use ferrite_pmem::{Pool, PoolOptions};
 use ferrite_ptm::ds::bptree::PBTree;
@@ -61,7 +61,7 @@ pub const VALUE_LEN: usize = 8;
 /// Keys per B+tree node, every system.
 pub const FANOUT: usize = BPTREE_FANOUT as usize;
 /// Name of the PMDK rows.
-pub const PMDK: &str = tx_suite::PMDK;
+pub const PMDK: &str = tx::PMDK;
 /// Name of the baseline without PMDK.
 pub const TX_REDO: &str = "tx-redo";
 const MIB: u64 = 1 << 20;
@@ -171,7 +171,7 @@ enum System {
     #[cfg(feature = "pmdk")]
     Pmdk {
         path: std::path::PathBuf,
-        peer: tx_suite::PmdkPeer,
+        peer: tx::PmdkPeer,
     },
 }
 
@@ -199,8 +199,8 @@ fn ptm_system(
 ) -> Result<System, BenchError> {
     let bytes = (keys * 160 + 64 * MIB).next_multiple_of(MIB);
     let pool =
-        Pool::create_in_memory(&PoolOptions::new(super::LAYOUT, bytes).domain(tx_suite::domain()))?;
-    tx_suite::prefault(&pool);
+        Pool::create_in_memory(&PoolOptions::new(super::LAYOUT, bytes).domain(tx::domain()))?;
+    tx::prefault(&pool);
     let ptm = Ptm::create(&pool, &ptm_options(alg, plan)).map_err(|e| ptm_err("create", e))?;
     let header = {
         let mut th = ptm.thread().map_err(|e| ptm_err("attach", e))?;
@@ -304,7 +304,7 @@ pub fn group(
         systems.push(ptm_system(plan, w, alg, keys)?);
     }
     for strategy in [Strategy::Redo, Strategy::Clobber] {
-        let (pool, header) = tx_suite::ferrite_pool_with(s, strategy, threads, keys, &o)?;
+        let (pool, header) = tx::ferrite_pool_with(s, strategy, threads, keys, &o)?;
         let txp = TxPool::open(&pool, ds::registry(), Some(strategy))
             .map_err(|e| ptm_err("tx open", e))?;
         systems.push(System::Tx {
@@ -316,7 +316,7 @@ pub fn group(
     }
     #[cfg(feature = "pmdk")]
     {
-        let (path, peer) = tx_suite::pmdk_peer_with(s, threads, keys, &o, "ptm")?;
+        let (path, peer) = tx::pmdk_peer_with(s, threads, keys, &o, "ptm")?;
         systems.push(System::Pmdk { path, peer });
     }
     let baseline = if cfg!(feature = "pmdk") {
@@ -405,7 +405,7 @@ pub fn group(
         let name = sys.name();
         let mut params = json!({
             "workload": w.name(),
-            "domain": tx_suite::domain().name(),
+            "domain": tx::domain().name(),
             "threads": threads,
             "experiment": "peers",
             "structure": s.name(),
@@ -483,11 +483,11 @@ pub fn group(
                 row.counters_observed = false;
                 lock_based_extra(row, &hist, &failed[i]);
                 match peer {
-                    tx_suite::PmdkPeer::Tree(t) => {
+                    tx::PmdkPeer::Tree(t) => {
                         t.check().map(|k| k.len() as u64).map_err(|e| e.to_string())
                     }
                     // No walk in the shim: look every inserted key up.
-                    tx_suite::PmdkPeer::Map(m) => {
+                    tx::PmdkPeer::Map(m) => {
                         let mut found = 0u64;
                         for l in &lanes[i] {
                             let Ok(l) = l.lock() else { continue };

@@ -1,5 +1,5 @@
-//! The issue's targets as ratios of rows of one run (printed after the
-//! tables by [`print_summary`]).
+//! The `ptm` suite's targets (issue 12) as ratios of rows of one run (printed
+//! after the tables by [`print_summary`]).
 //!
 //! | target | ratio | goal |
 //! |---|---|---|
@@ -16,33 +16,15 @@
 //! on `tpcc-hash` at 2 threads under `adr` (P3 Tables I/II: ≈ 6–8×) and
 //! the largest redo log per workload (P3 §IV-B: ≤ 36–37 lines).
 
-use super::SUITE;
+// A target's verdict is a claim's: `NotRun` when its rows are absent.
+use super::{Goal, Outcome, Verdict, param_text as s};
+use crate::names::{PMDK_TX, PTM_ALGORITHMS};
 use crate::row::Row;
-use ferrite_pmem::Domain;
-use ferrite_ptm::Algorithm;
+use ferrite_pmem::{Domain, FlushKind};
 use std::fmt::Write as _;
 
-/// How a target came out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Met,
-    Missed,
-    /// A measurement stated without a goal.
-    Info,
-    /// The rows it needs are not in this run.
-    NotMeasured,
-}
-
-impl Verdict {
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Met => "met",
-            Verdict::Missed => "missed",
-            Verdict::Info => "info",
-            Verdict::NotMeasured => "not measured",
-        }
-    }
-}
+/// The suite's name in its rows.
+pub const SUITE: &str = "ptm";
 
 /// One line of the summary.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,15 +60,6 @@ const PDRAM: (&str, &str) = (
     "PDRAM largely closes the gap to DRAM, PDRAM-Lite does not",
 );
 const FENCE_REMOVAL: (&str, &str) = ("P3 Table III", "+7 to +27 %");
-
-fn s(r: &Row, key: &str) -> Option<String> {
-    r.params.get(key).and_then(|v| match v {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Bool(b) => Some(b.to_string()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    })
-}
 
 fn extra(r: &Row, key: &str) -> Option<f64> {
     r.extra.as_ref()?.get(key)?.as_f64()
@@ -136,7 +109,7 @@ pub fn ratio(a: &Row, b: &Row) -> f64 {
         && x.iter().chain(&y).all(|&v| v > 0.0)
     {
         let per: Vec<f64> = x.iter().zip(&y).map(|(x, y)| y / x).collect();
-        return crate::measure::median(&per);
+        return crate::median(&per);
     }
     a.ops_per_s / b.ops_per_s
 }
@@ -149,7 +122,7 @@ fn goal_target(
     (figure, paper): (&'static str, &'static str),
 ) -> Target {
     let verdict = match ratio {
-        None => Verdict::NotMeasured,
+        None => Verdict::NotRun,
         Some(r) if r >= goal => Verdict::Met,
         Some(_) => Verdict::Missed,
     };
@@ -201,15 +174,14 @@ fn median(v: &mut [f64]) -> Option<f64> {
         return None;
     }
     v.sort_by(f64::total_cmp);
-    Some(crate::measure::median(v))
+    Some(crate::median(v))
 }
 
 /// The targets of the module documentation, computed from `rows`.
 pub fn summarize(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();
     let threads = thread_counts(rows);
-    let eager = Algorithm::Eager.name();
-    let lazy = Algorithm::Lazy.name();
+    let [eager, lazy] = PTM_ALGORITHMS;
     let m = "matrix";
 
     // 1. Redo vs undo under adr.
@@ -260,14 +232,14 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
 
     // 3. pdram, pdram-lite (and volatile) against eadr.
     let workloads = matrix_workloads(rows);
-    for alg in Algorithm::ALL {
+    for alg in PTM_ALGORITHMS {
         for d in [Domain::Pdram, Domain::PdramLite, Domain::Volatile] {
             let mut v = Vec::new();
             for w in &workloads {
                 for &t in &threads {
                     if let (Some(x), Some(e)) = (
-                        find(rows, m, alg.name(), w, d, t, false),
-                        find(rows, m, alg.name(), w, Domain::Eadr, t, false),
+                        find(rows, m, alg, w, d, t, false),
+                        find(rows, m, alg, w, Domain::Eadr, t, false),
                     ) {
                         v.push(ratio(x, e));
                     }
@@ -279,7 +251,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
                 "on this machine the same instructions as eadr (no flush, no fence); on hardware pdram keeps the whole pool in DRAM, pdram-lite only the redo logs"
             };
             out.push(range_target(
-                format!("{}/eadr {}", d.name(), alg.name()),
+                format!("{}/eadr {}", d.name(), alg),
                 &mut v,
                 None,
                 what,
@@ -289,14 +261,14 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
     }
 
     // eADR's gain per workload [P3 Figs. 3-4: every workload, least Vacation].
-    for alg in Algorithm::ALL {
+    for alg in PTM_ALGORITHMS {
         let mut v = Vec::new();
         let mut parts = Vec::new();
         for w in &workloads {
             for &t in &threads {
                 if let (Some(e), Some(a)) = (
-                    find(rows, m, alg.name(), w, Domain::Eadr, t, false),
-                    find(rows, m, alg.name(), w, Domain::Adr, t, false),
+                    find(rows, m, alg, w, Domain::Eadr, t, false),
+                    find(rows, m, alg, w, Domain::Adr, t, false),
                 ) {
                     let r = ratio(e, a);
                     v.push(r);
@@ -305,7 +277,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             }
         }
         out.push(range_target(
-            format!("eadr/adr {}", alg.name()),
+            format!("eadr/adr {}", alg),
             &mut v,
             None,
             &format!(
@@ -317,14 +289,14 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
     }
 
     // 4. Fence removal against P3's 7-27 %.
-    for alg in Algorithm::ALL {
+    for alg in PTM_ALGORITHMS {
         let mut v = Vec::new();
         let mut parts = Vec::new();
         for w in &workloads {
             for &t in &threads {
                 if let (Some(x), Some(b)) = (
-                    find(rows, m, alg.name(), w, Domain::Adr, t, true),
-                    find(rows, m, alg.name(), w, Domain::Adr, t, false),
+                    find(rows, m, alg, w, Domain::Adr, t, true),
+                    find(rows, m, alg, w, Domain::Adr, t, false),
                 ) {
                     let r = ratio(x, b);
                     v.push(r);
@@ -333,7 +305,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             }
         }
         out.push(range_target(
-            format!("fence removal {} adr", alg.name()),
+            format!("fence removal {} adr", alg),
             &mut v,
             Some((1.07, 1.27)),
             &format!("P3 Table III: +7 to +27 %; {}", parts.join(", ")),
@@ -343,18 +315,10 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
 
     // 5. PTM B+tree insert vs PMDK's.
     for &t in &threads {
-        let p = find(
-            rows,
-            "peers",
-            super::peers::PMDK,
-            "bptree",
-            tx_domain(),
-            t,
-            false,
-        );
-        let redo = find(rows, "peers", "tx-redo", "bptree", tx_domain(), t, false);
-        for alg in Algorithm::ALL {
-            let x = find(rows, "peers", alg.name(), "bptree", tx_domain(), t, false);
+        let p = find(rows, "peers", PMDK_TX, "bptree", peer_domain(), t, false);
+        let redo = find(rows, "peers", "tx-redo", "bptree", peer_domain(), t, false);
+        for alg in PTM_ALGORITHMS {
+            let x = find(rows, "peers", alg, "bptree", peer_domain(), t, false);
             let r = x.zip(p).map(|(x, p)| ratio(x, p));
             let detail = format!(
                 "vs tx-redo {}; PTM keys 8 B, PMDK 32 B; p99 {} vs {} us",
@@ -363,7 +327,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
                 f2(p.and_then(|r| extra(r, "p99_us"))),
             );
             let mut tg = goal_target(
-                format!("{}/pmdk-tx bptree insert x{t}", alg.name()),
+                format!("{}/pmdk-tx bptree insert x{t}", alg),
                 r,
                 1.0,
                 detail,
@@ -393,7 +357,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             verdict: if e.is_some() && l.is_some() {
                 Verdict::Info
             } else {
-                Verdict::NotMeasured
+                Verdict::NotRun
             },
             detail: format!(
                 "commits/abort eager {} lazy {} (P3 at 2 threads: undo 3.3-4.6, redo 21.5-27.6)",
@@ -426,7 +390,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
         ratio: None,
         goal: None,
         verdict: if logs.is_empty() {
-            Verdict::NotMeasured
+            Verdict::NotRun
         } else {
             Verdict::Info
         },
@@ -438,9 +402,15 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
     out
 }
 
-/// The domain of the peer rows.
-fn tx_domain() -> Domain {
-    crate::tx_suite::domain()
+/// The domain the peers' rows (the `tx` suite's and the `ptm` suite's
+/// `peers` experiment) run in on this machine: `adr` where the CPU has a
+/// flush instruction, else `eadr` (nothing to flush with).
+pub fn peer_domain() -> Domain {
+    if FlushKind::best().is_some() {
+        Domain::Adr
+    } else {
+        Domain::Eadr
+    }
 }
 
 /// A target over several ratios: its median, with the range in the detail;
@@ -456,7 +426,7 @@ fn range_target(
     let med = median(v);
     let (lo, hi) = (v.first().copied(), v.last().copied());
     let verdict = match (med, band) {
-        (None, _) => Verdict::NotMeasured,
+        (None, _) => Verdict::NotRun,
         (Some(_), None) => Verdict::Info,
         (Some(m), Some((a, b))) if m >= a && m <= b => Verdict::Met,
         (Some(_), Some(_)) => Verdict::Missed,
@@ -484,16 +454,15 @@ fn range_target(
 
 /// The suite's part of the headline claims as text, with details (empty
 /// when `rows` hold no `ptm` rows): [`summarize`] through
-/// [`crate::claims::format_outcomes`], the one formatter of every claim.
+/// [`super::format_outcomes`], the one formatter of every claim.
 pub fn format_summary(rows: &[Row]) -> String {
     if !rows.iter().any(|r| r.suite == SUITE) {
         return String::new();
     }
-    let outcomes: Vec<crate::claims::Outcome> =
-        summarize(rows).into_iter().map(Into::into).collect();
+    let outcomes: Vec<Outcome> = summarize(rows).into_iter().map(Into::into).collect();
     format!(
         "\nptm summary: the targets as ratios of rows of this run\n{}",
-        crate::claims::format_outcomes(&outcomes, true)
+        super::format_outcomes(&outcomes, true)
     )
 }
 
@@ -502,5 +471,26 @@ pub fn print_summary(rows: &[Row]) {
     let s = format_summary(rows);
     if !s.is_empty() {
         print!("{s}");
+    }
+}
+
+impl From<Target> for Outcome {
+    fn from(t: Target) -> Outcome {
+        Outcome {
+            suite: SUITE.to_string(),
+            figure: t.figure.to_string(),
+            name: t.name,
+            measured: t.ratio,
+            paper: None,
+            paper_note: t.paper.to_string(),
+            goal: match (t.goal, t.band) {
+                (Some(g), _) => Goal::AtLeast(g),
+                (None, Some((lo, hi))) => Goal::Within(lo, hi),
+                (None, None) => Goal::Stated,
+            },
+            verdict: t.verdict,
+            detail: t.detail,
+            unit: "×",
+        }
     }
 }

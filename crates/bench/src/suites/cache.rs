@@ -299,104 +299,160 @@ fn events(sys: &System) -> [u64; 5] {
     ]
 }
 
-pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
-    let workloads = [
-        "ycsb-c",
-        "ycsb-b",
-        "ycsb-a",
-        "ycsb-f",
-        "ycsb-d",
-        "ycsb-e",
-        "ycsb-load",
-    ];
-    // FERRITE_CACHE_WORKLOADS=ycsb-c,ycsb-load runs only those groups (the
-    // load and the warm-up still run; rows of the others are absent).
-    let only: Option<Vec<String>> = std::env::var("FERRITE_CACHE_WORKLOADS")
-        .ok()
-        .map(|v| v.split(',').map(|w| w.trim().to_string()).collect());
-    if let Some(only) = &only
-        && let Some(bad) = only.iter().find(|w| !workloads.contains(&w.as_str()))
-    {
-        return Err(err(format!(
-            "FERRITE_CACHE_WORKLOADS: unknown workload {bad:?} (one of {})",
-            workloads.join(", ")
-        )));
+/// The workload groups, in the order they run (the read-only one first,
+/// right after the warm-up).
+const WORKLOADS: [&str; 7] = [
+    "ycsb-c",
+    "ycsb-b",
+    "ycsb-a",
+    "ycsb-f",
+    "ycsb-d",
+    "ycsb-e",
+    "ycsb-load",
+];
+
+/// What one run measures: the environment's choices and the sizes that
+/// follow from the scale.
+struct Plan {
+    /// `FERRITE_CACHE_WORKLOADS`: only these groups (`None`: all).
+    only: Option<Vec<String>>,
+    /// `FERRITE_CACHE_DOMAIN`: the persistent tier's domain.
+    pmem_domain: Domain,
+    /// `FERRITE_CACHE_THREADS`: thread counts of every group.
+    thread_counts: Vec<usize>,
+    /// Store sessions each system is built with.
+    sessions: u32,
+    quick: bool,
+    /// The DRAM budget C, MiB.
+    dram_mib: f64,
+    /// Records loaded before the first group.
+    records: u64,
+    /// Operations of one batch (every configuration alike).
+    ops: u64,
+    /// Persistron's persistent tier, MiB.
+    pmem_mib: f64,
+    /// Pages of the (sparse) disk file.
+    disk_pages: u32,
+}
+
+impl Plan {
+    /// The plan at `ctx`'s scale with the environment's choices; an
+    /// unknown workload, domain or thread count is an error.
+    fn new(ctx: &BenchCtx) -> Result<Plan, BenchError> {
+        // FERRITE_CACHE_WORKLOADS=ycsb-c,ycsb-load runs only those groups (the
+        // load and the warm-up still run; rows of the others are absent).
+        let only: Option<Vec<String>> = std::env::var("FERRITE_CACHE_WORKLOADS")
+            .ok()
+            .map(|v| v.split(',').map(|w| w.trim().to_string()).collect());
+        if let Some(only) = &only
+            && let Some(bad) = only.iter().find(|w| !WORKLOADS.contains(&w.as_str()))
+        {
+            return Err(err(format!(
+                "FERRITE_CACHE_WORKLOADS: unknown workload {bad:?} (one of {})",
+                WORKLOADS.join(", ")
+            )));
+        }
+        // FERRITE_CACHE_DOMAIN=eadr runs the persistent tier as P1 assumes
+        // (eADR: stores durable once visible, fences only, no flushes); the
+        // default `adr` flushes every line it persists.
+        let pmem_domain = match std::env::var("FERRITE_CACHE_DOMAIN") {
+            Ok(v) => match Domain::parse(&v) {
+                Some(d @ (Domain::Adr | Domain::Eadr)) => d,
+                _ => {
+                    return Err(err(format!("FERRITE_CACHE_DOMAIN: {v:?} (adr or eadr)")));
+                }
+            },
+            Err(_) => Domain::Adr,
+        };
+        // FERRITE_CACHE_THREADS=1,2,8 sets the thread counts (default 1 and 2;
+        // P1 ran 8 threads, with a disk that serves that many reads at once).
+        let thread_counts: Vec<usize> = match std::env::var("FERRITE_CACHE_THREADS") {
+            Ok(v) => v
+                .split(',')
+                .map(|t| match t.trim().parse::<usize>() {
+                    Ok(n @ 1..=64) => Ok(n),
+                    _ => Err(err(format!(
+                        "FERRITE_CACHE_THREADS: {t:?} is not a thread count (1 ..= 64)"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+            Err(_) => vec![1, 2],
+        };
+        let sessions = thread_counts.iter().copied().max().unwrap_or(1).max(4) as u32;
+        let quick = ctx.scale == Scale::Quick;
+        let dram_mib: f64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|m: &f64| *m >= 0.125)
+            .unwrap_or(ctx.scale.pick(1.0, 8.0));
+        // Records of 128 B in the branches (31 per 4 KiB page, plus index
+        // pages and memtables): full ≈ 8.3 × the DRAM budget C, 3.3 ×
+        // Persistron's two tiers (d + 4·(C − d) = 2.5 C; P1: 60 GiB over
+        // 8 GiB DRAM, or 4 + 16 GiB, 3 ×); quick ≈ 3.7 × C and 1.5 × (a load
+        // of 6 × takes most of a minute here). The C ratio shrinks as the
+        // dataset outgrows Persistron's tiers.
+        let records = (dram_mib * ctx.scale.pick(30_000.0, 64_000.0)) as u64;
+        // Every configuration runs batches of the same length. They start
+        // from the same loaded store and draw the same operations, so a
+        // batch's flushes and compactions fall at the same operations in
+        // every configuration, and the medians compare like with like (a
+        // shorter batch for the slow synced log would leave most of its
+        // batches without the compactions the others pay for).
+        let ops: u64 = ctx.scale.pick(2_500, 40_000);
+        let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
+        // Room for the loaded records and every record the run can insert
+        // (ycsb-load: (reps + 1 warm-up) batches at each thread count; D and
+        // E insert 5 %, one more share), each three times over (a compaction
+        // writes the merged branch before freeing the old ones); the file is
+        // sparse.
+        let inserts = (thread_counts.len() as u64 + 1) * (ctx.reps.max(1) as u64 + 1) * ops;
+        let disk_pages =
+            (((records + inserts) * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
+        Ok(Plan {
+            only,
+            pmem_domain,
+            thread_counts,
+            sessions,
+            quick,
+            dram_mib,
+            records,
+            ops,
+            pmem_mib,
+            disk_pages,
+        })
     }
-    // FERRITE_CACHE_DOMAIN=eadr runs the persistent tier as P1 assumes
-    // (eADR: stores durable once visible, fences only, no flushes); the
-    // default `adr` flushes every line it persists.
-    let pmem_domain = match std::env::var("FERRITE_CACHE_DOMAIN") {
-        Ok(v) => match Domain::parse(&v) {
-            Some(d @ (Domain::Adr | Domain::Eadr)) => d,
-            _ => {
-                return Err(err(format!("FERRITE_CACHE_DOMAIN: {v:?} (adr or eadr)")));
-            }
-        },
-        Err(_) => Domain::Adr,
-    };
-    // FERRITE_CACHE_THREADS=1,2,8 sets the thread counts (default 1 and 2;
-    // P1 ran 8 threads, with a disk that serves that many reads at once).
-    let thread_counts: Vec<usize> = match std::env::var("FERRITE_CACHE_THREADS") {
-        Ok(v) => v
-            .split(',')
-            .map(|t| match t.trim().parse::<usize>() {
-                Ok(n @ 1..=64) => Ok(n),
-                _ => Err(err(format!(
-                    "FERRITE_CACHE_THREADS: {t:?} is not a thread count (1 ..= 64)"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        Err(_) => vec![1, 2],
-    };
-    let sessions = thread_counts.iter().copied().max().unwrap_or(1).max(4) as u32;
-    let quick = ctx.scale == Scale::Quick;
-    let dram_mib: f64 = std::env::var("FERRITE_CACHE_DRAM_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|m: &f64| *m >= 0.125)
-        .unwrap_or(ctx.scale.pick(1.0, 8.0));
-    // Records of 128 B in the branches (31 per 4 KiB page, plus index
-    // pages and memtables): full ≈ 8.3 × the DRAM budget C, 3.3 ×
-    // Persistron's two tiers (d + 4·(C − d) = 2.5 C; P1: 60 GiB over
-    // 8 GiB DRAM, or 4 + 16 GiB, 3 ×); quick ≈ 3.7 × C and 1.5 × (a load
-    // of 6 × takes most of a minute here). The C ratio shrinks as the
-    // dataset outgrows Persistron's tiers.
-    let records = (dram_mib * ctx.scale.pick(30_000.0, 64_000.0)) as u64;
-    // Every configuration runs batches of the same length. They start
-    // from the same loaded store and draw the same operations, so a
-    // batch's flushes and compactions fall at the same operations in
-    // every configuration, and the medians compare like with like (a
-    // shorter batch for the slow synced log would leave most of its
-    // batches without the compactions the others pay for).
-    let ops: u64 = ctx.scale.pick(2_500, 40_000);
-    let pmem_mib = 4.0 * (dram_mib - dram_mib / 2.0);
-    // Room for the loaded records and every record the run can insert
-    // (ycsb-load: (reps + 1 warm-up) batches at each thread count; D and
-    // E insert 5 %, one more share), each three times over (a compaction
-    // writes the merged branch before freeing the old ones); the file is
-    // sparse.
-    let inserts = (thread_counts.len() as u64 + 1) * (ctx.reps.max(1) as u64 + 1) * ops;
-    let disk_pages =
-        (((records + inserts) * 3 * 128) / PAGE as u64 + 4096).min(u32::MAX as u64 / 2) as u32;
-    let dir = tempfile::Builder::new()
-        .prefix("ferrite-cache-bench")
-        .tempdir_in("/var/tmp")
-        .or_else(|_| tempfile::tempdir())
-        .map_err(|e| err(format!("temporary directory: {e}")))?;
-    // Load every configuration at once: the loads mostly wait for the disk
-    // (the read-only bound only when its group runs).
-    let reads_run = only
-        .as_ref()
-        .is_none_or(|o| o.iter().any(|w| w == "ycsb-c"));
+
+    /// Whether the group of workload `w` runs.
+    fn runs(&self, w: &str) -> bool {
+        self.only.as_ref().is_none_or(|o| o.iter().any(|x| x == w))
+    }
+}
+
+/// Builds and loads every configuration (in `dir`) at once: the loads
+/// mostly wait for the disk. The read-only bound is built only when its
+/// group runs.
+fn load_systems(
+    ctx: &BenchCtx,
+    plan: &Plan,
+    dir: &std::path::Path,
+) -> Result<Vec<System>, BenchError> {
+    let reads_run = plan.runs("ycsb-c");
+    let records = plan.records;
     let built: Vec<Result<System, BenchError>> = std::thread::scope(|sc| {
         let hs: Vec<_> = CONFIGS
             .iter()
             .filter(|cfg| reads_run || !cfg.capacity_bound)
             .map(|cfg| {
-                let dir = dir.path();
                 sc.spawn(move || -> Result<System, BenchError> {
                     let t0 = std::time::Instant::now();
-                    let sys = build(cfg, dir, dram_mib, disk_pages, pmem_domain, sessions)?;
+                    let sys = build(
+                        cfg,
+                        dir,
+                        plan.dram_mib,
+                        plan.disk_pages,
+                        plan.pmem_domain,
+                        plan.sessions,
+                    )?;
                     let w = Workload::parse(&format!("ycsb-a:records={records}:fields=1x100"))
                         .map_err(err)?;
                     let mut l = Loader::new(&w);
@@ -426,29 +482,17 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             })
             .collect()
     });
-    let systems = built.into_iter().collect::<Result<Vec<_>, _>>()?;
-    if let Some(sys) = systems.first() {
-        ctx.note(format!(
-            "cache: disk {}; C = {dram_mib} MiB, persistron d = {} MiB + {pmem_mib} MiB persistent",
-            sys.store.cache().disk().describe(),
-            dram_mib / 2.0
-        ));
-    }
-    // Quick: at most 3 repetitions, and the ablations at 1 thread only —
-    // every batch here reaches the disk, and the suite must stay well
-    // under a minute.
-    // (An explicit `--reps` other than the default is honoured.)
-    let mut rctx = ctx.clone();
-    if quick && ctx.reps == Scale::Quick.default_reps() {
-        rctx.reps = 3;
-    }
-    // Warm every cache with the read distribution before the first
-    // (read-only) group, untimed: after the load each holds the pages the
-    // load wrote last, not the Zipfian working set.
+    built.into_iter().collect()
+}
+
+/// Warms every cache with the read distribution before the first
+/// (read-only) group, untimed: after the load each holds the pages the
+/// load wrote last, not the Zipfian working set.
+fn warm(systems: &[System], records: u64) -> Result<(), BenchError> {
     let warm =
         Workload::parse(&format!("ycsb-c:records={records}:fields=1x100:ops=1g")).map_err(err)?;
     std::thread::scope(|sc| {
-        for sys in &systems {
+        for sys in systems {
             let warm = &warm;
             sc.spawn(move || {
                 let s = sys.store.session().expect("session");
@@ -459,93 +503,137 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             });
         }
     });
-    let mut rows = Vec::new();
-    for wname in workloads {
-        if only.as_ref().is_some_and(|o| !o.iter().any(|w| w == wname)) {
+    Ok(())
+}
+
+/// One group: workload `wname` at `threads` threads on every system that
+/// takes part, interleaved (at `rctx`'s repetitions), with each row's disk
+/// and tier events per operation.
+fn run_group(
+    ctx: &BenchCtx,
+    rctx: &BenchCtx,
+    plan: &Plan,
+    systems: &[System],
+    wname: &str,
+    threads: usize,
+) -> Result<Vec<Row>, BenchError> {
+    let records = plan.records;
+    let spec = if wname == "ycsb-load" {
+        "ycsb-a"
+    } else {
+        wname
+    };
+    let w =
+        Workload::parse(&format!("{spec}:records={records}:fields=1x100:ops=1g")).map_err(err)?;
+    let mut variants = Vec::new();
+    for sys in systems {
+        if plan.quick && threads > 1 && sys.name.starts_with("persistron-") {
             continue;
         }
-        for &threads in &thread_counts {
-            let spec = if wname == "ycsb-load" {
-                "ycsb-a"
+        if sys.reads_only && wname != "ycsb-c" {
+            continue;
+        }
+        let gens: Vec<Mutex<Generator>> = (0..threads)
+            .map(|t| {
+                Generator::new(&w, SEED + threads as u64, t as u32, threads as u32).map(Mutex::new)
+            })
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        // A scan reads up to 100 records over every memtable page
+        // and each branch: YCSB-E batches are a twentieth as long
+        // (for every configuration alike).
+        let ops = plan.ops;
+        let per_thread = if wname == "ycsb-e" { ops / 20 } else { ops } / threads as u64;
+        let w2 = w.clone();
+        let params = serde_json::json!({
+            "workload": wname,
+            "dram_mib": plan.dram_mib,
+            "pmem_mib": sys.pmem_mib,
+            "tier_dram_mib": sys.tier_dram_mib,
+            "domain": if sys.pmem_mib > 0.0 { plan.pmem_domain.to_string() } else { "volatile".to_string() },
+            "records": records,
+        });
+        let load = wname == "ycsb-load";
+        let v = Variant::threaded(sys.name, params, threads, per_thread.max(1), move |t, n| {
+            let s = sys.store.session().expect("session");
+            if load {
+                let (mut key, mut value) = (Vec::new(), Vec::new());
+                for _ in 0..n {
+                    let k = sys.next_insert.fetch_add(1, Ordering::Relaxed);
+                    w2.keys.write_key(k, &mut key);
+                    w2.value.write_value(&key, 0, &mut value);
+                    s.put(&key, &value).expect("insert");
+                }
             } else {
-                wname
-            };
-            let w = Workload::parse(&format!("{spec}:records={records}:fields=1x100:ops=1g"))
-                .map_err(err)?;
-            let mut variants = Vec::new();
-            for sys in &systems {
-                if quick && threads > 1 && sys.name.starts_with("persistron-") {
-                    continue;
-                }
-                if sys.reads_only && wname != "ycsb-c" {
-                    continue;
-                }
-                let gens: Vec<Mutex<Generator>> = (0..threads)
-                    .map(|t| {
-                        Generator::new(&w, SEED + threads as u64, t as u32, threads as u32)
-                            .map(Mutex::new)
-                    })
-                    .collect::<Result<_, _>>()
-                    .map_err(err)?;
-                // A scan reads up to 100 records over every memtable page
-                // and each branch: YCSB-E batches are a twentieth as long
-                // (for every configuration alike).
-                let per_thread = if wname == "ycsb-e" { ops / 20 } else { ops } / threads as u64;
-                let w2 = w.clone();
-                let params = serde_json::json!({
-                    "workload": wname,
-                    "dram_mib": dram_mib,
-                    "pmem_mib": sys.pmem_mib,
-                    "tier_dram_mib": sys.tier_dram_mib,
-                    "domain": if sys.pmem_mib > 0.0 { pmem_domain.to_string() } else { "volatile".to_string() },
-                    "records": records,
-                });
-                let load = wname == "ycsb-load";
-                let v =
-                    Variant::threaded(sys.name, params, threads, per_thread.max(1), move |t, n| {
-                        let s = sys.store.session().expect("session");
-                        if load {
-                            let (mut key, mut value) = (Vec::new(), Vec::new());
-                            for _ in 0..n {
-                                let k = sys.next_insert.fetch_add(1, Ordering::Relaxed);
-                                w2.keys.write_key(k, &mut key);
-                                w2.value.write_value(&key, 0, &mut value);
-                                s.put(&key, &value).expect("insert");
-                            }
-                        } else {
-                            let mut g = gens[t].lock();
-                            for _ in 0..n {
-                                let op = g.next_op().expect("endless run");
-                                apply(&s, op);
-                            }
-                        }
-                    })
-                    .baseline("dram-wal-sync")
-                    .warmup(per_thread.max(1) / 4);
-                variants.push(v);
-            }
-            ctx.note(format!("cache: {wname}, {threads} thread(s)"));
-            // Disk and tier events per operation of this group (warm-up
-            // included): where the time goes when a ratio misses.
-            let before: Vec<[u64; 5]> = systems.iter().map(events).collect();
-            let mut group = run_interleaved(&rctx, "cache", &mut variants);
-            for row in &mut group {
-                let Some(i) = systems.iter().position(|s| s.name == row.variant) else {
-                    continue;
-                };
-                let per_thread = row.ops / row.threads.max(1) as u64;
-                let total = ((per_thread.max(1) / 4 + per_thread * row.reps as u64)
-                    * row.threads as u64)
-                    .max(1) as f64;
-                let after = events(&systems[i]);
-                for (k, name) in EVENTS.iter().enumerate() {
-                    row.set_extra(name, (after[k] - before[i][k]) as f64 / total);
+                let mut g = gens[t].lock();
+                for _ in 0..n {
+                    let op = g.next_op().expect("endless run");
+                    apply(&s, op);
                 }
             }
-            rows.extend(group);
+        })
+        .baseline("dram-wal-sync")
+        .warmup(per_thread.max(1) / 4);
+        variants.push(v);
+    }
+    ctx.note(format!("cache: {wname}, {threads} thread(s)"));
+    // Disk and tier events per operation of this group (warm-up
+    // included): where the time goes when a ratio misses.
+    let before: Vec<[u64; 5]> = systems.iter().map(events).collect();
+    let mut group = run_interleaved(rctx, "cache", &mut variants);
+    for row in &mut group {
+        let Some(i) = systems.iter().position(|s| s.name == row.variant) else {
+            continue;
+        };
+        let per_thread = row.ops / row.threads.max(1) as u64;
+        let total = ((per_thread.max(1) / 4 + per_thread * row.reps as u64) * row.threads as u64)
+            .max(1) as f64;
+        let after = events(&systems[i]);
+        for (k, name) in EVENTS.iter().enumerate() {
+            row.set_extra(name, (after[k] - before[i][k]) as f64 / total);
         }
     }
-    if quick {
+    Ok(group)
+}
+
+/// Runs the suite: plan, load, warm, then every group (workload × thread
+/// count) in [`WORKLOADS`] order.
+pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
+    let plan = Plan::new(ctx)?;
+    let dir = tempfile::Builder::new()
+        .prefix("ferrite-cache-bench")
+        .tempdir_in("/var/tmp")
+        .or_else(|_| tempfile::tempdir())
+        .map_err(|e| err(format!("temporary directory: {e}")))?;
+    let systems = load_systems(ctx, &plan, dir.path())?;
+    if let Some(sys) = systems.first() {
+        ctx.note(format!(
+            "cache: disk {}; C = {} MiB, persistron d = {} MiB + {} MiB persistent",
+            sys.store.cache().disk().describe(),
+            plan.dram_mib,
+            plan.dram_mib / 2.0,
+            plan.pmem_mib
+        ));
+    }
+    // Quick: at most 3 repetitions, and the ablations at 1 thread only —
+    // every batch here reaches the disk, and the suite must stay well
+    // under a minute.
+    // (An explicit `--reps` other than the default is honoured.)
+    let mut rctx = ctx.clone();
+    if plan.quick && ctx.reps == Scale::Quick.default_reps() {
+        rctx.reps = 3;
+    }
+    warm(&systems, plan.records)?;
+    let mut rows = Vec::new();
+    for wname in WORKLOADS {
+        if !plan.runs(wname) {
+            continue;
+        }
+        for &threads in &plan.thread_counts {
+            rows.extend(run_group(ctx, &rctx, &plan, &systems, wname, threads)?);
+        }
+    }
+    if plan.quick {
         ctx.note("cache: quick scale — ratios are indicative");
     }
     for sys in &systems {

@@ -28,7 +28,7 @@ use crate::ctx::BenchCtx;
 use crate::error::BenchError;
 use crate::measure::{median, spread};
 use crate::row::{Row, set_ratios};
-use crate::server_suite::{self, Mix, Plan, Scratch, System, unique_path};
+use crate::suites::server::{self, Mix, Plan, Scratch, System, unique_path};
 use serde_json::json;
 use std::path::Path;
 use std::process::Command;
@@ -39,7 +39,7 @@ pub const NATIVE: &str = "native";
 pub const WPP: &str = "wpp";
 
 pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
-    let Some(bin) = server_suite::ferrite_bin() else {
+    let Some(bin) = server::ferrite_bin() else {
         println!("bench wpp: skipped, no ferrite binary (build it, or set FERRITE_BIN)");
         return Ok(vec![]);
     };
@@ -53,7 +53,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         return Ok(vec![]);
     };
     let mut rows = Vec::new();
-    match server_suite::missing_tools() {
+    match server::missing_tools() {
         Some(why) => println!("{}", why.replace("bench server", "bench wpp (memcached)")),
         None => rows.extend(memcached_rows(ctx, &bin)?),
     }
@@ -88,7 +88,7 @@ fn memcached_rows(ctx: &BenchCtx, bin: &Path) -> Result<Vec<Row>, BenchError> {
     let mut out = Vec::new();
     for mix in &plan.mixes {
         let cfg = Scratch(unique_path("cfg"));
-        std::fs::write(&cfg.0, mix.config()).map_err(|e| server_suite::io(&cfg.0, e))?;
+        std::fs::write(&cfg.0, mix.config()).map_err(|e| server::io(&cfg.0, e))?;
         let state = Scratch(unique_path("wpp"));
         let pools = [Scratch(unique_path("pool")), Scratch(unique_path("pool"))];
         let systems = [
@@ -135,7 +135,7 @@ fn memcached_rows(ctx: &BenchCtx, bin: &Path) -> Result<Vec<Row>, BenchError> {
         let mut runs = vec![Vec::new(); systems.len()];
         for rep in 0..plan.reps {
             for (i, ((name, _), srv)) in systems.iter().zip(&servers).enumerate() {
-                let r = server_suite::slap(&plan, srv.addr, &cfg.0)?;
+                let r = server::slap(&plan, srv.addr, &cfg.0)?;
                 ctx.note(format!(
                     "[wpp] memcached {} rep {}/{}: {name} {:.0} ops/s",
                     mix.name,
@@ -152,7 +152,7 @@ fn memcached_rows(ctx: &BenchCtx, bin: &Path) -> Result<Vec<Row>, BenchError> {
             .iter()
             .zip(&runs)
             .map(|((name, _), rs)| {
-                let mut r = server_suite::row(&plan, mix, name, rs);
+                let mut r = server::row(&plan, mix, name, rs);
                 r.suite = SUITE.into();
                 if let Some(p) = r.params.as_object_mut() {
                     p.insert("program".into(), json!("memcached"));

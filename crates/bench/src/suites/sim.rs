@@ -646,13 +646,13 @@ pub mod record {
     }
 
     pub fn tx_hashmap(ops: u64) -> Result<Recorded, BenchError> {
-        let value = [0x33u8; crate::tx_suite::VALUE_LEN];
+        let value = [0x33u8; crate::suites::tx::VALUE_LEN];
         let (trace, ns, dom) = record_with(ops, |d, ph| {
             let pool = Pool::create_in_memory(
                 &PoolOptions::new("sim-tx", (ops * 400 + (96 << 20)).next_multiple_of(1 << 20))
                     .domain(d),
             )?;
-            crate::tx_suite::prefault(&pool);
+            crate::suites::tx::prefault(&pool);
             let txp = TxPool::create(
                 &pool,
                 &TxOptions::new(Strategy::Undo).slots(2),
@@ -664,7 +664,7 @@ pub mod record {
                 .map_err(|e| bad("hash map", e))?;
             ph.begin();
             for i in 0..ops {
-                map.insert(&mut th, crate::tx_suite::ycsb_key(i), &value)
+                map.insert(&mut th, crate::suites::tx::ycsb_key(i), &value)
                     .map_err(|e| bad("insert", e))?;
             }
             ph.end();
@@ -729,11 +729,11 @@ pub mod record {
     /// transactions (Order-Status, Stock-Level) commit nothing; a NewOrder
     /// that rolls back (1 %) neither.
     pub fn engine_tpcc(ops: u64) -> Result<Recorded, BenchError> {
-        use crate::engine_suite::FerriteKv;
+        use crate::suites::engine::FerriteKv;
         use ferrite_workload::tpcc::{Terminal, TpccConfig, TpccLoader};
         let cfg = TpccConfig::quick(1);
         // The load is about 2.5 MB of rows at this scale; a transaction adds
-        // at most ~1.5 KB (engine_suite's TPCC_GROWTH_PER_TXN).
+        // at most ~1.5 KB (suites::engine's TPCC_GROWTH_PER_TXN).
         let bytes = ((64 << 20) + ops * 4096).next_multiple_of(1 << 20);
         let (trace, ns, dom) = record_with(ops, |d, ph| {
             let pool = Pool::create_in_memory(&PoolOptions::new(LAYOUT, bytes).domain(d))?;
@@ -941,7 +941,7 @@ mod tests {
             let map = ds::create(Structure::HashMap, &mut th, DsOptions::default()).unwrap();
             let t = record_here(|| {
                 for i in 0..N {
-                    map.insert(&mut th, i, &[7u8; crate::tx_suite::VALUE_LEN])
+                    map.insert(&mut th, i, &[7u8; crate::suites::tx::VALUE_LEN])
                         .unwrap();
                     assert!(map.get(i).unwrap().is_some());
                 }

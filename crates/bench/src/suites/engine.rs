@@ -16,7 +16,7 @@
 //! counters are not observed (it persists with `write`/`fdatasync`).
 //!
 //! With the `rocksdb` feature every group also holds RocksDB
-//! ([`crate::rocksdb`]: Debian's librocksdb through its C API, WAL synced
+//! ([`crate::peers::rocksdb`]: Debian's librocksdb through its C API, WAL synced
 //! per write, on `/dev/shm`), the LSM peer: variant and allocator
 //! `rocksdb`, domain `tmpfs`, counters not observed, its ratio against
 //! LMDB like every row; it also gets a recovery row (the reopen time).
@@ -34,7 +34,7 @@
 //! Every store of a group is created fresh (Ferrite: a pool file in a
 //! temporary directory on `/dev/shm`, `Pool::create` with layout
 //! [`ferrite_engine::LAYOUT`] and the group's domain, `Store::create`;
-//! LMDB: [`crate::lmdb::LmdbStore`] on `/dev/shm`) and loaded with the
+//! LMDB: [`crate::peers::lmdb::LmdbStore`] on `/dev/shm`) and loaded with the
 //! workload's dataset before timing (untimed; LMDB loads in transactions
 //! of 1000 writes, Ferrite by single puts). A store that cannot be created
 //! or loaded — an engine not built, a full pool, not enough memory for it
@@ -124,8 +124,8 @@
 
 use crate::ctx::BenchCtx;
 use crate::error::BenchError;
-use crate::lmdb::{LmdbStore, SHM};
 use crate::measure::{Variant, median, run_interleaved, spread};
+use crate::peers::lmdb::{LmdbStore, SHM};
 use crate::row::{Row, set_ratios};
 use ferrite_engine::{
     AllocKind, EngineError, EngineKind, LAYOUT, Op, Session, Store, StoreOptions,
@@ -143,10 +143,8 @@ pub mod workloads;
 
 pub use workloads::{Workload, WorkloadSpec};
 
-/// Suite name of every row.
-pub const SUITE: &str = "engine";
-/// Variant name of the LMDB rows (the baseline).
-pub const LMDB: &str = "lmdb";
+// The suite's and its baseline's names (the claims read rows by them).
+pub use ferrite_rows::claims::engine::{LMDB, SUITE};
 /// Variant (and allocator) name of the RocksDB rows (feature `rocksdb`).
 pub const ROCKSDB: &str = "rocksdb";
 const MIB: u64 = 1 << 20;
@@ -350,7 +348,7 @@ pub enum Opened {
     Lmdb(LmdbStore),
     /// RocksDB in a temporary directory on `/dev/shm`.
     #[cfg(feature = "rocksdb")]
-    Rocksdb(crate::rocksdb::RocksStore),
+    Rocksdb(crate::peers::rocksdb::RocksStore),
     /// An engine on PMDK's allocator, in a pmemobj pool on `/dev/shm`.
     #[cfg(feature = "pmdk")]
     Pmdk(Box<PmdkFile>),
@@ -360,7 +358,7 @@ pub enum Opened {
 /// (the store, which closes the pool, drops first).
 #[cfg(feature = "pmdk")]
 pub struct PmdkFile {
-    pub store: crate::pmdk_alloc::PmdkStore,
+    pub store: crate::peers::pmdk_alloc::PmdkStore,
     _dir: tempfile::TempDir,
 }
 
@@ -429,7 +427,7 @@ impl Opened {
 
     #[cfg(feature = "rocksdb")]
     fn create_rocksdb() -> Result<Opened, String> {
-        crate::rocksdb::RocksStore::create()
+        crate::peers::rocksdb::RocksStore::create()
             .map(Opened::Rocksdb)
             .map_err(|e| e.to_string())
     }
@@ -446,8 +444,9 @@ impl Opened {
             .tempdir_in(SHM)
             .map_err(|e| format!("temporary directory in {SHM}: {e}"))?;
         let opts = store_options(engine, AllocKind::Pmdk, threads);
-        let store = crate::pmdk_alloc::pmdk_store(&dir.path().join("store.pmdk"), pool, &opts)
-            .map_err(|e| format!("{engine} store on pmdk: {e}"))?;
+        let store =
+            crate::peers::pmdk_alloc::pmdk_store(&dir.path().join("store.pmdk"), pool, &opts)
+                .map_err(|e| format!("{engine} store on pmdk: {e}"))?;
         Ok(Opened::Pmdk(Box::new(PmdkFile { store, _dir: dir })))
     }
 
@@ -982,7 +981,7 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
             drop(l);
             for _ in 0..reps {
                 let t0 = Instant::now();
-                let n = crate::lmdb::open_existing(dir.path(), map)
+                let n = crate::peers::lmdb::open_existing(dir.path(), map)
                     .map_err(|e| format!("lmdb reopen: {e}"))?;
                 ms.push(t0.elapsed().as_secs_f64() * 1e3);
                 recovered = n;
@@ -1005,9 +1004,9 @@ fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, 
                     .tempdir_in(SHM)
                     .map_err(|e| e.to_string())?;
                 let to = copy.path().join("db");
-                crate::rocksdb::copy_dir(&src, &to).map_err(|e| e.to_string())?;
+                crate::peers::rocksdb::copy_dir(&src, &to).map_err(|e| e.to_string())?;
                 let t0 = Instant::now();
-                let db = crate::rocksdb::RocksDb::open(&to, false)
+                let db = crate::peers::rocksdb::RocksDb::open(&to, false)
                     .map_err(|e| format!("rocksdb reopen: {e}"))?;
                 ms.push(t0.elapsed().as_secs_f64() * 1e3);
                 // Counting is a full scan, not part of reopening: once.

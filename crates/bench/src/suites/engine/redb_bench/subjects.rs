@@ -3,7 +3,7 @@
 //! module for what each phase asks of them and how each one commits.
 
 use super::{KEY_BYTES, VALUE_BYTES};
-use crate::lmdb::{LmdbStore, SHM};
+use crate::peers::lmdb::{LmdbStore, SHM};
 use ferrite_engine::{Domain, Durability, EngineKind, KeyRange, Snapshot, Store};
 use ferrite_engine::{StoreOptions, WriteTxn};
 use std::hash::Hasher;
@@ -430,11 +430,11 @@ impl Reader for FerriteReader {
 // LMDB
 // ---------------------------------------------------------------------
 
-/// LMDB ([`crate::lmdb`]) with its default durable commits, `MDB_NOSYNC`
+/// LMDB ([`crate::peers::lmdb`]) with its default durable commits, `MDB_NOSYNC`
 /// in the nosync phase.
 pub struct LmdbSubject(pub LmdbStore);
 
-struct LmdbTxn<'a, 'b>(&'b mut crate::lmdb::LmdbWrite<'a>);
+struct LmdbTxn<'a, 'b>(&'b mut crate::peers::lmdb::LmdbWrite<'a>);
 
 impl Txn for LmdbTxn<'_, '_> {
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Res<()> {
@@ -504,10 +504,10 @@ impl Subject for LmdbSubject {
     }
 }
 
-impl Reader for crate::lmdb::LmdbRead<'_> {
+impl Reader for crate::peers::lmdb::LmdbRead<'_> {
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Res<bool> {
         out.clear();
-        match crate::lmdb::LmdbRead::get(self, key).map_err(err("lmdb get"))? {
+        match crate::peers::lmdb::LmdbRead::get(self, key).map_err(err("lmdb get"))? {
             Some(v) => {
                 out.extend_from_slice(v);
                 Ok(true)
@@ -517,11 +517,11 @@ impl Reader for crate::lmdb::LmdbRead<'_> {
     }
 
     fn scan(&mut self, from: &[u8], limit: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<usize> {
-        crate::lmdb::LmdbRead::scan(self, from, limit, f).map_err(err("lmdb range"))
+        crate::peers::lmdb::LmdbRead::scan(self, from, limit, f).map_err(err("lmdb range"))
     }
 
     fn for_each(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64> {
-        crate::lmdb::LmdbRead::for_each(self, f).map_err(err("lmdb iter"))
+        crate::peers::lmdb::LmdbRead::for_each(self, f).map_err(err("lmdb iter"))
     }
 }
 

@@ -40,7 +40,7 @@
 //! after they are built, which is what makes [`RocksDb`] `Send + Sync`.
 #![allow(unsafe_code)]
 
-use crate::lmdb::SHM;
+use crate::peers::lmdb::SHM;
 use ferrite_workload::{BatchOp, Kv};
 use std::ffi::{CStr, CString, c_char, c_uchar};
 use std::path::{Path, PathBuf};

@@ -29,7 +29,7 @@
 //! The counters are exact (they come from ferrite-pmem's per-thread
 //! counters, rule 6); time is only comparable between rows of the same run.
 
-use crate::error::BenchError;
+use crate::error::RowsError;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
@@ -130,8 +130,19 @@ impl Row {
         }
     }
 
+    /// `extra[key]`, when `extra` is an object holding it.
+    pub fn extra_val(&self, key: &str) -> Option<&serde_json::Value> {
+        self.extra.as_ref()?.get(key)
+    }
+
+    /// Whether the row stands for a system that did not run here
+    /// (`extra.skipped` says why).
+    pub fn is_skipped(&self) -> bool {
+        self.extra_val("skipped").is_some()
+    }
+
     /// The row as one line of JSON (no trailing newline).
-    pub fn to_json_line(&self) -> Result<String, BenchError> {
+    pub fn to_json_line(&self) -> Result<String, RowsError> {
         Ok(serde_json::to_string(self)?)
     }
 }
@@ -159,13 +170,13 @@ pub fn set_ratios(rows: &mut [Row]) {
 
 /// Appends `rows` to `path` as JSON lines (one [`Row`] per line), creating
 /// the file if needed.
-pub fn write_json(path: &Path, rows: &[Row]) -> Result<(), BenchError> {
+pub fn write_json(path: &Path, rows: &[Row]) -> Result<(), RowsError> {
     let mut out = String::new();
     for r in rows {
         out.push_str(&r.to_json_line()?);
         out.push('\n');
     }
-    let io = |source| BenchError::Io {
+    let io = |source| RowsError::Io {
         path: path.to_path_buf(),
         source,
     };
@@ -179,13 +190,13 @@ pub fn write_json(path: &Path, rows: &[Row]) -> Result<(), BenchError> {
 }
 
 /// Reads a JSON lines file written by [`write_json`] (blank lines skipped).
-pub fn read_json(path: &Path) -> Result<Vec<Row>, BenchError> {
-    let text = std::fs::read_to_string(path).map_err(|source| BenchError::Io {
+pub fn read_json(path: &Path) -> Result<Vec<Row>, RowsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RowsError::Io {
         path: path.to_path_buf(),
         source,
     })?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(BenchError::from))
+        .map(|l| serde_json::from_str(l).map_err(RowsError::from))
         .collect()
 }

@@ -26,8 +26,8 @@
 //! # Use (from a suite)
 //!
 //! ```no_run
-//! # fn main() -> Result<(), ferrite_bench::pmdk_alloc::PmdkStoreError> {
-//! use ferrite_bench::pmdk_alloc::{open_pmdk_store, pmdk_store};
+//! # fn main() -> Result<(), ferrite_bench::peers::pmdk_alloc::PmdkStoreError> {
+//! use ferrite_bench::peers::pmdk_alloc::{open_pmdk_store, pmdk_store};
 //! use ferrite_engine::{EngineKind, StoreOptions};
 //! use std::path::Path;
 //! // Once, first thing in the process (before any PMDK call), for PMDK's

@@ -73,7 +73,7 @@
 //!   and CoW, a merge for LSM); reads go through a
 //!   [`Store::snapshot`](ferrite_engine::Store::snapshot), a read
 //!   transaction as the peers'.
-//! - **LMDB** through `heed` ([`crate::lmdb`]): one write transaction per
+//! - **LMDB** through `heed` ([`crate::peers::lmdb`]): one write transaction per
 //!   commit with LMDB's default flags (two `fdatasync`s each), `MDB_NOSYNC`
 //!   in the nosync phase; pop, retain and extract-if delete at a cursor;
 //!   sorted inserts use `MDB_APPEND` (as redb's benchmark does).
@@ -134,10 +134,9 @@
 
 pub mod subjects;
 
-use crate::claims::{Goal, Outcome};
 use crate::ctx::BenchCtx;
-use crate::lmdb::LmdbStore;
 use crate::measure::{median, spread};
+use crate::peers::lmdb::LmdbStore;
 use crate::row::{Row, set_ratios};
 use ferrite_engine::EngineKind;
 use ferrite_pmem::Counters;
@@ -148,6 +147,8 @@ use std::time::{Duration, Instant};
 use subjects::{Committed, FerriteSubject, FjallSubject, LmdbSubject, RedbSubject, Res, Subject};
 
 use super::{LMDB, SUITE, skipped_row};
+// The variants the claims read (they live with the claims).
+pub use ferrite_rows::claims::engine::{FJALL, REDB, redb_summarize as summarize};
 
 /// Bytes of a key.
 pub const KEY_BYTES: usize = 24;
@@ -161,10 +162,6 @@ pub const EXTRACT_START: [u8; KEY_BYTES] = [0x55; KEY_BYTES];
 pub const EXTRACT_END: [u8; KEY_BYTES] = [0xAA; KEY_BYTES];
 /// The name selecting this workload in `FERRITE_ENGINE_WORKLOADS`.
 pub const NAME: &str = "redb";
-/// Variant of the redb rows.
-pub const REDB: &str = "redb";
-/// Variant of the fjall rows.
-pub const FJALL: &str = "fjall";
 /// Page cache of redb and fjall, as in redb's benchmark (4 GiB).
 pub const CACHE_BYTES: u64 = 4 << 30;
 const MIB: u64 = 1 << 20;
@@ -1182,107 +1179,4 @@ fn measured_row(t: &Tally, samples: &[Sample], params: serde_json::Value, phase:
         row.set_extra("digest", format!("{d:016x}"));
     }
     row
-}
-
-trait RowExt {
-    fn extra_val(&self, key: &str) -> Option<&serde_json::Value>;
-    fn is_skipped(&self) -> bool;
-}
-
-impl RowExt for Row {
-    fn extra_val(&self, key: &str) -> Option<&serde_json::Value> {
-        self.extra.as_ref()?.get(key)
-    }
-
-    fn is_skipped(&self) -> bool {
-        self.extra_val("skipped").is_some()
-    }
-}
-
-// ---------------------------------------------------------------------
-// Claims
-// ---------------------------------------------------------------------
-
-/// One outcome per phase (and thread count) of the redb rows in `rows`:
-/// the best Ferrite engine's throughput ÷ the better of LMDB's and redb's
-/// (≥ 1× means it beats both), with the ratios to each peer in the
-/// detail. Nothing when the workload did not run.
-pub fn summarize(rows: &[Row]) -> Vec<Outcome> {
-    let rows: Vec<&Row> = rows
-        .iter()
-        .filter(|r| {
-            r.suite == SUITE
-                && r.params["workload"]
-                    .as_str()
-                    .is_some_and(|w| w.starts_with("redb-"))
-        })
-        .collect();
-    let mut keys: Vec<(String, usize)> = Vec::new();
-    for r in &rows {
-        let k = (
-            r.params["workload"].as_str().unwrap_or("").to_string(),
-            r.threads,
-        );
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    let goal = Goal::AtLeast(1.0);
-    keys.into_iter()
-        .map(|(w, threads)| {
-            let group: Vec<&&Row> = rows
-                .iter()
-                .filter(|r| r.params["workload"] == w.as_str() && r.threads == threads)
-                .collect();
-            let tput = |v: &str| {
-                group
-                    .iter()
-                    .find(|r| r.variant == v && !r.is_skipped() && r.ops_per_s > 0.0)
-                    .map(|r| r.ops_per_s)
-            };
-            let best = EngineKind::ALL
-                .iter()
-                .filter_map(|k| tput(k.name()).map(|t| (k.name(), t)))
-                .max_by(|a, b| a.1.total_cmp(&b.1));
-            let (lmdb, redb, fjall) = (tput(LMDB), tput(REDB), tput(FJALL));
-            let peer = match (lmdb, redb) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            };
-            let measured = best.zip(peer).map(|((_, b), p)| b / p);
-            let show = |p: Option<f64>| match (best, p) {
-                (Some((_, b)), Some(p)) => format!("{:.2}×", b / p),
-                _ => "-".into(),
-            };
-            let detail = match best {
-                Some((name, _)) => format!(
-                    "best engine {name}: ÷ lmdb {}, ÷ redb {}, ÷ fjall {}; target from issue 26",
-                    show(lmdb),
-                    show(redb),
-                    show(fjall)
-                ),
-                None => group
-                    .iter()
-                    .find_map(|r| r.extra_val("skipped").and_then(|s| s.as_str()))
-                    .map_or("no Ferrite row".into(), |s| format!("Ferrite skipped: {s}")),
-            };
-            let name = if w == "redb-threaded-read" {
-                format!("best engine ÷ max(lmdb, redb), {w} x{threads}")
-            } else {
-                format!("best engine ÷ max(lmdb, redb), {w}")
-            };
-            Outcome {
-                suite: SUITE.to_string(),
-                figure: "redb bench".to_string(),
-                name,
-                measured,
-                paper: None,
-                paper_note: "redb's lmdb_benchmark phases".to_string(),
-                goal,
-                verdict: Outcome::judge(measured, goal),
-                detail,
-                unit: "×",
-            }
-        })
-        .collect()
 }

@@ -42,10 +42,9 @@
 //!
 //! [`summarize`] gives one claim per engine: loaded ÷ fresh, ≥ 0.5×.
 
-use crate::claims::{Goal, Outcome};
 use crate::ctx::BenchCtx;
-use crate::lmdb::SHM;
 use crate::measure::{median, spread};
+use crate::peers::lmdb::SHM;
 use crate::row::Row;
 use ferrite_engine::{Domain, EngineKind, Op, Store, StoreOptions};
 use ferrite_pmem::Counters;
@@ -54,12 +53,11 @@ use std::time::Instant;
 
 use super::redb_bench::{self, KEY_BYTES, VALUE_BYTES};
 use super::{SUITE, skipped_row};
+// The workload's name and target live with its claim.
+pub use ferrite_rows::claims::engine::{
+    LONG_RUN as NAME, LONG_RUN_TARGET as TARGET, long_run_summarize as summarize,
+};
 
-/// The name selecting this workload in `FERRITE_ENGINE_WORKLOADS`, and
-/// its rows' `params.workload`.
-pub const NAME: &str = "long-run";
-/// Issue 26's target: loaded ≥ 0.5× fresh.
-pub const TARGET: f64 = 0.5;
 /// Slices the puts are cut in, alternating between the two stores.
 pub const SLICES: u64 = 10;
 
@@ -356,59 +354,4 @@ fn measured(
         secs.iter().map(|s| round3(s * 1e3)).collect::<Vec<f64>>(),
     );
     row
-}
-
-/// One claim per engine with long-run rows: the loaded store's single-put
-/// throughput ÷ the fresh one's (medians), target ≥ [`TARGET`]×.
-pub fn summarize(rows: &[Row]) -> Vec<Outcome> {
-    let goal = Goal::AtLeast(TARGET);
-    let mine: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.suite == SUITE && r.params["workload"] == NAME)
-        .collect();
-    EngineKind::ALL
-        .iter()
-        .filter(|k| mine.iter().any(|r| r.variant == k.name()))
-        .map(|k| {
-            let find = |store: &str| {
-                mine.iter()
-                    .find(|r| r.variant == k.name() && r.params["store"] == store)
-                    .copied()
-            };
-            fn ok(r: Option<&Row>) -> Option<&Row> {
-                r.filter(|r| {
-                    r.extra.as_ref().and_then(|e| e.get("skipped")).is_none() && r.ops_per_s > 0.0
-                })
-            }
-            let (fresh, loaded) = (ok(find("fresh")), ok(find("loaded")));
-            let measured = fresh.zip(loaded).map(|(f, l)| l.ops_per_s / f.ops_per_s);
-            let detail = match (fresh, loaded) {
-                (Some(f), Some(l)) => format!(
-                    "{:.0} puts/s after a {}-pair load vs {:.0}/s fresh; fences/put {:.2} vs {:.2}, lines/put {:.2} vs {:.2}; target from issue 26",
-                    l.ops_per_s,
-                    l.params["bulk"],
-                    f.ops_per_s,
-                    l.fences_per_op,
-                    f.fences_per_op,
-                    l.lines_per_op,
-                    f.lines_per_op
-                ),
-                _ => find("loaded")
-                    .and_then(|r| r.extra.as_ref()?.get("skipped")?.as_str().map(String::from))
-                    .unwrap_or_else(|| "no row".into()),
-            };
-            Outcome {
-                suite: SUITE.to_string(),
-                figure: "long run".to_string(),
-                name: format!("{} single puts after a bulk load ÷ fresh", k.name()),
-                measured,
-                paper: None,
-                paper_note: "issue 26: no cliff after a big transaction".to_string(),
-                goal,
-                verdict: Outcome::judge(measured, goal),
-                detail,
-                unit: "×",
-            }
-        })
-        .collect()
 }
