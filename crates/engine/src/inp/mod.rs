@@ -945,27 +945,17 @@ impl Inp {
         }
     }
 
-    /// Commits the staged operation `op` as record `w.seq + 1` (see the
-    /// module documentation). On error nothing was applied and the caller
-    /// cancels the reservations. `force`: commit even an empty record.
-    fn commit(
+    /// Builds record `w.seq + 1` of `op` in `w.rec` (not yet finished):
+    /// nodes sealed, the allocator's operations prepared, the staged
+    /// nodes' changed words, the in-place writes, the root, the fresh
+    /// blocks and (intent protocol) the frees. Refuses a record the
+    /// intent protocol's log area cannot hold.
+    fn build_record(
         &self,
         w: &mut WState,
         th: &mut (dyn AllocThread + '_),
         op: &mut OpState,
-        force: bool,
-    ) -> Result<()> {
-        if !force
-            && op.res.is_empty()
-            && op.frees.is_empty()
-            && op.staged.is_empty()
-            && op.writes.is_empty()
-            && op.new_root.is_none()
-        {
-            return Ok(());
-        }
-        // Building, writing and fencing the record: P2's crash consistency.
-        let cc = breakdown::phase(Phase::Cc);
+    ) -> Result<RecordPlan> {
         let pool = self.pool();
         // Every node the operation changed or made gets its checksum now,
         // in the copy the record logs (or the fresh block it writes): the
@@ -1006,7 +996,6 @@ impl Inp {
         let seq = w.seq + 1;
         let WState {
             rec,
-            ptr,
             metaops,
             tmp,
             owed,
@@ -1094,6 +1083,30 @@ impl Inp {
                 max: op.ops.saturating_mul(self.log_cap) / rec.len().max(self.log_cap + 1),
             });
         }
+        Ok(RecordPlan {
+            seq,
+            intent,
+            combined,
+            early_frees,
+            metas: (meta_from, meta_to),
+        })
+    }
+
+    /// Moves record `seq` to an overflow block when it exceeds its log
+    /// area (the block allocated with the record's others), finishes it,
+    /// and returns the block.
+    fn spill(
+        &self,
+        w: &mut WState,
+        th: &mut (dyn AllocThread + '_),
+        op: &mut OpState,
+        seq: u64,
+        (meta_from, meta_to): ((usize, u32), (usize, u32)),
+    ) -> Result<Option<u64>> {
+        let pool = self.pool();
+        let WState {
+            rec, ptr, metaops, ..
+        } = &mut *w;
         // A record too large for its log area goes to a block of its own,
         // which the record allocates with its other blocks (log module
         // docs): the allocator's operations are prepared again with it.
@@ -1133,6 +1146,12 @@ impl Inp {
             ptr.push_overflow(off as u64, rec.len(), crc32c::crc32c(&rec.buf));
             ptr.finish(seq, self.seed);
         }
+        Ok(ovf)
+    }
+
+    /// Writes and flushes the blocks `op` made (durable with the record).
+    fn write_fresh(&self, op: &OpState) {
+        let pool = self.pool();
         // New blocks: written directly, durable with the record.
         for (&base, st) in &op.staged {
             if st.fresh {
@@ -1143,15 +1162,20 @@ impl Inp {
         for &(o, l, _) in &op.fresh_tuples {
             pool.flush(o as usize, l);
         }
-        let early = self.fault == Some(Fault::ApplyBeforeCommit);
-        // The planted bug, on the intent protocol, applies before the
-        // intent and the publish too (still before the commit fence).
-        let early_first = early && intent && !op.res.is_empty();
-        if early_first {
-            self.apply(w);
-            self.forget_inner(op);
-        }
-        if intent && !op.res.is_empty() {
+    }
+
+    /// Intent protocol: names the record's blocks durably, then publishes
+    /// them (with the owed frees when `combined`).
+    fn publish_intent(
+        &self,
+        w: &mut WState,
+        th: &mut (dyn AllocThread + '_),
+        op: &mut OpState,
+        seq: u64,
+        combined: bool,
+    ) -> Result<()> {
+        let pool = self.pool();
+        if !op.res.is_empty() {
             // Name the blocks, durably, before the allocator makes them
             // allocated: a crash before the commit then lets recovery
             // free them. The fence also makes their contents durable
@@ -1201,6 +1225,102 @@ impl Inp {
             // Published: the reservations are spent.
             op.res.clear();
         }
+        Ok(())
+    }
+
+    /// The allocator's bookkeeping once record `seq` is durable: its
+    /// blocks committed, its frees released (or held, or owed) as the
+    /// protocol allows.
+    fn release(
+        &self,
+        w: &mut WState,
+        th: &mut (dyn AllocThread + '_),
+        op: &mut OpState,
+        seq: u64,
+        intent: bool,
+    ) {
+        // Allocator bookkeeping, now that the record is durable.
+        let frees = std::mem::take(&mut op.frees);
+        if intent {
+            // The frees owed before this record (it lists them) can go now:
+            // neither this record nor the one before writes into them. This
+            // record's own wait for the next one, as the record before
+            // this one may still be replayed and may write into them.
+            if !w.owed.is_empty() {
+                self.publish_owed(th, &mut w.owed);
+            }
+            w.owed.extend(frees);
+        } else if self.hold_frees {
+            th.commit_prepared(&Publish {
+                allocs: &op.res,
+                frees: &[],
+                links: &[],
+            });
+            if !frees.is_empty() {
+                w.held.push_back((seq, frees));
+            }
+            while let Some((s, _)) = w.held.front()
+                && s + 2 <= seq
+            {
+                let (_, f) = w.held.pop_front().expect("front exists");
+                th.commit_prepared(&Publish {
+                    allocs: &[],
+                    frees: &f,
+                    links: &[],
+                });
+            }
+        } else {
+            th.commit_prepared(&Publish {
+                allocs: &op.res,
+                frees: &frees,
+                links: &[],
+            });
+        }
+        op.res.clear();
+    }
+
+    /// Commits the staged operation `op` as record `w.seq + 1` (see the
+    /// module documentation). On error nothing was applied and the caller
+    /// cancels the reservations. `force`: commit even an empty record.
+    fn commit(
+        &self,
+        w: &mut WState,
+        th: &mut (dyn AllocThread + '_),
+        op: &mut OpState,
+        force: bool,
+    ) -> Result<()> {
+        if !force
+            && op.res.is_empty()
+            && op.frees.is_empty()
+            && op.staged.is_empty()
+            && op.writes.is_empty()
+            && op.new_root.is_none()
+        {
+            return Ok(());
+        }
+        // Building, writing and fencing the record: P2's crash consistency.
+        let cc = breakdown::phase(Phase::Cc);
+        let pool = self.pool();
+        let RecordPlan {
+            seq,
+            intent,
+            combined,
+            early_frees,
+            metas,
+        } = self.build_record(w, th, op)?;
+        let ovf = self.spill(w, th, op, seq, metas)?;
+        self.write_fresh(op);
+        let early = self.fault == Some(Fault::ApplyBeforeCommit);
+        // The planted bug, on the intent protocol, applies before the
+        // intent and the publish too (still before the commit fence).
+        let early_first = early && intent && !op.res.is_empty();
+        if early_first {
+            self.apply(w);
+            self.forget_inner(op);
+        }
+        if intent && !op.res.is_empty() {
+            self.publish_intent(w, th, op, seq, combined)?;
+        }
         if early_frees && !op.frees.is_empty() {
             th.publish(&Publish {
                 allocs: &[],
@@ -1245,44 +1365,7 @@ impl Inp {
         } else {
             self.add_keys(op.keys_delta);
         }
-        // Allocator bookkeeping, now that the record is durable.
-        let frees = std::mem::take(&mut op.frees);
-        if intent {
-            // The frees owed before this record (it lists them) can go now:
-            // neither this record nor the one before writes into them. This
-            // record's own wait for the next one, as the record before
-            // this one may still be replayed and may write into them.
-            if !w.owed.is_empty() {
-                self.publish_owed(th, &mut w.owed);
-            }
-            w.owed.extend(frees);
-        } else if self.hold_frees {
-            th.commit_prepared(&Publish {
-                allocs: &op.res,
-                frees: &[],
-                links: &[],
-            });
-            if !frees.is_empty() {
-                w.held.push_back((seq, frees));
-            }
-            while let Some((s, _)) = w.held.front()
-                && s + 2 <= seq
-            {
-                let (_, f) = w.held.pop_front().expect("front exists");
-                th.commit_prepared(&Publish {
-                    allocs: &[],
-                    frees: &f,
-                    links: &[],
-                });
-            }
-        } else {
-            th.commit_prepared(&Publish {
-                allocs: &op.res,
-                frees: &frees,
-                links: &[],
-            });
-        }
-        op.res.clear();
+        self.release(w, th, op, seq, intent);
         // This record's overflow block (if any) is allocated with it; the
         // last one's was freed by it.
         let ovf_len = w.rec.len() as u64;
@@ -1797,6 +1880,21 @@ impl Engine for Inp {
     }
 }
 
+/// What [`Inp::build_record`] decided for the record it built.
+struct RecordPlan {
+    /// The record's sequence number (`w.seq + 1`).
+    seq: u64,
+    /// The intent protocol (stores on PMDK's allocator).
+    intent: bool,
+    /// Intent protocol: the owed frees go out with this record's blocks.
+    combined: bool,
+    /// Planted bug `FreeBeforeCommit`: frees published before the commit.
+    early_frees: bool,
+    /// Where the allocator's operations lie in the record (marks before
+    /// and after them), replaced when the record spills.
+    metas: ((usize, u32), (usize, u32)),
+}
+
 /// A node copy a writer changes, logged (or, when `fresh`, written
 /// directly) at commit.
 struct Staged {
@@ -1869,6 +1967,29 @@ impl Src for WSrc<'_> {
                 }
             }
             None => self.geo.load(base, b),
+        }
+    }
+
+    fn pick(
+        &self,
+        off: u64,
+        b: &mut NodeBuf,
+        pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
+    ) -> Result<Option<(usize, u64, usize)>> {
+        match self.staged.get(&off) {
+            // A staged inner node is searched where it lies (a batch
+            // descends once per key: copying 8 KiB per level was most of
+            // a large batch's time).
+            Some(s) if tree::u32_at(&s.buf, 8) != tree::MAGIC_LEAF => {
+                let (n, _) = tree::inner_hdr(&s.buf, off)?;
+                let i = pick(&s.buf, n)?;
+                Ok(Some((i, tree::inner_child_at(&s.buf, i), n)))
+            }
+            Some(_) => {
+                self.load(off, b)?;
+                Ok(None)
+            }
+            None => self.geo.pick(off, b, pick),
         }
     }
 }
