@@ -5,15 +5,11 @@
 //! through one [`Store::snapshot`], touching every value as redb's
 //! benchmark does; prints ns per range and per pair for each engine.
 
-use ferrite_engine::{Domain, EngineKind, KeyRange, Op, Store, StoreOptions};
-use std::time::Instant;
+mod common;
 
-fn key(i: u64) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..8].copy_from_slice(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
-    k[8..16].copy_from_slice(&i.to_le_bytes());
-    k
-}
+use common::key;
+use ferrite_engine::{EngineKind, KeyRange};
+use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,21 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => EngineKind::ALL.to_vec(),
     };
     let keys: Vec<[u8; 24]> = (0..n).map(key).collect();
-    let value = [3u8; 150];
-    let ops: Vec<Op<'_>> = keys
-        .iter()
-        .map(|k| Op::Put {
-            key: k,
-            value: &value,
-        })
-        .collect();
     for kind in kinds {
-        let dir = tempfile::tempdir_in("/dev/shm")?;
-        let store = Store::create_new(
-            dir.path().join("p"),
-            &StoreOptions::new(kind).domain(Domain::Adr),
-        )?;
-        store.batch(&ops)?;
+        let (_dir, store) = common::loaded(kind, &keys)?;
         let mut snap = store.snapshot()?;
         let mut sum = 0u64;
         let mut pairs = 0u64;

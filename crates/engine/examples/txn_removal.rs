@@ -5,39 +5,22 @@
 //! returns the old value) in one transaction; prints the time of the
 //! deletes and of the commit per engine.
 
-use ferrite_engine::{Domain, EngineKind, Op, Store, StoreOptions};
-use std::time::Instant;
+mod common;
 
-fn key(i: u64) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..8].copy_from_slice(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
-    k[8..16].copy_from_slice(&i.to_le_bytes());
-    k
-}
+use common::key;
+use ferrite_engine::EngineKind;
+use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n: u64 = args.first().map_or(Ok(1_000_000), |s| s.parse())?;
     let only = args.get(1).and_then(|e| EngineKind::parse(e));
     let keys: Vec<[u8; 24]> = (0..n).map(key).collect();
-    let value = [5u8; 150];
-    let ops: Vec<Op<'_>> = keys
-        .iter()
-        .map(|k| Op::Put {
-            key: k,
-            value: &value,
-        })
-        .collect();
     for kind in EngineKind::ALL
         .into_iter()
         .filter(|k| only.is_none_or(|o| o == *k))
     {
-        let dir = tempfile::tempdir_in("/dev/shm")?;
-        let store = Store::create_new(
-            dir.path().join("p"),
-            &StoreOptions::new(kind).domain(Domain::Adr),
-        )?;
-        store.batch(&ops)?;
+        let (_dir, store) = common::loaded(kind, &keys)?;
         let t = Instant::now();
         let mut txn = store.write()?;
         for k in keys.iter().step_by(2) {

@@ -587,64 +587,36 @@ fn writes_inside_a_pop_read_ahead_are_seen_by_the_next_pops() {
         }
         drop(s);
         let mut tx = store.write().unwrap();
-        let k = |o: Option<(Vec<u8>, Vec<u8>)>| o.map(|(k, v)| (String::from_utf8(k).unwrap(), v));
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00000".into(), b"v".to_vec()))
-        );
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00002".into(), b"v".to_vec()))
-        );
+        // Pops `(front?, key index, value)` in order, each checked.
+        let mut pops = |tx: &mut ferrite_engine::WriteTxn, want: &[(bool, u32, &str)]| {
+            for &(front, i, v) in want {
+                let got = if front { tx.pop_first() } else { tx.pop_last() }.unwrap();
+                let want = Some((key(i), v.as_bytes().to_vec()));
+                assert_eq!(got, want, "{kind}: pop of {i}");
+            }
+        };
+        pops(&mut tx, &[(true, 0, "v"), (true, 2, "v")]);
         tx.put(&key(3), b"new").unwrap();
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00003".into(), b"new".to_vec())),
-            "{kind}"
-        );
+        pops(&mut tx, &[(true, 3, "new")]);
         tx.put(&key(6), b"over").unwrap();
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00004".into(), b"v".to_vec())),
-            "{kind}"
-        );
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00006".into(), b"over".to_vec())),
-            "{kind}"
-        );
+        pops(&mut tx, &[(true, 4, "v"), (true, 6, "over")]);
         assert!(tx.delete(&key(8)).unwrap());
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00010".into(), b"v".to_vec())),
-            "{kind}"
-        );
         // The front end reads ahead again (up to the last key), then the
         // back end pops down into it.
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00012".into(), b"v".to_vec())),
-            "{kind}"
-        );
-        for i in (24..40u32).step_by(2).rev() {
-            assert_eq!(
-                k(tx.pop_last().unwrap()),
-                Some((format!("k{i:05}"), b"v".to_vec())),
-                "{kind}"
-            );
-        }
-        assert_eq!(
-            k(tx.pop_first().unwrap()),
-            Some(("k00014".into(), b"v".to_vec())),
-            "{kind}"
-        );
-        for i in (16..24u32).step_by(2).rev() {
-            assert_eq!(
-                k(tx.pop_last().unwrap()),
-                Some((format!("k{i:05}"), b"v".to_vec())),
-                "{kind}"
-            );
-        }
+        pops(&mut tx, &[(true, 10, "v"), (true, 12, "v")]);
+        let back: Vec<_> = (24..40u32)
+            .step_by(2)
+            .rev()
+            .map(|i| (false, i, "v"))
+            .collect();
+        pops(&mut tx, &back);
+        pops(&mut tx, &[(true, 14, "v")]);
+        let back: Vec<_> = (16..24u32)
+            .step_by(2)
+            .rev()
+            .map(|i| (false, i, "v"))
+            .collect();
+        pops(&mut tx, &back);
         assert_eq!(tx.pop_first().unwrap(), None, "{kind}");
         assert_eq!(tx.pop_last().unwrap(), None, "{kind}");
         tx.commit().unwrap();
