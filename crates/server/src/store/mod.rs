@@ -964,6 +964,20 @@ pub struct Cache<'s, K> {
     /// The last [`Cache::load`] removed an expired item (a store that
     /// follows reuses its room: memcached's `reclaimed`).
     found_expired: bool,
+    /// A planted bug (the crash checks show they catch it).
+    fault: ItemFault,
+}
+
+/// A bug the crash checks plant in item writes ([`Cache::plant`]) to show
+/// that `ferrite check server-items` catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ItemFault {
+    #[default]
+    None,
+    /// The item is first written with a zero checksum and the checksum
+    /// in a second durable write, as if it were computed after the item's
+    /// fence: a crash between leaves an item that does not verify.
+    ChecksumLate,
 }
 
 /// Bytes an item charges against the memory limit: its map key, header
@@ -1003,7 +1017,14 @@ impl<'s, K: Kv> Cache<'s, K> {
             published: (0, 0),
             published_classes: vec![(0, 0); slabs::CLASSES],
             found_expired: false,
+            fault: ItemFault::None,
         }
+    }
+
+    /// Plant `f` in this handle's item writes (the crash checks only).
+    #[doc(hidden)]
+    pub fn plant(&mut self, f: ItemFault) {
+        self.fault = f;
     }
 
     /// A key (as in the map, with its `k` prefix) the start-up scan found,
@@ -1168,6 +1189,12 @@ impl<'s, K: Kv> Cache<'s, K> {
         let ch = charge(self.key.len(), HEADER + it.data.len());
         self.make_room(ch)?;
         it.encode(&self.key, &mut self.buf);
+        if self.fault == ItemFault::ChecksumLate {
+            let whole = self.buf.clone();
+            self.buf[CRC_AT..HEADER].fill(0);
+            self.kv.put(&self.key, &self.buf)?;
+            self.buf = whole;
+        }
         let mut evicted = 0;
         loop {
             match self.kv.put(&self.key, &self.buf) {
