@@ -300,6 +300,7 @@ pub fn check_image(image: &[u8], want_layout: Option<&str>) -> Report {
             );
         }
     }
+    crate::deep_items::server_items(image, &header, &mut r);
     r
 }
 

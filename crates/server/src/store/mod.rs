@@ -509,10 +509,24 @@ pub struct ItemCheck {
 pub fn verify_items(kv: &mut dyn Kv) -> Result<ItemCheck> {
     check_format(kv)?;
     let mut c = ItemCheck::default();
-    kv.scan_prefix(b"k", &mut |k, v| match verify_item(k, v) {
-        Ok(()) => c.items += 1,
-        Err(StoreError::Damaged { key, reason }) => c.damaged.push((key, reason)),
-        Err(_) => c.damaged.push((client_key_shown(k), "does not decode")),
+    // Every record, not only the `k` ones: an item whose first key byte
+    // was damaged is no longer under `k` and must be reported too.
+    kv.scan_prefix(b"", &mut |k, v| {
+        let why = match k.first() {
+            Some(b'k') => match verify_item(k, v) {
+                Ok(()) => {
+                    c.items += 1;
+                    return;
+                }
+                Err(StoreError::Damaged { reason, .. }) => reason,
+                Err(_) => "does not decode",
+            },
+            _ if k == META_FORMAT || k == META_CAS => return,
+            _ if k == META_FLUSH && v.len() == 16 => return,
+            _ if k == META_FLUSH => "a flush marker of the wrong length",
+            _ => "a key that is neither an item's nor a server record's (a damaged key byte)",
+        };
+        c.damaged.push((client_key_shown(k), why));
     })?;
     Ok(c)
 }
