@@ -57,7 +57,9 @@ pub fn server_items(image: &[u8], header: &Header, r: &mut Report) {
             }));
         }
         Ok(None) => {}
-        Err(Some(e @ StoreError::Format { .. })) => r.findings.push(finding("server-format", e.to_string())),
+        Err(Some(e @ StoreError::Format { .. })) => {
+            r.findings.push(finding("server-format", e.to_string()))
+        }
         Err(Some(e)) => r.notes.push(format!("server items not checked: {e}")),
         // The store does not open: its component's findings say why.
         Err(None) => r
@@ -70,8 +72,13 @@ type Checked = Result<Option<ItemCheck>, Option<StoreError>>;
 
 /// Runs `f` on an in-memory copy of the pool (recovery writes only the copy).
 fn with_copy(image: &[u8], header: &Header, f: fn(&Pool) -> Checked) -> Checked {
-    let pool = Pool::open_image(image, &PoolOptions::new(&header.layout, 0), Domain::Volatile, None)
-        .map_err(|_| None)?;
+    let pool = Pool::open_image(
+        image,
+        &PoolOptions::new(&header.layout, 0),
+        Domain::Volatile,
+        None,
+    )
+    .map_err(|_| None)?;
     f(&pool)
 }
 
@@ -88,7 +95,8 @@ fn tx_items(pool: &Pool) -> Checked {
 
 fn ptm_items(pool: &Pool) -> Checked {
     let mut raw = [0u8; ferrite_ptm::format::SB_BYTES];
-    ferrite_pmem::Region::whole(pool.medium().clone()).read(ferrite_ptm::format::SB_OFF as usize, &mut raw);
+    ferrite_pmem::Region::whole(pool.medium().clone())
+        .read(ferrite_ptm::format::SB_OFF as usize, &mut raw);
     let sb = ferrite_ptm::format::Superblock::decode(&raw, pool.header().size).map_err(|_| None)?;
     let alg = if sb.algorithm == 1 {
         Algorithm::Eager

@@ -72,7 +72,10 @@ fn with_cache<T>(
     match kind {
         Kind::TxUndo => {
             let pool = if create {
-                Pool::create(path, &PoolOptions::new(TX_LAYOUT, 24 << 20).domain(Domain::Adr))
+                Pool::create(
+                    path,
+                    &PoolOptions::new(TX_LAYOUT, 24 << 20).domain(Domain::Adr),
+                )
             } else {
                 Pool::open(path, &PoolOptions::new(TX_LAYOUT, 0))
             }
@@ -91,7 +94,10 @@ fn with_cache<T>(
         }
         Kind::PtmEager => {
             let pool = if create {
-                Pool::create(path, &PoolOptions::new(PTM_LAYOUT, 8 << 20).domain(Domain::Adr))
+                Pool::create(
+                    path,
+                    &PoolOptions::new(PTM_LAYOUT, 8 << 20).domain(Domain::Adr),
+                )
             } else {
                 Pool::open(path, &PoolOptions::new(PTM_LAYOUT, 0))
             }
@@ -139,7 +145,12 @@ fn fill(kind: Kind, path: &Path, rng: &mut Rng) -> (BTreeMap<Vec<u8>, Vec<u8>>, 
     let mut regions = Vec::new();
     for (map_key, value) in &stored {
         let at: Vec<usize> = memchr_all(&image, value);
-        assert_eq!(at.len(), 1, "{kind:?}: an item's bytes are in the file {} times", at.len());
+        assert_eq!(
+            at.len(),
+            1,
+            "{kind:?}: an item's bytes are in the file {} times",
+            at.len()
+        );
         let v = at[0];
         // The byte map keeps the key right before the value, the PTM's
         // map zero-padded to 8 bytes.
@@ -205,7 +216,9 @@ fn flips(kind: Kind) {
             done += 1;
         }
         // A key whose flips cancelled out is not damaged.
-        hit.retain(|&i, _| image[regions[i].0..regions[i].1] != pristine[regions[i].0..regions[i].1]);
+        hit.retain(|&i, _| {
+            image[regions[i].0..regions[i].1] != pristine[regions[i].0..regions[i].1]
+        });
         hit_total += hit.len();
         std::fs::write(&path, &image).unwrap();
         let (reads, reported) = with_cache(kind, &path, false, &mut |c, raw| {
@@ -223,12 +236,18 @@ fn flips(kind: Kind) {
                 Ok(Some(_)) => wrong += 1,
                 Err(StoreError::Damaged { key, .. }) => {
                     assert_eq!(key.as_bytes(), &k[..], "the error names another key");
-                    assert!(hit.contains_key(&i), "round {round}: intact {key} reported damaged");
+                    assert!(
+                        hit.contains_key(&i),
+                        "round {round}: intact {key} reported damaged"
+                    );
                     errors += 1;
                 }
                 Err(e) => panic!("round {round}: untyped error {e}"),
                 Ok(None) => {
-                    assert!(hit.get(&i).is_some_and(|h| h.0), "round {round}: {k:?} vanished");
+                    assert!(
+                        hit.get(&i).is_some_and(|h| h.0),
+                        "round {round}: {k:?} vanished"
+                    );
                     vanished += 1;
                 }
             }
