@@ -109,6 +109,7 @@ pub fn run(
         ));
     }
     let mut report = check_snapshot(&snap, layout, true);
+    crate::deep_items::bad_blocks(path, &mut report);
     let mut repaired = Vec::new();
     let mut refused = Vec::new();
     if repair && !report.findings.is_empty() {

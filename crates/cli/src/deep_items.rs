@@ -4,6 +4,11 @@
 //! Kept apart from [`crate::deep`], which recognises the pool and walks
 //! its components; this runs after, on its own in-memory copy.
 //!
+//! Also here: the kernel's bad blocks under the pool file
+//! ([`ferrite_pmem::badblocks`]), one finding (kind `bad-block`) per
+//! damaged range of the pool; nothing where the platform lists none.
+//! `FERRITE_SYSFS_ROOT` replaces `/sys` (tests).
+//!
 //! | store                         | recognised by                              |
 //! |-------------------------------|--------------------------------------------|
 //! | `tx-undo`, `tx-redo`, `tx-clobber` | layout `ferrite-serve-tx`             |
@@ -124,4 +129,44 @@ fn engine_items(pool: &Pool) -> Checked {
         return Ok(None);
     }
     walk(&mut kv)
+}
+
+/// Adds a finding per range of the pool at `path` that the kernel lists
+/// as bad; a note when the list cannot be mapped; nothing where the
+/// platform lists none.
+pub fn bad_blocks(path: &std::path::Path, r: &mut Report) {
+    let Ok((h, _)) = Pool::inspect(path) else {
+        return;
+    };
+    let Ok(file) = std::fs::File::open(path) else {
+        return;
+    };
+    let len = match file.metadata() {
+        Ok(m) if h.growable() => m.len().min(h.max_size),
+        Ok(_) => h.size,
+        Err(_) => return,
+    };
+    let probe = match std::env::var_os("FERRITE_SYSFS_ROOT") {
+        Some(root) => ferrite_pmem::badblocks::Probe { root: root.into() },
+        None => ferrite_pmem::badblocks::Probe::default(),
+    };
+    match ferrite_pmem::badblocks::probe(&file, path, len, &probe) {
+        Ok(Some(b)) => {
+            for x in &b.ranges {
+                r.findings.push(Finding {
+                    component: "pool",
+                    kind: "bad-block",
+                    message: format!(
+                        "bytes {:#x}..{:#x} ({} B) lie on a bad block the kernel lists ({}): what they hold cannot be read",
+                        x.offset,
+                        x.offset + x.len,
+                        x.len,
+                        b.source.display()
+                    ),
+                });
+            }
+        }
+        Ok(None) => {}
+        Err(e) => r.notes.push(format!("bad blocks: {e}")),
+    }
 }
