@@ -188,13 +188,17 @@ pub fn map_extents(dev: &[(u64, u64)], extents: &[Extent], pool_len: u64) -> Vec
     clip(out, pool_len)
 }
 
+/// A device's list: the sysfs file read, and the byte ranges
+/// `[start, end)` of the device it lists.
+pub type DeviceList = (PathBuf, Vec<(u64, u64)>);
+
 /// The bad-block list of the character device `MAJ:MIN` (devdax), as
 /// device byte ranges, and the file read; `None` when sysfs lists none.
 pub fn devdax_ranges(
     probe: &Probe,
     major: u32,
     minor: u32,
-) -> Result<Option<(PathBuf, Vec<(u64, u64)>)>, BadBlocksError> {
+) -> Result<Option<DeviceList>, BadBlocksError> {
     let link = probe.root.join(format!("dev/char/{major}:{minor}"));
     let Ok(dev) = std::fs::canonicalize(&link) else {
         return Ok(None);
@@ -237,7 +241,7 @@ pub fn block_ranges(
     probe: &Probe,
     major: u32,
     minor: u32,
-) -> Result<Option<(PathBuf, Vec<(u64, u64)>)>, BadBlocksError> {
+) -> Result<Option<DeviceList>, BadBlocksError> {
     let link = probe.root.join(format!("dev/block/{major}:{minor}"));
     let Ok(dev) = std::fs::canonicalize(&link) else {
         return Ok(None);

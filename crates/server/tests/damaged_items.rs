@@ -156,7 +156,7 @@ fn a_damaged_item_is_a_server_error_for_its_key_alone() {
             p.extend_from_slice(key);
             p
         };
-        let mut read_packet = |c: &mut Conn| {
+        let read_packet = |c: &mut Conn| {
             let mut h = [0u8; 24];
             c.r.read_exact(&mut h).unwrap();
             let body = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
