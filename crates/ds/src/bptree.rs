@@ -126,6 +126,7 @@ const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "B+tree",
     mutable: 24..40,
+    version: crate::HEADER_VERSION,
 };
 const H_ROOT: u64 = 24;
 const H_HEIGHT: u64 = 32;

@@ -75,6 +75,9 @@ pub struct Shape {
     pub entries: BTreeMap<u64, Vec<u8>>,
     /// Every block the structure references: (pool offset, bytes it needs).
     pub blocks: Vec<(u64, u64)>,
+    /// Records whose checksum fails (structures that checksum their
+    /// records: the skiplist): (key, what), not in `entries`.
+    pub damaged: Vec<(u64, String)>,
 }
 
 /// The interface the checks and benchmarks drive.
@@ -243,12 +246,15 @@ pub(crate) struct Header {
     /// Name in errors (`rbtree`, …).
     pub name: &'static str,
     pub mutable: std::ops::Range<usize>,
+    /// The format version this build writes and reads
+    /// ([`HEADER_VERSION`], or the structure's own when its nodes changed).
+    pub version: u16,
 }
 
 impl Header {
     /// A new header with `fields` (offset, value) set and its checksum sealed.
     pub fn encode(&self, fields: &[(usize, u64)]) -> [u8; 64] {
-        let mut w = ferrite_pmem::SuperblockWriter::new(&self.magic, HEADER_VERSION);
+        let mut w = ferrite_pmem::SuperblockWriter::new(&self.magic, self.version);
         for &(at, v) in fields {
             w.u64(at, v);
         }
@@ -271,7 +277,7 @@ impl Header {
             structure: self.name,
             at,
             found,
-            supported: HEADER_VERSION,
+            supported: self.version,
         };
         if let Err(e) = view.checksum_masked(std::slice::from_ref(&self.mutable)) {
             if e.stored == 0 {
@@ -284,7 +290,7 @@ impl Header {
                 computed: e.computed,
             });
         }
-        if view.version() != HEADER_VERSION {
+        if view.version() != self.version {
             return Err(old(view.version()));
         }
         Ok(h)

@@ -51,6 +51,7 @@ const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "rbtree",
     mutable: 16..32,
+    version: crate::HEADER_VERSION,
 };
 const KEY: u64 = 0;
 const LEFT: u64 = 8;
