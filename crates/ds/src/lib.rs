@@ -231,9 +231,12 @@ pub(crate) fn header_bytes(
     Ok(h)
 }
 
-/// Format version of the rbtree, skiplist and B+tree headers. Version 1
-/// (before the header went through [`ferrite_pmem::superblock`]) had no
-/// version and no checksum; it is refused with [`TxError::HeaderVersion`].
+/// Format version 2 of the rbtree, skiplist and B+tree headers: the first
+/// through [`ferrite_pmem::superblock`] (version 1 had no version and no
+/// checksum). Each structure now writes its own version 3
+/// ([`rbtree::VERSION`], [`skiplist::VERSION`], [`bptree::VERSION`]: its
+/// records carry a checksum) and refuses 1 and 2 with
+/// [`TxError::HeaderVersion`].
 pub const HEADER_VERSION: u16 = 2;
 
 /// A structure's 64-byte header: the [`ferrite_pmem::superblock`] frame

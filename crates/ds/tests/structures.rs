@@ -313,7 +313,7 @@ fn a_damaged_skiplist_is_an_error_not_a_panic() {
 }
 
 /// The rbtree, skiplist and B+tree headers are versioned and checksummed
-/// (`ferrite_pmem::superblock`, version `ds::HEADER_VERSION`): one that
+/// (`ferrite_pmem::superblock`, each its own version, 3): one that
 /// reopens after inserts (which update the root and count in place, outside
 /// the checksum); a version-1 header — no version, no checksum, the moved
 /// field at 8..16 — is refused with `TxError::HeaderVersion { found: 1 }`;
@@ -327,7 +327,7 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
     // (…, the version this build writes: the skiplist's 3 since its
     // records carry checksums)
     let cases = [
-        (Structure::BpTree, 40, 24..40, ds::HEADER_VERSION),
+        (Structure::BpTree, 40, 24..40, ds::bptree::VERSION),
         (Structure::SkipList, 40, 24..32, ds::skiplist::VERSION),
         (Structure::RbTree, 32, 16..32, ds::rbtree::VERSION),
     ];
@@ -389,6 +389,11 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
 #[test]
 fn skiplist_records_are_checksummed() {
     records_are_checksummed(Structure::SkipList, "skiplist");
+}
+
+#[test]
+fn bptree_records_are_checksummed() {
+    records_are_checksummed(Structure::BpTree, "bptree");
 }
 
 #[test]
