@@ -441,6 +441,22 @@ fn records_are_checksummed(s: Structure, name: &str) {
         ]
     );
     assert_eq!(shape.entries.len(), 38);
+    // The deep check's walk (on a copy) names both records.
+    let img = whole.read_vec(0, p.header().size as usize);
+    let copy = Pool::open_image(
+        &img,
+        &PoolOptions::new("tx-test", 0),
+        Domain::Volatile,
+        None,
+    )
+    .unwrap();
+    let c = ds::verify::verify_pool(&copy);
+    let found: Vec<String> = c.findings.iter().map(|f| f.to_string()).collect();
+    for k in [12, 30] {
+        let want = format!("{name}: record key {k}: checksum mismatch");
+        assert!(found.contains(&want), "{found:?}");
+    }
+    assert_eq!(c.keys, 40);
     // An update of a damaged record writes a new value and checksum.
     m.insert(&mut th, 12, &value(12, 5, 32)).unwrap();
     assert_eq!(m.get(12).unwrap(), Some(value(12, 5, 32)));
