@@ -261,6 +261,18 @@ pub const TARGETS: &[(&str, &str, bool, Runner)] = &[
         run_cache_planted,
     ),
     (
+        "server-items",
+        "the server's items (CRC32C per item) over its tx-undo, tx-redo and tx-clobber stores: sets, appends, incr, touch, deletes, alone and in group commits; after every crash no item fails its checksum and the contents are the acknowledged requests plus the one in flight whole or not at all",
+        true,
+        run_server_items,
+    ),
+    (
+        "server-items-planted",
+        "the server's items with the checksum written in a durable write after the item's (as if computed after its fence): must be caught",
+        false,
+        run_server_items_planted,
+    ),
+    (
         "alloc",
         "persistent allocators (Ferrite heap, single-lock heap): reserve/publish/free/cancel from 3 simulated threads [P2 §2.2]",
         true,
@@ -496,6 +508,41 @@ fn run_log(alg: Algorithm, cfg: &Config) -> Result<Vec<Outcome>, String> {
         .into_iter()
         .map(|(variant, report)| Outcome { variant, report })
         .collect())
+}
+
+fn run_server_items(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let mut out = Vec::new();
+    for strategy in Strategy::LOGGED {
+        let runs =
+            ferrite_server::checks::check_items(strategy, split(cfg, Strategy::LOGGED.len()))
+                .map_err(|e| e.to_string())?;
+        out.extend(
+            runs.into_iter()
+                .map(|(variant, report)| Outcome { variant, report }),
+        );
+    }
+    Ok(out)
+}
+
+/// Every planted item bug on every logged strategy; fails if one is not
+/// caught.
+fn run_server_items_planted(cfg: &Config) -> Result<Vec<Outcome>, String> {
+    let all: Vec<_> = ferrite_server::checks::PLANTED
+        .into_iter()
+        .flat_map(|f| Strategy::LOGGED.into_iter().map(move |s| (f, s)))
+        .collect();
+    let mut out = Vec::new();
+    for &(fault, strategy) in &all {
+        planted_runs(
+            cfg,
+            all.len(),
+            "planted bug",
+            format!("{fault:?}-tx-{strategy}"),
+            &mut out,
+            |c| ferrite_server::checks::check_items_fault(strategy, c.clone(), fault),
+        )?;
+    }
+    Ok(out)
 }
 
 /// Budget per variant when a target covers `n` variants.

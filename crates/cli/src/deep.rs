@@ -13,6 +13,10 @@
 //! | a PTM pool (`ferrite serve --store ptm-*`) | the root points at magic `FERPTM01`          | `ferrite_ptm::verify` |
 //! | a log / a page store                    | magic `FERRLOG\0` / `FERPAGE\0` at the data start | `ferrite_blocks::verify` |
 //! | a heap on its own                       | magic `FERRHEAP` / `FERRLOCK` at the data start | `ferrite_alloc::verify` |
+//! | then, a server pool's items             | layout `ferrite-serve-*`, or an engine store with the server's `\0fmt` record | [`crate::deep_items`] (`ferrite_server::store::verify_items`) |
+//!
+//! and the kernel's bad blocks under the pool file, where the platform
+//! lists them ([`crate::deep_items::bad_blocks`]).
 //!
 //! Output: one line per finding, `PATH: COMPONENT: message`, then a
 //! summary line, then indented notes (where each log's valid prefix ends).
@@ -97,6 +101,7 @@ pub fn run(
         ));
     }
     let mut report = check_snapshot(&snap, layout, true);
+    crate::deep_items::bad_blocks(path, &mut report);
     let mut repaired = Vec::new();
     let mut refused = Vec::new();
     if repair && !report.findings.is_empty() {
@@ -288,6 +293,7 @@ pub fn check_image(image: &[u8], want_layout: Option<&str>) -> Report {
             );
         }
     }
+    crate::deep_items::server_items(image, &header, &mut r);
     r
 }
 

@@ -9,6 +9,7 @@
 mod backup;
 mod checks;
 mod deep;
+mod deep_items;
 mod kv;
 mod live;
 mod opener;

@@ -74,13 +74,13 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! Header block (64 bytes, version [`crate::HEADER_VERSION`], the
+//! Header block (64 bytes, version [`VERSION`] = 3, the
 //! [`ferrite_pmem::superblock`] frame):
 //!
 //! | bytes  | field                                                   |
 //! |--------|---------------------------------------------------------|
 //! | 0..8   | magic `FERRBPTR`                                        |
-//! | 8..10  | version, u16 = 2                                        |
+//! | 8..10  | version, u16 = 3                                        |
 //! | 10..16 | zero                                                    |
 //! | 16..24 | `value_len` u64                                         |
 //! | 24..32 | `root` u64 (updated in place; not in the checksum)      |
@@ -89,8 +89,19 @@
 //! | 48..60 | zero                                                    |
 //! | 60..64 | CRC32C of bytes 0..60 with 24..40 read as zero           |
 //!
-//! Version 1 (no version, no checksum; F at 8..16) is refused with
+//! Versions 1 (no version, no checksum; F at 8..16) and 2 (value blocks
+//! without a record checksum) are refused with
 //! [`ferrite_tx::TxError::HeaderVersion`].
+//!
+//! Value block (`value_len + 8` bytes): the value, then the record's
+//! checksum u64 (CRC32C of the `u64` key (8 bytes LE) then the value, in
+//! the low half; the high half zero). It is written whole, value and
+//! checksum, by the insert or update that writes the value, in the same
+//! transaction; splits, borrows and merges move only its pointer.
+//! [`KvMap::get`] verifies it before returning a value
+//! ([`TxError::Corrupt`] naming the key); `shape` lists every record whose
+//! checksum fails in [`crate::Shape::damaged`]. The key is covered, so a
+//! value block reached from another key's slot does not verify.
 //!
 //! Node (`32 + 32·F + 8·(F+1)` bytes): `leaf` u64 (1 leaf, 0 internal),
 //! `n` u64 (keys), `next` u64 (leaves: the next leaf, 0 = last), 8
@@ -126,7 +137,26 @@ const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "B+tree",
     mutable: 24..40,
+    version: VERSION,
 };
+/// This build's header version: 3, the first with record checksums.
+pub const VERSION: u16 = 3;
+
+/// The checksum of a record (the 8 bytes after its value).
+pub fn record_crc(key: u64, value: &[u8]) -> u64 {
+    u64::from(crc32c::crc32c_append(
+        crc32c::crc32c(&key.to_le_bytes()),
+        value,
+    ))
+}
+
+/// A value block's bytes: `value` then its record checksum.
+fn value_block(key: u64, value: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(value.len() + 8);
+    b.extend_from_slice(value);
+    b.extend_from_slice(&record_crc(key, value).to_le_bytes());
+    b
+}
 const H_ROOT: u64 = 24;
 const H_HEIGHT: u64 = 32;
 const N_LEAF: u64 = 0;
@@ -166,6 +196,11 @@ pub fn key32(k: u64) -> [u8; KEY] {
         b[8 * i..8 * i + 8].copy_from_slice(&h.to_be_bytes());
     }
     b
+}
+
+/// The `u64` key of a [`key32`] key (its first 8 bytes, big-endian).
+fn key_of(k: &[u8; KEY]) -> u64 {
+    u64::from_be_bytes(k[0..8].try_into().expect("8 bytes"))
 }
 
 /// Largest fanout (keys per node) a tree may have: `create` and `open`
@@ -589,7 +624,7 @@ fn insert_in(
     let (n, pos) = match leaf.at {
         Ok(i) => {
             let vb = tx.read_u64(p64(ptr_off(leaf.off, f, i)))?;
-            tx.write(POff::<u8>::new(vb), value)?;
+            tx.write(POff::<u8>::new(vb), &value_block(key_of(k), value))?;
             return Ok(0);
         }
         Err(i) => (leaf.n, i),
@@ -604,8 +639,8 @@ fn insert_in(
         // `n + 1 ≤ F` entries: the scratch holds them.
         let pb = &mut pb[..8 * (n - pos + 1)];
         tx.read(p64(ptr_off(leaf.off, f, pos)), &mut pb[8..])?;
-        let vb = tx.alloc(value.len())?;
-        tx.write(vb, value)?;
+        let vb = tx.alloc(value.len() + 8)?;
+        tx.write(vb, &value_block(key_of(k), value))?;
         kb.copy_within(pos..n, pos + 1);
         kb[pos] = *k;
         pb[..8].copy_from_slice(&vb.raw().to_le_bytes());
@@ -633,7 +668,7 @@ fn insert_in(
     // if the split reaches it (a clobber transaction must not fail after
     // its first write).
     let splits = full + 1;
-    let vb = tx.alloc(value.len())?;
+    let vb = tx.alloc(value.len() + 8)?;
     let mut fresh = [0u64; MAX_HEIGHT + 1];
     let nfresh = splits + usize::from(grows);
     for slot in &mut fresh[..nfresh] {
@@ -642,7 +677,7 @@ fn insert_in(
     // Handed out last-allocated first, as a stack: the same blocks go to
     // the same nodes as when the path was a `Vec` of `pop`s.
     let mut fresh = fresh[..nfresh].iter().rev().copied();
-    tx.write(vb, value)?;
+    tx.write(vb, &value_block(key_of(k), value))?;
     split_up(
         tx,
         hdr,
@@ -1353,8 +1388,15 @@ impl KvMap for BpTree<'_> {
             return Ok(None);
         };
         let vb = self.ptr(leaf, i)?;
-        let mut v = vec![0u8; self.value_len];
+        let mut v = vec![0u8; self.value_len + 8];
         self.txp.read(vb, &mut v)?;
+        let crc = u64::from_le_bytes(v[self.value_len..].try_into().expect("8 bytes"));
+        v.truncate(self.value_len);
+        if crc != record_crc(key, &v) {
+            return Err(TxError::Corrupt(format!(
+                "bptree record key {key}: checksum mismatch"
+            )));
+        }
         Ok(Some(v))
     }
 
@@ -1417,14 +1459,21 @@ impl KvMap for BpTree<'_> {
                 leaves.push(x);
                 for (i, k) in keys.iter().enumerate() {
                     let vb = rd(po + 8 * i as u64)?;
-                    need(&mut shape, vb, self.value_len as u64)?;
+                    need(&mut shape, vb, self.value_len as u64 + 8)?;
                     let key = u64::from_be_bytes(k[0..8].try_into().expect("8"));
                     if key32(key) != *k {
                         return Err(format!("node {x:#x}: key {key} is not a key32"));
                     }
-                    let mut v = vec![0u8; self.value_len];
+                    let mut v = vec![0u8; self.value_len + 8];
                     t.read(vb, &mut v).map_err(|e| e.to_string())?;
-                    if shape.entries.insert(key, v).is_some() {
+                    let crc = u64::from_le_bytes(v[self.value_len..].try_into().expect("8"));
+                    v.truncate(self.value_len);
+                    if crc != record_crc(key, &v) {
+                        if shape.damaged.iter().any(|d| d.0 == key) {
+                            return Err(format!("key {key} twice"));
+                        }
+                        shape.damaged.push((key, "checksum mismatch".into()));
+                    } else if shape.entries.insert(key, v).is_some() {
                         return Err(format!("key {key} twice"));
                     }
                 }

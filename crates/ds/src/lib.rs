@@ -75,6 +75,9 @@ pub struct Shape {
     pub entries: BTreeMap<u64, Vec<u8>>,
     /// Every block the structure references: (pool offset, bytes it needs).
     pub blocks: Vec<(u64, u64)>,
+    /// Records whose checksum fails (structures that checksum their
+    /// records: the skiplist): (key, what), not in `entries`.
+    pub damaged: Vec<(u64, String)>,
 }
 
 /// The interface the checks and benchmarks drive.
@@ -228,9 +231,12 @@ pub(crate) fn header_bytes(
     Ok(h)
 }
 
-/// Format version of the rbtree, skiplist and B+tree headers. Version 1
-/// (before the header went through [`ferrite_pmem::superblock`]) had no
-/// version and no checksum; it is refused with [`TxError::HeaderVersion`].
+/// Format version 2 of the rbtree, skiplist and B+tree headers: the first
+/// through [`ferrite_pmem::superblock`] (version 1 had no version and no
+/// checksum). Each structure now writes its own version 3
+/// ([`rbtree::VERSION`], [`skiplist::VERSION`], [`bptree::VERSION`]: its
+/// records carry a checksum) and refuses 1 and 2 with
+/// [`TxError::HeaderVersion`].
 pub const HEADER_VERSION: u16 = 2;
 
 /// A structure's 64-byte header: the [`ferrite_pmem::superblock`] frame
@@ -243,12 +249,15 @@ pub(crate) struct Header {
     /// Name in errors (`rbtree`, …).
     pub name: &'static str,
     pub mutable: std::ops::Range<usize>,
+    /// The format version this build writes and reads
+    /// ([`HEADER_VERSION`], or the structure's own when its nodes changed).
+    pub version: u16,
 }
 
 impl Header {
     /// A new header with `fields` (offset, value) set and its checksum sealed.
     pub fn encode(&self, fields: &[(usize, u64)]) -> [u8; 64] {
-        let mut w = ferrite_pmem::SuperblockWriter::new(&self.magic, HEADER_VERSION);
+        let mut w = ferrite_pmem::SuperblockWriter::new(&self.magic, self.version);
         for &(at, v) in fields {
             w.u64(at, v);
         }
@@ -271,7 +280,7 @@ impl Header {
             structure: self.name,
             at,
             found,
-            supported: HEADER_VERSION,
+            supported: self.version,
         };
         if let Err(e) = view.checksum_masked(std::slice::from_ref(&self.mutable)) {
             if e.stored == 0 {
@@ -284,7 +293,7 @@ impl Header {
                 computed: e.computed,
             });
         }
-        if view.version() != HEADER_VERSION {
+        if view.version() != self.version {
             return Err(old(view.version()));
         }
         Ok(h)

@@ -8,13 +8,13 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! Header block (64 bytes, version [`crate::HEADER_VERSION`], the
+//! Header block (64 bytes, version [`VERSION`] = 3, the
 //! [`ferrite_pmem::superblock`] frame):
 //!
 //! | bytes  | field                                                 |
 //! |--------|-------------------------------------------------------|
 //! | 0..8   | magic `FERRRBTR`                                      |
-//! | 8..10  | version, u16 = 2                                      |
+//! | 8..10  | version, u16 = 3                                      |
 //! | 10..16 | zero                                                  |
 //! | 16..24 | `count` u64 (updated in place; not in the checksum)   |
 //! | 24..32 | `root` u64, 0 = empty (updated in place; not in the checksum) |
@@ -22,11 +22,20 @@
 //! | 40..60 | zero                                                  |
 //! | 60..64 | CRC32C of bytes 0..60 with 16..32 read as zero        |
 //!
-//! Version 1 (no version, no checksum; `value_len` at 8..16) is refused
-//! with [`ferrite_tx::TxError::HeaderVersion`].
+//! Versions 1 (no version, no checksum; `value_len` at 8..16) and 2
+//! (nodes without a record checksum) are refused with
+//! [`ferrite_tx::TxError::HeaderVersion`].
 //!
-//! Node (`40 + value_len` bytes): `key` u64, `left` u64, `right` u64,
-//! `parent` u64 (0 = none), `color` u64 (0 black, 1 red), value.
+//! Node (`48 + value_len` bytes): `key` u64, `left` u64, `right` u64,
+//! `parent` u64 (0 = none), `color` u64 (0 black, 1 red), the record's
+//! checksum u64 (CRC32C of `key` (8 bytes LE) then the value, in the low
+//! half; the high half zero), value. The checksum covers the record, not
+//! the links or the color: it is written with the node by the insert that
+//! creates it and with the value by an update, in the same transaction,
+//! and rebalancing (which writes links and colors it never read) leaves it
+//! alone. [`KvMap::get`] verifies it before returning a value
+//! ([`TxError::Corrupt`] naming the key); `shape` lists every record whose
+//! checksum fails in [`crate::Shape::damaged`].
 //!
 //! # Invariants (checked by `shape`)
 //!
@@ -51,13 +60,18 @@ const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "rbtree",
     mutable: 16..32,
+    version: VERSION,
 };
+/// This build's header version: 3, the first with record checksums.
+pub const VERSION: u16 = 3;
 const KEY: u64 = 0;
 const LEFT: u64 = 8;
 const RIGHT: u64 = 16;
 const PARENT: u64 = 24;
 const COLOR: u64 = 32;
-const NODE: u64 = 40;
+const CRC: u64 = 40;
+/// Where a node's value starts (and the bytes before it).
+const NODE: u64 = 48;
 const BLACK: u64 = 0;
 const RED: u64 = 1;
 
@@ -232,6 +246,14 @@ impl T<'_, '_, '_> {
     }
 }
 
+/// The checksum of a record (node bytes 40..48).
+pub fn record_crc(key: u64, value: &[u8]) -> u64 {
+    u64::from(crc32c::crc32c_append(
+        crc32c::crc32c(&key.to_le_bytes()),
+        value,
+    ))
+}
+
 fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (hdr, key) = (inp.arg_u64(0), inp.arg_u64(1));
     let value = inp.buf(0);
@@ -243,6 +265,7 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
         let k = t.get(x, KEY)?;
         if k == key {
             t.tx.write(POff::<u8>::new(x + NODE), value)?;
+            t.set(x, CRC, record_crc(key, value))?;
             return Ok(0);
         }
         side = if key < k { LEFT } else { RIGHT };
@@ -250,7 +273,7 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     }
     let z = t.tx.alloc(NODE as usize + value.len())?;
     let mut nb = Vec::with_capacity(NODE as usize + value.len());
-    for w in [key, 0, 0, y, RED] {
+    for w in [key, 0, 0, y, RED, record_crc(key, value)] {
         nb.extend_from_slice(&w.to_le_bytes());
     }
     nb.extend_from_slice(value);
@@ -388,6 +411,11 @@ impl KvMap for RbTree<'_> {
             if k == key {
                 let mut v = vec![0u8; self.value_len];
                 t.read(x + NODE, &mut v)?;
+                if t.read_u64(x + CRC)? != record_crc(key, &v) {
+                    return Err(TxError::Corrupt(format!(
+                        "rbtree record key {key}: checksum mismatch"
+                    )));
+                }
                 return Ok(Some(v));
             }
             x = t.read_u64(x + if key < k { LEFT } else { RIGHT })?;
@@ -460,7 +488,12 @@ impl KvMap for RbTree<'_> {
             let b = blacks + u64::from(c == BLACK);
             let mut v = vec![0u8; self.value_len];
             t.read(x + NODE, &mut v).map_err(|e| e.to_string())?;
-            if shape.entries.insert(k, v).is_some() {
+            if rd(x + CRC)? != record_crc(k, &v) {
+                if shape.damaged.iter().any(|d| d.0 == k) {
+                    return Err(format!("key {k} twice"));
+                }
+                shape.damaged.push((k, "checksum mismatch".into()));
+            } else if shape.entries.insert(k, v).is_some() {
                 return Err(format!("key {k} twice"));
             }
             stack.push((l, lo, Some(k), b, x));

@@ -8,13 +8,13 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! Header block (64 bytes, version [`crate::HEADER_VERSION`], the
+//! Header block (64 bytes, version [`VERSION`] = 3, the
 //! [`ferrite_pmem::superblock`] frame):
 //!
 //! | bytes  | field                                                |
 //! |--------|------------------------------------------------------|
 //! | 0..8   | magic `FERRSKIP`                                     |
-//! | 8..10  | version, u16 = 2                                     |
+//! | 8..10  | version, u16 = 3                                     |
 //! | 10..16 | zero                                                 |
 //! | 16..24 | `value_len` u64                                      |
 //! | 24..32 | `count` u64 (updated in place; not in the checksum)  |
@@ -23,12 +23,27 @@
 //! | 48..60 | zero                                                 |
 //! | 60..64 | CRC32C of bytes 0..60 with 24..32 read as zero       |
 //!
-//! Version 1 (no version, no checksum; `levels` at 8..16) is refused with
+//! Versions 1 (no version, no checksum; `levels` at 8..16) and 2 (nodes
+//! without a record checksum) are refused with
 //! [`ferrite_tx::TxError::HeaderVersion`].
 //!
-//! Node (`16 + 8·height + value_len` bytes): `key` u64, `height` u64,
-//! `next[height]` u64 (pool offsets, 0 = end of that level), value. The
-//! head node has height `levels`, key 0 and no value.
+//! Node (`16 + 8·height + value_len` bytes):
+//!
+//! | bytes              | field                                          |
+//! |--------------------|------------------------------------------------|
+//! | 0..8               | `key` u64                                      |
+//! | 8..12              | `height` u32 (1..=levels)                      |
+//! | 12..16             | CRC32C of the record: `key` (8 bytes LE) then the value |
+//! | 16..16+8·height    | `next[height]` u64 (pool offsets, 0 = end of that level) |
+//! | then `value_len`   | the value                                      |
+//!
+//! The head node has height `levels`, key 0, no value and checksum 0 (it
+//! is no record). The checksum covers the record, not the links: it is
+//! written with the node by the insert that creates it, and with the
+//! value by an update, in the same transaction; relinking never changes
+//! it. [`KvMap::get`] verifies it before returning a value
+//! ([`TxError::Corrupt`] naming the key); `shape` lists every record
+//! whose checksum fails in [`crate::Shape::damaged`].
 //!
 //! # Invariants (checked by `shape`)
 //!
@@ -47,6 +62,8 @@ pub const MAGIC: [u8; 8] = *b"FERRSKIP";
 /// Most levels.
 pub const MAX_LEVELS: u64 = 32;
 const HDR: usize = 64;
+/// This build's header version: 3, the first with record checksums.
+pub const VERSION: u16 = 3;
 const H_VALUE_LEN: usize = 16;
 const H_COUNT: u64 = 24;
 const H_HEAD: u64 = 32;
@@ -56,6 +73,7 @@ const HEADER: crate::Header = crate::Header {
     magic: MAGIC,
     name: "skiplist",
     mutable: 24..32,
+    version: VERSION,
 };
 
 /// Creates a list: args `[levels, value_len]`; returns the header.
@@ -81,6 +99,16 @@ pub static FUNCS: [&TxFunc; 3] = [&CREATE, &INSERT, &REMOVE];
 
 fn p64(off: u64) -> POff<u64> {
     POff::new(off)
+}
+
+/// The checksum of a record (node bytes 12..16).
+pub fn record_crc(key: u64, value: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&key.to_le_bytes()), value)
+}
+
+/// The node word at 8: the height (low half) and the record checksum.
+fn height_word(h: u64, crc: u32) -> u64 {
+    h | u64::from(crc) << 32
 }
 
 /// Height of `key`'s node in a list of `levels` levels.
@@ -136,7 +164,7 @@ fn search(
 
 /// The height of the node at `n`, which must be 1..=`levels`.
 fn node_height(tx: &mut Tx<'_, '_>, n: u64, levels: u64) -> Result<u64> {
-    let h = tx.read_u64(p64(n + 8))?;
+    let h = tx.read_u64(p64(n + 8))? & 0xffff_ffff;
     if h == 0 || h > levels {
         return Err(TxError::Corrupt(format!(
             "skiplist node at {n:#x} has height {h} of {levels}"
@@ -160,13 +188,14 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     if cand != 0 && tx.read_u64(p64(cand))? == key {
         let h = node_height(tx, cand, levels)?;
         tx.write(p64(cand + 16 + 8 * h), value)?;
+        tx.write_u64(p64(cand + 8), height_word(h, record_crc(key, value)))?;
         return Ok(0);
     }
     let h = height_of(key, levels);
     let n = tx.alloc((16 + 8 * h) as usize + value.len())?;
     let mut nb = Vec::with_capacity((16 + 8 * h) as usize + value.len());
     nb.extend_from_slice(&key.to_le_bytes());
-    nb.extend_from_slice(&h.to_le_bytes());
+    nb.extend_from_slice(&height_word(h, record_crc(key, value)).to_le_bytes());
     for (lvl, &u) in update.iter().enumerate().take(h as usize) {
         let next = tx.read_u64(p64(u + 16 + 8 * lvl as u64))?;
         nb.extend_from_slice(&next.to_le_bytes());
@@ -282,9 +311,21 @@ impl KvMap for SkipList<'_> {
         if n == 0 || t.read_u64(n)? != key {
             return Ok(None);
         }
-        let h = t.read_u64(n + 8)?;
+        let w = t.read_u64(n + 8)?;
+        let h = w & 0xffff_ffff;
+        if h == 0 || h > self.levels {
+            return Err(TxError::Corrupt(format!(
+                "skiplist record key {key}: node height {h} of {}",
+                self.levels
+            )));
+        }
         let mut v = vec![0u8; self.value_len];
         t.read(n + 16 + 8 * h, &mut v)?;
+        if record_crc(key, &v) != (w >> 32) as u32 {
+            return Err(TxError::Corrupt(format!(
+                "skiplist record key {key}: checksum mismatch"
+            )));
+        }
         Ok(Some(v))
     }
 
@@ -319,7 +360,8 @@ impl KvMap for SkipList<'_> {
                     "level 0 holds more than count {count} (or a cycle)"
                 ));
             }
-            let (k, h) = (rd(x)?, rd(x + 8)?);
+            let (k, hw) = (rd(x)?, rd(x + 8)?);
+            let h = hw & 0xffff_ffff;
             if h != height_of(k, self.levels) {
                 return Err(format!("key {k}: height {h}"));
             }
@@ -327,14 +369,18 @@ impl KvMap for SkipList<'_> {
                 return Err(format!("key {k} out of order"));
             }
             need(x, 16 + 8 * h + self.value_len as u64)?;
-            nodes.push((k, h, x));
+            nodes.push((k, hw, x));
             x = rd(x + 16)?;
         }
         if nodes.len() as u64 != count {
             return Err(format!("count {count}, {} nodes", nodes.len()));
         }
         for lvl in 1..self.levels {
-            let want: Vec<u64> = nodes.iter().filter(|n| n.1 > lvl).map(|n| n.2).collect();
+            let want: Vec<u64> = nodes
+                .iter()
+                .filter(|n| n.1 & 0xffff_ffff > lvl)
+                .map(|n| n.2)
+                .collect();
             let mut got = Vec::new();
             let mut x = rd(head + 16 + 8 * lvl)?;
             while x != 0 {
@@ -350,10 +396,15 @@ impl KvMap for SkipList<'_> {
                 ));
             }
         }
-        for &(k, h, x) in &nodes {
+        for &(k, hw, x) in &nodes {
             let mut v = vec![0u8; self.value_len];
-            t.read(x + 16 + 8 * h, &mut v).map_err(|e| e.to_string())?;
-            shape.entries.insert(k, v);
+            t.read(x + 16 + 8 * (hw & 0xffff_ffff), &mut v)
+                .map_err(|e| e.to_string())?;
+            if record_crc(k, &v) != (hw >> 32) as u32 {
+                shape.damaged.push((k, "checksum mismatch".into()));
+            } else {
+                shape.entries.insert(k, v);
+            }
         }
         Ok(shape)
     }

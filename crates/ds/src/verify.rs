@@ -139,7 +139,16 @@ fn walk_root(txp: &TxPool, out: &mut DsCheck) {
         ("bytemap", w)
     } else if let Some(s) = structure_of(&magic) {
         let w = match crate::open(s, txp, out.root) {
-            Ok(m) => m.shape().map(|sh| (sh.entries.len(), sh.blocks)),
+            Ok(m) => m.shape().map(|sh| {
+                // Records whose checksum fails: one finding each.
+                for (k, what) in &sh.damaged {
+                    out.findings.push(DsFinding::Walk {
+                        structure: s.name(),
+                        what: format!("record key {k}: {what}"),
+                    });
+                }
+                (sh.entries.len() + sh.damaged.len(), sh.blocks)
+            }),
             Err(e) => Err(format!("does not open: {e}")),
         };
         (s.name(), w)

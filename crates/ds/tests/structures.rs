@@ -313,7 +313,7 @@ fn a_damaged_skiplist_is_an_error_not_a_panic() {
 }
 
 /// The rbtree, skiplist and B+tree headers are versioned and checksummed
-/// (`ferrite_pmem::superblock`, version `ds::HEADER_VERSION`): one that
+/// (`ferrite_pmem::superblock`, each its own version, 3): one that
 /// reopens after inserts (which update the root and count in place, outside
 /// the checksum); a version-1 header — no version, no checksum, the moved
 /// field at 8..16 — is refused with `TxError::HeaderVersion { found: 1 }`;
@@ -324,12 +324,14 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
     use ferrite_pmem::{Region, SuperblockWriter};
     // (structure, offset of the field version 1 kept at 8..16, words
     // outside the checksum)
+    // (…, the version this build writes: the skiplist's 3 since its
+    // records carry checksums)
     let cases = [
-        (Structure::BpTree, 40, 24..40),
-        (Structure::SkipList, 40, 24..32),
-        (Structure::RbTree, 32, 16..32),
+        (Structure::BpTree, 40, 24..40, ds::bptree::VERSION),
+        (Structure::SkipList, 40, 24..32, ds::skiplist::VERSION),
+        (Structure::RbTree, 32, 16..32, ds::rbtree::VERSION),
     ];
-    for (s, moved, mutable) in cases {
+    for (s, moved, mutable, version) in cases {
         let p = pool(8);
         let txp = TxPool::create(&p, &TxOptions::new(Strategy::Undo), ds::registry()).unwrap();
         let header = {
@@ -342,7 +344,7 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
         };
         let whole = Region::whole(p.medium().clone());
         let good = whole.read_vec(header as usize, 64);
-        assert_eq!(u16::from_le_bytes([good[8], good[9]]), ds::HEADER_VERSION);
+        assert_eq!(u16::from_le_bytes([good[8], good[9]]), version);
         let reopen = |b: &[u8]| {
             whole.write(header as usize, b);
             ds::open(s, &txp, header).map(|_| ())
@@ -355,7 +357,7 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
         v1[60..64].fill(0);
         let e = reopen(&v1).unwrap_err();
         assert!(
-            matches!(e, TxError::HeaderVersion { found: 1, supported, .. } if supported == ds::HEADER_VERSION),
+            matches!(e, TxError::HeaderVersion { found: 1, supported, .. } if supported == version),
             "{s:?}: {e}"
         );
         assert!(e.to_string().contains("recreate the structure"), "{e}");
@@ -365,13 +367,97 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
         let e = reopen(&flipped).unwrap_err();
         assert!(matches!(e, TxError::HeaderChecksum { .. }), "{s:?}: {e}");
 
-        let mut future = SuperblockWriter::new(good[..8].try_into().unwrap(), 3);
-        future.bytes(16, &good[16..60]);
-        let e = reopen(&future.seal_masked(&[mutable])).unwrap_err();
-        assert!(
-            matches!(e, TxError::HeaderVersion { found: 3, .. }),
-            "{s:?}: {e}"
-        );
+        // Any other version, sealed well: the next one, and (for the
+        // skiplist) version 2, whose nodes had no record checksum.
+        for other in [version + 1, 2].into_iter().filter(|&v| v != version) {
+            let mut w = SuperblockWriter::new(good[..8].try_into().unwrap(), other);
+            w.bytes(16, &good[16..60]);
+            let e = reopen(&w.seal_masked(std::slice::from_ref(&mutable))).unwrap_err();
+            assert!(
+                matches!(e, TxError::HeaderVersion { found, .. } if found == other),
+                "{s:?}: {e}"
+            );
+        }
         reopen(&good).unwrap();
     }
+}
+
+/// A skiplist record's checksum (key and value): a flipped byte of a
+/// value or key is a typed error naming the key on `get`, never the
+/// bytes, and `shape` (the deep check's walk) lists every damaged record;
+/// the others read back; an update rewrites the checksum with the value.
+#[test]
+fn skiplist_records_are_checksummed() {
+    records_are_checksummed(Structure::SkipList, "skiplist");
+}
+
+#[test]
+fn bptree_records_are_checksummed() {
+    records_are_checksummed(Structure::BpTree, "bptree");
+}
+
+#[test]
+fn rbtree_records_are_checksummed() {
+    records_are_checksummed(Structure::RbTree, "rbtree");
+}
+
+fn records_are_checksummed(s: Structure, name: &str) {
+    let p = pool(8);
+    let txp = TxPool::create(&p, &TxOptions::new(Strategy::Undo), ds::registry()).unwrap();
+    let mut th = txp.thread().unwrap();
+    let m = ds::create(s, &mut th, small()).unwrap();
+    for k in 1..=40 {
+        m.insert(&mut th, k, &value(k, 0, 32)).unwrap();
+    }
+    m.insert(&mut th, 7, &value(7, 1, 32)).unwrap();
+    assert_eq!(m.get(7).unwrap(), Some(value(7, 1, 32)));
+    let whole = ferrite_pmem::Region::whole(p.medium().clone());
+    // Find nodes by their value bytes: the value follows the links.
+    let img = whole.read_vec(0, p.header().size as usize);
+    let at = |v: &[u8]| img.windows(v.len()).position(|w| w == v).unwrap();
+    let v12 = at(&value(12, 0, 32));
+    whole.write(v12 + 3, &[img[v12 + 3] ^ 0x10]);
+    let v30 = at(&value(30, 0, 32));
+    whole.write(v30 + 31, &[img[v30 + 31] ^ 1]);
+    for k in [12u64, 30] {
+        match m.get(k) {
+            Err(TxError::Corrupt(what)) => {
+                assert_eq!(what, format!("{name} record key {k}: checksum mismatch"))
+            }
+            other => panic!("key {k}: {other:?}"),
+        }
+    }
+    for k in (1..=40).filter(|k| ![12, 30].contains(k)) {
+        let v = value(k, u64::from(k == 7), 32);
+        assert_eq!(m.get(k).unwrap(), Some(v), "key {k}");
+    }
+    let mut shape = m.shape().unwrap();
+    shape.damaged.sort();
+    assert_eq!(
+        shape.damaged,
+        vec![
+            (12, "checksum mismatch".to_string()),
+            (30, "checksum mismatch".to_string())
+        ]
+    );
+    assert_eq!(shape.entries.len(), 38);
+    // The deep check's walk (on a copy) names both records.
+    let img = whole.read_vec(0, p.header().size as usize);
+    let copy = Pool::open_image(
+        &img,
+        &PoolOptions::new("tx-test", 0),
+        Domain::Volatile,
+        None,
+    )
+    .unwrap();
+    let c = ds::verify::verify_pool(&copy);
+    let found: Vec<String> = c.findings.iter().map(|f| f.to_string()).collect();
+    for k in [12, 30] {
+        let want = format!("{name}: record key {k}: checksum mismatch");
+        assert!(found.contains(&want), "{found:?}");
+    }
+    assert_eq!(c.keys, 40);
+    // An update of a damaged record writes a new value and checksum.
+    m.insert(&mut th, 12, &value(12, 5, 32)).unwrap();
+    assert_eq!(m.get(12).unwrap(), Some(value(12, 5, 32)));
 }

@@ -21,6 +21,7 @@
 //! memory); everything else is safe Rust.
 
 pub mod arch;
+pub mod badblocks;
 pub mod counters;
 pub mod domain;
 pub mod error;

@@ -832,3 +832,78 @@ mod tests {
         }
     }
 }
+
+/// `FS_IOC_FIEMAP`: `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+/// `fiemap_extent.fe_flags`: the file's last extent.
+const FIEMAP_EXTENT_LAST: u32 = 0x1;
+/// Extents asked for per call.
+const FIEMAP_BATCH: usize = 64;
+
+/// `struct fiemap` with room for [`FIEMAP_BATCH`] extents (linux/fiemap.h).
+#[repr(C)]
+struct Fiemap {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+    extents: [FiemapExtent; FIEMAP_BATCH],
+}
+
+/// `struct fiemap_extent` (56 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FiemapExtent {
+    logical: u64,
+    physical: u64,
+    length: u64,
+    reserved64: [u64; 2],
+    flags: u32,
+    reserved: [u32; 3],
+}
+
+/// The extents of `file` (file offset → device byte) from the file
+/// system (`FS_IOC_FIEMAP`): how [`crate::badblocks`] maps a device's bad
+/// sectors to offsets of a pool file. An error where the file system
+/// does not say (tmpfs).
+pub fn file_extents(file: &File) -> io::Result<Vec<crate::badblocks::Extent>> {
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    loop {
+        let mut fm = Fiemap {
+            start,
+            length: u64::MAX - start,
+            flags: 0,
+            mapped_extents: 0,
+            extent_count: FIEMAP_BATCH as u32,
+            reserved: 0,
+            extents: [FiemapExtent::default(); FIEMAP_BATCH],
+        };
+        // SAFETY: `fm` is a properly laid out `struct fiemap` followed by
+        // room for `extent_count` extents, as FS_IOC_FIEMAP requires; the
+        // kernel writes at most that many, and `fm` outlives the call.
+        let r =
+            unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP as _, &mut fm as *mut Fiemap) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = (fm.mapped_extents as usize).min(FIEMAP_BATCH);
+        if n == 0 {
+            return Ok(out);
+        }
+        for e in &fm.extents[..n] {
+            out.push(crate::badblocks::Extent {
+                logical: e.logical,
+                physical: e.physical,
+                len: e.length,
+            });
+        }
+        let last = fm.extents[n - 1];
+        if last.flags & FIEMAP_EXTENT_LAST != 0 {
+            return Ok(out);
+        }
+        start = last.logical + last.length;
+    }
+}

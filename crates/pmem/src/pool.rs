@@ -33,6 +33,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::badblocks::{BadBlocks, BadBlocksError};
+
 /// How to create or open a pool.
 #[derive(Clone, Debug)]
 pub struct PoolOptions {
@@ -50,6 +52,10 @@ pub struct PoolOptions {
     pub flush: Option<crate::FlushKind>,
     /// Non-temporal threshold for persistent copies.
     pub nt_threshold: usize,
+    /// Where [`Pool::open`] and [`Pool::create`] read the kernel's bad-block
+    /// lists ([`crate::badblocks`]); `None`: `/sys`. Tests supply a fake
+    /// tree.
+    pub sysfs_root: Option<PathBuf>,
 }
 
 impl PoolOptions {
@@ -61,6 +67,21 @@ impl PoolOptions {
             domain: None,
             flush: None,
             nt_threshold: crate::persist::DEFAULT_NT_THRESHOLD,
+            sysfs_root: None,
+        }
+    }
+
+    /// Reads bad-block lists under `root` instead of `/sys`
+    /// ([`PoolOptions::sysfs_root`]).
+    pub fn sysfs_root(mut self, root: impl Into<PathBuf>) -> PoolOptions {
+        self.sysfs_root = Some(root.into());
+        self
+    }
+
+    fn probe(&self) -> crate::badblocks::Probe {
+        match &self.sysfs_root {
+            Some(r) => crate::badblocks::Probe { root: r.clone() },
+            None => crate::badblocks::Probe::default(),
         }
     }
 
@@ -140,6 +161,8 @@ pub struct Pool {
     /// Keeps the `flock` for as long as the pool is open.
     _file: Option<File>,
     detection: Option<Detection>,
+    /// The kernel's bad blocks under a pool file, read at open.
+    bad_blocks: std::result::Result<Option<BadBlocks>, BadBlocksError>,
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> PoolError {
@@ -260,12 +283,14 @@ impl Pool {
         {
             let _ = d.sync_all();
         }
+        let bad_blocks = crate::badblocks::probe(&file, path, len as u64, &opts.probe());
         Ok(Pool {
             medium,
             header,
             path: Some(path.to_path_buf()),
             _file: Some(file),
             detection: Some(detection),
+            bad_blocks,
         })
     }
 
@@ -297,12 +322,14 @@ impl Pool {
         let cfg = opts.persist_config(explicit.unwrap_or(header.domain))?;
         let medium = Arc::new(Medium::new(map, cfg, None));
         mark_open(&medium, &file, path)?;
+        let bad_blocks = crate::badblocks::probe(&file, path, len as u64, &opts.probe());
         Ok(Pool {
             medium,
             header,
             path: Some(path.to_path_buf()),
             _file: Some(file),
             detection: Some(detection),
+            bad_blocks,
         })
     }
 
@@ -378,6 +405,7 @@ impl Pool {
             path: None,
             _file: None,
             detection: None,
+            bad_blocks: Ok(None),
         })
     }
 
@@ -408,6 +436,7 @@ impl Pool {
             path: None,
             _file: None,
             detection: None,
+            bad_blocks: Ok(None),
         })
     }
 
@@ -427,6 +456,15 @@ impl Pool {
     /// the analogue of `pmem_is_pmem`.
     pub fn is_pmem(&self) -> bool {
         self.medium.map().is_pmem()
+    }
+
+    /// The kernel's list of bad blocks inside this pool, read at open
+    /// ([`crate::badblocks`]): `Ok(None)` where the platform lists nothing
+    /// (not persistent memory, an in-memory pool), `Ok(Some(b))` with
+    /// `b.ranges` the damaged pool offsets (empty: none in this pool),
+    /// `Err` when sysfs lists bad blocks but they could not be mapped.
+    pub fn bad_blocks(&self) -> std::result::Result<Option<&BadBlocks>, &BadBlocksError> {
+        self.bad_blocks.as_ref().map(Option::as_ref)
     }
 
     /// What auto-detection saw when the pool file was mapped.

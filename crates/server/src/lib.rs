@@ -19,6 +19,8 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+#[cfg(feature = "checks")]
+pub mod checks;
 pub mod observe;
 pub mod protocol;
 pub mod server;

@@ -88,7 +88,7 @@ pub struct Options {
     /// commit); 1 = every write commits alone.
     pub group_commit: usize,
     /// Bytes of items the server keeps (`limit_maxbytes`; an item charges
-    /// its key, 28-byte header and data): each shard keeps at most its
+    /// its key, 32-byte header and data): each shard keeps at most its
     /// share and evicts its least recently used items beyond it. Writes
     /// also evict when the pool itself is full.
     pub memory: u64,
@@ -814,7 +814,12 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
                         },
                         ctx: rctx,
                     };
-                    if !get_keys(ctx, fast, &req, &mut out, &mut sock, idle).await {
+                    // A chunk of a long get: hits of earlier chunks may be
+                    // out already, so a failed key's error line stays in
+                    // its place.
+                    if get_keys(ctx, fast, &req, &mut out, &mut sock, idle, true).await
+                        == GetEnd::Gone
+                    {
                         return;
                     }
                     pos += rest - name.len();
@@ -1014,9 +1019,28 @@ fn encode_hit(key: &[u8], it: &Item, data: &[u8], now: u64, rctx: &ReqCtx, out: 
     protocol::encode(&Response::Hit(v), rctx, out);
 }
 
+/// How [`get_keys`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GetEnd {
+    /// Every key answered: the caller adds the `END`.
+    End,
+    /// A text get failed on some key (a damaged item, a store error): as
+    /// memcached does, the reply is that key's error line alone, which
+    /// replaced the get's hits in `out` — no `END`, so a client that stops
+    /// reading at the error stays in step with the stream.
+    Failed,
+    /// The client is gone.
+    Gone,
+}
+
 /// Answer every key of a retrieval (not the `END`) into `out`, writing
-/// `out` to `sock` whenever it exceeds [`FLUSH_AT`]; false when the client
-/// is gone. Keys go to the shards [`MULTIGET_BATCH`] at a time.
+/// `out` to `sock` whenever it exceeds [`FLUSH_AT`]. Keys go to the shards
+/// [`MULTIGET_BATCH`] at a time. A text get whose key fails is answered
+/// with the first error line only ([`GetEnd::Failed`]), unless hits of it
+/// were already written to the socket (a reply past [`FLUSH_AT`]): then
+/// the error line takes that key's place, and the `END` follows; so it
+/// does in a chunk of a long get (`chunk`), whose earlier chunks' hits may
+/// be out already.
 async fn get_keys<S: AsyncWrite + Unpin>(
     ctx: &Ctx<'_>,
     fast: &FastCell<'_>,
@@ -1024,7 +1048,8 @@ async fn get_keys<S: AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     sock: &mut S,
     idle: Option<Duration>,
-) -> bool {
+    chunk: bool,
+) -> GetEnd {
     let Command::Get {
         keys,
         touch,
@@ -1032,57 +1057,84 @@ async fn get_keys<S: AsyncWrite + Unpin>(
         opts,
     } = &req.cmd
     else {
-        return true;
+        return GetEnd::End;
+    };
+    let text = req.ctx.proto == Proto::Text;
+    let start = out.len();
+    let mut flushed = chunk;
+    let mut failed: Option<Vec<u8>> = None;
+    // One key's reply: in a text get an error line (a hit starts with
+    // `VALUE `, a miss is empty) ends the get's reply.
+    let take = |part: Vec<u8>, out: &mut Vec<u8>, failed: &mut Option<Vec<u8>>, flushed: bool| {
+        if text && part.starts_with(b"SERVER_ERROR") && !flushed {
+            failed.get_or_insert(part);
+        } else if failed.is_none() {
+            out.extend(part);
+        }
     };
     let plain = touch.is_none() && req.ctx.proto != Proto::Meta;
     let fast = Some(fast).filter(|_| plain);
     if keys.len() == 1 {
         let key = &keys[0];
+        let mut here = Vec::new();
         if let Some(f) = fast
-            && fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, out)
+            && fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, &mut here)
         {
         } else {
-            out.extend(on_shard(ctx, key, req.clone()).await);
+            here = on_shard(ctx, key, req.clone()).await;
         }
-        return true;
-    }
-    // Answer what the read fast path can at once; send every other key to
-    // its shard first, then collect in order: shards work in parallel.
-    for batch in keys.chunks(MULTIGET_BATCH) {
-        let mut parts: Vec<Result<Vec<u8>, oneshot::Receiver<Vec<u8>>>> =
-            Vec::with_capacity(batch.len());
-        for key in batch {
-            if let Some(f) = fast {
-                let mut here = Vec::new();
-                if fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, &mut here) {
-                    parts.push(Ok(here));
-                    continue;
+        take(here, out, &mut failed, flushed);
+    } else {
+        // Answer what the read fast path can at once; send every other key
+        // to its shard first, then collect in order: shards work in
+        // parallel.
+        for batch in keys.chunks(MULTIGET_BATCH) {
+            let mut parts: Vec<Result<Vec<u8>, oneshot::Receiver<Vec<u8>>>> =
+                Vec::with_capacity(batch.len());
+            for key in batch {
+                if let Some(f) = fast {
+                    let mut here = Vec::new();
+                    if fast_get(ctx, &mut f.borrow_mut(), key, &req.ctx, &mut here) {
+                        parts.push(Ok(here));
+                        continue;
+                    }
+                }
+                let sub = Request {
+                    cmd: Command::Get {
+                        keys: vec![key.clone()],
+                        touch: *touch,
+                        with_cas: *with_cas,
+                        opts: opts.clone(),
+                    },
+                    ctx: req.ctx.clone(),
+                };
+                if let Some(rx) = to_shard(ctx, key, sub) {
+                    parts.push(Err(rx));
                 }
             }
-            let sub = Request {
-                cmd: Command::Get {
-                    keys: vec![key.clone()],
-                    touch: *touch,
-                    with_cas: *with_cas,
-                    opts: opts.clone(),
-                },
-                ctx: req.ctx.clone(),
-            };
-            if let Some(rx) = to_shard(ctx, key, sub) {
-                parts.push(Err(rx));
-            }
-        }
-        for part in parts {
-            match part {
-                Ok(here) => out.extend(here),
-                Err(rx) => out.extend(rx.await.unwrap_or_default()),
-            }
-            if out.len() >= FLUSH_AT && !flush(sock, out, idle).await {
-                return false;
+            for part in parts {
+                let part = match part {
+                    Ok(here) => here,
+                    Err(rx) => rx.await.unwrap_or_default(),
+                };
+                take(part, out, &mut failed, flushed);
+                if out.len() >= FLUSH_AT && failed.is_none() {
+                    if !flush(sock, out, idle).await {
+                        return GetEnd::Gone;
+                    }
+                    flushed = true;
+                }
             }
         }
     }
-    true
+    match failed {
+        Some(line) => {
+            out.truncate(start);
+            out.extend(line);
+            GetEnd::Failed
+        }
+        None => GetEnd::End,
+    }
 }
 
 async fn handle<S: AsyncWrite + Unpin>(
@@ -1094,10 +1146,11 @@ async fn handle<S: AsyncWrite + Unpin>(
 ) -> Flow {
     match &req.cmd {
         Command::Get { .. } => {
-            if !get_keys(ctx, fast, &req, out, sock, ctx.opts.idle_timeout).await {
-                return Flow::Close;
+            match get_keys(ctx, fast, &req, out, sock, ctx.opts.idle_timeout, false).await {
+                GetEnd::Gone => return Flow::Close,
+                GetEnd::Failed => {}
+                GetEnd::End => protocol::encode(&Response::End, &req.ctx, out),
             }
-            protocol::encode(&Response::End, &req.ctx, out);
         }
         Command::Store { key, .. }
         | Command::Delete { key, .. }

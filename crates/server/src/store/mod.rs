@@ -33,7 +33,14 @@
 //!   `at != 0`, the clock has reached `at`, and the item was stored before
 //!   `at` (a delayed flush).
 //!
-//! # Item format (the map's value)
+//! * `\0fmt`: the item format of this map, 8 bytes: `FRSRVIT2` (format 2,
+//!   below). Written by [`Shared::open`] on a map that holds no item yet;
+//!   a map with items but without it (the first format, which had no
+//!   checksum), or with another version, is refused with
+//!   [`StoreError::Format`]: its items are never misread as damaged ones
+//!   nor trusted unchecked.
+//!
+//! # Item format 2 (the map's value)
 //!
 //! ```text
 //!  0  4  client flags, u32 LE
@@ -43,20 +50,32 @@
 //! 27  1  state: bit 0 = stale (meta X: `md I`, `ms I`), bit 1 = a client
 //!        was sent the recache win (meta W; later fetches see Z);
 //!        bits 2-7 zero
-//! 28  ..  the data bytes
+//! 28  4  checksum: CRC32C (Castagnoli) of, in this order, the map key
+//!        (`k` ++ client key), bytes 0..28 of this value (flags, expiry,
+//!        CAS, stored-at, state, exactly as stored) and the data bytes
+//! 32  ..  the data bytes
 //! ```
+//!
+//! The checksum is computed by [`Item::encode`] from the bytes it writes,
+//! so it is part of the one value the map writes atomically: it becomes
+//! durable in the same flush and fence as the item and is reachable only
+//! with it (no extra fence per store). Every read that returns an item or
+//! acts on it (get, gets, gat, touch, meta get, append/prepend, cas,
+//! incr/decr, delete with a CAS, the read fast path) verifies it first
+//! ([`Item::decode`]); a mismatch is [`StoreError::Damaged`] naming the
+//! key, which the server answers with `SERVER_ERROR damaged item …` for
+//! that key alone. A plain `set` (no CAS) or `delete` of a damaged item
+//! replaces or removes it: that is how a client repairs a key. The key is
+//! covered so that an entry whose key bytes were changed (it would then
+//! sit under another key) does not verify either.
 //!
 //! The map writes a value atomically, so an item is never torn, and its
 //! stale and win state are as crash-consistent as its value: a reply that
 //! reports them (`W` to the winner, `X`) is sent only after the item that
 //! records them is durable, so after a crash no second client can win the
-//! same recache. A value shorter than 28 bytes, or with a state bit 2-7
-//! set, is reported as [`StoreError::Corrupt`], never a panic.
-//!
-//! The state byte is new: the first format kept an 8-byte stored-at at 20.
-//! Items of that format are read unchanged (not refused): the top byte of
-//! a unix time in seconds is zero until the year 2^56 s, so an old item
-//! reads as neither stale nor won — which is what it was.
+//! same recache. A value shorter than 32 bytes, with a state bit 2-7 set
+//! or whose checksum does not match is reported as
+//! [`StoreError::Damaged`], never a panic.
 //!
 //! Expired and flushed items are removed lazily when a command finds
 //! them.
@@ -107,7 +126,11 @@ pub const STORES: [&str; 8] = [
 pub const PMDK_STORE: &str = "pmdk-undo";
 
 /// Bytes before the data in a stored item.
-pub const HEADER: usize = 28;
+pub const HEADER: usize = 32;
+/// Where the item's checksum lies (module docs, "Item format 2").
+const CRC_AT: usize = 28;
+/// The `\0fmt` record: the item format this build writes and reads.
+pub const FORMAT: [u8; 8] = *b"FRSRVIT2";
 /// State byte bit: the item is stale (meta `X`).
 const STATE_STALE: u8 = 1;
 /// State byte bit: a client has been sent the recache win (meta `W`/`Z`).
@@ -119,6 +142,8 @@ pub const CAS_BATCH: u64 = 1 << 16;
 
 const META_CAS: &[u8] = b"\0cas";
 const META_FLUSH: &[u8] = b"\0flush";
+/// The map key of the item format record (module docs).
+pub const META_FORMAT: &[u8] = b"\0fmt";
 
 /// Errors of the underlying map (or a corrupt item). The server answers
 /// them with `SERVER_ERROR <message>`.
@@ -126,10 +151,40 @@ const META_FLUSH: &[u8] = b"\0flush";
 pub enum StoreError {
     #[error("{0}")]
     Backend(String),
+    /// A server record (the CAS mark, the flush marker) does not decode.
     #[error("corrupt item: {0}")]
     Corrupt(&'static str),
+    /// The item stored under client key `key` fails its checks (its
+    /// checksum, its length, its state bits): its bytes are not returned.
+    #[error("damaged item '{key}': {reason}")]
+    Damaged {
+        /// The client key, non-printable bytes escaped (`\xNN`).
+        key: String,
+        reason: &'static str,
+    },
+    /// The map holds items of a format this build does not read.
+    #[error(
+        "the pool's items are in {found}, not item format 2 (`FRSRVIT2`, with a checksum per item): this build refuses to read them; serve it with the build that wrote it, or start a new pool"
+    )]
+    Format { found: String },
     #[error("out of memory storing object")]
     Full,
+}
+
+impl StoreError {
+    /// A damaged item under map key `map_key` (`k` ++ client key).
+    fn damaged(map_key: &[u8], reason: &'static str) -> StoreError {
+        StoreError::Damaged {
+            key: client_key_shown(map_key),
+            reason,
+        }
+    }
+}
+
+/// The client key of map key `map_key`, printable (`\xNN` escapes).
+pub fn client_key_shown(map_key: &[u8]) -> String {
+    let k = map_key.strip_prefix(b"k").unwrap_or(map_key);
+    k.escape_ascii().to_string()
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -217,7 +272,11 @@ pub fn read_live(
     if !r.get_into(map_key, buf)? {
         return Ok(ReadPath::Miss);
     }
-    let it = Item::decode_header(buf)?;
+    let it = if shared.verifies() {
+        Item::decode_header(map_key, buf)?
+    } else {
+        Item::decode_header_unverified(map_key, buf)?
+    };
     if it.expired(now) || shared.flushed(&it, now) {
         return Ok(ReadPath::Shard);
     }
@@ -339,8 +398,9 @@ pub struct Item {
 }
 
 impl Item {
-    /// The on-map bytes (see the module docs).
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// The on-map bytes of this item under map key `map_key` (`k` ++
+    /// client key), its checksum included (see the module docs).
+    pub fn encode(&self, map_key: &[u8], out: &mut Vec<u8>) {
         out.clear();
         out.reserve(HEADER + self.data.len());
         out.extend_from_slice(&self.flags.to_le_bytes());
@@ -355,20 +415,37 @@ impl Item {
             state |= STATE_TOKEN_SENT;
         }
         out.push(state);
+        let crc = item_crc(map_key, &out[..CRC_AT], &self.data);
+        out.extend_from_slice(&crc.to_le_bytes());
         out.extend_from_slice(&self.data);
     }
 
-    pub fn decode(b: &[u8]) -> Result<Item> {
-        let mut it = Item::decode_header(b)?;
+    /// The item stored as `b` under map key `map_key`, verified.
+    pub fn decode(map_key: &[u8], b: &[u8]) -> Result<Item> {
+        let mut it = Item::decode_header(map_key, b)?;
         it.data = b[HEADER..].to_vec();
         Ok(it)
     }
 
     /// [`Item::decode`] without the data (left empty): for a reader that
-    /// uses the data where it lies, `&b[HEADER..]`.
-    pub fn decode_header(b: &[u8]) -> Result<Item> {
+    /// uses the data where it lies, `&b[HEADER..]`. The checksum still
+    /// covers the data: it is verified here.
+    pub fn decode_header(map_key: &[u8], b: &[u8]) -> Result<Item> {
+        let it = Item::decode_header_unverified(map_key, b)?;
+        let stored = u32::from_le_bytes([b[CRC_AT], b[CRC_AT + 1], b[CRC_AT + 2], b[CRC_AT + 3]]);
+        if item_crc(map_key, &b[..CRC_AT], &b[HEADER..]) != stored {
+            return Err(StoreError::damaged(map_key, "checksum mismatch"));
+        }
+        Ok(it)
+    }
+
+    /// [`Item::decode_header`] without the checksum (the measurement of
+    /// its cost, [`Shared::set_verify`]; the deep check reports a
+    /// mismatch itself). Lengths and state bits are still checked: they
+    /// keep a damaged value from panicking the decoder.
+    pub fn decode_header_unverified(map_key: &[u8], b: &[u8]) -> Result<Item> {
         if b.len() < HEADER {
-            return Err(StoreError::Corrupt("shorter than its header"));
+            return Err(StoreError::damaged(map_key, "shorter than its header"));
         }
         let u64_at = |o: usize| {
             let mut a = [0u8; 8];
@@ -379,7 +456,7 @@ impl Item {
         f.copy_from_slice(&b[0..4]);
         let state = b[27];
         if state & !(STATE_STALE | STATE_TOKEN_SENT) != 0 {
-            return Err(StoreError::Corrupt("unknown item state bits"));
+            return Err(StoreError::damaged(map_key, "unknown item state bits"));
         }
         Ok(Item {
             flags: u32::from_le_bytes(f),
@@ -401,6 +478,88 @@ impl Item {
     pub fn ttl(&self, now: u64) -> Option<u64> {
         (self.exptime != 0).then(|| self.exptime.saturating_sub(now))
     }
+}
+
+/// The checksum of an item (module docs, "Item format 2"): CRC32C of the
+/// map key, the 28 header bytes before the checksum, and the data.
+fn item_crc(map_key: &[u8], head: &[u8], data: &[u8]) -> u32 {
+    let c = crc32c::crc32c(map_key);
+    let c = crc32c::crc32c_append(c, head);
+    crc32c::crc32c_append(c, data)
+}
+
+/// Checks item `value` stored under map key `map_key` as every read does
+/// (the deep check's walk, [`verify_items`]).
+pub fn verify_item(map_key: &[u8], value: &[u8]) -> Result<()> {
+    Item::decode_header(map_key, value).map(|_| ())
+}
+
+/// What [`verify_items`] found in a map.
+#[derive(Debug, Default)]
+pub struct ItemCheck {
+    /// Items whose checksum and fields verified.
+    pub items: u64,
+    /// The damaged ones: (client key shown, reason).
+    pub damaged: Vec<(String, &'static str)>,
+}
+
+/// Verifies every item of the map behind `kv` (the deep check of a
+/// server pool): refuses a map of another item format
+/// ([`StoreError::Format`]), lists each damaged item by key.
+pub fn verify_items(kv: &mut dyn Kv) -> Result<ItemCheck> {
+    check_format(kv)?;
+    let mut c = ItemCheck::default();
+    // Every record, not only the `k` ones: an item whose first key byte
+    // was damaged is no longer under `k` and must be reported too.
+    kv.scan_prefix(b"", &mut |k, v| {
+        let why = match k.first() {
+            Some(b'k') => match verify_item(k, v) {
+                Ok(()) => {
+                    c.items += 1;
+                    return;
+                }
+                Err(StoreError::Damaged { reason, .. }) => reason,
+                Err(_) => "does not decode",
+            },
+            _ if k == META_FORMAT || k == META_CAS => return,
+            _ if k == META_FLUSH && v.len() == 16 => return,
+            _ if k == META_FLUSH => "a flush marker of the wrong length",
+            _ => "a key that is neither an item's nor a server record's (a damaged key byte)",
+        };
+        c.damaged.push((client_key_shown(k), why));
+    })?;
+    Ok(c)
+}
+
+/// Is the map's item format this build's? `Ok(true)`: it says so;
+/// `Ok(false)`: the map holds no item and no format record (new); an
+/// error: another format ([`StoreError::Format`]).
+fn check_format(kv: &mut dyn Kv) -> Result<bool> {
+    let mut buf = Vec::new();
+    if kv.get_into(META_FORMAT, &mut buf)? {
+        if buf == FORMAT {
+            return Ok(true);
+        }
+        return Err(StoreError::Format {
+            found: format!("format record '{}'", buf.escape_ascii()),
+        });
+    }
+    // No record: a new map, or one the first format filled. Every item
+    // store of that format reserved CAS ids first (`\0cas`), except one
+    // given its CAS by the client (meta E) — hence the scan, which on a
+    // new map sees nothing.
+    let old = || StoreError::Format {
+        found: "item format 1 (no checksum, no format record)".into(),
+    };
+    if kv.get_into(META_CAS, &mut buf)? {
+        return Err(old());
+    }
+    let mut any = false;
+    kv.scan_prefix(b"k", &mut |_, _| any = true)?;
+    if any {
+        return Err(old());
+    }
+    Ok(false)
 }
 
 /// An expiry as stored: 0 = never, 1 = long ago (already expired).
@@ -435,6 +594,9 @@ pub struct Shared {
     pub log: crate::observe::Log,
     /// Items by memcached slab class (`stats slabs`, `stats items`).
     pub slabs: slabs::SlabStats,
+    /// Reads verify each item's checksum (always, but for the measurement
+    /// of what verifying costs: [`Shared::set_verify`]).
+    verify: AtomicBool,
 }
 
 /// Counters for `stats` (volatile, since start). `curr_items` and `bytes`
@@ -519,7 +681,13 @@ impl Shared {
     /// Load the persisted CAS mark and flush marker through `kv` (one
     /// thread, before serving). Two reads: the items are counted later, by
     /// [`Cache::seed_all`] or the server's background scan.
+    /// Refuses a map of another item format ([`StoreError::Format`]); on
+    /// a new map, durably records this build's ([`META_FORMAT`]) before
+    /// any item is written.
     pub fn open(kv: &mut dyn Kv, max_item_size: usize) -> Result<Shared> {
+        if !check_format(kv)? {
+            kv.put_now(META_FORMAT, &FORMAT)?;
+        }
         let mut buf = Vec::new();
         let mark = if kv.get_into(META_CAS, &mut buf)? {
             read_u64(&buf, 0).ok_or(StoreError::Corrupt("CAS mark"))?
@@ -549,7 +717,20 @@ impl Shared {
             detail: Default::default(),
             log: Default::default(),
             slabs: Default::default(),
+            verify: AtomicBool::new(true),
         })
+    }
+
+    /// Do reads verify item checksums? (True unless turned off.)
+    pub fn verifies(&self) -> bool {
+        self.verify.load(Relaxed)
+    }
+
+    /// Turn checksum verification on reads off or on: only for measuring
+    /// its cost (the bench); a server never turns it off, and items are
+    /// written with their checksum either way.
+    pub fn set_verify(&self, on: bool) {
+        self.verify.store(on, Relaxed);
     }
 
     /// `n` shards will be seeded by a background scan.
@@ -797,6 +978,20 @@ pub struct Cache<'s, K> {
     /// The last [`Cache::load`] removed an expired item (a store that
     /// follows reuses its room: memcached's `reclaimed`).
     found_expired: bool,
+    /// A planted bug (the crash checks show they catch it).
+    fault: ItemFault,
+}
+
+/// A bug the crash checks plant in item writes ([`Cache::plant`]) to show
+/// that `ferrite check server-items` catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ItemFault {
+    #[default]
+    None,
+    /// The item is first written with a zero checksum and the checksum
+    /// in a second durable write, as if it were computed after the item's
+    /// fence: a crash between leaves an item that does not verify.
+    ChecksumLate,
 }
 
 /// Bytes an item charges against the memory limit: its map key, header
@@ -836,7 +1031,14 @@ impl<'s, K: Kv> Cache<'s, K> {
             published: (0, 0),
             published_classes: vec![(0, 0); slabs::CLASSES],
             found_expired: false,
+            fault: ItemFault::None,
         }
+    }
+
+    /// Plant `f` in this handle's item writes (the crash checks only).
+    #[doc(hidden)]
+    pub fn plant(&mut self, f: ItemFault) {
+        self.fault = f;
     }
 
     /// A key (as in the map, with its `k` prefix) the start-up scan found,
@@ -942,7 +1144,12 @@ impl<'s, K: Kv> Cache<'s, K> {
         if !self.kv.get_into(&self.key, &mut self.buf)? {
             return Ok(None);
         }
-        let it = Item::decode(&self.buf)?;
+        let mut it = if self.shared.verifies() {
+            Item::decode_header(&self.key, &self.buf)?
+        } else {
+            Item::decode_header_unverified(&self.key, &self.buf)?
+        };
+        it.data = self.buf[HEADER..].to_vec();
         let ch = charge(self.key.len(), self.buf.len());
         let expired = it.expired(now);
         self.found_expired = expired;
@@ -995,7 +1202,13 @@ impl<'s, K: Kv> Cache<'s, K> {
     fn write(&mut self, it: &Item) -> Result<()> {
         let ch = charge(self.key.len(), HEADER + it.data.len());
         self.make_room(ch)?;
-        it.encode(&mut self.buf);
+        it.encode(&self.key, &mut self.buf);
+        if self.fault == ItemFault::ChecksumLate {
+            let whole = self.buf.clone();
+            self.buf[CRC_AT..HEADER].fill(0);
+            self.kv.put(&self.key, &self.buf)?;
+            self.buf = whole;
+        }
         let mut evicted = 0;
         loop {
             match self.kv.put(&self.key, &self.buf) {
@@ -1148,7 +1361,16 @@ impl<K: Kv> Store for Cache<'_, K> {
         let new_cas = opts.new_cas;
         self.map_key(key);
         self.found_expired = false;
-        let old = self.load(now)?;
+        let old = match self.load(now) {
+            // A plain set replaces a damaged item: the old one is not
+            // read (a client's way to repair a key).
+            Err(StoreError::Damaged { .. })
+                if mode == StoreMode::Set && cas.is_none_or(|c| c == 0) =>
+            {
+                None
+            }
+            r => r?,
+        };
         if std::mem::take(&mut self.found_expired) {
             let ch = charge(self.key.len(), HEADER + data.len());
             self.shared.slabs.reclaimed[slabs::class_of(ch)].fetch_add(1, Relaxed);
@@ -1241,7 +1463,20 @@ impl<K: Kv> Store for Cache<'_, K> {
         now: u64,
     ) -> Result<DeleteOutcome> {
         self.map_key(key);
-        let Some(mut it) = self.load(now)? else {
+        let found = match self.load(now) {
+            // A plain delete removes a damaged item unread (a client's
+            // way to repair a key); one with a CAS or a meta mode needs
+            // the item and reports it damaged.
+            Err(StoreError::Damaged { .. })
+                if cas.is_none_or(|c| c == 0) && !opts.invalidate && !opts.drop_value =>
+            {
+                bump(&self.shared.stats.delete_hits);
+                self.remove()?;
+                return Ok(DeleteOutcome::Deleted);
+            }
+            r => r?,
+        };
+        let Some(mut it) = found else {
             bump(&self.shared.stats.delete_misses);
             return Ok(DeleteOutcome::NotFound);
         };

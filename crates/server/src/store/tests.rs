@@ -89,15 +89,59 @@ fn item_roundtrips_and_short_values_are_corrupt() {
         data: b"xyz".to_vec(),
     };
     let mut b = Vec::new();
-    it.encode(&mut b);
+    it.encode(b"kkey", &mut b);
     assert_eq!(b.len(), HEADER + 3);
     assert_eq!(&b[0..4], &7u32.to_le_bytes());
     assert_eq!(&b[12..20], &11u64.to_le_bytes());
-    assert_eq!(Item::decode(&b).unwrap(), it);
-    assert!(matches!(
-        Item::decode(&b[..27]),
-        Err(StoreError::Corrupt(_))
-    ));
+    // The checksum at 28 is CRC32C of the map key, bytes 0..28, the data.
+    let mut covered = b"kkey".to_vec();
+    covered.extend_from_slice(&b[..28]);
+    covered.extend_from_slice(b"xyz");
+    assert_eq!(&b[28..32], &crc32c::crc32c(&covered).to_le_bytes());
+    assert_eq!(Item::decode(b"kkey", &b).unwrap(), it);
+    for short in [0, 27, 31] {
+        assert!(matches!(
+            Item::decode(b"kkey", &b[..short]),
+            Err(StoreError::Damaged { .. })
+        ));
+    }
+}
+
+/// Every single-bit change of an item's bytes (header, checksum, data) or
+/// of its key is caught by the checksum: a typed error naming the key,
+/// never the item.
+#[test]
+fn every_flipped_bit_of_an_item_or_its_key_is_damage() {
+    let it = Item {
+        flags: 0xdead,
+        exptime: NOW + 60,
+        cas: 77,
+        time: NOW,
+        stale: true,
+        token_sent: false,
+        data: b"some value bytes".to_vec(),
+    };
+    let key = b"kk\x01y".to_vec();
+    let mut b = Vec::new();
+    it.encode(&key, &mut b);
+    assert_eq!(Item::decode(&key, &b).unwrap(), it);
+    for bit in 0..b.len() * 8 {
+        let mut bad = b.clone();
+        bad[bit / 8] ^= 1 << (bit % 8);
+        match Item::decode(&key, &bad) {
+            Err(StoreError::Damaged { key: k, .. }) => assert_eq!(k, "k\\x01y"),
+            other => panic!("bit {bit}: {other:?}"),
+        }
+    }
+    for bit in 0..key.len() * 8 {
+        let mut other_key = key.clone();
+        other_key[bit / 8] ^= 1 << (bit % 8);
+        assert!(Item::decode(&other_key, &b).is_err(), "key bit {bit}");
+    }
+    let e = Item::decode(&key, &b[..HEADER - 1])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "damaged item 'k\\x01y': shorter than its header");
 }
 
 #[test]
@@ -381,7 +425,7 @@ fn a_group_reads_its_own_writes_and_applies_them_at_commit() {
     }
     assert!(m.0.contains_key(&b"ka"[..]));
     assert!(!m.0.contains_key(&b"kold"[..]));
-    let it = Item::decode(&m.0[&b"ka"[..]]).unwrap();
+    let it = Item::decode(b"ka", &m.0[&b"ka"[..]]).unwrap();
     assert_eq!(it.data, b"xy");
 }
 
@@ -442,7 +486,7 @@ fn writes_past_the_budget_evict_the_oldest() {
             assert!(c.get(&key(i), NOW).unwrap().is_none(), "oldest {i} kept");
         }
     }
-    assert_eq!(m.0.len(), 50 + 1, "the items and the CAS mark");
+    assert_eq!(m.0.len(), 50 + 2, "the items, the CAS mark, the format");
     let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
     let mut c = Cache::with_budget(&mut m, &sh, budget, true);
     c.seed_all().unwrap();
@@ -486,7 +530,8 @@ fn a_full_map_evicts_instead_of_failing() {
     }
     let evicted = sh.stats.evictions.load(Relaxed);
     assert!(evicted >= 80, "{evicted}");
-    assert_eq!(sh.items() as usize, m.0.len() - 1);
+    // The map also holds the CAS mark and the format record.
+    assert_eq!(sh.items() as usize, m.0.len() - 2);
     assert_eq!(sh.items() + evicted, 100);
 }
 
@@ -546,7 +591,8 @@ fn a_failed_group_undoes_its_view_and_the_retry_evicts() {
         }
         assert!(c.get(&key(15), NOW).unwrap().is_some());
     }
-    assert_eq!(sh.items() as usize, m.0.len() - 1);
+    // The map also holds the CAS mark and the format record.
+    assert_eq!(sh.items() as usize, m.0.len() - 2);
     assert_eq!(sh.items() + sh.stats.evictions.load(Relaxed), 16);
 }
 
@@ -875,34 +921,186 @@ fn stale_and_win_survive_a_restart() {
     );
 }
 
-/// Items written before the state byte existed (an 8-byte stored-at) read
-/// unchanged; unknown state bits are corruption, not a panic.
+/// Unknown state bits are damage, not a panic; marked state roundtrips.
 #[test]
-fn old_format_items_read_and_unknown_state_bits_are_corrupt() {
+fn unknown_state_bits_are_damage() {
+    let it = Item {
+        flags: 7,
+        exptime: 0,
+        cas: 99,
+        time: NOW,
+        stale: false,
+        token_sent: false,
+        data: b"val".to_vec(),
+    };
+    let mut re = Vec::new();
+    let mut marked = it.clone();
+    marked.stale = true;
+    marked.token_sent = true;
+    marked.encode(b"kx", &mut re);
+    assert_eq!(re[27], 3);
+    assert_eq!(Item::decode(b"kx", &re).unwrap(), marked);
+    for bit in 2..8 {
+        let mut bad = Item {
+            stale: false,
+            token_sent: false,
+            ..marked.clone()
+        };
+        bad.data = b"val".to_vec();
+        bad.encode(b"kx", &mut re);
+        re[27] = 1 << bit;
+        // Refused before the checksum is even looked at.
+        assert!(matches!(
+            Item::decode_header_unverified(b"kx", &re),
+            Err(StoreError::Damaged {
+                reason: "unknown item state bits",
+                ..
+            })
+        ));
+    }
+}
+
+/// A map the first item format filled (no checksums, no `\0fmt` record)
+/// is refused with a typed error at open, whether its items reserved CAS
+/// ids (`\0cas`) or were all given theirs by the client; so is a map with
+/// another format record. A new map gets the record before any item.
+#[test]
+fn an_old_format_map_is_refused_and_a_new_one_is_marked() {
     let mut old = Vec::new();
     old.extend_from_slice(&7u32.to_le_bytes());
     old.extend_from_slice(&0u64.to_le_bytes());
     old.extend_from_slice(&99u64.to_le_bytes());
     old.extend_from_slice(&NOW.to_le_bytes());
     old.extend_from_slice(b"val");
-    let it = Item::decode(&old).unwrap();
-    assert_eq!((it.flags, it.cas, it.time), (7, 99, NOW));
-    assert!(!it.stale && !it.token_sent);
-    assert_eq!(it.data, b"val");
-    let mut re = Vec::new();
-    it.encode(&mut re);
-    assert_eq!(re, old, "an unmarked item keeps the old bytes");
-    let mut marked = it.clone();
-    marked.stale = true;
-    marked.token_sent = true;
-    marked.encode(&mut re);
-    assert_eq!(re[27], 3);
-    assert_eq!(Item::decode(&re).unwrap(), marked);
-    for bit in 2..8 {
-        let mut bad = old.clone();
-        bad[27] = 1 << bit;
-        assert!(matches!(Item::decode(&bad), Err(StoreError::Corrupt(_))));
+    let mut m = Mem::default();
+    m.0.insert(b"kfoo".to_vec(), old.clone());
+    let e = Shared::open(&mut &mut m, 1 << 20).unwrap_err();
+    assert!(matches!(e, StoreError::Format { .. }), "{e}");
+    assert!(e.to_string().contains("item format 1"), "{e}");
+    assert!(!m.0.contains_key(META_FORMAT), "the old map was written");
+    m.0.insert(META_CAS.to_vec(), (1u64 << 16).to_le_bytes().to_vec());
+    m.0.remove(&b"kfoo"[..]);
+    assert!(matches!(
+        Shared::open(&mut &mut m, 1 << 20),
+        Err(StoreError::Format { .. })
+    ));
+    let mut m = Mem::default();
+    m.0.insert(META_FORMAT.to_vec(), b"FRSRVIT9".to_vec());
+    let e = Shared::open(&mut &mut m, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("FRSRVIT9"), "{e}");
+    let mut m = Mem::default();
+    Shared::open(&mut &mut m, 1 << 20).unwrap();
+    assert_eq!(m.0[META_FORMAT], FORMAT);
+    Shared::open(&mut &mut m, 1 << 20).unwrap();
+}
+
+/// A damaged item: every command that reads it gets the typed error
+/// naming the key (get, gat, meta get, append, cas, incr, delete with a
+/// CAS); other keys are untouched; a plain set or delete repairs it.
+#[test]
+fn a_damaged_item_is_an_error_for_its_key_alone() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    {
+        let mut c = Cache::new(&mut m, &sh);
+        set(&mut c, StoreMode::Set, b"bad", b"12", None);
+        set(&mut c, StoreMode::Set, b"good", b"34", None);
     }
+    let v = m.0.get_mut(&b"kbad"[..]).unwrap();
+    *v.last_mut().unwrap() ^= 0x10;
+    let mut c = Cache::new(&mut m, &sh);
+    let damaged = |r: Result<()>| match r {
+        Err(StoreError::Damaged { key, reason }) => {
+            assert_eq!((key.as_str(), reason), ("bad", "checksum mismatch"))
+        }
+        other => panic!("{other:?}"),
+    };
+    let o = StoreOpts::default();
+    damaged(c.get(b"bad", NOW).map(|_| ()));
+    damaged(c.touch(b"bad", 100, NOW).map(|_| ()));
+    damaged(c.peek(b"bad", NOW).map(|_| ()));
+    damaged(c.meta_get(b"bad", &mg(b""), NOW).map(|_| ()));
+    damaged(
+        c.store(StoreMode::Append, b"bad", 0, 0, b"x", None, &o, NOW)
+            .map(|_| ()),
+    );
+    damaged(
+        c.store(StoreMode::Add, b"bad", 0, 0, b"x", None, &o, NOW)
+            .map(|_| ()),
+    );
+    damaged(
+        c.store(StoreMode::Cas, b"bad", 0, 0, b"x", Some(1), &o, NOW)
+            .map(|_| ()),
+    );
+    damaged(
+        c.store(StoreMode::Set, b"bad", 0, 0, b"x", Some(1), &o, NOW)
+            .map(|_| ()),
+    );
+    let incr = Arith {
+        incr: true,
+        delta: 1,
+        create: None,
+        cas: None,
+        ttl: None,
+        new_cas: None,
+        order: b"",
+    };
+    damaged(c.arith(b"bad", incr, NOW).map(|_| ()));
+    damaged(
+        c.delete(b"bad", Some(1), &DeleteOpts::default(), NOW)
+            .map(|_| ()),
+    );
+    assert_eq!(c.get(b"good", NOW).unwrap().unwrap().data, b"34");
+    // Nothing above wrote over the damage.
+    damaged(c.get(b"bad", NOW).map(|_| ()));
+    assert!(matches!(
+        set(&mut c, StoreMode::Set, b"bad", b"56", None),
+        StoreOutcome::Stored(_)
+    ));
+    assert_eq!(c.get(b"bad", NOW).unwrap().unwrap().data, b"56");
+    let mut n = 0;
+    {
+        let mut kv = &mut m;
+        let r = verify_items(&mut kv).unwrap();
+        assert!(r.damaged.is_empty());
+        n += r.items;
+    }
+    assert_eq!(n, 2);
+    let v = m.0.get_mut(&b"kgood"[..]).unwrap();
+    v[0] ^= 1;
+    {
+        let mut kv = &mut m;
+        let r = verify_items(&mut kv).unwrap();
+        assert_eq!(r.damaged, vec![("good".to_string(), "checksum mismatch")]);
+        assert_eq!(r.items, 1);
+    }
+    let mut c = Cache::new(&mut m, &sh);
+    assert_eq!(
+        c.delete(b"good", None, &DeleteOpts::default(), NOW)
+            .unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert!(c.get(b"good", NOW).unwrap().is_none());
+}
+
+/// With verification off (the cost measurement only) a damaged item's
+/// bytes would be returned: what the checksum guards against.
+#[test]
+fn verification_off_returns_what_the_checksum_would_refuse() {
+    let mut m = Mem::default();
+    let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+    set(
+        &mut Cache::new(&mut m, &sh),
+        StoreMode::Set,
+        b"a",
+        b"xy",
+        None,
+    );
+    *m.0.get_mut(&b"ka"[..]).unwrap().last_mut().unwrap() = b'z';
+    let mut c = Cache::new(&mut m, &sh);
+    assert!(c.get(b"a", NOW).is_err());
+    sh.set_verify(false);
+    assert_eq!(c.get(b"a", NOW).unwrap().unwrap().data, b"xz");
 }
 
 /// `h`: a fetch (meta get without `u`, text get, touch) marks the item; a
