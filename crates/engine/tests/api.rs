@@ -588,7 +588,7 @@ fn writes_inside_a_pop_read_ahead_are_seen_by_the_next_pops() {
         drop(s);
         let mut tx = store.write().unwrap();
         // Pops `(front?, key index, value)` in order, each checked.
-        let mut pops = |tx: &mut ferrite_engine::WriteTxn, want: &[(bool, u32, &str)]| {
+        let pops = |tx: &mut ferrite_engine::WriteTxn, want: &[(bool, u32, &str)]| {
             for &(front, i, v) in want {
                 let got = if front { tx.pop_first() } else { tx.pop_last() }.unwrap();
                 let want = Some((key(i), v.as_bytes().to_vec()));
