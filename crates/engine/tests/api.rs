@@ -32,6 +32,17 @@ fn small(kind: EngineKind) -> StoreOptions {
     o
 }
 
+/// A 16 MiB store of `kind` with [`small`] options, file `name` in `dir`.
+fn small_store(dir: &std::path::Path, name: &str, kind: EngineKind) -> Store {
+    Store::create_file(dir.join(name), 16 << 20, &small(kind)).unwrap()
+}
+
+/// Asserts that the whole store holds exactly the model's pairs.
+fn assert_store_is(store: &Store, m: &Model, what: &str) {
+    let got: Vec<_> = store.range(KeyRange::all()).map(Result::unwrap).collect();
+    assert_eq!(got, model_range(m, &KeyRange::all()), "{what}");
+}
+
 fn key(i: u32) -> Vec<u8> {
     format!("k{:05}", i).into_bytes()
 }
@@ -268,12 +279,7 @@ fn ranges_over_keys_sharing_their_first_eight_bytes_match_a_model() {
 fn the_longest_keys_bound_ranges_correctly() {
     let dir = tempfile::tempdir().unwrap();
     for kind in EngineKind::ALL {
-        let store = Store::create_file(
-            dir.path().join(format!("{kind}.pool")),
-            16 << 20,
-            &small(kind),
-        )
-        .unwrap();
+        let store = small_store(dir.path(), &format!("{kind}.pool"), kind);
         let mut keys: Vec<Vec<u8>> = Vec::new();
         for b in [0x01u8, 0x7f, 0xfe, 0xff] {
             keys.push(vec![b; ferrite_engine::MAX_KEY]);
@@ -487,14 +493,7 @@ fn a_write_transaction_reads_its_own_writes_and_commits_them_at_once() {
         );
         drop(snap);
         tx.commit().unwrap();
-        assert_eq!(
-            store
-                .range(KeyRange::all())
-                .map(Result::unwrap)
-                .collect::<Vec<_>>(),
-            model_range(&m, &KeyRange::all()),
-            "{kind}"
-        );
+        assert_store_is(&store, &m, &format!("{kind}"));
         assert_eq!(store.len().unwrap(), m.len() as u64, "{kind}: len");
         // An aborted transaction applies nothing.
         let mut tx = store.write().unwrap();
@@ -543,14 +542,7 @@ fn retain_extract_if_and_pop_are_one_transaction() {
             let i: u32 = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
             !((i < 200 && !even(v)) || i == 0 || i == 499)
         });
-        assert_eq!(
-            store
-                .range(KeyRange::all())
-                .map(Result::unwrap)
-                .collect::<Vec<_>>(),
-            model_range(&m, &KeyRange::all()),
-            "{kind}"
-        );
+        assert_store_is(&store, &m, &format!("{kind}"));
         assert_eq!(store.len().unwrap(), 398, "{kind}");
     }
 }
@@ -575,12 +567,7 @@ fn pops_mixed_with_writes_match_a_model() {
 fn writes_inside_a_pop_read_ahead_are_seen_by_the_next_pops() {
     let dir = tempfile::tempdir().unwrap();
     for kind in EngineKind::ALL {
-        let store = Store::create_file(
-            dir.path().join(format!("ahead-{kind}.pool")),
-            16 << 20,
-            &small(kind),
-        )
-        .unwrap();
+        let store = small_store(dir.path(), &format!("ahead-{kind}.pool"), kind);
         let mut s = store.session().unwrap();
         for i in (0..40u32).step_by(2) {
             s.put(&key(i), b"v").unwrap();
@@ -631,12 +618,7 @@ fn writes_inside_a_pop_read_ahead_are_seen_by_the_next_pops() {
 fn puts_after_removals_win_at_the_commit_and_removals_after_puts_too() {
     let dir = tempfile::tempdir().unwrap();
     for kind in EngineKind::ALL {
-        let store = Store::create_file(
-            dir.path().join(format!("removed-{kind}.pool")),
-            16 << 20,
-            &small(kind),
-        )
-        .unwrap();
+        let store = small_store(dir.path(), &format!("removed-{kind}.pool"), kind);
         let mut m = Model::new();
         let mut s = store.session().unwrap();
         for i in 0..200u32 {
@@ -669,14 +651,7 @@ fn puts_after_removals_win_at_the_commit_and_removals_after_puts_too() {
         tx.put(&key(40), b"after-extract").unwrap();
         m.insert(key(40), b"after-extract".to_vec());
         tx.commit().unwrap();
-        assert_eq!(
-            store
-                .range(KeyRange::all())
-                .map(Result::unwrap)
-                .collect::<Vec<_>>(),
-            model_range(&m, &KeyRange::all()),
-            "{kind}"
-        );
+        assert_store_is(&store, &m, &format!("{kind}"));
     }
 }
 
@@ -685,12 +660,7 @@ fn puts_after_removals_win_at_the_commit_and_removals_after_puts_too() {
 /// first/last, then pops until the table is empty; the transaction
 /// matches a model throughout and after its commit.
 fn pops_against_a_model(kind: EngineKind, dir: &std::path::Path, seed: u64) {
-    let store = Store::create_file(
-        dir.join(format!("pops-{kind}-{seed}.pool")),
-        16 << 20,
-        &small(kind),
-    )
-    .unwrap();
+    let store = small_store(dir, &format!("pops-{kind}-{seed}.pool"), kind);
     let mut m = Model::new();
     let mut s = store.session().unwrap();
     for i in (0..3000u32).step_by(2) {
@@ -770,14 +740,7 @@ fn pops_against_a_model(kind: EngineKind, dir: &std::path::Path, seed: u64) {
         if step == 200 {
             // Commit what was popped so far in a new transaction's view.
             tx.commit().unwrap();
-            assert_eq!(
-                store
-                    .range(KeyRange::all())
-                    .map(Result::unwrap)
-                    .collect::<Vec<_>>(),
-                model_range(&m, &KeyRange::all()),
-                "{kind}: after the first commit"
-            );
+            assert_store_is(&store, &m, &format!("{kind}: after the first commit"));
             tx = store.write().unwrap();
         }
     }
@@ -792,12 +755,7 @@ fn pops_against_a_model(kind: EngineKind, dir: &std::path::Path, seed: u64) {
 fn blind_puts_in_a_transaction_keep_the_last_value_of_a_key() {
     let dir = tempfile::tempdir().unwrap();
     for kind in EngineKind::ALL {
-        let store = Store::create_file(
-            dir.path().join(format!("blind-{kind}.pool")),
-            16 << 20,
-            &small(kind),
-        )
-        .unwrap();
+        let store = small_store(dir.path(), &format!("blind-{kind}.pool"), kind);
         let mut m = Model::new();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         for round in 0..3 {
@@ -817,14 +775,7 @@ fn blind_puts_in_a_transaction_keep_the_last_value_of_a_key() {
                 }
             }
             tx.commit().unwrap();
-            assert_eq!(
-                store
-                    .range(KeyRange::all())
-                    .map(Result::unwrap)
-                    .collect::<Vec<_>>(),
-                model_range(&m, &KeyRange::all()),
-                "{kind} round {round}"
-            );
+            assert_store_is(&store, &m, &format!("{kind} round {round}"));
         }
     }
 }

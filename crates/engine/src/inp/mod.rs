@@ -1662,14 +1662,9 @@ impl Src for WSrc<'_> {
             // descends once per key: copying 8 KiB per level was most of
             // a large batch's time).
             Some(s) if tree::u32_at(&s.buf, 8) != tree::MAGIC_LEAF => {
-                let (n, _) = tree::inner_hdr(&s.buf, off)?;
-                let i = pick(&s.buf, n)?;
-                Ok(Some((i, tree::inner_child_at(&s.buf, i), n)))
+                tree::pick_in(&s.buf, off, pick).map(Some)
             }
-            Some(_) => {
-                self.load(off, b)?;
-                Ok(None)
-            }
+            Some(_) => tree::pick_by_load(self, off, b, pick),
             None => self.geo.pick(off, b, pick),
         }
     }
@@ -2123,12 +2118,16 @@ fn get_locked(
     }
 }
 
+/// Tuples a scan asks the CPU to fetch ahead of reading them.
+const PREFETCH_TUPLES: usize = 16;
+/// Bytes of each such tuple fetched: three cache lines, a header, a
+/// 24-byte key and a 150-byte value (redb's shapes); longer tuples miss
+/// on their rest.
+const PREFETCH_BYTES: usize = 192;
+
 /// Up to `limit` pairs with keys `>= from` (ascending), or with keys below
 /// `upto` (descending, `back`); the caller holds `eng.rw` (read). Every
 /// node and tuple visited is verified.
-/// Tuples a scan asks the CPU to fetch ahead of reading them.
-const PREFETCH_TUPLES: usize = 16;
-
 fn scan_dir(
     eng: &Inp,
     from: &[u8],
@@ -2191,7 +2190,7 @@ fn scan_dir(
         };
         for j in skip..(skip + ahead).min(count) {
             let (_, t) = bufs.order[if back { count - 1 - j } else { j }];
-            g.prefetch_tuple(t, 192);
+            g.prefetch_tuple(t, PREFETCH_BYTES);
         }
         for j in 0..count {
             let (p, t) = bufs.order[if back { count - 1 - j } else { j }];

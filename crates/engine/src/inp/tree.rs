@@ -469,13 +469,32 @@ pub(crate) trait Src {
         b: &mut NodeBuf,
         pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
     ) -> Result<Option<(usize, u64, usize)>> {
-        match self.load(off, b)? {
-            Node::Leaf => Ok(None),
-            Node::Inner(n) => {
-                let i = pick(&b[..], n)?;
-                Ok(Some((i, inner_child_at(&b[..], i), n)))
-            }
-        }
+        pick_by_load(self, off, b, pick)
+    }
+}
+
+/// [`Src::pick`] on the inner node whose verified bytes are `b` (at
+/// their offsets): `(index, child, n)`.
+pub(crate) fn pick_in(
+    b: &[u8],
+    off: u64,
+    pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
+) -> Result<(usize, u64, usize)> {
+    let (n, _) = inner_hdr(b, off)?;
+    let i = pick(b, n)?;
+    Ok((i, inner_child_at(b, i), n))
+}
+
+/// [`Src::pick`] through [`Src::load`]: the node copied into `b` first.
+pub(crate) fn pick_by_load<S: Src + ?Sized>(
+    s: &S,
+    off: u64,
+    b: &mut NodeBuf,
+    pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
+) -> Result<Option<(usize, u64, usize)>> {
+    match s.load(off, b)? {
+        Node::Leaf => Ok(None),
+        Node::Inner(_) => pick_in(&b[..], off, pick).map(Some),
     }
 }
 
@@ -508,17 +527,9 @@ impl Src for Geo {
         {
             // The copy was verified when cached: searched where it lies,
             // not copied out first (most of a read's time otherwise).
-            let (n, _) = inner_hdr(c, off)?;
-            let i = pick(c, n)?;
-            return Ok(Some((i, inner_child_at(c, i), n)));
+            return pick_in(c, off, pick).map(Some);
         }
-        match self.load(off, b)? {
-            Node::Leaf => Ok(None),
-            Node::Inner(n) => {
-                let i = pick(&b[..], n)?;
-                Ok(Some((i, inner_child_at(&b[..], i), n)))
-            }
-        }
+        pick_by_load(self, off, b, pick)
     }
 }
 
