@@ -53,6 +53,7 @@
 
 use crate::disk::Disk;
 use crate::error::{CacheError, Result};
+use crate::fault::Fault;
 use crate::format::{BITS_PER_PAGE, Entry, Geometry, PAGE, SUPERBLOCK, SlotState, TxWord};
 use ferrite_pmem::{LockHeld, Region};
 use parking_lot::{Mutex, MutexGuard};
@@ -62,21 +63,6 @@ use std::cell::RefCell;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Bugs that can be planted to show the crash check catches them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// Commit step 1 skipped: the commit point is persisted before the
-    /// copies are durable.
-    CommitBeforeCopy,
-    /// Physical page locks released when the page's last logical lock is
-    /// released, before the transaction commits (2PL, not strict 2PL).
-    /// Also the bench's measurement-only "early release" ablation.
-    EarlyRelease,
-    /// Eviction frees a dirty slot's entry before its page is written to
-    /// the disk and synced (and does not sync at all).
-    EvictBeforeSync,
-}
 
 /// How a cache runs (not persistent: may differ between opens).
 #[derive(Clone, Debug)]
@@ -93,6 +79,9 @@ pub struct CacheOptions {
     /// Sync the disk before a dirty page leaves the cache (off only for the
     /// volatile baseline, whose durability is its write-ahead log).
     pub sync_on_evict: bool,
+    /// A planted bug (crash checks and the bench's early-release ablation
+    /// only; `None` is the real protocol).
+    #[cfg(feature = "checks")]
     pub fault: Option<Fault>,
 }
 
@@ -103,7 +92,24 @@ impl Default for CacheOptions {
             honour_non_tx: true,
             transactions: true,
             sync_on_evict: true,
+            #[cfg(feature = "checks")]
             fault: None,
+        }
+    }
+}
+
+impl CacheOptions {
+    /// The planted bug: always `None` without the `checks` feature, so
+    /// production builds test a constant.
+    #[inline(always)]
+    pub(crate) fn fault(&self) -> Option<Fault> {
+        #[cfg(feature = "checks")]
+        {
+            self.fault
+        }
+        #[cfg(not(feature = "checks"))]
+        {
+            None
         }
     }
 }
@@ -630,7 +636,7 @@ impl Cache {
                 }
                 let s = s as u32;
                 if e.state == SlotState::Dirty {
-                    if self.opts.fault == Some(Fault::EvictBeforeSync) {
+                    if self.opts.fault() == Some(Fault::EvictBeforeSync) {
                         let data = self.region.read_vec(self.geo.slot_off(s), PAGE);
                         self.evict(m, s, e.page);
                         if let Err(err) = m.unlocked(|| self.disk.write(e.page, &data)) {
@@ -1240,7 +1246,7 @@ impl<'c> Session<'c> {
         if st.in_tx {
             if st.writes == 0 {
                 self.commit(&mut st);
-            } else if c.opts.fault == Some(Fault::EarlyRelease) && reads == 0 && writes == 0 {
+            } else if c.opts.fault() == Some(Fault::EarlyRelease) && reads == 0 && writes == 0 {
                 st.held.remove(&page);
                 unlock(&mut c.meta(), page, self.id);
             }
@@ -1278,7 +1284,7 @@ impl<'c> Session<'c> {
         let mut m = c.meta();
         if !st.tx.is_empty() {
             for p in &st.tx {
-                if c.opts.fault != Some(Fault::CommitBeforeCopy) {
+                if c.opts.fault() != Some(Fault::CommitBeforeCopy) {
                     r.flush(g.slot_off(p.new), PAGE);
                 }
                 r.flush(g.entry_off(p.new), 8);

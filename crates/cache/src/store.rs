@@ -74,6 +74,7 @@
 
 use crate::cache::{Cache, Mode, PageGuard, Session};
 use crate::error::{CacheError, Result};
+use crate::fault::StoreFault;
 use crate::format::PAGE;
 use std::fs::File;
 use std::io::Write;
@@ -267,16 +268,6 @@ fn parse_wal_record(b: &[u8], o: usize) -> Option<WalRecord<'_>> {
     let key = &b[o + 2..o + 2 + kl];
     let value = (vb != 0xff).then(|| &b[o + 2 + kl..body]);
     Some((key, value, body + 4))
-}
-
-/// Store-level bugs that can be planted to show the crash check catches
-/// them (never for real use).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreFault {
-    /// A flush empties the immutable memtable in a transaction of its own,
-    /// committed before the transaction that links the new branch: a crash
-    /// between them loses every record of that memtable.
-    EmptyBeforeLink,
 }
 
 /// The store. See the module documentation.
@@ -670,6 +661,7 @@ impl Store {
     }
 
     /// Plants a store-level bug (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn plant(&mut self, fault: Option<StoreFault>) {
         self.fault = fault;
     }

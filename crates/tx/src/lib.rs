@@ -89,6 +89,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+mod fault;
 pub mod format;
 pub mod interval;
 pub mod pool;
@@ -101,7 +102,11 @@ pub mod verify;
 mod tests;
 
 pub use error::{Result, TxError};
-pub use pool::{Fault, Strategy, TxOptions, TxPool};
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+pub use pool::{Strategy, TxOptions, TxPool};
 pub use recovery::TxRecovery;
 pub use registry::{Inputs, PackedArgs, Registry, TxBody, TxFunc, pack_args};
 pub use tx::{Tx, TxStats, TxThread};

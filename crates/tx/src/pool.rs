@@ -1,6 +1,7 @@
 //! Transactional pools: creation, opening (with recovery) and thread slots.
 
 use crate::error::{Result, TxError};
+use crate::fault::Fault;
 use crate::format::{self, MAX_SLOTS, MIN_AREA, Superblock};
 use crate::recovery::{self, TxRecovery};
 use crate::registry::Registry;
@@ -106,31 +107,6 @@ impl TxOptions {
         self.nonce = Some(n);
         self
     }
-}
-
-/// Planted protocol bugs, to show the crash checks catch them. Not part of
-/// the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Undo: a snapshot record is flushed but not fenced before the write.
-    UndoNoFence,
-    /// Redo: writes are applied in place before the redo record is fenced.
-    RedoApplyEarly,
-    /// Clobber: clobbered inputs are not logged (the v_log still is).
-    ClobberNoInputLog,
-    /// Recovery restores clobbered inputs but does not re-execute.
-    NoReexecute,
-    /// Recovery replays REDO records' allocator operations before the heap
-    /// has judged its lane records (`tests/mixed_heap.rs`).
-    RedoBeforeHeap,
-    /// Recovery handles the interrupted transactions of only the lowest
-    /// slot that has any: a recovery written as if one transaction could
-    /// be in flight. Only crashes that catch two slots mid-transaction
-    /// (the interleaved crash checks) can tell.
-    FirstSlotOnly,
 }
 
 /// Where things live, in pool offsets.
@@ -295,7 +271,7 @@ impl TxPool {
     /// interrupted clobber transactions and re-executes them with the
     /// functions in `registry` — whatever strategy wrote the logs.
     pub fn open(pool: &Pool, registry: Registry, strategy: Option<Strategy>) -> Result<TxPool> {
-        TxPool::open_with_fault(pool, registry, strategy, Fault::None)
+        TxPool::open_any(pool, registry, strategy, Fault::None, u64::MAX)
     }
 
     /// [`TxPool::open`] with an access limit ([`TxPool::set_access_limit`])
@@ -306,25 +282,35 @@ impl TxPool {
         strategy: Option<Strategy>,
         limit: u64,
     ) -> Result<TxPool> {
-        TxPool::open_inner(pool, registry, strategy, Fault::None, limit)
+        TxPool::open_any(pool, registry, strategy, Fault::None, limit)
     }
 
     /// [`TxPool::open`] with a planted bug that stays active for the
-    /// pool's lifetime. Not part of the supported API.
-    #[doc(hidden)]
+    /// pool's lifetime (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn open_with_fault(
         pool: &Pool,
         registry: Registry,
         strategy: Option<Strategy>,
         fault: Fault,
     ) -> Result<TxPool> {
-        TxPool::open_inner(pool, registry, strategy, fault, u64::MAX)
+        TxPool::open_any(pool, registry, strategy, fault, u64::MAX)
     }
 
-    /// [`TxPool::open_with_fault`] with an access limit. Not part of the
-    /// supported API.
-    #[doc(hidden)]
+    /// [`TxPool::open_with_fault`] with an access limit
+    /// ([`TxPool::open_limited`]) (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn open_inner(
+        pool: &Pool,
+        registry: Registry,
+        strategy: Option<Strategy>,
+        fault: Fault,
+        limit: u64,
+    ) -> Result<TxPool> {
+        TxPool::open_any(pool, registry, strategy, fault, limit)
+    }
+
+    fn open_any(
         pool: &Pool,
         registry: Registry,
         strategy: Option<Strategy>,

@@ -164,7 +164,7 @@ impl Found {
         self.max_epoch[slot as usize] + 2
     }
 
-    /// [`crate::Fault::FirstSlotOnly`]: forgets every interrupted
+    /// [`crate::fault::Fault::FirstSlotOnly`]: forgets every interrupted
     /// transaction outside the lowest slot that has one.
     pub fn keep_first_slot_only(&mut self) {
         if let Some(first) = self.cands.iter().map(|c| c.slot).min() {

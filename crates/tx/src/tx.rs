@@ -76,9 +76,10 @@
 //! fence as the clobber entries.
 
 use crate::error::{Result, TxError};
+use crate::fault::Fault;
 use crate::format::{self, Kind, RecHead};
 use crate::interval::{Ranges, ReadSet};
-use crate::pool::{Fault, Strategy, TxPool};
+use crate::pool::{Strategy, TxPool};
 use crate::registry::{Inputs, TxFunc};
 use ferrite_alloc::{AllocThread, HeapThread, MetaOp, OpKind, PAllocator, Publish, Reservation};
 use ferrite_pmem::POff;

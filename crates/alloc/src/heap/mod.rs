@@ -224,9 +224,16 @@
 
 mod format;
 pub(crate) use format::MAGIC;
+mod fault;
 mod thread;
 
 pub use thread::HeapThread;
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
 
 use crate::class::{CLASSES, NUM_CLASSES};
 use crate::error::{AllocError, Result};
@@ -243,34 +250,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
-
-/// Planted protocol bugs, to show the crash checks catch them. Not part of
-/// the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Publish flushes its lane record but does not fence before applying.
-    NoLogFence,
-    /// Publish never writes the marker of a completed record.
-    NoMarker,
-    /// Recovery does not replay committed records.
-    NoReplay,
-    /// Publishes make durable only the pending markers their own thread
-    /// wrote: the guarantee before markers were flushed across threads (a
-    /// marker durable only at its own thread's next fence).
-    LocalMarkers,
-    /// The writer flushes its marker at once (no fence), and publishes of
-    /// other threads count on their own fence to complete that flush
-    /// instead of flushing the marker themselves: the protocol before
-    /// markers were flushed across threads. Sound only if a fence completed
-    /// every thread's flushes, so only per-thread fences catch it.
-    UnfencedMarkers,
-    /// A growth stores the new page count without flushing it: the new
-    /// pages are handed out while a crash may still forget they exist.
-    UnpersistedGrowth,
-}
 
 /// How to create a heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -630,13 +609,17 @@ impl Heap {
     /// Opens (recovers) the heap in `region`. See the module documentation
     /// for what is validated and repaired.
     pub fn open(region: Region) -> Result<Heap> {
-        Heap::open_with_fault(region, Fault::None)
+        Heap::open_inner(region, Fault::None)
     }
 
     /// [`Heap::open`] with a planted bug that stays active for the heap's
-    /// lifetime. Not part of the supported API.
-    #[doc(hidden)]
+    /// lifetime (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn open_with_fault(region: Region, fault: Fault) -> Result<Heap> {
+        Heap::open_inner(region, fault)
+    }
+
+    fn open_inner(region: Region, fault: Fault) -> Result<Heap> {
         let t0 = Instant::now();
         if !region.base().is_multiple_of(PAGE) {
             return Err(AllocError::Misaligned {

@@ -178,6 +178,14 @@ pub mod checks;
 
 pub use shared::SharedLog;
 
+mod fault;
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
+
 use ferrite_pmem::{CACHE_LINE, Region};
 use format::{Geometry, HeadSlot, MIN_CAPACITY, SLOT_LEN, Superblock};
 use std::fmt;
@@ -474,29 +482,6 @@ impl LogOptions {
     }
 }
 
-/// Planted protocol bugs, to show the crash checks catch them. Not part of
-/// the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Classic: header and payload are flushed but not fenced before the footer.
-    ClassicNoFirstFence,
-    /// Header: the size slot is persisted before the entry is flushed.
-    HeaderPublishFirst,
-    /// RAWL: recovery ignores the validity bits.
-    RawlNoValidityCheck,
-    /// RAWL: the validity bit keeps its meaning across laps.
-    RawlNoFlip,
-    /// RAWL: recovery leaves valid-looking words of a crashed append in the free space.
-    RawlNoScrub,
-    /// PopLog: recovery does not compare the popcount.
-    PopLogNoPopcountCheck,
-    /// PopLog: recovery leaves what a crashed append wrote in the free space.
-    PopLogNoScrub,
-}
-
 /// The in-memory head: where the oldest retained record starts.
 #[derive(Clone, Copy, Debug)]
 struct Head {
@@ -666,7 +651,6 @@ impl Log {
     }
 
     /// [`Log::recover`] with a planted bug (crash-check tests only).
-    #[doc(hidden)]
     #[cfg(any(test, feature = "checks"))]
     pub fn recover_with_fault(region: Region, fault: Fault) -> Result<Log> {
         Log::recover_inner(region, fault)
@@ -750,7 +734,6 @@ impl Log {
     }
 
     /// Plants a bug in this log's writers (crash-check tests only).
-    #[doc(hidden)]
     #[cfg(any(test, feature = "checks"))]
     pub fn set_fault(&mut self, fault: Fault) {
         self.fault = fault;
