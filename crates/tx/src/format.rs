@@ -487,6 +487,52 @@ pub fn scan_area(area: &Region, slot: u16, nonce: u64, done: u64) -> (Vec<Record
     (recs, pos)
 }
 
+/// Where things live, in pool offsets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub sb: Superblock,
+    /// Pool offset of the root word.
+    pub root_word: u64,
+    /// Heap data pages: the bytes transactions may read and write.
+    pub data_lo: u64,
+    pub data_hi: u64,
+    /// Heap metadata (descriptors): where allocator operations may point.
+    pub meta_lo: u64,
+}
+
+impl Layout {
+    pub fn slot_off(&self, i: u16) -> u64 {
+        self.sb.slot_off(i)
+    }
+
+    /// Pool offset of the group area.
+    pub fn group_off(&self) -> u64 {
+        self.sb.slots_off - GROUP_BYTES as u64
+    }
+
+    /// Pool offset of area `a` of slot `i`.
+    pub fn area_off(&self, i: u16, a: u64) -> u64 {
+        self.slot_off(i) + CACHE_LINE as u64 + a * u64::from(self.sb.area_bytes)
+    }
+
+    /// True when a transaction may touch `off..off+len`.
+    #[inline]
+    pub fn may_touch(&self, off: u64, len: u64) -> bool {
+        match off.checked_add(len) {
+            Some(end) => {
+                (off >= self.data_lo && end <= self.data_hi)
+                    || (off >= self.root_word && end <= self.root_word + 8)
+            }
+            None => false,
+        }
+    }
+
+    /// True when an allocator operation may target word `off`.
+    pub fn op_target_ok(&self, off: u64) -> bool {
+        off.is_multiple_of(8) && off >= self.meta_lo && off + 8 <= self.data_lo
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

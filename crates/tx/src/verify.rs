@@ -24,10 +24,10 @@
 //! 4. recovery itself, on the copy (a failure is a finding, with its
 //!    error), and the heap's own lane recovery inside it.
 
+use crate::format::Layout;
 use crate::format::{self, Kind, Superblock};
-use crate::pool::{Layout, TxPool};
 use crate::recovery::{self, TxRecovery};
-use crate::registry::Registry;
+use crate::tx::{Registry, TxPool};
 use ferrite_alloc::verify::{self as av, HeapFinding};
 use ferrite_pmem::{CACHE_LINE, Pool, Region};
 
