@@ -47,12 +47,22 @@ pub const MEDIA_BLOCK: usize = 256;
 /// A snapshot of one thread's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
+    /// Flush instructions issued, one per line per flush call, repeats
+    /// included.
     pub flush_insns: u64,
+    /// Distinct cache lines written back per fence epoch (a line flushed
+    /// twice before one fence counts once).
     pub lines_flushed: u64,
+    /// Persist fences (`sfence`, or the `msync` standing for it).
     pub fences: u64,
+    /// Bytes written with non-temporal stores.
     pub nt_bytes: u64,
+    /// `msync(2)` calls.
     pub msync_calls: u64,
+    /// Bytes those calls covered, rounded out to pages.
     pub msync_bytes: u64,
+    /// Distinct 256-byte media blocks ([`MEDIA_BLOCK`]) made durable per
+    /// fence epoch: the write-amplification predictor.
     pub blocks_written: u64,
 }
 
@@ -119,11 +129,17 @@ impl Sub for Counters {
 /// Counter deltas divided by an operation count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PerOp {
+    /// [`Counters::flush_insns`] per operation.
     pub flush_insns: f64,
+    /// [`Counters::lines_flushed`] per operation.
     pub lines_flushed: f64,
+    /// [`Counters::fences`] per operation.
     pub fences: f64,
+    /// [`Counters::nt_bytes`] per operation.
     pub nt_bytes: f64,
+    /// [`Counters::msync_calls`] per operation.
     pub msync_calls: f64,
+    /// [`Counters::blocks_written`] per operation.
     pub blocks_written: f64,
 }
 

@@ -36,7 +36,11 @@ pub enum Domain {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashModel {
     /// Durable image plus any subset of in-flight units of the given size.
-    InFlight { unit: usize },
+    InFlight {
+        /// Bytes that reach the medium whole or not at all (64 for cache
+        /// lines, 8 under 8-byte tearing, the page size under `msync`).
+        unit: usize,
+    },
     /// The live image at the crash point survives whole.
     LiveImage,
     /// Nothing survives: the pool is not persistent.
@@ -44,6 +48,7 @@ pub enum CrashModel {
 }
 
 impl Domain {
+    /// Every domain, in code order (1..=6).
     pub const ALL: [Domain; 6] = [
         Domain::Adr,
         Domain::Eadr,
@@ -65,6 +70,7 @@ impl Domain {
         }
     }
 
+    /// The domain whose [`Domain::name`] is `s`; `None` for any other string.
     pub fn parse(s: &str) -> Option<Domain> {
         Domain::ALL.into_iter().find(|d| d.name() == s)
     }
@@ -81,6 +87,8 @@ impl Domain {
         }
     }
 
+    /// The domain whose [`Domain::code`] is `c`; `None` for an unknown code
+    /// (a header from a newer build, or damage).
     pub fn from_code(c: u32) -> Option<Domain> {
         Domain::ALL.into_iter().find(|d| d.code() == c)
     }

@@ -438,10 +438,12 @@ impl Mapping {
         self.len
     }
 
+    /// True when the mapping reserves no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// How the bytes are backed, which decides the domains they support.
     pub fn kind(&self) -> MapKind {
         self.kind
     }
@@ -550,6 +552,8 @@ impl Mapping {
             .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
+    /// Atomic fetch-and-add at an 8-aligned offset; returns the previous
+    /// value (wrapping on overflow).
     #[inline]
     #[track_caller]
     pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
@@ -678,8 +682,11 @@ pub fn line_span(addr: usize, len: usize) -> (usize, usize) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("access {off}..{} outside {size}-byte range", off.saturating_add(*len))]
 pub struct OutOfBounds {
+    /// First byte of the access.
     pub off: usize,
+    /// Bytes of the access.
     pub len: usize,
+    /// Bytes of the mapping or region it fell outside of.
     pub size: usize,
 }
 
