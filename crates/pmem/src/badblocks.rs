@@ -124,7 +124,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BadBlocksError + '_ {
 }
 
 /// Parses a `badblocks` attribute: `(first sector, sectors)` per line.
-pub fn parse_list(text: &str, path: &Path) -> Result<Vec<(u64, u64)>, BadBlocksError> {
+pub(crate) fn parse_list(text: &str, path: &Path) -> Result<Vec<(u64, u64)>, BadBlocksError> {
     let bad = |line: &str| BadBlocksError::Parse {
         path: path.to_path_buf(),
         line: line.to_string(),
@@ -195,7 +195,7 @@ fn clip(mut r: Vec<(u64, u64)>, pool_len: u64) -> Vec<BadRange> {
 
 /// Maps device byte ranges to file offsets through the file's `extents`,
 /// clipped to the pool's `pool_len` bytes.
-pub fn map_extents(dev: &[(u64, u64)], extents: &[Extent], pool_len: u64) -> Vec<BadRange> {
+pub(crate) fn map_extents(dev: &[(u64, u64)], extents: &[Extent], pool_len: u64) -> Vec<BadRange> {
     let mut out = Vec::new();
     for &(a, b) in dev {
         for e in extents {
@@ -258,7 +258,7 @@ pub fn devdax_ranges(
 /// The bad-block list of the block device `MAJ:MIN` holding a file
 /// (fsdax), as byte ranges of that device (a partition's own bytes), and
 /// the file read; `None` when sysfs lists none.
-pub fn block_ranges(
+pub(crate) fn block_ranges(
     probe: &Probe,
     major: u32,
     minor: u32,

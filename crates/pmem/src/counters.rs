@@ -24,14 +24,14 @@
 //! Bookkeeping. Every flush and fence of every component passes through
 //! here, so the work is kept small. A thread's open epoch is a few line
 //! ranges (and ranges of media blocks made durable without a flush) held
-//! inline in its thread-local, in flush order ([`InlineSet`]): a flush
+//! inline in its thread-local, in flush order (`InlineSet`): a flush
 //! extends the last range or fills the next slot, with no heap and no
 //! borrow flag (about 25 instructions with the thread-local access). The
 //! fence sorts the few ranges and counts distinct lines and blocks in one
 //! walk (a few dozen instructions a range). An epoch of more distinct
 //! ranges than fit inline (thousands of scattered flushes sharing one
 //! fence) spills to a heap list that is merged O(log n) times
-//! ([`EpochSet`]); one flush however large is a single range.
+//! (`EpochSet`); one flush however large is a single range.
 //!
 //! Reading a [`Counters::snapshot`] is a handful of thread-local loads and
 //! the count of the open epoch, as at a fence; take one before and after an

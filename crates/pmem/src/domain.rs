@@ -189,7 +189,7 @@ fn read_sysfs_persistence_domain(dir: &Path) -> Option<String> {
 
 /// The domain named by `FERRITE_DOMAIN`, if set. An unparsable value is an
 /// error rather than silently ignored.
-pub fn domain_from_env() -> Result<Option<Domain>, String> {
+pub(crate) fn domain_from_env() -> Result<Option<Domain>, String> {
     match std::env::var(DOMAIN_ENV) {
         Ok(v) if !v.is_empty() => v
             .parse()
@@ -201,7 +201,7 @@ pub fn domain_from_env() -> Result<Option<Domain>, String> {
 
 /// The flush instruction to use: `FERRITE_FLUSH` if set and supported, else the
 /// best the CPU has.
-pub fn flush_kind_from_env() -> Result<Option<FlushKind>, String> {
+pub(crate) fn flush_kind_from_env() -> Result<Option<FlushKind>, String> {
     match std::env::var(FLUSH_ENV) {
         Ok(v) if !v.is_empty() => {
             let k = FlushKind::parse(&v).ok_or_else(|| {

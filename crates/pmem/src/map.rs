@@ -151,7 +151,7 @@ impl Mapping {
     /// Maps `len` bytes of `file` shared. Tries `MAP_SYNC` first when
     /// `try_sync`; falls back to a plain shared mapping where the file system
     /// refuses it (`EOPNOTSUPP`/`EINVAL`), as `pmem_map_file` does.
-    pub fn map_file(file: &File, len: usize, try_sync: bool) -> io::Result<Mapping> {
+    pub(crate) fn map_file(file: &File, len: usize, try_sync: bool) -> io::Result<Mapping> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -213,7 +213,7 @@ impl Mapping {
     /// up to `reserve` without moving it. `MAP_SYNC` is tried first when
     /// `try_sync`, as in [`map_file`](Self::map_file). Both lengths must be
     /// multiples of [`PAGE`].
-    pub fn map_file_growable(
+    pub(crate) fn map_file_growable(
         file: &File,
         len: usize,
         reserve: usize,
@@ -292,7 +292,7 @@ impl Mapping {
     /// accessible and up to `len` can become so by [`grow_to`](Self::grow_to)
     /// (in-memory and simulated growable pools). The whole range is
     /// reserved with `MAP_NORESERVE`: untouched pages cost nothing.
-    pub fn anonymous_growable(mapped: usize, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn anonymous_growable(mapped: usize, len: usize) -> io::Result<Mapping> {
         if mapped == 0 || len < mapped {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -669,7 +669,7 @@ fn nonnull(p: *mut libc::c_void) -> NonNull<u8> {
 
 /// First line address and number of cache lines overlapping `addr..addr+len`.
 #[inline]
-pub fn line_span(addr: usize, len: usize) -> (usize, usize) {
+pub(crate) fn line_span(addr: usize, len: usize) -> (usize, usize) {
     if len == 0 {
         return (addr & !(crate::arch::CACHE_LINE - 1), 0);
     }

@@ -218,7 +218,7 @@ impl Medium {
     /// Tells the simulator (if any) that `off..off+len` is about to be stored
     /// to, and records the store in a persist trace (feature `trace`).
     #[inline(always)]
-    pub fn before_store(&self, off: usize, len: usize) {
+    pub(crate) fn before_store(&self, off: usize, len: usize) {
         self.observe_store(off, len);
         #[cfg(feature = "trace")]
         crate::trace::note(crate::trace::EventKind::Store, self.map.addr(off), len);
@@ -227,7 +227,7 @@ impl Medium {
     /// Records a load of `off..off+len` in a persist trace (feature
     /// `trace`); nothing otherwise.
     #[inline(always)]
-    pub fn before_load(&self, off: usize, len: usize) {
+    pub(crate) fn before_load(&self, off: usize, len: usize) {
         #[cfg(feature = "trace")]
         crate::trace::note(crate::trace::EventKind::Load, self.map.addr(off), len);
         #[cfg(not(feature = "trace"))]
@@ -361,7 +361,7 @@ impl Medium {
     /// Copies `src` to `off` and writes it back, without the final fence
     /// (PMDK's `PMEM_F_MEM_NODRAIN`). Uses non-temporal stores at or above the
     /// threshold in the domains where that helps.
-    pub fn copy_nodrain(&self, off: usize, src: &[u8]) {
+    pub(crate) fn copy_nodrain(&self, off: usize, src: &[u8]) {
         self.observe_store(off, src.len());
         let nt_domain = matches!(
             self.cfg.domain,
@@ -398,7 +398,7 @@ impl Medium {
 
     /// Copies with non-temporal stores regardless of size (the unaligned head
     /// and tail are flushed); durable after the next fence.
-    pub fn copy_nt(&self, off: usize, src: &[u8]) {
+    pub(crate) fn copy_nt(&self, off: usize, src: &[u8]) {
         self.observe_store(off, src.len());
         let nt = !matches!(self.cfg.domain, Domain::Msync | Domain::Volatile);
         self.trace_copy(off, src.len(), nt);

@@ -1,5 +1,5 @@
 //! Persist traces: what each thread asked of the one door (ARCHITECTURE.md,
-//! rule 1), recorded for `ferrite-sim`'s memory-controller model [P4].
+//! rule 1), recorded for `ferrite-sim`'s memory-controller model \[P4\].
 //!
 //! With the cargo feature `trace` the persister and [`Region`](crate::Region)
 //! note, per thread, every load and store made through a region, every flush

@@ -12,10 +12,12 @@ pub struct Inputs<'a> {
 }
 
 impl<'a> Inputs<'a> {
+    /// Inputs of argument bytes `args` and preserved buffers `bufs`.
     pub fn new(args: &'a [u8], bufs: &'a [&'a [u8]]) -> Inputs<'a> {
         Inputs { args, bufs }
     }
 
+    /// The argument bytes (see [`Inputs::arg_u64`] for packed words).
     pub fn args(&self) -> &'a [u8] {
         self.args
     }
@@ -26,6 +28,7 @@ impl<'a> Inputs<'a> {
         self.bufs.get(i).copied().unwrap_or(&[])
     }
 
+    /// Every preserved buffer, in the order the caller named them.
     pub fn bufs(&self) -> &'a [&'a [u8]] {
         self.bufs
     }
@@ -69,7 +72,10 @@ const INLINE_ARGS: usize = 4;
 /// Arguments packed by [`pack_args`].
 #[derive(Clone, Debug)]
 pub enum PackedArgs {
+    /// Up to 4 words in place: the buffer and how many of its bytes
+    /// are used.
     Inline([u8; 8 * INLINE_ARGS], usize),
+    /// More words, on the heap.
     Heap(Vec<u8>),
 }
 

@@ -86,6 +86,7 @@
 //! discipline, and non-determinism that does not change the clobbered
 //! inputs (e.g. in values written to fresh blocks).
 
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod args;

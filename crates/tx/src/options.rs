@@ -22,6 +22,7 @@ pub enum Strategy {
 impl Strategy {
     /// The three failure-atomic strategies.
     pub const LOGGED: [Strategy; 3] = [Strategy::Undo, Strategy::Redo, Strategy::Clobber];
+    /// Every strategy, the failure-atomic ones first.
     pub const ALL: [Strategy; 4] = [
         Strategy::Undo,
         Strategy::Redo,
@@ -29,6 +30,8 @@ impl Strategy {
         Strategy::NoLog,
     ];
 
+    /// Lower-case name (`undo`, `redo`, `clobber`, `nolog`), as the CLI
+    /// and reports spell it.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Undo => "undo",
@@ -38,6 +41,7 @@ impl Strategy {
         }
     }
 
+    /// The strategy whose [`Strategy::name`] is `s`; `None` otherwise.
     pub fn parse(s: &str) -> Option<Strategy> {
         Strategy::ALL.into_iter().find(|x| x.name() == s)
     }
@@ -77,6 +81,8 @@ pub struct TxOptions {
 }
 
 impl TxOptions {
+    /// Options with `strategy` as the default, 8 slots and 256 KiB log
+    /// areas, and a random nonce.
     pub fn new(strategy: Strategy) -> TxOptions {
         TxOptions {
             strategy,
@@ -85,14 +91,18 @@ impl TxOptions {
             nonce: None,
         }
     }
+    /// Sets [`TxOptions::slots`] (checked at create: 1..=64).
     pub fn slots(mut self, n: u16) -> TxOptions {
         self.slots = n;
         self
     }
+    /// Sets [`TxOptions::area_bytes`] (checked at create: a multiple of
+    /// 64, at least 1024).
     pub fn area_bytes(mut self, n: u32) -> TxOptions {
         self.area_bytes = n;
         self
     }
+    /// Fixes the nonce, for byte-identical images across runs.
     pub fn nonce(mut self, n: u64) -> TxOptions {
         self.nonce = Some(n);
         self

@@ -231,11 +231,12 @@ impl TxPool {
         &self.recovery
     }
 
+    /// The functions this open may run and that recovery re-executed.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
-    /// Log slots: threads that can hold a [`TxThread`] at once.
+    /// Log slots: threads that can hold a [`TxThread`](crate::TxThread) at once.
     pub fn slots(&self) -> usize {
         usize::from(self.layout.sb.slots)
     }

@@ -104,6 +104,8 @@ pub struct TxFunc {
     pub id: u32,
     /// For messages.
     pub name: &'static str,
+    /// The code: the same body runs under every strategy and, after a
+    /// crash under clobber logging, again from the logged inputs.
     pub body: TxBody,
 }
 
@@ -114,6 +116,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry.
     pub fn new() -> Registry {
         Registry::default()
     }
@@ -143,6 +146,7 @@ impl Registry {
         Ok(self)
     }
 
+    /// The function registered with `id`, if any.
     pub fn get(&self, id: u32) -> Option<&'static TxFunc> {
         self.funcs
             .binary_search_by_key(&id, |g| g.id)
@@ -192,6 +196,8 @@ pub struct TxStats {
 }
 
 impl TxStats {
+    /// Field-wise `self - o`: the counts between two snapshots of one
+    /// handle (`o` the earlier; panics on underflow in debug builds).
     pub fn sub(&self, o: &TxStats) -> TxStats {
         TxStats {
             txs: self.txs - o.txs,
@@ -207,6 +213,7 @@ impl TxStats {
         }
     }
 
+    /// Field-wise `self + o`: the counts of several handles together.
     pub fn add(&self, o: &TxStats) -> TxStats {
         TxStats {
             txs: self.txs + o.txs,

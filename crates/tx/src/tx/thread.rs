@@ -67,10 +67,12 @@ impl<'p> TxThread<'p> {
         self.slot
     }
 
+    /// The strategy this handle's transactions use (the pool's).
     pub fn strategy(&self) -> Strategy {
         self.strategy
     }
 
+    /// The pool this handle is attached to.
     pub fn pool(&self) -> &'p TxPool {
         self.pool
     }

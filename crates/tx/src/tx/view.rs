@@ -11,6 +11,7 @@ use ferrite_pmem::POff;
 use std::sync::atomic::Ordering;
 
 impl Tx<'_, '_> {
+    /// The strategy this transaction runs under.
     pub fn strategy(&self) -> Strategy {
         self.th.strategy
     }
