@@ -51,8 +51,8 @@ pub type KeepAlive =
 ///
 /// # Growth
 ///
-/// A *growable* mapping ([`Mapping::map_file_growable`],
-/// [`Mapping::anonymous_growable`]) reserves `len` bytes of address space
+/// A *growable* mapping (a growable pool's: `Mapping::map_file_growable`,
+/// `Mapping::anonymous_growable`) reserves `len` bytes of address space
 /// up front and makes only its first [`mapped`](Self::mapped) bytes
 /// accessible; [`grow_to`](Self::grow_to) extends the accessible prefix in
 /// place (for a file: allocate the file's blocks, make its new length
