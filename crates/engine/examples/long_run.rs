@@ -1,8 +1,9 @@
 //! Single-put throughput after a bulk load ÷ the same on a fresh store
 //! (issue 26's long-run row): `cargo run --release -p ferrite-engine
-//! --example long_run -- ENGINE N [BATCH]` loads N keys (24 B, 150 B
-//! values) in batches of BATCH (default N: one batch), then times 20 000
-//! durable single puts of new keys; the same 20 000 on a fresh store first.
+//! --example long_run -- ENGINE N [BATCH] [PUTS]` loads N keys (24 B,
+//! 150 B values) in batches of BATCH (default N: one batch), then times
+//! PUTS (default 20 000) durable single puts of new keys; the same on a
+//! fresh store first.
 
 use ferrite_engine::{EngineKind, Op, Store, StoreOptions};
 use std::time::Instant;
@@ -29,12 +30,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("engine: inp, cow or lsm")?;
     let n: u64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
     let batch: u64 = args.get(3).map_or(Ok(n), |s| s.parse())?;
+    let singles: u64 = args.get(4).map_or(Ok(20_000), |s| s.parse())?;
     let path = std::path::Path::new("/dev/shm").join(format!("long-run-{engine}.pool"));
     let opts = StoreOptions::new(engine);
     let _ = std::fs::remove_file(&path);
     let fresh = {
         let s = Store::open_or_create(&path, &opts)?;
-        let r = puts(&s, 1 << 40, 20_000)?;
+        let r = puts(&s, 1 << 40, singles)?;
         s.close()?;
         r
     };
@@ -51,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         i = end;
     }
     let load = t.elapsed();
-    let after = puts(&store, 1 << 40, 20_000)?;
+    let after = puts(&store, 1 << 40, singles)?;
     println!(
         "{engine}: {n} keys loaded in batches of {batch} in {:.1} s; single puts fresh {:.0}/s, after the load {:.0}/s: {:.2}x",
         load.as_secs_f64(),
