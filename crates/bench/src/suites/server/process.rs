@@ -246,6 +246,11 @@ pub fn ferrite_bin() -> Option<PathBuf> {
         return Some(PathBuf::from(p)).filter(|p| p.is_file());
     }
     let exe = std::env::current_exe().ok()?;
+    // Linux names a binary replaced while it runs (rebuilt during a long
+    // bench) `PATH (deleted)`; the new build is at PATH.
+    let exe = (exe.to_str())
+        .and_then(|s| s.strip_suffix(" (deleted)"))
+        .map_or(exe.clone(), PathBuf::from);
     if exe.file_stem().and_then(|s| s.to_str()) == Some("ferrite") {
         return Some(exe);
     }
