@@ -81,12 +81,14 @@
 
 pub mod breakdown;
 pub mod cow;
+mod ctx;
 pub mod error;
 mod gate;
 pub mod inp;
 pub mod lsm;
 pub mod range;
 pub mod store;
+mod superblock;
 pub mod txn;
 pub mod verify;
 
@@ -95,7 +97,8 @@ pub mod checks;
 
 pub use error::{EngineError, Result};
 pub use range::KeyRange;
-pub use store::{RangeIter, Store, StoreSession, Superblock, area_bytes};
+pub use store::{RangeIter, Store, StoreSession, area_bytes};
+pub use superblock::Superblock;
 pub use txn::{Reader, Snapshot, WriteTxn};
 
 use ferrite_alloc::{PAllocator, RecoveryReport};

@@ -160,8 +160,8 @@ mod tests;
 pub mod tree;
 
 use crate::breakdown::{self, Phase};
+use crate::ctx::EngineCtx;
 use crate::gate::{SessionGate, Ticket};
-use crate::store::EngineCtx;
 use crate::{
     Damage, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Scrub,
     Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,

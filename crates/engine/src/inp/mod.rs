@@ -185,8 +185,8 @@ mod tree;
 mod write;
 
 use crate::breakdown::{self, Measured, Phase};
+use crate::ctx::EngineCtx;
 use crate::gate::{SessionGate, Ticket};
-use crate::store::EngineCtx;
 use crate::{
     AllocKind, Damage, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, MAX_KEY, Op,
     Result, Scrub, Session, SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,

@@ -174,8 +174,8 @@ mod tests;
 mod write;
 
 use crate::breakdown::{self, Phase};
+use crate::ctx::EngineCtx;
 use crate::gate::{SessionGate, Ticket};
-use crate::store::EngineCtx;
 use crate::{
     Durability, Engine, EngineError, EngineKind, EngineRecovery, EngineStats, Op, Result, Session,
     SnapshotRead, StoreOptions, Walk, check_key, check_ops, check_value,
