@@ -83,6 +83,7 @@ pub mod breakdown;
 pub mod cow;
 mod ctx;
 pub mod error;
+mod fault;
 mod gate;
 pub mod inp;
 pub mod lsm;
@@ -96,6 +97,11 @@ pub mod verify;
 pub mod checks;
 
 pub use error::{EngineError, Result};
+// Planted bugs: public only with the `checks` feature (`fault.rs`).
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
 pub use range::KeyRange;
 pub use store::{RangeIter, Store, StoreSession, area_bytes};
 pub use superblock::Superblock;
@@ -215,23 +221,6 @@ impl std::fmt::Display for AllocKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// A bug planted on purpose, to show that the crash checks catch it.
-/// Never set outside the checks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Fault {
-    /// No planted bug: the real protocols.
-    #[default]
-    None,
-    /// A bug in InP's protocol.
-    Inp(inp::Fault),
-    /// A bug in CoW's protocol.
-    Cow(cow::Fault),
-    /// A bug in LSM's protocol.
-    Lsm(lsm::Fault),
-    /// A bug in the Ferrite heap under the store (its growth, say).
-    Heap(ferrite_alloc::heap::Fault),
 }
 
 /// How to create (or open) a store. Every setting has a default that needs

@@ -136,20 +136,21 @@
 //! forces the overlap: three queued puts, one switch, 3 fences for the
 //! three.
 //!
-//! # Planted faults ([`Fault`], checks only)
+//! # Planted faults (`Fault`, checks only)
 //!
-//! - [`Fault::SwitchBeforeFlush`]: the new nodes and blobs are written but
+//! - `Fault::SwitchBeforeFlush`: the new nodes and blobs are written but
 //!   not flushed before the publish that switches the root, so a crash can
 //!   leave a durable root pointing at nodes that never reached the media.
-//! - [`Fault::FreeBeforeSwitch`]: the blocks of the old version are freed
+//! - `Fault::FreeBeforeSwitch`: the blocks of the old version are freed
 //!   by a publish of their own *before* the switch (and not deferred), so
 //!   a crash between the two leaves the durable root referencing freed
 //!   blocks.
-//! - [`Fault::RecordOmitsRetired`]: the switch record leaves out the
+//! - `Fault::RecordOmitsRetired`: the switch record leaves out the
 //!   blocks the switch itself retires, so a crash before they are freed
 //!   leaks them (the fast path trusts the record and does not walk).
 
 mod commit;
+mod fault;
 pub mod format;
 mod read;
 mod recovery;
@@ -181,6 +182,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tree::Shadow;
 
+// Planted bugs: public only with the `checks` feature (`fault.rs`).
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
+
 /// Tuning knobs of this engine.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -210,27 +217,6 @@ impl Options {
             inline_max: 16,
         }
     }
-}
-
-/// Planted bugs of this engine (checks only); see the module docs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// Switch the root without flushing the new nodes and blobs first.
-    SwitchBeforeFlush,
-    /// Free the old version's blocks in a publish before the root switch.
-    FreeBeforeSwitch,
-    /// Leave the blocks a switch retires out of its switch record's
-    /// pending list.
-    RecordOmitsRetired,
-}
-
-impl Fault {
-    /// Every planted bug, for the checks' planted runs.
-    pub const ALL: &'static [Fault] = &[
-        Fault::SwitchBeforeFlush,
-        Fault::FreeBeforeSwitch,
-        Fault::RecordOmitsRetired,
-    ];
 }
 
 pub(crate) fn fixed_area_bytes(_opts: &StoreOptions) -> usize {

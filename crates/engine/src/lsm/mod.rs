@@ -137,33 +137,34 @@
 //! once new records are appended over it. Recovery writes nothing else, so
 //! it is idempotent.
 //!
-//! # Planted faults ([`Fault`])
+//! # Planted faults (`Fault`)
 //!
-//! - [`Fault::RunUnflushed`]: a flush publishes the manifest without
+//! - `Fault::RunUnflushed`: a flush publishes the manifest without
 //!   flushing the run block: after a crash the manifest can name a run
 //!   whose lines never reached the media (recovery reports corruption or
 //!   loses acknowledged writes).
-//! - [`Fault::AppendUnfenced`]: a write returns after flushing its record
+//! - `Fault::AppendUnfenced`: a write returns after flushing its record
 //!   without fencing: an acknowledged write can be lost.
-//! - [`Fault::TruncateBeforeSwitch`]: a flush resets the log segment for
+//! - `Fault::TruncateBeforeSwitch`: a flush resets the log segment for
 //!   its next generation (zeroes the records it just copied into the run)
 //!   *before* the publish that switches the manifest: a crash in between
 //!   leaves the old manifest, whose log lost its records — acknowledged
 //!   writes vanish.
-//! - [`Fault::SyncUnfenced`]: `sync` does not fence the relaxed commits
+//! - `Fault::SyncUnfenced`: `sync` does not fence the relaxed commits
 //!   it reports durable.
-//! - [`Fault::CompactionNewLogGen`]: a compaction's manifest starts a new
+//! - `Fault::CompactionNewLogGen`: a compaction's manifest starts a new
 //!   log generation, as a flush's does: the memtable's records in the log
 //!   no longer replay, so acknowledged writes vanish after a crash.
-//! - [`Fault::IngestOverMemtable`]: an ingest drops the batch's keys from
+//! - `Fault::IngestOverMemtable`: an ingest drops the batch's keys from
 //!   the memtable instead of flushing it: after a crash the replayed log
 //!   shadows the batch's run with older versions.
-//! - [`Fault::RunUnflushed`] covers the runs of compactions and ingests too.
+//! - `Fault::RunUnflushed` covers the runs of compactions and ingests too.
 //!
 //! A "batch applied without its commit record" cannot be planted: a batch
 //! is one record, with no separate commit record to forget.
 
 mod compact;
+mod fault;
 mod flush;
 mod format;
 mod merge;
@@ -194,6 +195,12 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use write::LsmSession;
+
+// Planted bugs: public only with the `checks` feature (`fault.rs`).
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
 
 /// Tuning knobs of this engine.
 #[derive(Clone, Debug)]
@@ -251,40 +258,6 @@ impl Options {
             ..Options::default()
         }
     }
-}
-
-/// Planted bugs of this engine (checks only). See the module docs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// Publish the manifest without flushing the run's block.
-    RunUnflushed,
-    /// Return from a write without fencing its log record.
-    AppendUnfenced,
-    /// Zero (truncate) the log before the manifest switch is durable.
-    TruncateBeforeSwitch,
-    /// `sync` forgets its fence: relaxed commits it reports durable are not.
-    SyncUnfenced,
-    /// A compaction's manifest starts a new log generation (as a flush's
-    /// does), which invalidates the memtable's records in the log: after a
-    /// crash, acknowledged writes not yet flushed are gone.
-    CompactionNewLogGen,
-    /// An ingest drops the batch's keys from the memtable instead of
-    /// flushing it first: reads are right until a crash, after which
-    /// recovery replays the log into the memtable and its older versions
-    /// of those keys shadow the batch's run.
-    IngestOverMemtable,
-}
-
-impl Fault {
-    /// Every planted bug, for the checks' planted runs.
-    pub const ALL: &'static [Fault] = &[
-        Fault::RunUnflushed,
-        Fault::AppendUnfenced,
-        Fault::TruncateBeforeSwitch,
-        Fault::SyncUnfenced,
-        Fault::CompactionNewLogGen,
-        Fault::IngestOverMemtable,
-    ];
 }
 
 /// The engine's fixed area: the manifest link word, alone on its line.
