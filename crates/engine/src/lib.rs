@@ -60,7 +60,9 @@
 //! heap_off .. +heap_len    the allocator's heap (its own format)
 //! ```
 //!
-//! Superblock, little-endian, written once at create and persisted:
+//! Superblock, little-endian, written once at create and persisted (the
+//! `ferrite_pmem::superblock` frame: magic, version, CRC32C of bytes 0..60;
+//! `superblock.rs` encodes it):
 //!
 //! ```text
 //!  0  8  magic "FRTENGN1"
