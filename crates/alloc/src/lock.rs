@@ -257,11 +257,17 @@ impl LockHeap {
 
     /// Opens (recovers) a lock heap: lane replay, then a walk of every block.
     pub fn open(region: Region) -> Result<LockHeap> {
-        LockHeap::open_with_fault(region, Fault::None)
+        LockHeap::open_inner(region, Fault::None)
     }
 
-    #[doc(hidden)]
+    /// [`LockHeap::open`] with a planted bug that stays active for the
+    /// heap's lifetime (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn open_with_fault(region: Region, fault: Fault) -> Result<LockHeap> {
+        LockHeap::open_inner(region, fault)
+    }
+
+    fn open_inner(region: Region, fault: Fault) -> Result<LockHeap> {
         let t0 = Instant::now();
         if region.len() < CACHE_LINE {
             return Err(AllocError::RegionTooSmall {

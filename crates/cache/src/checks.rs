@@ -48,10 +48,10 @@
 //! holds none is never interleaved — a put that drops the root's read lock
 //! before locking its bucket (tried as a planted bug) was not caught.
 
-use crate::cache::{Cache, CacheOptions, Fault, Mode, Session};
+use crate::cache::{Cache, CacheOptions, Mode, Session};
 use crate::disk::PoolDisk;
+use crate::fault::{Fault, StoreFault};
 use crate::format::PAGE;
-use crate::store::StoreFault;
 use ferrite_crash::{Config, ExploreError, Explorer, Report, spend_budget};
 use ferrite_pmem::{Domain, HEADER_SIZE, Pool, Region};
 use std::sync::Arc;

@@ -41,10 +41,15 @@ pub mod cache;
 pub mod checks;
 pub mod disk;
 pub mod error;
+mod fault;
 pub mod format;
 pub mod store;
 
-pub use cache::{Cache, CacheOptions, Fault, Mode, PageGuard, RecoveryReport, Session, Stats};
+pub use cache::{Cache, CacheOptions, Mode, PageGuard, RecoveryReport, Session, Stats};
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
 pub use disk::{Disk, FileDisk, PoolDisk};
 pub use error::{CacheError, Result};
+#[cfg(feature = "checks")]
+pub use fault::{Fault, StoreFault};
 pub use format::PAGE;

@@ -72,14 +72,15 @@
 //! of a branch whose construction a crash interrupted (they were
 //! allocated in place inside a non-transaction, never linked).
 
+mod wal;
+pub use wal::{Wal, WalReplay};
+
 use crate::cache::{Cache, Mode, PageGuard, Session};
 use crate::error::{CacheError, Result};
+use crate::fault::StoreFault;
 use crate::format::PAGE;
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const MAX_KEY: usize = 24;
 pub const MAX_VALUE: usize = 100;
@@ -146,137 +147,6 @@ pub fn pick_compaction(records: &[u64]) -> Option<std::ops::Range<usize>> {
         return Some(i..i + 2);
     }
     None
-}
-
-/// A write-ahead log of operations for the volatile baseline.
-pub struct Wal {
-    inner: parking_lot::Mutex<(File, Vec<u8>, u64)>,
-    sync_every: AtomicU64,
-}
-
-impl Wal {
-    /// Creates (truncates) the log at `path`; `sync_every` = 1 makes every
-    /// operation durable before it returns, n > 1 syncs every n operations.
-    pub fn create(path: impl AsRef<Path>, sync_every: u64) -> Result<Wal> {
-        let f = File::create(path)?;
-        Ok(Wal {
-            inner: parking_lot::Mutex::new((f, Vec::new(), 0)),
-            sync_every: AtomicU64::new(sync_every.max(1)),
-        })
-    }
-
-    /// Changes the sync period (a bulk load may sync rarely, the measured
-    /// run per operation).
-    pub fn set_sync_every(&self, n: u64) {
-        self.sync_every.store(n.max(1), Ordering::Relaxed);
-    }
-
-    /// Opens an existing log for appending after its valid prefix: the
-    /// torn tail (if any) is cut off and the cut synced first, so a record
-    /// appended later is never preceded by garbage that [`Wal::replay`]
-    /// would stop at.
-    pub fn open(path: impl AsRef<Path>, sync_every: u64) -> Result<(Wal, WalReplay)> {
-        let rep = Self::replay(&path, |_, _| Ok(()))?;
-        let f = std::fs::OpenOptions::new().write(true).open(&path)?;
-        if rep.discarded_bytes > 0 {
-            f.set_len(rep.valid_bytes)?;
-            f.sync_all()?;
-        }
-        let mut f = f;
-        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(rep.valid_bytes))?;
-        Ok((
-            Wal {
-                inner: parking_lot::Mutex::new((f, Vec::new(), rep.records)),
-                sync_every: AtomicU64::new(sync_every.max(1)),
-            },
-            rep,
-        ))
-    }
-
-    /// Reads the log at `path` and calls `apply(key, value)` (`None`: a
-    /// delete) for each record of its valid prefix, in order (see the
-    /// module documentation for the format and what ends the prefix).
-    /// Corrupt input ends the prefix; it is never an error or a panic.
-    pub fn replay(
-        path: impl AsRef<Path>,
-        mut apply: impl FnMut(&[u8], Option<&[u8]>) -> Result<()>,
-    ) -> Result<WalReplay> {
-        let b = std::fs::read(path)?;
-        let mut o = 0usize;
-        let mut records = 0u64;
-        while let Some((key, value, next)) = parse_wal_record(&b, o) {
-            apply(key, value)?;
-            records += 1;
-            o = next;
-        }
-        Ok(WalReplay {
-            records,
-            valid_bytes: o as u64,
-            discarded_bytes: (b.len() - o) as u64,
-        })
-    }
-
-    fn append(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let mut g = self.inner.lock();
-        let (f, buf, n) = &mut *g;
-        let v = value.unwrap_or(&[]);
-        let start = buf.len();
-        buf.push(key.len() as u8);
-        buf.push(if value.is_some() { v.len() as u8 } else { 0xff });
-        buf.extend_from_slice(key);
-        buf.extend_from_slice(v);
-        let crc = crc32c::crc32c(&buf[start..]);
-        buf.extend_from_slice(&crc.to_le_bytes());
-        *n += 1;
-        if (*n).is_multiple_of(self.sync_every.load(Ordering::Relaxed)) {
-            f.write_all(buf)?;
-            buf.clear();
-            f.sync_data()?;
-        }
-        Ok(())
-    }
-}
-
-/// What [`Wal::replay`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WalReplay {
-    /// Records applied (the valid prefix).
-    pub records: u64,
-    /// Bytes of the valid prefix.
-    pub valid_bytes: u64,
-    /// Bytes after it (a torn tail), refused.
-    pub discarded_bytes: u64,
-}
-
-/// One record of the log: key, value (`None`: delete), offset after it.
-type WalRecord<'a> = (&'a [u8], Option<&'a [u8]>, usize);
-
-/// The record of the log at `o`; `None` when the bytes at `o` are not a
-/// whole, valid record (the end of the valid prefix).
-fn parse_wal_record(b: &[u8], o: usize) -> Option<WalRecord<'_>> {
-    let (kl, vb) = (*b.get(o)? as usize, *b.get(o + 1)?);
-    let vl = if vb == 0xff { 0 } else { vb as usize };
-    if kl > MAX_KEY || vl > MAX_VALUE {
-        return None;
-    }
-    let body = o + 2 + kl + vl;
-    let crc = u32::from_le_bytes(b.get(body..body + 4)?.try_into().ok()?);
-    if crc32c::crc32c(&b[o..body]) != crc {
-        return None;
-    }
-    let key = &b[o + 2..o + 2 + kl];
-    let value = (vb != 0xff).then(|| &b[o + 2 + kl..body]);
-    Some((key, value, body + 4))
-}
-
-/// Store-level bugs that can be planted to show the crash check catches
-/// them (never for real use).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreFault {
-    /// A flush empties the immutable memtable in a transaction of its own,
-    /// committed before the transaction that links the new branch: a crash
-    /// between them loses every record of that memtable.
-    EmptyBeforeLink,
 }
 
 /// The store. See the module documentation.
@@ -670,6 +540,7 @@ impl Store {
     }
 
     /// Plants a store-level bug (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn plant(&mut self, fault: Option<StoreFault>) {
         self.fault = fault;
     }
@@ -1218,68 +1089,4 @@ impl StoreSession<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compaction_picks_runs_of_similar_size() {
-        assert_eq!(pick_compaction(&[300, 300, 300]), None);
-        assert_eq!(pick_compaction(&[300, 300, 300, 300]), Some(0..4));
-        assert_eq!(pick_compaction(&[100_000, 300, 300, 300]), Some(1..4));
-        // Spread by more than the ratio: nothing until FORCE_AT, then the
-        // smallest adjacent pair.
-        let spread = [10_000_000, 1_000_000, 100_000, 10_000, 1_000, 100, 10];
-        assert_eq!(pick_compaction(&spread), None);
-        let mut eight = spread.to_vec();
-        eight.push(1);
-        assert_eq!(pick_compaction(&eight), Some(6..8));
-        eight[7] = 20;
-        assert_eq!(pick_compaction(&eight), Some(5..8));
-    }
-
-    /// Flushes of 300 records into the policy, merging as the store does:
-    /// the branch count stays below FORCE_AT and each record is rewritten
-    /// a few times, not once per handful of flushes (merging every
-    /// branch rewrote each record about 200 times at this size).
-    #[test]
-    fn compaction_bounds_branches_and_rewrites() {
-        let (mut branches, mut written, mut inserted) = (Vec::<u64>::new(), 0u64, 0u64);
-        for _ in 0..2000 {
-            branches.push(300);
-            inserted += 300;
-            while let Some(run) = pick_compaction(&branches) {
-                let merged: u64 = branches[run.clone()].iter().sum();
-                written += merged;
-                branches.splice(run, [merged]);
-            }
-            assert!(branches.len() < FORCE_AT, "{branches:?}");
-        }
-        let amp = written as f64 / inserted as f64;
-        assert!(amp < 16.0, "each record rewritten {amp:.1} times");
-    }
-
-    #[test]
-    fn filters_have_no_false_negatives_and_few_false_positives() {
-        let keys: Vec<Vec<u8>> = (0..20_000u32)
-            .map(|i| format!("user{:016}", i.wrapping_mul(2_654_435_761)).into_bytes())
-            .collect();
-        let n = filter_pages(keys.len());
-        let mut bits = vec![vec![0u8; PAGE]; n];
-        let test = |bits: &[Vec<u8>], k: &[u8]| {
-            let (p, b, set) = filter_bits(k, n);
-            set.iter()
-                .all(|&i| bits[p][b + i as usize / 8] & (1 << (i % 8)) != 0)
-        };
-        for k in &keys {
-            let (p, b, set) = filter_bits(k, n);
-            for i in set {
-                bits[p][b + i as usize / 8] |= 1 << (i % 8);
-            }
-        }
-        assert!(keys.iter().all(|k| test(&bits, k)));
-        let fp = (0..20_000u32)
-            .filter(|i| test(&bits, format!("other{i:016}").as_bytes()))
-            .count();
-        assert!(fp < 20_000 * 3 / 100, "{fp} false positives in 20000");
-    }
-}
+mod tests;

@@ -39,7 +39,9 @@
 //! it did, and checks again. It refuses, with the reason, where it is not:
 //! a damaged header or superblock, corruption its recovery refuses, leaks
 //! (freeing a block is only safe if nothing outside the walked roots
-//! references it, which no check can prove).
+//! references it, which no check can prove). A server pool's damaged
+//! items are removed, each by name ([`crate::deep_items::repair_items`]):
+//! a cache may lose an item, never serve a wrong one.
 
 use crate::opener::{self, Holds, Opened, recognise};
 use ferrite_engine::{Store, StoreOptions};
@@ -521,6 +523,13 @@ fn repair_damaged(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<Stri
 pub fn do_repair(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
     if report.findings.iter().any(|f| f.kind == "engine-damaged") {
         return repair_damaged(path, report);
+    }
+    if report
+        .findings
+        .iter()
+        .any(|f| f.kind == crate::deep_items::ITEM_DAMAGED)
+    {
+        return crate::deep_items::repair_items(path, report);
     }
     let mut refused = Vec::new();
     let blocking: Vec<&Finding> = report

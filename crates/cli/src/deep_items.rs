@@ -16,10 +16,15 @@
 //! | `engine-inp`, `-lsm`, `-cow`  | layout `ferrite-kv` and the server's format record `\0fmt` (a `ferrite kv` store has none) |
 
 use crate::deep::{Finding, Report};
+use crate::opener::Opened;
 use ferrite_engine::{Store, StoreOptions};
 use ferrite_pmem::{Domain, Header, Pool, PoolOptions};
 use ferrite_ptm::{Algorithm, Ptm, PtmOptions};
 use ferrite_server::store::{ItemCheck, Kv, StoreError, verify_items};
+use std::path::Path;
+
+/// The kind of the finding of one damaged server item.
+pub const ITEM_DAMAGED: &str = "server-item-damaged";
 
 /// The layout of the server's `tx-*` pools (`ferrite serve`).
 const TX_LAYOUT: &str = "ferrite-serve-tx";
@@ -56,8 +61,8 @@ pub fn server_items(image: &[u8], header: &Header, r: &mut Report) {
             ));
             r.findings.extend(c.damaged.into_iter().map(|(key, why)| {
                 finding(
-                    "server-item-damaged",
-                    format!("item '{key}': {why} (reads of it answer SERVER_ERROR; a client's set or delete replaces it)"),
+                    ITEM_DAMAGED,
+                    format!("item '{key}': {why} (reads of it answer SERVER_ERROR; a client's set or delete replaces it; --repair removes it)"),
                 )
             }));
         }
@@ -129,6 +134,99 @@ fn engine_items(pool: &Pool) -> Checked {
         return Ok(None);
     }
     walk(&mut kv)
+}
+
+/// `--repair` of a server pool whose damage is items failing their
+/// checksums: the store is opened on the file (its recovery runs), each
+/// damaged item is deleted through the map by its key — one durable write
+/// each, as a client's `delete` — and the map is verified again. A cache
+/// may lose an item; it must never serve a wrong one, so removing is the
+/// repair (the client's next get misses and refills it).
+///
+/// Refused whole, with the reason, when the pool also holds damage the
+/// item walk does not cover (a header, the map's own structure, leaks):
+/// a write could make it worse. An item whose key bytes are damaged may
+/// lie where the map's lookup of that key never looks: it is named as
+/// not removed.
+pub fn repair_items(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<String>), String> {
+    let other: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind != ITEM_DAMAGED && !crate::deep::RECOVERABLE.contains(&f.kind))
+        .collect();
+    if let Some(f) = other.first() {
+        return Ok((
+            Vec::new(),
+            vec![format!(
+                "{}: {} (the damaged items are not removed while the pool also holds this: restore the pool from a backup)",
+                f.component, f.message
+            )],
+        ));
+    }
+    let e = |x: &dyn std::fmt::Display| crate::at(path, format!("repair: {x}"));
+    let (pool, opened) = crate::opener::open_server_store(path).map_err(|x| e(&x))?;
+    let mut done = Vec::new();
+    if let Some(f) = report
+        .findings
+        .iter()
+        .find(|f| crate::deep::RECOVERABLE.contains(&f.kind))
+    {
+        done.push(format!("{}: recovery ran ({})", f.component, f.message));
+    }
+    let removed = match &opened {
+        Opened::Tx(txp) => {
+            let map = ferrite_server::store::tx::map(txp).map_err(|x| e(&x))?;
+            let mut kv = ferrite_server::store::tx::TxKv::new(&map).map_err(|x| e(&x))?;
+            remove_damaged(&mut kv)
+        }
+        Opened::Ptm(ptm) => {
+            let map = ferrite_server::store::ptm::open_map(ptm).map_err(|x| e(&x))?;
+            let mut kv = ferrite_server::store::ptm::PtmKv::new(ptm, map).map_err(|x| e(&x))?;
+            remove_damaged(&mut kv)
+        }
+        Opened::Engine(store) => {
+            let session = store.session().map_err(|x| e(&x))?;
+            let mut kv = ferrite_server::store::engine::EngineKv::new(Box::new(session));
+            remove_damaged(&mut kv)
+        }
+    };
+    let (removed, refused) = removed.map_err(|x| e(&x))?;
+    done.extend(removed);
+    opened.close().map_err(|x| e(&x))?;
+    pool.close().map_err(|x| e(&x))?;
+    Ok((done, refused))
+}
+
+/// Deletes each damaged item of the map behind `kv`; returns what was
+/// removed and what is still damaged after (each named, with why).
+fn remove_damaged(kv: &mut dyn Kv) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    let found = verify_items(kv)?;
+    let mut failed = Vec::new();
+    for (key, (shown, _)) in found.damaged_keys.iter().zip(&found.damaged) {
+        if let Err(x) = kv.delete(key) {
+            failed.push((shown.clone(), x.to_string()));
+        }
+    }
+    let left = verify_items(kv)?;
+    let removed = found
+        .damaged
+        .iter()
+        .filter(|(shown, _)| !left.damaged.iter().any(|(l, _)| l == shown))
+        .map(|(shown, why)| {
+            format!("server: item '{shown}' removed ({why}): a get of it now misses")
+        })
+        .collect();
+    let refused = left
+        .damaged
+        .iter()
+        .map(|(shown, why)| match failed.iter().find(|(f, _)| f == shown) {
+            Some((_, x)) => format!("server: item '{shown}' ({why}) not removed: {x}"),
+            None => format!(
+                "server: item '{shown}' ({why}) not removed: the map does not find it by its key (its key bytes may be damaged): restore the pool from a backup"
+            ),
+        })
+        .collect();
+    Ok((removed, refused))
 }
 
 /// Adds a finding per range of the pool at `path` that the kernel lists

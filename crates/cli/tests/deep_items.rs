@@ -4,7 +4,7 @@
 
 use ferrite_pmem::{Domain, Pool, PoolOptions};
 use ferrite_server::protocol::{StoreMode, StoreOpts};
-use ferrite_server::store::{Cache, Shared, Store, tx};
+use ferrite_server::store::{Cache, Kv, Shared, Store, tx};
 use ferrite_tx::Strategy;
 use std::process::Command;
 
@@ -24,36 +24,7 @@ fn deep(path: &std::path::Path) -> (i32, String) {
 fn the_deep_check_lists_each_damaged_server_item() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("serve.pool");
-    {
-        let pool = Pool::create(
-            &path,
-            &PoolOptions::new("ferrite-serve-tx", 24 << 20).domain(Domain::Adr),
-        )
-        .unwrap();
-        let txp = tx::create(&pool, Strategy::Undo, 4).unwrap();
-        let map = tx::map(&txp).unwrap();
-        let mut kv = tx::TxKv::new(&map).unwrap();
-        let sh = Shared::open(&mut kv, 1 << 20).unwrap();
-        let mut c = Cache::new(kv, &sh);
-        for i in 0..50 {
-            let v = format!("value number {i} of the deep check test");
-            c.store(
-                StoreMode::Set,
-                format!("key{i}").as_bytes(),
-                0,
-                0,
-                v.as_bytes(),
-                None,
-                &StoreOpts::default(),
-                1_800_000_000,
-            )
-            .unwrap();
-        }
-        drop(c);
-        drop(map);
-        drop(txp);
-        pool.close().unwrap();
-    }
+    fill(&path, 50);
     let (code, out) = deep(&path);
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -83,6 +54,109 @@ fn the_deep_check_lists_each_damaged_server_item() {
         out.contains("server items: 48 verified, 2 damaged"),
         "{out}"
     );
+    // --repair removes the two damaged items, by name, and leaves the
+    // pool clean with the other 48 intact.
+    let (code, out) = run(&path, &["--repair"]);
+    assert_eq!(code, 0, "{out}");
+    for k in ["key7", "key31"] {
+        assert!(
+            out.contains(&format!(
+                "repaired: server: item '{k}' removed (checksum mismatch)"
+            )),
+            "{out}"
+        );
+    }
+    let (code, out) = deep(&path);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("server items: 48 verified, 0 damaged"),
+        "{out}"
+    );
+    let values = items(&path);
+    assert_eq!(values.len(), 48);
+    for (k, v) in &values {
+        let i: usize = k.strip_prefix("key").unwrap().parse().unwrap();
+        assert_eq!(v, &format!("value number {i} of the deep check test"));
+    }
+}
+
+/// An item whose map key itself was damaged is also damage to the map
+/// (the byte map keeps each key's hash): `--repair` then removes nothing,
+/// says why, exits 1, and the pool is as it was.
+#[test]
+fn repair_refuses_while_the_map_itself_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.pool");
+    fill(&path, 20);
+    let mut img = std::fs::read(&path).unwrap();
+    // A value byte of key3's item, and the first byte of key12's map key
+    // (`k` + client key, stored beside the item in the map's record).
+    let at = position(&img, b"value number 3 of");
+    img[at + 3] ^= 0x20;
+    let at = position(&img, b"kkey12");
+    img[at + 1] ^= 0x01;
+    std::fs::write(&path, &img).unwrap();
+    let (code, out) = run(&path, &["--repair"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("not repaired: ds: bytemap: entry")
+            && out.contains("the damaged items are not removed while the pool also holds this"),
+        "{out}"
+    );
+    assert!(!out.contains("repaired: server"), "{out}");
+    assert_eq!(std::fs::read(&path).unwrap(), img, "the pool was written");
+    let (code, out) = deep(&path);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("server items: 18 verified, 2 damaged"),
+        "{out}"
+    );
+}
+
+fn position(img: &[u8], needle: &[u8]) -> usize {
+    img.windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap_or_else(|| panic!("{} not in the pool", needle.escape_ascii()))
+}
+
+fn run(path: &std::path::Path, extra: &[&str]) -> (i32, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["pool", "check", "--deep"])
+        .args(extra)
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+    )
+}
+
+/// The items of the server pool at `path`, by client key (through the
+/// server's own reads, so a damaged one would be an error here).
+fn items(path: &std::path::Path) -> Vec<(String, String)> {
+    let pool = Pool::open(path, &PoolOptions::new("ferrite-serve-tx", 0)).unwrap();
+    let txp = tx::open(&pool).unwrap();
+    let map = tx::map(&txp).unwrap();
+    let mut kv = tx::TxKv::new(&map).unwrap();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    kv.scan_prefix(b"kkey", &mut |k, _| keys.push(k[1..].to_vec()))
+        .unwrap();
+    let sh = Shared::open(&mut kv, 1 << 20).unwrap();
+    let mut c = Cache::new(kv, &sh);
+    let mut out = Vec::new();
+    for k in keys {
+        let v = c.get(&k, 1_800_000_000).unwrap().unwrap();
+        out.push((
+            String::from_utf8(k).unwrap(),
+            String::from_utf8(v.data).unwrap(),
+        ));
+    }
+    drop(c);
+    drop(map);
+    drop(txp);
+    pool.close().unwrap();
+    out
 }
 
 /// The kernel's bad blocks under a pool file (a fake sysfs tree through
@@ -140,4 +214,38 @@ fn the_deep_check_lists_bad_blocks_under_the_pool() {
     let (code, out) = deep(&path);
     assert!(!out.contains("bad block"), "{out}");
     assert_eq!(code, 0, "{out}");
+}
+
+/// A `tx-undo` server pool at `path` holding `key0..key{n-1}`.
+fn fill(path: &std::path::Path, n: usize) {
+    {
+        let pool = Pool::create(
+            path,
+            &PoolOptions::new("ferrite-serve-tx", 24 << 20).domain(Domain::Adr),
+        )
+        .unwrap();
+        let txp = tx::create(&pool, Strategy::Undo, 4).unwrap();
+        let map = tx::map(&txp).unwrap();
+        let mut kv = tx::TxKv::new(&map).unwrap();
+        let sh = Shared::open(&mut kv, 1 << 20).unwrap();
+        let mut c = Cache::new(kv, &sh);
+        for i in 0..n {
+            let v = format!("value number {i} of the deep check test");
+            c.store(
+                StoreMode::Set,
+                format!("key{i}").as_bytes(),
+                0,
+                0,
+                v.as_bytes(),
+                None,
+                &StoreOpts::default(),
+                1_800_000_000,
+            )
+            .unwrap();
+        }
+        drop(c);
+        drop(map);
+        drop(txp);
+        pool.close().unwrap();
+    }
 }

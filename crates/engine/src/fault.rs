@@ -24,5 +24,6 @@ pub enum Fault {
     /// A bug in LSM's protocol.
     Lsm(lsm::Fault),
     /// A bug in the Ferrite heap under the store (its growth, say).
+    #[cfg(any(test, feature = "checks"))]
     Heap(ferrite_alloc::heap::Fault),
 }

@@ -535,8 +535,9 @@ pub struct Scrub {
     pub bytes: u64,
     /// Every damaged record and node, in key order as far as known.
     pub damaged: Vec<Damage>,
-    /// True when the engine lists each damaged record (InP); false when
-    /// it stops at the first damage it meets (CoW, LSM: their walk).
+    /// True when the engine lists each damaged record (InP, CoW; the
+    /// LSM each damaged data block, with the keys it holds); false when
+    /// it stops at the first damage it meets (the default: a walk).
     pub per_record: bool,
 }
 
@@ -698,7 +699,7 @@ pub trait Engine: Send + Sync {
     /// going on past damage: every damaged record is listed. `pace` is
     /// called with the bytes read so far after each node (the caller may
     /// sleep there to bound the rate). Holds the engine's read lock
-    /// throughout (writers wait). The default — CoW and LSM — is their
+    /// throughout (writers wait). The default (an engine without its own) is its
     /// [`walk`](Self::walk), which verifies every node and value but stops
     /// at the first damage: one entry, naming the block.
     fn scrub(&self, pace: &mut dyn FnMut(u64)) -> Result<Scrub> {

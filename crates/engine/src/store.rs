@@ -449,11 +449,15 @@ impl Store {
         let alloc: Arc<dyn PAllocator> = match sb.allocator {
             AllocKind::Pmdk => return Err(pmdk_needs_own_pool()),
             AllocKind::Ferrite => {
-                let fault = match opts.fault {
-                    crate::Fault::Heap(f) => f,
-                    _ => ferrite_alloc::heap::Fault::None,
+                // A planted heap bug exists only in checks builds.
+                #[cfg(any(test, feature = "checks"))]
+                let heap = match opts.fault {
+                    crate::Fault::Heap(f) => Heap::open_with_fault(heap_region, f),
+                    _ => Heap::open(heap_region),
                 };
-                Arc::new(Heap::open_with_fault(heap_region, fault)?)
+                #[cfg(not(any(test, feature = "checks")))]
+                let heap = Heap::open(heap_region);
+                Arc::new(heap?)
             }
             AllocKind::Lock => Arc::new(LockHeap::open(heap_region)?),
         };

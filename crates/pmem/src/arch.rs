@@ -67,10 +67,20 @@ impl FlushKind {
 /// CPU features relevant to persistence, read once with CPUID.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuFeatures {
+    /// `clflush` (CPUID.1:EDX bit 19): flush a line, serialised with
+    /// other `clflush`es.
     pub clflush: bool,
+    /// `clflushopt` (CPUID.7:EBX bit 23): flush a line, ordered only by a
+    /// fence.
     pub clflushopt: bool,
+    /// `clwb` (CPUID.7:EBX bit 24): write a line back, possibly keeping it
+    /// cached.
     pub clwb: bool,
+    /// SSE2 (CPUID.1:EDX bit 26): the 16-byte non-temporal stores
+    /// [`nt_copy`] and [`nt_fill`] use.
     pub sse2: bool,
+    /// AVX2 (`is_x86_feature_detected!`, which also checks that the OS
+    /// saves the YMM state). Reported by `ferrite probe`.
     pub avx2: bool,
 }
 

@@ -38,7 +38,10 @@ pub const SECTOR: u64 = 512;
 /// first byte), `offset..offset + len`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BadRange {
+    /// First damaged byte, as a pool offset.
     pub offset: u64,
+    /// Damaged bytes from `offset` (a multiple of [`SECTOR`] unless
+    /// clipped at the pool's end).
     pub len: u64,
 }
 
@@ -55,19 +58,32 @@ pub struct BadBlocks {
 /// Why the list could not be read or mapped.
 #[derive(Debug, thiserror::Error)]
 pub enum BadBlocksError {
+    /// A sysfs attribute could not be read.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The attribute file.
         path: PathBuf,
+        /// What the system reported.
         source: std::io::Error,
     },
     #[error("{}: line {line:?} is not `SECTOR COUNT` or `0xADDRESS`", path.display())]
-    Parse { path: PathBuf, line: String },
+    /// A line of a `badblocks` list or a `resource` attribute is malformed.
+    Parse {
+        /// The attribute file.
+        path: PathBuf,
+        /// The line as read (trimmed).
+        line: String,
+    },
     #[error(
         "{}: the kernel lists bad blocks on the device, but the file's extents are unknown ({source}): cannot tell which fall inside the pool",
         path.display()
     )]
+    /// The device lists bad blocks but the pool file's extents (FIEMAP)
+    /// cannot be read, so they cannot be mapped to pool offsets.
     Extents {
+        /// The pool file.
         path: PathBuf,
+        /// Why the extents could not be read.
         source: std::io::Error,
     },
 }
@@ -75,6 +91,8 @@ pub enum BadBlocksError {
 /// Where to look: the sysfs root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
+    /// The sysfs mount point (`/sys` by default; tests point it at a
+    /// directory tree of their own).
     pub root: PathBuf,
 }
 
@@ -90,8 +108,11 @@ impl Default for Probe {
 /// device byte `physical`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
+    /// Byte offset in the file.
     pub logical: u64,
+    /// Byte offset on the device.
     pub physical: u64,
+    /// Bytes of the extent.
     pub len: u64,
 }
 
@@ -103,7 +124,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BadBlocksError + '_ {
 }
 
 /// Parses a `badblocks` attribute: `(first sector, sectors)` per line.
-pub fn parse_list(text: &str, path: &Path) -> Result<Vec<(u64, u64)>, BadBlocksError> {
+pub(crate) fn parse_list(text: &str, path: &Path) -> Result<Vec<(u64, u64)>, BadBlocksError> {
     let bad = |line: &str| BadBlocksError::Parse {
         path: path.to_path_buf(),
         line: line.to_string(),
@@ -174,7 +195,7 @@ fn clip(mut r: Vec<(u64, u64)>, pool_len: u64) -> Vec<BadRange> {
 
 /// Maps device byte ranges to file offsets through the file's `extents`,
 /// clipped to the pool's `pool_len` bytes.
-pub fn map_extents(dev: &[(u64, u64)], extents: &[Extent], pool_len: u64) -> Vec<BadRange> {
+pub(crate) fn map_extents(dev: &[(u64, u64)], extents: &[Extent], pool_len: u64) -> Vec<BadRange> {
     let mut out = Vec::new();
     for &(a, b) in dev {
         for e in extents {
@@ -237,7 +258,7 @@ pub fn devdax_ranges(
 /// The bad-block list of the block device `MAJ:MIN` holding a file
 /// (fsdax), as byte ranges of that device (a partition's own bytes), and
 /// the file read; `None` when sysfs lists none.
-pub fn block_ranges(
+pub(crate) fn block_ranges(
     probe: &Probe,
     major: u32,
     minor: u32,

@@ -24,14 +24,14 @@
 //! Bookkeeping. Every flush and fence of every component passes through
 //! here, so the work is kept small. A thread's open epoch is a few line
 //! ranges (and ranges of media blocks made durable without a flush) held
-//! inline in its thread-local, in flush order ([`InlineSet`]): a flush
+//! inline in its thread-local, in flush order (`InlineSet`): a flush
 //! extends the last range or fills the next slot, with no heap and no
 //! borrow flag (about 25 instructions with the thread-local access). The
 //! fence sorts the few ranges and counts distinct lines and blocks in one
 //! walk (a few dozen instructions a range). An epoch of more distinct
 //! ranges than fit inline (thousands of scattered flushes sharing one
 //! fence) spills to a heap list that is merged O(log n) times
-//! ([`EpochSet`]); one flush however large is a single range.
+//! (`EpochSet`); one flush however large is a single range.
 //!
 //! Reading a [`Counters::snapshot`] is a handful of thread-local loads and
 //! the count of the open epoch, as at a fence; take one before and after an
@@ -47,12 +47,22 @@ pub const MEDIA_BLOCK: usize = 256;
 /// A snapshot of one thread's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
+    /// Flush instructions issued, one per line per flush call, repeats
+    /// included.
     pub flush_insns: u64,
+    /// Distinct cache lines written back per fence epoch (a line flushed
+    /// twice before one fence counts once).
     pub lines_flushed: u64,
+    /// Persist fences (`sfence`, or the `msync` standing for it).
     pub fences: u64,
+    /// Bytes written with non-temporal stores.
     pub nt_bytes: u64,
+    /// `msync(2)` calls.
     pub msync_calls: u64,
+    /// Bytes those calls covered, rounded out to pages.
     pub msync_bytes: u64,
+    /// Distinct 256-byte media blocks ([`MEDIA_BLOCK`]) made durable per
+    /// fence epoch: the write-amplification predictor.
     pub blocks_written: u64,
 }
 
@@ -119,11 +129,17 @@ impl Sub for Counters {
 /// Counter deltas divided by an operation count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PerOp {
+    /// [`Counters::flush_insns`] per operation.
     pub flush_insns: f64,
+    /// [`Counters::lines_flushed`] per operation.
     pub lines_flushed: f64,
+    /// [`Counters::fences`] per operation.
     pub fences: f64,
+    /// [`Counters::nt_bytes`] per operation.
     pub nt_bytes: f64,
+    /// [`Counters::msync_calls`] per operation.
     pub msync_calls: f64,
+    /// [`Counters::blocks_written`] per operation.
     pub blocks_written: f64,
 }
 

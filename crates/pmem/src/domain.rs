@@ -36,7 +36,11 @@ pub enum Domain {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashModel {
     /// Durable image plus any subset of in-flight units of the given size.
-    InFlight { unit: usize },
+    InFlight {
+        /// Bytes that reach the medium whole or not at all (64 for cache
+        /// lines, 8 under 8-byte tearing, the page size under `msync`).
+        unit: usize,
+    },
     /// The live image at the crash point survives whole.
     LiveImage,
     /// Nothing survives: the pool is not persistent.
@@ -44,6 +48,7 @@ pub enum CrashModel {
 }
 
 impl Domain {
+    /// Every domain, in code order (1..=6).
     pub const ALL: [Domain; 6] = [
         Domain::Adr,
         Domain::Eadr,
@@ -65,6 +70,7 @@ impl Domain {
         }
     }
 
+    /// The domain whose [`Domain::name`] is `s`; `None` for any other string.
     pub fn parse(s: &str) -> Option<Domain> {
         Domain::ALL.into_iter().find(|d| d.name() == s)
     }
@@ -81,6 +87,8 @@ impl Domain {
         }
     }
 
+    /// The domain whose [`Domain::code`] is `c`; `None` for an unknown code
+    /// (a header from a newer build, or damage).
     pub fn from_code(c: u32) -> Option<Domain> {
         Domain::ALL.into_iter().find(|d| d.code() == c)
     }
@@ -181,7 +189,7 @@ fn read_sysfs_persistence_domain(dir: &Path) -> Option<String> {
 
 /// The domain named by `FERRITE_DOMAIN`, if set. An unparsable value is an
 /// error rather than silently ignored.
-pub fn domain_from_env() -> Result<Option<Domain>, String> {
+pub(crate) fn domain_from_env() -> Result<Option<Domain>, String> {
     match std::env::var(DOMAIN_ENV) {
         Ok(v) if !v.is_empty() => v
             .parse()
@@ -193,7 +201,7 @@ pub fn domain_from_env() -> Result<Option<Domain>, String> {
 
 /// The flush instruction to use: `FERRITE_FLUSH` if set and supported, else the
 /// best the CPU has.
-pub fn flush_kind_from_env() -> Result<Option<FlushKind>, String> {
+pub(crate) fn flush_kind_from_env() -> Result<Option<FlushKind>, String> {
     match std::env::var(FLUSH_ENV) {
         Ok(v) if !v.is_empty() => {
             let k = FlushKind::parse(&v).ok_or_else(|| {

@@ -35,7 +35,9 @@
 use crate::domain::Domain;
 use crate::error::{PoolError, Result};
 
+/// Bytes 0..8 of every pool.
 pub const MAGIC: [u8; 8] = *b"FERRITE\0";
+/// The header format version this build writes and reads (bytes 8..12).
 pub const FORMAT_VERSION: u32 = 1;
 /// Bytes reserved for the header at the start of every pool.
 pub const HEADER_SIZE: usize = 4096;
@@ -57,16 +59,25 @@ const CRC_OFF: usize = 124;
 /// The immutable part of a pool header.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Header {
+    /// Format version (bytes 8..12); always [`FORMAT_VERSION`] once decoded.
     pub version: u32,
+    /// Feature flags (bytes 16..20), a subset of [`KNOWN_FEATURES`].
     pub features: u32,
+    /// The durability domain the pool was created for (bytes 20..24).
     pub domain: Domain,
+    /// Pool size in bytes at creation (bytes 24..32), at least
+    /// [`MIN_POOL_SIZE`].
     pub size: u64,
     /// The most a growable pool may grow to (a multiple of
     /// [`MAX_SIZE_UNIT`], at least `size`); 0 for a fixed-size pool. Set
     /// exactly when `features` has [`FEATURE_GROWABLE`].
     pub max_size: u64,
+    /// Creation time in nanoseconds since the Unix epoch (bytes 32..40).
     pub created_ns: u64,
+    /// Random version-4 UUID (bytes 40..56), distinct per pool.
     pub uuid: [u8; 16],
+    /// Layout name (bytes 56..120, NUL-padded): which component owns the
+    /// data area; 1 to [`MAX_LAYOUT`] bytes without NUL.
     pub layout: String,
 }
 

@@ -20,6 +20,8 @@
 //! `unsafe` code lives only in [`arch`] (instructions) and [`map`] (raw
 //! memory); everything else is safe Rust.
 
+#![warn(missing_docs)]
+
 pub mod arch;
 pub mod badblocks;
 pub mod counters;

@@ -51,8 +51,8 @@ pub type KeepAlive =
 ///
 /// # Growth
 ///
-/// A *growable* mapping ([`Mapping::map_file_growable`],
-/// [`Mapping::anonymous_growable`]) reserves `len` bytes of address space
+/// A *growable* mapping (a growable pool's: `Mapping::map_file_growable`,
+/// `Mapping::anonymous_growable`) reserves `len` bytes of address space
 /// up front and makes only its first [`mapped`](Self::mapped) bytes
 /// accessible; [`grow_to`](Self::grow_to) extends the accessible prefix in
 /// place (for a file: allocate the file's blocks, make its new length
@@ -151,7 +151,7 @@ impl Mapping {
     /// Maps `len` bytes of `file` shared. Tries `MAP_SYNC` first when
     /// `try_sync`; falls back to a plain shared mapping where the file system
     /// refuses it (`EOPNOTSUPP`/`EINVAL`), as `pmem_map_file` does.
-    pub fn map_file(file: &File, len: usize, try_sync: bool) -> io::Result<Mapping> {
+    pub(crate) fn map_file(file: &File, len: usize, try_sync: bool) -> io::Result<Mapping> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -213,7 +213,7 @@ impl Mapping {
     /// up to `reserve` without moving it. `MAP_SYNC` is tried first when
     /// `try_sync`, as in [`map_file`](Self::map_file). Both lengths must be
     /// multiples of [`PAGE`].
-    pub fn map_file_growable(
+    pub(crate) fn map_file_growable(
         file: &File,
         len: usize,
         reserve: usize,
@@ -292,7 +292,7 @@ impl Mapping {
     /// accessible and up to `len` can become so by [`grow_to`](Self::grow_to)
     /// (in-memory and simulated growable pools). The whole range is
     /// reserved with `MAP_NORESERVE`: untouched pages cost nothing.
-    pub fn anonymous_growable(mapped: usize, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn anonymous_growable(mapped: usize, len: usize) -> io::Result<Mapping> {
         if mapped == 0 || len < mapped {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -438,10 +438,12 @@ impl Mapping {
         self.len
     }
 
+    /// True when the mapping reserves no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// How the bytes are backed, which decides the domains they support.
     pub fn kind(&self) -> MapKind {
         self.kind
     }
@@ -550,6 +552,8 @@ impl Mapping {
             .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
+    /// Atomic fetch-and-add at an 8-aligned offset; returns the previous
+    /// value (wrapping on overflow).
     #[inline]
     #[track_caller]
     pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
@@ -665,7 +669,7 @@ fn nonnull(p: *mut libc::c_void) -> NonNull<u8> {
 
 /// First line address and number of cache lines overlapping `addr..addr+len`.
 #[inline]
-pub fn line_span(addr: usize, len: usize) -> (usize, usize) {
+pub(crate) fn line_span(addr: usize, len: usize) -> (usize, usize) {
     if len == 0 {
         return (addr & !(crate::arch::CACHE_LINE - 1), 0);
     }
@@ -678,8 +682,11 @@ pub fn line_span(addr: usize, len: usize) -> (usize, usize) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("access {off}..{} outside {size}-byte range", off.saturating_add(*len))]
 pub struct OutOfBounds {
+    /// First byte of the access.
     pub off: usize,
+    /// Bytes of the access.
     pub len: usize,
+    /// Bytes of the mapping or region it fell outside of.
     pub size: usize,
 }
 

@@ -47,10 +47,15 @@ pub const OPEN_MAGIC: [u8; 8] = *b"FRTOPEN1";
 /// A decoded open record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenRecord {
+    /// Process id of the opener (bytes 200..204).
     pub pid: u32,
+    /// `st_dev` of the file as it was opened (bytes 208..216).
     pub dev: u64,
+    /// `st_ino` of the file as it was opened (bytes 216..224).
     pub ino: u64,
+    /// When it was opened, nanoseconds since the Unix epoch (bytes 224..232).
     pub opened_ns: u64,
+    /// The kernel's boot id then (bytes 232..248); zero if unknown.
     pub boot_id: [u8; 16],
 }
 
@@ -69,6 +74,8 @@ impl OpenRecord {
         }
     }
 
+    /// The 64 bytes to store at [`OPEN_OFF`]: magic, fields and the
+    /// CRC32C of the first 56 bytes (see the module documentation).
     pub fn encode(&self) -> [u8; OPEN_LEN] {
         let mut b = [0u8; OPEN_LEN];
         b[0..8].copy_from_slice(&OPEN_MAGIC);

@@ -38,8 +38,15 @@ pub const DEFAULT_NT_THRESHOLD: usize = 256;
 /// is called before every ordinary store made through a [`Region`](crate::Region),
 /// so a crash can also fall between two stores.
 pub trait SimObserver: Send + Sync {
+    /// Bytes `off..off + len` of `map` were written back (flush or
+    /// non-temporal stores); their new content is already in `map`. They
+    /// become durable at the next [`fenced`](Self::fenced).
     fn flushed(&self, map: &Mapping, off: usize, len: usize);
+    /// A fence is about to order every earlier write-back on this thread:
+    /// the simulator makes them durable, or crashes first.
     fn fenced(&self, map: &Mapping);
+    /// An ordinary store to `off..off + len` of `map` is about to happen
+    /// (default: ignored; only crash-on-store explorations use it).
     fn storing(&self, _map: &Mapping, _off: usize, _len: usize) {}
     /// The medium grew to `len` accessible bytes ([`Medium::grow_to`]); the
     /// new bytes are zero and, like a file's new length, durable.
@@ -70,6 +77,7 @@ pub struct LockHeld {
 }
 
 impl LockHeld {
+    /// Enters a section on this thread; it ends when the guard drops.
     pub fn enter() -> LockHeld {
         LOCK_HELD.with(|c| c.set(c.get() + 1));
         LockHeld {
@@ -92,6 +100,7 @@ impl Drop for LockHeld {
 /// How a medium persists, fixed when it is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PersistConfig {
+    /// The durability domain: decides what flush, fence and persist do.
     pub domain: Domain,
     /// Flush instruction for `adr`; ignored by other domains.
     pub flush: FlushKind,
@@ -142,6 +151,8 @@ impl std::fmt::Debug for Medium {
 }
 
 impl Medium {
+    /// A medium over `map` that persists as `cfg` says; `observer` (a crash
+    /// simulator) sees every write-back, fence and store when given.
     pub fn new(map: Mapping, cfg: PersistConfig, observer: Option<Arc<dyn SimObserver>>) -> Medium {
         Medium {
             map,
@@ -151,10 +162,12 @@ impl Medium {
         }
     }
 
+    /// The mapped bytes.
     pub fn map(&self) -> &Mapping {
         &self.map
     }
 
+    /// How this medium persists (fixed at open).
     pub fn config(&self) -> PersistConfig {
         self.cfg
     }
@@ -174,6 +187,7 @@ impl Medium {
         Ok(now)
     }
 
+    /// The durability domain ([`PersistConfig::domain`]).
     pub fn domain(&self) -> Domain {
         self.cfg.domain
     }
@@ -204,7 +218,7 @@ impl Medium {
     /// Tells the simulator (if any) that `off..off+len` is about to be stored
     /// to, and records the store in a persist trace (feature `trace`).
     #[inline(always)]
-    pub fn before_store(&self, off: usize, len: usize) {
+    pub(crate) fn before_store(&self, off: usize, len: usize) {
         self.observe_store(off, len);
         #[cfg(feature = "trace")]
         crate::trace::note(crate::trace::EventKind::Store, self.map.addr(off), len);
@@ -213,7 +227,7 @@ impl Medium {
     /// Records a load of `off..off+len` in a persist trace (feature
     /// `trace`); nothing otherwise.
     #[inline(always)]
-    pub fn before_load(&self, off: usize, len: usize) {
+    pub(crate) fn before_load(&self, off: usize, len: usize) {
         #[cfg(feature = "trace")]
         crate::trace::note(crate::trace::EventKind::Load, self.map.addr(off), len);
         #[cfg(not(feature = "trace"))]
@@ -347,7 +361,7 @@ impl Medium {
     /// Copies `src` to `off` and writes it back, without the final fence
     /// (PMDK's `PMEM_F_MEM_NODRAIN`). Uses non-temporal stores at or above the
     /// threshold in the domains where that helps.
-    pub fn copy_nodrain(&self, off: usize, src: &[u8]) {
+    pub(crate) fn copy_nodrain(&self, off: usize, src: &[u8]) {
         self.observe_store(off, src.len());
         let nt_domain = matches!(
             self.cfg.domain,
@@ -384,7 +398,7 @@ impl Medium {
 
     /// Copies with non-temporal stores regardless of size (the unaligned head
     /// and tail are flushed); durable after the next fence.
-    pub fn copy_nt(&self, off: usize, src: &[u8]) {
+    pub(crate) fn copy_nt(&self, off: usize, src: &[u8]) {
         self.observe_store(off, src.len());
         let nt = !matches!(self.cfg.domain, Domain::Msync | Domain::Volatile);
         self.trace_copy(off, src.len(), nt);

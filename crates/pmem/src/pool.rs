@@ -59,6 +59,9 @@ pub struct PoolOptions {
 }
 
 impl PoolOptions {
+    /// Options for a pool of `size` bytes (header included) owned by
+    /// `layout`; everything else at its default (fixed size, detected
+    /// domain, best flush instruction).
     pub fn new(layout: &str, size: u64) -> PoolOptions {
         PoolOptions {
             layout: layout.to_string(),
@@ -112,6 +115,8 @@ impl PoolOptions {
         Ok((header::FEATURE_GROWABLE, max))
     }
 
+    /// Forces the durability domain instead of `FERRITE_DOMAIN` or
+    /// detection.
     pub fn domain(mut self, d: Domain) -> PoolOptions {
         self.domain = Some(d);
         self
@@ -440,14 +445,18 @@ impl Pool {
         })
     }
 
+    /// The pool's immutable header, as validated at open.
     pub fn header(&self) -> &Header {
         &self.header
     }
 
+    /// The pool file; `None` for an in-memory pool.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 
+    /// The domain this open runs in (may differ from the one recorded
+    /// at creation, [`Header::domain`]).
     pub fn domain(&self) -> Domain {
         self.medium.domain()
     }
@@ -472,6 +481,7 @@ impl Pool {
         self.detection.as_ref()
     }
 
+    /// The whole mapped pool and its persister: the one door to the bytes.
     pub fn medium(&self) -> &Arc<Medium> {
         &self.medium
     }

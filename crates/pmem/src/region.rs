@@ -43,10 +43,12 @@ impl Region {
         })
     }
 
+    /// Bytes in the region; offsets passed to it are `0..len`.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// True when the region has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -56,6 +58,7 @@ impl Region {
         self.base
     }
 
+    /// The medium (whole pool) this region is a window of.
     pub fn medium(&self) -> &Arc<Medium> {
         &self.medium
     }
@@ -102,6 +105,8 @@ impl Region {
 
     // ---- plain access -------------------------------------------------------
 
+    /// Copies `dst.len()` bytes at `off` into `dst`. Panics (a bug, not
+    /// bad data) when the range leaves the region.
     #[inline]
     #[track_caller]
     pub fn read(&self, off: usize, dst: &mut [u8]) {
@@ -110,6 +115,7 @@ impl Region {
         self.medium.map().read(a, dst)
     }
 
+    /// [`read`](Self::read) into a new vector of `len` bytes.
     #[inline]
     #[track_caller]
     pub fn read_vec(&self, off: usize, len: usize) -> Vec<u8> {
@@ -127,6 +133,8 @@ impl Region {
         self.medium.map().write(a, src)
     }
 
+    /// Sets `len` bytes at `off` to `byte` with ordinary stores; not
+    /// durable until flushed and fenced.
     #[track_caller]
     pub fn fill(&self, off: usize, len: usize, byte: u8) {
         let a = self.abs(off, len);
@@ -152,6 +160,9 @@ impl Region {
         self.medium.map().store_u64(a, v, Ordering::Release)
     }
 
+    /// Atomic compare-and-swap of the 8-aligned word at `off`: `Ok(old)`
+    /// when it held `current` and now holds `new`, else `Err(actual)`.
+    /// Not durable until persisted.
     #[inline]
     #[track_caller]
     pub fn cas_u64(&self, off: usize, current: u64, new: u64) -> Result<u64, u64> {
@@ -160,6 +171,8 @@ impl Region {
         self.medium.map().cas_u64(a, current, new)
     }
 
+    /// Atomic add to the 8-aligned word at `off`, wrapping; returns the
+    /// previous value. Not durable until persisted.
     #[inline]
     #[track_caller]
     pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
@@ -185,6 +198,7 @@ impl Region {
         u32::from_le_bytes(b)
     }
 
+    /// Little-endian u32 write (not atomic, not durable until persisted).
     #[track_caller]
     pub fn write_u32(&self, off: usize, v: u32) {
         self.write(off, &v.to_le_bytes())
@@ -271,11 +285,15 @@ pub struct POff<T: ?Sized> {
 }
 
 impl<T: ?Sized> POff<T> {
+    /// Offset 0: no object (the header occupies byte 0, so no object
+    /// lives there).
     pub const NULL: POff<T> = POff {
         raw: 0,
         _t: PhantomData,
     };
 
+    /// The offset `raw` bytes from the pool's first byte (unchecked: it is
+    /// validated when used through a region).
     pub const fn new(raw: u64) -> POff<T> {
         POff {
             raw,
@@ -283,10 +301,12 @@ impl<T: ?Sized> POff<T> {
         }
     }
 
+    /// The offset in bytes from the pool's first byte.
     pub const fn raw(self) -> u64 {
         self.raw
     }
 
+    /// True for [`POff::NULL`].
     pub const fn is_null(self) -> bool {
         self.raw == 0
     }
@@ -301,10 +321,12 @@ impl<T: ?Sized> POff<T> {
         self.raw.checked_add(bytes).map(POff::new)
     }
 
+    /// The 8 little-endian bytes persistent structures store.
     pub fn to_le_bytes(self) -> [u8; 8] {
         self.raw.to_le_bytes()
     }
 
+    /// The offset stored as 8 little-endian bytes.
     pub fn from_le_bytes(b: [u8; 8]) -> POff<T> {
         POff::new(u64::from_le_bytes(b))
     }

@@ -40,7 +40,9 @@ pub struct SuperblockWriter {
 /// A checksum that does not match the bytes it covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChecksumMismatch {
+    /// The checksum stored in the structure.
     pub stored: u32,
+    /// The checksum of the bytes as read.
     pub computed: u32,
 }
 
@@ -68,18 +70,22 @@ impl SuperblockWriter {
         self
     }
 
+    /// Writes `v` as a u8 at byte `at` ([`bytes`](Self::bytes)'s panics).
     pub fn u8(&mut self, at: usize, v: u8) -> &mut SuperblockWriter {
         self.bytes(at, &[v])
     }
 
+    /// Writes `v` as a little-endian u16 at byte `at` ([`bytes`](Self::bytes)'s panics).
     pub fn u16(&mut self, at: usize, v: u16) -> &mut SuperblockWriter {
         self.bytes(at, &v.to_le_bytes())
     }
 
+    /// Writes `v` as a little-endian u32 at byte `at` ([`bytes`](Self::bytes)'s panics).
     pub fn u32(&mut self, at: usize, v: u32) -> &mut SuperblockWriter {
         self.bytes(at, &v.to_le_bytes())
     }
 
+    /// Writes `v` as a little-endian u64 at byte `at` ([`bytes`](Self::bytes)'s panics).
     pub fn u64(&mut self, at: usize, v: u64) -> &mut SuperblockWriter {
         self.bytes(at, &v.to_le_bytes())
     }
@@ -167,20 +173,24 @@ impl<'a> SuperblockView<'a> {
         self.b[r].iter().all(|&x| x == 0)
     }
 
+    /// The u8 at byte `at`. Panics past byte 64 (a layout bug).
     pub fn u8(&self, at: usize) -> u8 {
         self.b[at]
     }
 
+    /// The little-endian u16 at byte `at`. Panics past byte 64 (a layout bug).
     pub fn u16(&self, at: usize) -> u16 {
         u16::from_le_bytes([self.b[at], self.b[at + 1]])
     }
 
+    /// The little-endian u32 at byte `at`. Panics past byte 64 (a layout bug).
     pub fn u32(&self, at: usize) -> u32 {
         let mut w = [0u8; 4];
         w.copy_from_slice(&self.b[at..at + 4]);
         u32::from_le_bytes(w)
     }
 
+    /// The little-endian u64 at byte `at`. Panics past byte 64 (a layout bug).
     pub fn u64(&self, at: usize) -> u64 {
         let mut w = [0u8; 8];
         w.copy_from_slice(&self.b[at..at + 8]);

@@ -1,5 +1,5 @@
 //! Persist traces: what each thread asked of the one door (ARCHITECTURE.md,
-//! rule 1), recorded for `ferrite-sim`'s memory-controller model [P4].
+//! rule 1), recorded for `ferrite-sim`'s memory-controller model \[P4\].
 //!
 //! With the cargo feature `trace` the persister and [`Region`](crate::Region)
 //! note, per thread, every load and store made through a region, every flush
@@ -109,6 +109,8 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The kind whose code (byte 0 of an encoded event) is `b`; `None`
+    /// for an unknown code.
     pub fn from_u8(b: u8) -> Option<EventKind> {
         Some(match b {
             1 => EventKind::Load,
@@ -121,6 +123,7 @@ impl EventKind {
         })
     }
 
+    /// Lower-case name for reports (`nt-store` for [`EventKind::NtStore`]).
     pub fn name(self) -> &'static str {
         match self {
             EventKind::Load => "load",
@@ -136,14 +139,19 @@ impl EventKind {
 /// One traced event (see the module documentation for its encoding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Event {
+    /// What the thread did.
     pub kind: EventKind,
     /// Wall-clock ns since this thread's previous event, saturated.
     pub gap_ns: u16,
+    /// Bytes touched (0 for fences and commit points).
     pub len: u32,
+    /// Virtual address of the first byte (0 for fences and commit points).
     pub addr: u64,
 }
 
 impl Event {
+    /// An event of `kind` over `len` bytes at `addr`, `gap_ns` after the
+    /// thread's previous one.
     pub fn new(kind: EventKind, addr: u64, len: u32, gap_ns: u16) -> Event {
         Event {
             kind,
@@ -165,6 +173,7 @@ impl Event {
 /// One thread's events, in program order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadTrace {
+    /// The events, oldest first.
     pub events: Vec<Event>,
 }
 
@@ -178,6 +187,8 @@ impl ThreadTrace {
 /// A whole recording: one [`ThreadTrace`] per thread.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Trace {
+    /// One entry per thread that recorded anything, in the order threads
+    /// first recorded.
     pub threads: Vec<ThreadTrace>,
     /// Events were dropped because the recording exceeded [`MAX_EVENTS`].
     pub truncated: bool,
@@ -187,21 +198,39 @@ pub struct Trace {
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum TraceError {
     #[error("trace is truncated: needs {needed} bytes at offset {at}, has {have}")]
+    /// The bytes end inside a header or an event.
     Truncated {
+        /// Offset of the part that does not fit.
         at: usize,
+        /// Bytes that part needs.
         needed: usize,
+        /// Bytes left from `at`.
         have: usize,
     },
     #[error("not a Ferrite trace (bad magic {found:02x?})")]
-    BadMagic { found: [u8; 8] },
+    /// The first 8 bytes are not the trace magic.
+    BadMagic {
+        /// The bytes found.
+        found: [u8; 8],
+    },
     #[error("unsupported trace format version {found} (this build reads version {VERSION})")]
-    UnsupportedVersion { found: u16 },
+    /// A format version this build does not read.
+    UnsupportedVersion {
+        /// The version in the file header.
+        found: u16,
+    },
     #[error("trace {what} checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    /// A CRC32C does not match what it covers.
     Checksum {
+        /// Which part: the file header, or a thread's header or events.
         what: String,
+        /// The checksum stored.
         stored: u32,
+        /// The checksum of the bytes as read.
         computed: u32,
     },
+    /// Counts that disagree (threads out of order, a total that is not
+    /// the sum, an unknown event kind); the payload says which.
     #[error("trace is corrupt: {0}")]
     Corrupt(String),
 }

@@ -140,8 +140,11 @@ pub const REC_HDR: usize = 32;
 pub const ITEM_HDR: usize = 16;
 /// Bytes of the group area.
 pub const GROUP_BYTES: usize = 4096;
-/// Pool offset of the group area and of slot 0, relative to the superblock.
+/// Offset of the group area relative to the superblock (past the
+/// superblock line and the root-word line).
 pub const GROUP_REL: u64 = 2 * CACHE_LINE as u64;
+/// Offset of slot 0 relative to the superblock: past the superblock
+/// line, the root-word line and the group area.
 pub const SLOTS_REL: u64 = GROUP_REL + GROUP_BYTES as u64;
 /// Slot index of the GROUP record.
 pub const GROUP_SLOT: u16 = 0xffff;
@@ -182,16 +185,29 @@ impl Kind {
 /// The decoded superblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// Default strategy code (bytes 10..12): 1 undo, 2 redo, 3 clobber,
+    /// 4 no-log.
     pub strategy: u16,
+    /// Log slots (bytes 12..14), 1..=[`MAX_SLOTS`].
     pub slots: u16,
+    /// Bytes of each of a slot's two log areas (bytes 16..20), a multiple
+    /// of 64 and at least [`MIN_AREA`].
     pub area_bytes: u32,
+    /// Pool offset of slot 0 (bytes 24..32): the superblock's offset plus
+    /// [`SLOTS_REL`].
     pub slots_off: u64,
+    /// Pool offset of the heap (bytes 32..40), page aligned, past the last
+    /// slot.
     pub heap_off: u64,
+    /// Bytes of the heap (bytes 40..48): the rest of the pool.
     pub heap_len: u64,
+    /// Random nonce (bytes 48..56); its CRC32C seeds every record checksum,
+    /// so records of an earlier pool in the same bytes never validate.
     pub nonce: u64,
 }
 
 impl Superblock {
+    /// Bytes of one slot: its header line and two log areas.
     pub fn slot_bytes(&self) -> u64 {
         CACHE_LINE as u64 + 2 * u64::from(self.area_bytes)
     }
@@ -201,6 +217,8 @@ impl Superblock {
         self.slots_off + u64::from(i) * self.slot_bytes()
     }
 
+    /// The 64 bytes of the superblock (see the module documentation),
+    /// CRC32C of bytes 0..60 in bytes 60..64.
     pub fn encode(&self) -> [u8; CACHE_LINE] {
         SuperblockWriter::new(&MAGIC, VERSION)
             .u16(10, self.strategy)
@@ -269,7 +287,7 @@ impl Superblock {
 
 /// One item of an UNDO, REDO or CLOB record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Item {
+pub(crate) enum Item {
     /// Bytes at a pool offset (old bytes for UNDO/CLOB, new for REDO).
     Bytes { off: u64, data: Vec<u8> },
     /// An allocator metadata operation (inverse for UNDO/CLOB).
@@ -281,19 +299,19 @@ pub enum Item {
 }
 
 /// Encoded size of a byte item of `n` bytes.
-pub fn bytes_item_len(n: usize) -> usize {
+pub(crate) fn bytes_item_len(n: usize) -> usize {
     ITEM_HDR + n.next_multiple_of(8)
 }
 
 /// Appends a byte item to `out`.
-pub fn put_bytes(out: &mut Vec<u8>, off: u64, data: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, off: u64, data: &[u8]) {
     let p = put_bytes_space(out, off, data.len());
     out[p..p + data.len()].copy_from_slice(data);
 }
 
 /// Appends a byte item of `n` zero bytes for the caller to fill (e.g.
 /// straight from the medium); returns where they start in `out`.
-pub fn put_bytes_space(out: &mut Vec<u8>, off: u64, n: usize) -> usize {
+pub(crate) fn put_bytes_space(out: &mut Vec<u8>, off: u64, n: usize) -> usize {
     let mut h = [0u8; ITEM_HDR];
     h[..8].copy_from_slice(&(off & OFF_MASK).to_le_bytes());
     h[8..].copy_from_slice(&(n as u64).to_le_bytes());
@@ -304,7 +322,7 @@ pub fn put_bytes_space(out: &mut Vec<u8>, off: u64, n: usize) -> usize {
 }
 
 /// Appends an allocator operation item to `out`.
-pub fn put_op(out: &mut Vec<u8>, op: &MetaOp) {
+pub(crate) fn put_op(out: &mut Vec<u8>, op: &MetaOp) {
     let tag: u64 = match op.kind {
         OpKind::Set => 1,
         OpKind::Or => 2,
@@ -315,13 +333,13 @@ pub fn put_op(out: &mut Vec<u8>, op: &MetaOp) {
 }
 
 /// Appends a fresh-data check item to `out`.
-pub fn put_check(out: &mut Vec<u8>, off: u64, len: u32, crc: u32) {
+pub(crate) fn put_check(out: &mut Vec<u8>, off: u64, len: u32, crc: u32) {
     out.extend_from_slice(&((4u64 << 56) | (off & OFF_MASK)).to_le_bytes());
     out.extend_from_slice(&((u64::from(len) << 32) | u64::from(crc)).to_le_bytes());
 }
 
 /// Decodes the items of a payload; `None` if it is malformed.
-pub fn items(payload: &[u8], count: u32) -> Option<Vec<Item>> {
+pub(crate) fn items(payload: &[u8], count: u32) -> Option<Vec<Item>> {
     let mut v = Vec::with_capacity(count as usize);
     let mut p = 0usize;
     for _ in 0..count {
@@ -358,7 +376,7 @@ pub fn items(payload: &[u8], count: u32) -> Option<Vec<Item>> {
 }
 
 /// Appends a VLOG buffer to `out`.
-pub fn put_buffer(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn put_buffer(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(&(data.len() as u32).to_le_bytes());
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(data);
@@ -366,7 +384,7 @@ pub fn put_buffer(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Decodes the buffers of a VLOG payload.
-pub fn buffers(payload: &[u8], count: u32) -> Option<Vec<Vec<u8>>> {
+pub(crate) fn buffers(payload: &[u8], count: u32) -> Option<Vec<Vec<u8>>> {
     let mut v = Vec::with_capacity(count as usize);
     let mut p = 0usize;
     for _ in 0..count {
@@ -381,7 +399,7 @@ pub fn buffers(payload: &[u8], count: u32) -> Option<Vec<Vec<u8>>> {
 
 /// Header fields of a record being written.
 #[derive(Clone, Copy, Debug)]
-pub struct RecHead {
+pub(crate) struct RecHead {
     pub kind: Kind,
     pub slot: u16,
     pub epoch: u64,
@@ -390,13 +408,13 @@ pub struct RecHead {
 }
 
 /// The checksum seed of a pool: crc32c of its nonce.
-pub fn crc_seed(nonce: u64) -> u32 {
+pub(crate) fn crc_seed(nonce: u64) -> u32 {
     crc32c::crc32c(&nonce.to_le_bytes())
 }
 
 /// Fills in the header and checksum of a record built in place: `rec` is
 /// [`REC_HDR`] placeholder bytes followed by the payload (8-byte padded).
-pub fn seal_record(rec: &mut [u8], seed: u32, h: &RecHead) {
+pub(crate) fn seal_record(rec: &mut [u8], seed: u32, h: &RecHead) {
     let len = rec.len() - REC_HDR;
     debug_assert!(len.is_multiple_of(8));
     rec[4..6].copy_from_slice(&(h.kind as u16).to_le_bytes());
@@ -411,7 +429,7 @@ pub fn seal_record(rec: &mut [u8], seed: u32, h: &RecHead) {
 
 /// Encodes a record (header + `payload`, which must be 8-byte padded) into
 /// `out` (cleared first).
-pub fn encode_record(out: &mut Vec<u8>, seed: u32, h: &RecHead, payload: &[u8]) {
+pub(crate) fn encode_record(out: &mut Vec<u8>, seed: u32, h: &RecHead, payload: &[u8]) {
     debug_assert!(payload.len().is_multiple_of(8));
     out.clear();
     out.extend_from_slice(&[0u8; 4]);
@@ -428,7 +446,7 @@ pub fn encode_record(out: &mut Vec<u8>, seed: u32, h: &RecHead, payload: &[u8]) 
 
 /// A record read back from an area.
 #[derive(Clone, Debug)]
-pub struct Record {
+pub(crate) struct Record {
     pub kind: Kind,
     pub epoch: u64,
     pub aux: u64,
@@ -440,7 +458,7 @@ pub struct Record {
 
 /// Reads the record at area offset `pos` of `area` (a region over one log
 /// area); `None` when there is no valid record there.
-pub fn read_record(area: &Region, pos: usize, slot: u16, seed: u32) -> Option<Record> {
+pub(crate) fn read_record(area: &Region, pos: usize, slot: u16, seed: u32) -> Option<Record> {
     if pos + REC_HDR > area.len() {
         return None;
     }
@@ -471,7 +489,7 @@ pub fn read_record(area: &Region, pos: usize, slot: u16, seed: u32) -> Option<Re
 
 /// Reads the transaction in `area`: its records, if the first is valid
 /// with an epoch above `done`, and where the next record would go.
-pub fn scan_area(area: &Region, slot: u16, nonce: u64, done: u64) -> (Vec<Record>, usize) {
+pub(crate) fn scan_area(area: &Region, slot: u16, nonce: u64, done: u64) -> (Vec<Record>, usize) {
     let seed = crc_seed(nonce);
     let mut recs: Vec<Record> = Vec::new();
     let mut pos = 0usize;
@@ -485,6 +503,52 @@ pub fn scan_area(area: &Region, slot: u16, nonce: u64, done: u64) -> (Vec<Record
         recs.push(r);
     }
     (recs, pos)
+}
+
+/// Where things live, in pool offsets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub sb: Superblock,
+    /// Pool offset of the root word.
+    pub root_word: u64,
+    /// Heap data pages: the bytes transactions may read and write.
+    pub data_lo: u64,
+    pub data_hi: u64,
+    /// Heap metadata (descriptors): where allocator operations may point.
+    pub meta_lo: u64,
+}
+
+impl Layout {
+    pub fn slot_off(&self, i: u16) -> u64 {
+        self.sb.slot_off(i)
+    }
+
+    /// Pool offset of the group area.
+    pub fn group_off(&self) -> u64 {
+        self.sb.slots_off - GROUP_BYTES as u64
+    }
+
+    /// Pool offset of area `a` of slot `i`.
+    pub fn area_off(&self, i: u16, a: u64) -> u64 {
+        self.slot_off(i) + CACHE_LINE as u64 + a * u64::from(self.sb.area_bytes)
+    }
+
+    /// True when a transaction may touch `off..off+len`.
+    #[inline]
+    pub fn may_touch(&self, off: u64, len: u64) -> bool {
+        match off.checked_add(len) {
+            Some(end) => {
+                (off >= self.data_lo && end <= self.data_hi)
+                    || (off >= self.root_word && end <= self.root_word + 8)
+            }
+            None => false,
+        }
+    }
+
+    /// True when an allocator operation may target word `off`.
+    pub fn op_target_ok(&self, off: u64) -> bool {
+        off.is_multiple_of(8) && off >= self.meta_lo && off + 8 <= self.data_lo
+    }
 }
 
 #[cfg(test)]

@@ -86,22 +86,30 @@
 //! discipline, and non-determinism that does not change the clobbered
 //! inputs (e.g. in values written to fresh blocks).
 
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod args;
 pub mod error;
+mod fault;
 pub mod format;
-pub mod interval;
-pub mod pool;
+mod interval;
+mod options;
+mod pool;
 pub mod recovery;
-pub mod registry;
+mod report;
 pub mod tx;
 pub mod verify;
 
 #[cfg(test)]
 mod tests;
 
+pub use args::{Inputs, PackedArgs, pack_args};
 pub use error::{Result, TxError};
-pub use pool::{Fault, Strategy, TxOptions, TxPool};
-pub use recovery::TxRecovery;
-pub use registry::{Inputs, PackedArgs, Registry, TxBody, TxFunc, pack_args};
-pub use tx::{Tx, TxStats, TxThread};
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+pub use options::{Strategy, TxOptions};
+pub use report::TxRecovery;
+pub use tx::{Registry, Tx, TxBody, TxFunc, TxPool, TxStats, TxThread};

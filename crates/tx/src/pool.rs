@@ -1,221 +1,15 @@
 //! Transactional pools: creation, opening (with recovery) and thread slots.
 
 use crate::error::{Result, TxError};
-use crate::format::{self, MAX_SLOTS, MIN_AREA, Superblock};
+use crate::fault::Fault;
+use crate::format::{self, Layout, MAX_SLOTS, MIN_AREA, Superblock};
+use crate::options::{Strategy, TxOptions};
 use crate::recovery::{self, TxRecovery};
-use crate::registry::Registry;
-use crate::tx::TxThread;
+use crate::tx::{Registry, Slots, TxPool};
 use ferrite_alloc::{Heap, HeapOptions};
 use ferrite_pmem::{CACHE_LINE, HEADER_SIZE, PAGE, POff, Pool, Region};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-/// How a transaction makes its writes failure-atomic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Strategy {
-    /// Log the old bytes of each location before its first write, with a
-    /// fence each, write in place; roll back after a crash (PMDK).
-    Undo,
-    /// Buffer writes in DRAM (reads see them), persist them as one redo
-    /// record, then apply in place; replay after a crash (Mnemosyne).
-    Redo,
-    /// Log the transaction's inputs (v_log) and the old values of the
-    /// locations it reads before overwriting (clobbered inputs), write in
-    /// place; after a crash restore the inputs and re-execute [P1 §3.2].
-    Clobber,
-    /// Write in place, flush and fence at commit, log nothing: the
-    /// benchmarks' baseline. Not failure-atomic.
-    NoLog,
-}
-
-impl Strategy {
-    /// The three failure-atomic strategies.
-    pub const LOGGED: [Strategy; 3] = [Strategy::Undo, Strategy::Redo, Strategy::Clobber];
-    pub const ALL: [Strategy; 4] = [
-        Strategy::Undo,
-        Strategy::Redo,
-        Strategy::Clobber,
-        Strategy::NoLog,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Undo => "undo",
-            Strategy::Redo => "redo",
-            Strategy::Clobber => "clobber",
-            Strategy::NoLog => "nolog",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Strategy> {
-        Strategy::ALL.into_iter().find(|x| x.name() == s)
-    }
-
-    pub(crate) fn code(self) -> u16 {
-        match self {
-            Strategy::Undo => 1,
-            Strategy::Redo => 2,
-            Strategy::Clobber => 3,
-            Strategy::NoLog => 4,
-        }
-    }
-
-    pub(crate) fn from_code(c: u16) -> Option<Strategy> {
-        Strategy::ALL.into_iter().find(|x| x.code() == c)
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How to create a transactional pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TxOptions {
-    /// Strategy recorded as the pool's default (each open may override it).
-    pub strategy: Strategy,
-    /// Log slots: threads that can run transactions at once (1..=64).
-    pub slots: u16,
-    /// Bytes of each of a slot's two log areas: the largest transaction's
-    /// log (v_log and records) must fit in one.
-    pub area_bytes: u32,
-    /// Fixed nonce (reproducible images); random when `None`.
-    pub nonce: Option<u64>,
-}
-
-impl TxOptions {
-    pub fn new(strategy: Strategy) -> TxOptions {
-        TxOptions {
-            strategy,
-            slots: 8,
-            area_bytes: 256 << 10,
-            nonce: None,
-        }
-    }
-    pub fn slots(mut self, n: u16) -> TxOptions {
-        self.slots = n;
-        self
-    }
-    pub fn area_bytes(mut self, n: u32) -> TxOptions {
-        self.area_bytes = n;
-        self
-    }
-    pub fn nonce(mut self, n: u64) -> TxOptions {
-        self.nonce = Some(n);
-        self
-    }
-}
-
-/// Planted protocol bugs, to show the crash checks catch them. Not part of
-/// the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Undo: a snapshot record is flushed but not fenced before the write.
-    UndoNoFence,
-    /// Redo: writes are applied in place before the redo record is fenced.
-    RedoApplyEarly,
-    /// Clobber: clobbered inputs are not logged (the v_log still is).
-    ClobberNoInputLog,
-    /// Recovery restores clobbered inputs but does not re-execute.
-    NoReexecute,
-    /// Recovery replays REDO records' allocator operations before the heap
-    /// has judged its lane records (`tests/mixed_heap.rs`).
-    RedoBeforeHeap,
-    /// Recovery handles the interrupted transactions of only the lowest
-    /// slot that has any: a recovery written as if one transaction could
-    /// be in flight. Only crashes that catch two slots mid-transaction
-    /// (the interleaved crash checks) can tell.
-    FirstSlotOnly,
-}
-
-/// Where things live, in pool offsets.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Layout {
-    pub sb: Superblock,
-    /// Pool offset of the root word.
-    pub root_word: u64,
-    /// Heap data pages: the bytes transactions may read and write.
-    pub data_lo: u64,
-    pub data_hi: u64,
-    /// Heap metadata (descriptors): where allocator operations may point.
-    pub meta_lo: u64,
-}
-
-impl Layout {
-    pub fn slot_off(&self, i: u16) -> u64 {
-        self.sb.slot_off(i)
-    }
-
-    /// Pool offset of the group area.
-    pub fn group_off(&self) -> u64 {
-        self.sb.slots_off - format::GROUP_BYTES as u64
-    }
-
-    /// Pool offset of area `a` of slot `i`.
-    pub fn area_off(&self, i: u16, a: u64) -> u64 {
-        self.slot_off(i) + CACHE_LINE as u64 + a * u64::from(self.sb.area_bytes)
-    }
-
-    /// True when a transaction may touch `off..off+len`.
-    #[inline]
-    pub fn may_touch(&self, off: u64, len: u64) -> bool {
-        match off.checked_add(len) {
-            Some(end) => {
-                (off >= self.data_lo && end <= self.data_hi)
-                    || (off >= self.root_word && end <= self.root_word + 8)
-            }
-            None => false,
-        }
-    }
-
-    /// True when an allocator operation may target word `off`.
-    pub fn op_target_ok(&self, off: u64) -> bool {
-        off.is_multiple_of(8) && off >= self.meta_lo && off + 8 <= self.data_lo
-    }
-}
-
-/// Per-slot DRAM state: the next epoch, or `None` while a thread holds it.
-pub(crate) struct Slots {
-    pub next_epoch: Vec<Option<u64>>,
-}
-
-/// A pool opened for transactions. See the crate documentation.
-pub struct TxPool {
-    /// The whole pool: records, data and operations are addressed by pool offset.
-    pub(crate) region: Region,
-    pub(crate) layout: Layout,
-    pub(crate) heap: Heap,
-    pub(crate) strategy: Strategy,
-    pub(crate) registry: Registry,
-    pub(crate) slots: Mutex<Slots>,
-    /// Bit `i`: slot `i` wrote its `done` word after its last fence; every
-    /// fence point flushes those lines first (see [`crate::tx`]).
-    pub(crate) pending: AtomicU64,
-    /// Global order of finished transactions across slots.
-    pub(crate) ticket: AtomicU64,
-    pub(crate) poisoned: AtomicBool,
-    pub(crate) recovery: TxRecovery,
-    pub(crate) fault: Fault,
-    /// Record checksum seed (crc32c of the nonce).
-    pub(crate) seed: u32,
-    /// Most reads and writes one transaction may make.
-    pub(crate) access_limit: AtomicU64,
-}
-
-impl std::fmt::Debug for TxPool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TxPool")
-            .field("strategy", &self.strategy)
-            .field("slots", &self.layout.sb.slots)
-            .field("area_bytes", &self.layout.sb.area_bytes)
-            .finish()
-    }
-}
 
 /// Where the heap's metadata and pages lie (pool offsets `(meta_lo,
 /// data_lo, data_hi)`), read from the heap superblock before the heap is
@@ -295,7 +89,7 @@ impl TxPool {
     /// interrupted clobber transactions and re-executes them with the
     /// functions in `registry` — whatever strategy wrote the logs.
     pub fn open(pool: &Pool, registry: Registry, strategy: Option<Strategy>) -> Result<TxPool> {
-        TxPool::open_with_fault(pool, registry, strategy, Fault::None)
+        TxPool::open_any(pool, registry, strategy, Fault::None, u64::MAX)
     }
 
     /// [`TxPool::open`] with an access limit ([`TxPool::set_access_limit`])
@@ -306,25 +100,35 @@ impl TxPool {
         strategy: Option<Strategy>,
         limit: u64,
     ) -> Result<TxPool> {
-        TxPool::open_inner(pool, registry, strategy, Fault::None, limit)
+        TxPool::open_any(pool, registry, strategy, Fault::None, limit)
     }
 
     /// [`TxPool::open`] with a planted bug that stays active for the
-    /// pool's lifetime. Not part of the supported API.
-    #[doc(hidden)]
+    /// pool's lifetime (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn open_with_fault(
         pool: &Pool,
         registry: Registry,
         strategy: Option<Strategy>,
         fault: Fault,
     ) -> Result<TxPool> {
-        TxPool::open_inner(pool, registry, strategy, fault, u64::MAX)
+        TxPool::open_any(pool, registry, strategy, fault, u64::MAX)
     }
 
-    /// [`TxPool::open_with_fault`] with an access limit. Not part of the
-    /// supported API.
-    #[doc(hidden)]
+    /// [`TxPool::open_with_fault`] with an access limit
+    /// ([`TxPool::open_limited`]) (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn open_inner(
+        pool: &Pool,
+        registry: Registry,
+        strategy: Option<Strategy>,
+        fault: Fault,
+        limit: u64,
+    ) -> Result<TxPool> {
+        TxPool::open_any(pool, registry, strategy, fault, limit)
+    }
+
+    fn open_any(
         pool: &Pool,
         registry: Registry,
         strategy: Option<Strategy>,
@@ -398,12 +202,6 @@ impl TxPool {
         Ok(txp)
     }
 
-    /// Attaches the calling thread: it takes a free log slot and an
-    /// allocator handle. Each thread uses its own; dropping it detaches.
-    pub fn thread(&self) -> Result<TxThread<'_>> {
-        TxThread::attach(self, None, self.strategy)
-    }
-
     /// Most reads and writes one transaction may make from now on; a
     /// function that exceeds it fails with [`TxError::Runaway`] (a loop
     /// over corrupt data, or one that never ends). Unlimited by default;
@@ -433,11 +231,12 @@ impl TxPool {
         &self.recovery
     }
 
+    /// The functions this open may run and that recovery re-executed.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
-    /// Log slots: threads that can hold a [`TxThread`] at once.
+    /// Log slots: threads that can hold a [`TxThread`](crate::TxThread) at once.
     pub fn slots(&self) -> usize {
         usize::from(self.layout.sb.slots)
     }
@@ -477,27 +276,6 @@ impl TxPool {
     /// Bounds of the bytes transactions may touch (heap data pages).
     pub fn data_bounds(&self) -> (u64, u64) {
         (self.layout.data_lo, self.layout.data_hi)
-    }
-
-    pub(crate) fn done_off(&self, slot: u16) -> usize {
-        self.layout.slot_off(slot) as usize
-    }
-
-    pub(crate) fn area_len(&self) -> usize {
-        self.layout.sb.area_bytes as usize
-    }
-
-    /// Flushes the `done` line of every slot whose completion is pending.
-    /// Returns the mask that was flushed.
-    pub(crate) fn flush_pending(&self) -> u64 {
-        let m = self.pending.load(Ordering::Acquire);
-        let mut bits = m;
-        while bits != 0 {
-            let i = bits.trailing_zeros() as u16;
-            bits &= bits - 1;
-            self.region.flush(self.done_off(i), 8);
-        }
-        m
     }
 }
 

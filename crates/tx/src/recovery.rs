@@ -72,40 +72,16 @@
 //! difference — the function is not deterministic — is reported in
 //! [`TxRecovery::nondeterministic`].
 
+use crate::args::Inputs;
 use crate::error::{Result, TxError};
+use crate::format::Layout;
 use crate::format::{self, Item, Kind, Record};
-use crate::pool::{Layout, Strategy, TxPool};
-use crate::registry::Inputs;
-use crate::tx::{Replay, TxThread};
+use crate::options::Strategy;
+use crate::tx::{Replay, TxPool, TxThread};
 use ferrite_pmem::Region;
-use std::time::Duration;
-
-/// What recovery did when a pool was opened.
-#[derive(Clone, Debug, Default)]
-pub struct TxRecovery {
-    /// Undo transactions rolled back.
-    pub rolled_back: usize,
-    /// Redo records replayed.
-    pub replayed: usize,
-    /// Redo records found valid whose fresh data did not survive (not
-    /// committed: their transaction never returned).
-    pub discarded: usize,
-    /// Clobber transactions whose inputs were restored and that were
-    /// re-executed to completion.
-    pub reexecuted: usize,
-    /// Function id and v_log buffers (arguments first) of every
-    /// re-executed transaction, in re-execution order.
-    pub reexecuted_inputs: Vec<(u32, Vec<Vec<u8>>)>,
-    /// Log items (byte ranges and allocator operations) applied.
-    pub items: usize,
-    /// Re-executions that logged different clobbered inputs than the
-    /// crashed run: the function is not deterministic.
-    pub nondeterministic: Vec<String>,
-    /// Wall time of the whole open, heap recovery included.
-    pub elapsed: Duration,
-    /// The allocator's own recovery.
-    pub heap: ferrite_alloc::RecoveryReport,
-}
+// The report type lives in its own leaf module so that the pool (which
+// keeps the report of its open) needs nothing of recovery itself.
+pub use crate::report::TxRecovery;
 
 /// One interrupted transaction.
 #[derive(Debug)]
@@ -164,7 +140,7 @@ impl Found {
         self.max_epoch[slot as usize] + 2
     }
 
-    /// [`crate::Fault::FirstSlotOnly`]: forgets every interrupted
+    /// [`crate::fault::Fault::FirstSlotOnly`]: forgets every interrupted
     /// transaction outside the lowest slot that has one.
     pub fn keep_first_slot_only(&mut self) {
         if let Some(first) = self.cands.iter().map(|c| c.slot).min() {

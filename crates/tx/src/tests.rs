@@ -2,7 +2,7 @@
 //! argument passing on small functions of their own. The tests that drive
 //! the data structures, and the crash checks, are in `ferrite-ds`.
 
-use crate::registry::{Inputs, Registry, TxFunc, pack_args};
+use crate::{Inputs, Registry, TxFunc, pack_args};
 use crate::{Strategy, Tx, TxError, TxOptions, TxPool};
 use ferrite_alloc::PAllocator;
 use ferrite_pmem::{Domain, POff, Pool, PoolOptions};

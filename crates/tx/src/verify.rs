@@ -24,10 +24,10 @@
 //! 4. recovery itself, on the copy (a failure is a finding, with its
 //!    error), and the heap's own lane recovery inside it.
 
+use crate::format::Layout;
 use crate::format::{self, Kind, Superblock};
-use crate::pool::{Layout, TxPool};
 use crate::recovery::{self, TxRecovery};
-use crate::registry::Registry;
+use crate::tx::{Registry, TxPool};
 use ferrite_alloc::verify::{self as av, HeapFinding};
 use ferrite_pmem::{CACHE_LINE, Pool, Region};
 
@@ -49,15 +49,19 @@ pub enum PrefixEnd {
 /// How one log area parses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AreaLog {
+    /// The slot the area belongs to.
     pub slot: u16,
+    /// Which of the slot's two areas (0 or 1).
     pub area: u8,
     /// Epoch and kind of the area's first record (none when it has none).
     pub epoch: Option<u64>,
+    /// Kind of that first record.
     pub kind: Option<Kind>,
     /// Valid records of that epoch, from the start.
     pub records: usize,
     /// Area offset where the valid prefix ends (the next record's place).
     pub end: usize,
+    /// What stops the valid prefix.
     pub stop: PrefixEnd,
     /// True when the transaction is newer than the slot's `done`.
     pub interrupted: bool,
@@ -86,9 +90,20 @@ pub enum TxFinding {
     /// No root, or the superblock does not decode.
     Superblock(String),
     /// A slot header's reserved bytes are not zero.
-    SlotHeader { slot: u16, what: String },
+    SlotHeader {
+        /// The slot.
+        slot: u16,
+        /// Which bytes, and what they hold.
+        what: String,
+    },
     /// A transaction recovery would have to act on.
-    Interrupted { log: AreaLog, action: &'static str },
+    Interrupted {
+        /// The transaction's log area as parsed.
+        log: AreaLog,
+        /// What recovery would do: roll it back, replay or discard it,
+        /// restore its inputs and re-execute it, or refuse the pool.
+        action: &'static str,
+    },
     /// Recovery refuses the pool (or a re-execution fails).
     Refused(String),
     /// Re-executions logged different inputs than the crashed runs.
@@ -152,9 +167,11 @@ fn kind_name(k: Option<Kind>) -> &'static str {
 /// What [`verify`] found.
 #[derive(Debug, Default)]
 pub struct TxCheck {
+    /// The decoded superblock (`None` when there is no valid one).
     pub superblock: Option<Superblock>,
     /// The pool's default strategy (from the superblock).
     pub strategy: Option<crate::Strategy>,
+    /// Everything wrong, in the order found; empty for a sound pool.
     pub findings: Vec<TxFinding>,
     /// Every non-empty log area, parsed.
     pub logs: Vec<AreaLog>,
@@ -165,7 +182,7 @@ pub struct TxCheck {
 }
 
 /// Parses area `area` of slot `slot` up to the end of its valid prefix.
-pub fn parse_area(a: &Region, slot: u16, area: u8, nonce: u64, done: u64) -> AreaLog {
+pub(crate) fn parse_area(a: &Region, slot: u16, area: u8, nonce: u64, done: u64) -> AreaLog {
     let seed = format::crc_seed(nonce);
     let mut log = AreaLog {
         slot,

@@ -153,6 +153,14 @@ mod tests;
 
 pub use exec::RunStats;
 
+mod fault;
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
+
 use ferrite_pmem::{ChecksumMismatch, Region, SuperblockView, SuperblockWriter};
 use std::cell::Cell;
 use std::fmt;
@@ -244,24 +252,6 @@ pub enum Outcome {
     Found(u64),
     /// The lookup did not find the key.
     Missing,
-}
-
-/// A deliberately broken protocol, to prove the crash check catches it.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Sets the bitmap bit together with the slot write, under one fence.
-    BitWithSlot,
-    /// Completes an insert after storing its bit, before the bit's fence.
-    AckBeforeFence,
-    /// The executor resumes an insert waiting for "a fence after my
-    /// flushes" at the fence count it saw when flushing (off by one), so
-    /// the bit is stored before any fence made the slot durable.
-    StaleEpoch,
-    /// Recovery does not scrub free slots.
-    NoScrub,
 }
 
 /// splitmix64 finaliser: a cheap, well-mixed 64-bit hash.
@@ -429,11 +419,17 @@ impl FpLeaves {
     /// rebuilds the volatile state from the bitmaps and scrubs free slots
     /// (see "Creation and recovery").
     pub fn recover(region: Region) -> Result<FpLeaves, GroupError> {
-        Self::recover_with_fault(region, Fault::None)
+        Self::recover_inner(region, Fault::None)
     }
 
-    #[doc(hidden)]
+    /// [`FpLeaves::recover`] with a planted bug in recovery and in the
+    /// writers of the recovered table (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn recover_with_fault(region: Region, fault: Fault) -> Result<FpLeaves, GroupError> {
+        Self::recover_inner(region, fault)
+    }
+
+    fn recover_inner(region: Region, fault: Fault) -> Result<FpLeaves, GroupError> {
         if region.len() < SUPERBLOCK {
             return Err(GroupError::TooSmall {
                 leaves: 0,
@@ -547,7 +543,8 @@ impl FpLeaves {
         }
     }
 
-    #[doc(hidden)]
+    /// Plants a bug in this table's writers (crash checks only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn set_fault(&mut self, fault: Fault) {
         self.fault = fault;
     }

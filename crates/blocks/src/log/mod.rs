@@ -164,6 +164,7 @@
 //! Staged PopLog writes whole lines, so it never appends into the line that
 //! holds the head: [`Log::free_bytes`] ends at that line's start.
 
+mod area;
 mod classic;
 mod format;
 /// `FERRLOG\0`: the magic a log superblock starts with (for recognising a log).
@@ -177,6 +178,14 @@ mod shared;
 pub mod checks;
 
 pub use shared::SharedLog;
+
+mod fault;
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
 
 use ferrite_pmem::{CACHE_LINE, Region};
 use format::{Geometry, HeadSlot, MIN_CAPACITY, SLOT_LEN, Superblock};
@@ -474,29 +483,6 @@ impl LogOptions {
     }
 }
 
-/// Planted protocol bugs, to show the crash checks catch them. Not part of
-/// the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Classic: header and payload are flushed but not fenced before the footer.
-    ClassicNoFirstFence,
-    /// Header: the size slot is persisted before the entry is flushed.
-    HeaderPublishFirst,
-    /// RAWL: recovery ignores the validity bits.
-    RawlNoValidityCheck,
-    /// RAWL: the validity bit keeps its meaning across laps.
-    RawlNoFlip,
-    /// RAWL: recovery leaves valid-looking words of a crashed append in the free space.
-    RawlNoScrub,
-    /// PopLog: recovery does not compare the popcount.
-    PopLogNoPopcountCheck,
-    /// PopLog: recovery leaves what a crashed append wrote in the free space.
-    PopLogNoScrub,
-}
-
 /// The in-memory head: where the oldest retained record starts.
 #[derive(Clone, Copy, Debug)]
 struct Head {
@@ -666,7 +652,6 @@ impl Log {
     }
 
     /// [`Log::recover`] with a planted bug (crash-check tests only).
-    #[doc(hidden)]
     #[cfg(any(test, feature = "checks"))]
     pub fn recover_with_fault(region: Region, fault: Fault) -> Result<Log> {
         Log::recover_inner(region, fault)
@@ -750,7 +735,6 @@ impl Log {
     }
 
     /// Plants a bug in this log's writers (crash-check tests only).
-    #[doc(hidden)]
     #[cfg(any(test, feature = "checks"))]
     pub fn set_fault(&mut self, fault: Fault) {
         self.fault = fault;
@@ -858,159 +842,6 @@ impl Log {
             Algorithm::Rawl => {
                 let words = 8 * (1 + rawl::payload_words(len));
                 if padded { align_line(words) } else { words }
-            }
-        }
-    }
-
-    // ---- data-area access (logical positions; wrap handled here) --------------
-
-    #[inline]
-    fn phys(&self, pos: u64) -> usize {
-        (pos % self.geo.cap) as usize
-    }
-
-    /// `p + n` as a data-area offset, for `p` an offset and `n` at most the
-    /// capacity: a compare instead of a division on the append path.
-    #[inline]
-    fn wrap_add(&self, p: usize, n: usize) -> usize {
-        let q = p + n;
-        if q >= self.geo.cap as usize {
-            q - self.geo.cap as usize
-        } else {
-            q
-        }
-    }
-
-    /// Splits `len` bytes at data-area offset `p` into at most two pieces
-    /// (region offset, length), the second starting at the data area's start.
-    #[inline]
-    fn pieces_at(&self, p: usize, len: usize) -> [(usize, usize); 2] {
-        let first = len.min(self.geo.cap as usize - p);
-        [
-            (self.geo.data_off + p, first),
-            (self.geo.data_off, len - first),
-        ]
-    }
-
-    #[inline]
-    fn pieces(&self, pos: u64, len: usize) -> [(usize, usize); 2] {
-        self.pieces_at(self.phys(pos), len)
-    }
-
-    /// Stores `src` at data-area offset `p` (wrapping at the end).
-    #[inline]
-    fn put_at(&self, p: usize, src: &[u8]) {
-        let [(o1, n1), (o2, n2)] = self.pieces_at(p, src.len());
-        self.region.write(o1, &src[..n1]);
-        if n2 > 0 {
-            self.region.write(o2, &src[n1..]);
-        }
-    }
-
-    /// Flushes `len` bytes at data-area offset `p` (wrapping at the end).
-    #[inline]
-    fn flush_at(&self, p: usize, len: usize) {
-        let [(o1, n1), (o2, n2)] = self.pieces_at(p, len);
-        self.region.flush(o1, n1);
-        if n2 > 0 {
-            self.region.flush(o2, n2);
-        }
-    }
-
-    #[inline]
-    fn put(&self, pos: u64, src: &[u8]) {
-        self.put_at(self.phys(pos), src)
-    }
-
-    fn put_nt(&self, pos: u64, src: &[u8]) {
-        let [(o1, n1), (o2, n2)] = self.pieces(pos, src.len());
-        self.region.write_nt(o1, &src[..n1]);
-        if n2 > 0 {
-            self.region.write_nt(o2, &src[n1..]);
-        }
-    }
-
-    #[inline]
-    fn flush_span(&self, pos: u64, len: usize) {
-        self.flush_at(self.phys(pos), len)
-    }
-
-    fn zero_span_nodrain(&self, pos: u64, len: usize) {
-        let [(o1, n1), (o2, n2)] = self.pieces(pos, len);
-        if n1 > 0 {
-            self.region.fill_nodrain(o1, n1, 0);
-        }
-        if n2 > 0 {
-            self.region.fill_nodrain(o2, n2, 0);
-        }
-    }
-
-    fn get(&self, pos: u64, dst: &mut [u8]) {
-        let [(o1, n1), (o2, _)] = self.pieces(pos, dst.len());
-        let (a, b) = dst.split_at_mut(n1);
-        self.region.read(o1, a);
-        if !b.is_empty() {
-            self.region.read(o2, b);
-        }
-    }
-
-    /// The 8-byte word at an 8-aligned logical position.
-    #[inline]
-    fn word(&self, pos: u64) -> u64 {
-        self.region.load_u64(self.geo.data_off + self.phys(pos))
-    }
-
-    #[inline]
-    fn store_word(&self, pos: u64, v: u64) {
-        self.region.store_u64(self.geo.data_off + self.phys(pos), v)
-    }
-
-    /// The common 16-byte entry header (Classic, Header, PopLog).
-    fn entry_header(lsn: u64, len: u32, check: u32) -> [u8; 16] {
-        let mut h = [0u8; 16];
-        h[0..8].copy_from_slice(&lsn.to_le_bytes());
-        h[8..12].copy_from_slice(&len.to_le_bytes());
-        h[12..16].copy_from_slice(&check.to_le_bytes());
-        h
-    }
-
-    /// Classic/Header header check: binds LSN and length to this log.
-    #[inline]
-    fn header_check(&self, lsn: u64, len: u32) -> u32 {
-        let mut b = [0u8; 20];
-        b[0..8].copy_from_slice(&self.nonce.to_le_bytes());
-        b[8..16].copy_from_slice(&lsn.to_le_bytes());
-        b[16..20].copy_from_slice(&len.to_le_bytes());
-        crc32c::crc32c(&b)
-    }
-
-    /// Payload length stored in the entry at `pos` (trusted: `pos` is a
-    /// record boundary inside `[head, tail)`).
-    fn stored_len(&self, pos: u64) -> usize {
-        match self.variant.algorithm {
-            Algorithm::Rawl => (self.word(pos) & 0xffff_ffff) as usize,
-            _ => (self.word(pos + 8) & 0xffff_ffff) as usize,
-        }
-    }
-
-    /// Logical position of record `lsn` (walks the entry headers from the head).
-    fn position_of(&self, lsn: u64) -> u64 {
-        let mut pos = self.head.pos;
-        for _ in self.head.lsn..lsn {
-            pos += self.entry_extent(self.stored_len(pos));
-        }
-        pos
-    }
-
-    /// Reads the payload of the entry at `pos` into `out` (replacing its content).
-    fn read_payload(&self, pos: u64, out: &mut Vec<u8>) {
-        let len = self.stored_len(pos);
-        out.clear();
-        match self.variant.algorithm {
-            Algorithm::Rawl => self.rawl_read_payload(pos, len, out),
-            _ => {
-                out.resize(len, 0);
-                self.get(pos + ENTRY_HEADER, out);
             }
         }
     }

@@ -206,6 +206,14 @@ pub use calibrate::Calibration;
 pub use dirty::DirtyLines;
 pub use format::{FORMAT_VERSION, MAGIC};
 
+mod fault;
+// Planted bugs exist for the crash checks only: outside the `checks` feature
+// (and this crate's tests) they are not part of the API.
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
+
 use self::core::{Core, Target};
 use ferrite_pmem::{CACHE_LINE, Region};
 use format::{Geometry, NO_SLOT, SUPER_LEN, Superblock};
@@ -426,30 +434,6 @@ pub struct Written {
     pub pvn: u64,
 }
 
-/// Planted protocol bugs, to show the crash checks catch them. Not part of
-/// the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Fault {
-    #[default]
-    None,
-    /// CoW: payload and header (pid and pvn) under one fence: the header
-    /// can be durable before the data it publishes.
-    CowPublishEarly,
-    /// Micro-log: no fence between the entry and the in-place writes.
-    MicroLogApplyEarly,
-    /// Micro-log: the version is not bumped (entry and header keep the
-    /// page's current `pvn`), so entries of successive writes are
-    /// indistinguishable.
-    MicroLogSamePvn,
-    /// Recovery does not replay micro-log entries.
-    RecoveryNoReplay,
-    /// Recovery takes the first valid header of a page, not the newest.
-    RecoveryFirstValid,
-    /// Recovery does not scrub lanes and free slot headers.
-    RecoveryNoScrub,
-}
-
 /// What [`PageStore::open`] did besides reading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryStats {
@@ -607,7 +591,6 @@ impl PageStore {
 
     /// [`PageStore::open`] with a planted bug in recovery and in the writers
     /// of the opened store (crash-check tests only).
-    #[doc(hidden)]
     #[cfg(any(test, feature = "checks"))]
     pub fn open_with_fault(region: Region, fault: Fault) -> Result<PageStore> {
         PageStore::open_inner(region, fault)

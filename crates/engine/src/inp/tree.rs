@@ -277,7 +277,7 @@ pub(crate) struct Geo {
 /// found by the scrub and the deep check, which read the media
 /// ([`Geo::load_media`]); a reopen verifies the node again.
 #[derive(Default)]
-pub(crate) struct InnerCache(parking_lot::RwLock<std::collections::HashMap<u64, Box<[u8]>>>);
+pub(crate) struct InnerCache(parking_lot::RwLock<rustc_hash::FxHashMap<u64, Box<[u8]>>>);
 
 impl InnerCache {
     /// Forgets the copy of node `off` (a writer changed it).

@@ -571,6 +571,7 @@ impl RunBuilder {
             k,
             nonce,
             verify: true,
+            damaged: Vec::new(),
         };
         (self.out, meta)
     }
@@ -610,6 +611,32 @@ pub(crate) struct RunMeta {
     /// Verify each block read (off only for the cost measurement,
     /// `StoreOptions::verify`).
     pub verify: bool,
+    /// Indexes (into `blocks`) of the data blocks that failed their
+    /// checksums when the run was loaded: damage on the media. The run
+    /// stays in use — a read of a key in such a block fails with
+    /// [`EngineError::Corrupt`] naming the block, every other key reads —
+    /// rather than the whole store refusing to open over one bad byte.
+    pub damaged: Vec<usize>,
+}
+
+impl RunMeta {
+    /// This run's metadata without its damaged blocks (counting the keys
+    /// that can be read at open).
+    pub(crate) fn readable(&self) -> RunMeta {
+        RunMeta {
+            entries: self.entries,
+            data_bytes: self.data_bytes,
+            blocks: (self.blocks.iter().enumerate())
+                .filter(|(i, _)| !self.damaged.contains(i))
+                .map(|(_, b)| b.clone())
+                .collect(),
+            bloom: self.bloom.clone(),
+            k: self.k,
+            nonce: self.nonce,
+            verify: self.verify,
+            damaged: Vec::new(),
+        }
+    }
 }
 
 /// Reads data block `b` of the run at `run_off` into `dst` and verifies
@@ -642,7 +669,10 @@ pub(crate) fn read_block(
 
 /// Reads and validates the run at `off` (`len` bytes): header, index and
 /// bloom checksums, every data block's checksum, and the strict key order
-/// of all its records.
+/// of all its records. A data block that fails its checksum is listed in
+/// [`RunMeta::damaged`] (the index, checksummed apart, still says where
+/// it lies and which keys it holds); damage to the header, the index or
+/// the bloom filter is an error (the run's layout is unknown).
 pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<RunMeta> {
     let bad = |w: &str| corrupt(format!("run at {off:#x}: {w}"));
     if len < RUN_HEADER as u64 {
@@ -718,14 +748,12 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
     let mut buf = Vec::new();
     let mut prev: Vec<u8> = Vec::new();
     let mut count = 0u64;
-    for (b, c) in blocks.iter().zip(crcs) {
+    let mut damaged = Vec::new();
+    for (i, (b, c)) in blocks.iter().zip(crcs).enumerate() {
         read_checked(pool, data_off + b.off, u64::from(b.len), &mut buf)?;
         if crc(nonce, &[&buf]) != c {
-            return Err(bad(&format!(
-                "data block at {:#x} (keys from {}) fails its checksum",
-                data_off + b.off,
-                crate::error::show_key(&b.first)
-            )));
+            damaged.push(i);
+            continue;
         }
         let mut q = 0;
         let mut first = true;
@@ -741,7 +769,8 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
             q = next;
         }
     }
-    if count != entries {
+    // The records of a damaged block cannot be counted.
+    if damaged.is_empty() && count != entries {
         return Err(bad("entry count mismatch"));
     }
     Ok(RunMeta {
@@ -752,5 +781,6 @@ pub(crate) fn load_run(pool: &Region, off: u64, len: u64, nonce: u64) -> Result<
         k,
         nonce,
         verify: true,
+        damaged,
     })
 }

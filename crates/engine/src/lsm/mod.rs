@@ -170,6 +170,7 @@ mod format;
 mod merge;
 mod read;
 mod recovery;
+mod scrub;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -732,6 +733,12 @@ impl Engine for LsmEngine {
         let _held = LockHeld::enter();
         self.sync_unfenced(&mut w);
         Ok(())
+    }
+
+    fn scrub(&self, pace: &mut dyn FnMut(u64)) -> Result<crate::Scrub> {
+        // A version's runs are immutable: no lock past taking it.
+        let version = self.state.read().version.clone();
+        scrub::runs(&self.pool, &version.runs, pace)
     }
 
     fn walk(&self) -> Result<Walk> {

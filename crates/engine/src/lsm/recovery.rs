@@ -79,15 +79,28 @@ pub(crate) fn open(
     // Scrub everything after the valid prefix (see the module docs).
     scrub(pool, man.seg + pos, man.cap - pos);
     let keys = count_live(pool, &mem, &runs)?;
+    let damaged: usize = runs.iter().map(|r| r.meta.damaged.len()).sum();
     let rec = EngineRecovery {
         replayed,
         keys,
         detail: format!(
-            "manifest gen {}, {} runs, {} log records replayed ({} log bytes)",
+            "manifest gen {}, {} runs, {} log records replayed ({} log bytes){}",
             man.gen_,
             runs.len(),
             replayed,
-            pos
+            pos,
+            if damaged == 0 {
+                String::new()
+            } else {
+                let (s, verb, its) = if damaged == 1 {
+                    ("", "fails", "its")
+                } else {
+                    ("s", "fail", "their")
+                };
+                format!(
+                    "; {damaged} data block{s} {verb} {its} checksum{s}: {its} keys cannot be read (`ferrite pool check --deep` lists them)"
+                )
+            }
         ),
         ..EngineRecovery::default()
     };
@@ -127,11 +140,23 @@ fn apply_body(mem: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, body: &[u8]) -> Resu
     })
 }
 
+/// The live keys of the memtable over `runs`. A run's damaged blocks
+/// (see [`format::RunMeta::damaged`]) are left out: the count is then of
+/// the keys that can be read.
 fn count_live(
     pool: &Region,
     mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     runs: &[Arc<Run>],
 ) -> Result<u64> {
+    let readable: Vec<Arc<Run>>;
+    let runs = if runs.iter().any(|r| !r.meta.damaged.is_empty()) {
+        readable = (runs.iter())
+            .map(|r| Arc::new(Run::new(r.off, r.len, r.meta.readable())))
+            .collect();
+        &readable[..]
+    } else {
+        runs
+    };
     let mut m = Merge::new(pool, mem_iter(mem.iter()), runs, &[])?;
     let mut n = 0;
     while let Some((_, v)) = m.next()? {

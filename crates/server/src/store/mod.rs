@@ -501,6 +501,9 @@ pub struct ItemCheck {
     pub items: u64,
     /// The damaged ones: (client key shown, reason).
     pub damaged: Vec<(String, &'static str)>,
+    /// The map keys of the damaged ones, in the same order (what a repair
+    /// deletes them by).
+    pub damaged_keys: Vec<Vec<u8>>,
 }
 
 /// Verifies every item of the map behind `kv` (the deep check of a
@@ -527,6 +530,7 @@ pub fn verify_items(kv: &mut dyn Kv) -> Result<ItemCheck> {
             _ => "a key that is neither an item's nor a server record's (a damaged key byte)",
         };
         c.damaged.push((client_key_shown(k), why));
+        c.damaged_keys.push(k.to_vec());
     })?;
     Ok(c)
 }
