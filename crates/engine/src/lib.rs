@@ -60,7 +60,9 @@
 //! heap_off .. +heap_len    the allocator's heap (its own format)
 //! ```
 //!
-//! Superblock, little-endian, written once at create and persisted:
+//! Superblock, little-endian, written once at create and persisted (the
+//! `ferrite_pmem::superblock` frame: magic, version, CRC32C of bytes 0..60;
+//! `superblock.rs` encodes it):
 //!
 //! ```text
 //!  0  8  magic "FRTENGN1"
@@ -81,12 +83,15 @@
 
 pub mod breakdown;
 pub mod cow;
+mod ctx;
 pub mod error;
+mod fault;
 mod gate;
 pub mod inp;
 pub mod lsm;
 pub mod range;
 pub mod store;
+mod superblock;
 pub mod txn;
 pub mod verify;
 
@@ -94,8 +99,14 @@ pub mod verify;
 pub mod checks;
 
 pub use error::{EngineError, Result};
+// Planted bugs: public only with the `checks` feature (`fault.rs`).
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
 pub use range::KeyRange;
-pub use store::{RangeIter, Store, StoreSession, Superblock, area_bytes};
+pub use store::{RangeIter, Store, StoreSession, area_bytes};
+pub use superblock::Superblock;
 pub use txn::{Reader, Snapshot, WriteTxn};
 
 use ferrite_alloc::{PAllocator, RecoveryReport};
@@ -212,24 +223,6 @@ impl std::fmt::Display for AllocKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// A bug planted on purpose, to show that the crash checks catch it.
-/// Never set outside the checks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Fault {
-    /// No planted bug: the real protocols.
-    #[default]
-    None,
-    /// A bug in InP's protocol.
-    Inp(inp::Fault),
-    /// A bug in CoW's protocol.
-    Cow(cow::Fault),
-    /// A bug in LSM's protocol.
-    Lsm(lsm::Fault),
-    /// A bug in the Ferrite heap under the store (its growth, say).
-    #[cfg(any(test, feature = "checks"))]
-    Heap(ferrite_alloc::heap::Fault),
 }
 
 /// How to create (or open) a store. Every setting has a default that needs

@@ -124,7 +124,7 @@
 
 use crate::ctx::BenchCtx;
 use crate::error::BenchError;
-use crate::measure::{Variant, median, run_interleaved, spread};
+use crate::measure::{Variant, run_interleaved};
 use crate::peers::lmdb::{LmdbStore, SHM};
 use crate::row::{Row, set_ratios};
 use ferrite_engine::{
@@ -138,9 +138,11 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 pub mod long_run;
+pub mod recovery;
 pub mod redb_bench;
 pub mod workloads;
 
+pub use recovery::{RECOVERY_REPS, recovery, recovery_pool_bytes};
 pub use workloads::{Workload, WorkloadSpec};
 
 // The suite's and its baseline's names (the claims read rows by them).
@@ -594,64 +596,10 @@ pub fn run_group(
     ops_per_thread: u64,
 ) -> Vec<Row> {
     let capacity = w.capacity_bytes();
-    let mut members: Vec<Member> = Vec::new();
-    for &system in systems {
-        let t0 = Instant::now();
-        let mut m = Member {
-            system,
-            opened: None,
-            skipped: None,
-            loaded: 0,
-            threads: Vec::new(),
-            failed: Mutex::new(None),
-        };
-        // Every store of the group lives until the group ends: refuse one
-        // the machine has no memory for rather than push it into swap or
-        // the OOM killer (tmpfs pool files are committed memory).
-        let need = match system {
-            System::Ferrite { .. } => pool_bytes(capacity),
-            System::Lmdb | System::Rocksdb => capacity * 2,
-        };
-        let created = match mem_available() {
-            Some(avail) if avail < need + need / 4 + 512 * MIB => Err(format!(
-                "not enough memory: needs {} MiB, {} MiB available",
-                need / MIB,
-                avail / MIB
-            )),
-            _ => Opened::create(system, capacity, threads),
-        };
-        match created.and_then(|o| o.load(|kv| w.load(kv)).map(|n| (o, n))) {
-            Ok((o, n)) => {
-                m.opened = Some(o);
-                m.loaded = n;
-                m.threads = (0..threads)
-                    .map(|t| {
-                        Mutex::new(ThreadState {
-                            driver: w.driver(t, threads),
-                            hist: new_histogram(),
-                            batches: 0,
-                            batch_secs: Vec::new(),
-                        })
-                    })
-                    .collect();
-                ctx.note(format!(
-                    "[engine] {} {} x{threads}: loaded {n} records in {:.2} s",
-                    w.name(),
-                    system.label(),
-                    t0.elapsed().as_secs_f64()
-                ));
-            }
-            Err(e) => {
-                ctx.note(format!(
-                    "[engine] {} {}: skipped ({e})",
-                    w.name(),
-                    system.label()
-                ));
-                m.skipped = Some(e);
-            }
-        }
-        members.push(m);
-    }
+    let members: Vec<Member> = systems
+        .iter()
+        .map(|&system| open_member(ctx, w, system, capacity, threads))
+        .collect();
 
     let has_lmdb = members
         .iter()
@@ -659,54 +607,10 @@ pub fn run_group(
     let mut variants: Vec<Variant<'_>> = Vec::new();
     let mut measured: Vec<usize> = Vec::new();
     for (i, m) in members.iter().enumerate() {
-        let Some(opened) = m.opened.as_ref() else {
-            continue;
-        };
-        let states = &m.threads;
-        let failed = &m.failed;
-        let body = move |t: usize, n: u64| {
-            if failed.lock().map(|f| f.is_some()).unwrap_or(true) {
-                return;
-            }
-            let Ok(mut st) = states[t].lock() else {
-                return;
-            };
-            let st = &mut *st;
-            let record = st.batches > 0;
-            st.batches += 1;
-            let started = Instant::now();
-            let r = opened.with_kv(|kv| -> Result<(), String> {
-                for _ in 0..n {
-                    let t0 = Instant::now();
-                    st.driver.step(kv)?;
-                    if record {
-                        let ns = t0.elapsed().as_nanos() as u64;
-                        st.hist.saturating_record(ns.max(1));
-                    }
-                }
-                Ok(())
-            });
-            if record {
-                st.batch_secs.push(started.elapsed().as_secs_f64());
-            }
-            if let Err(e) | Ok(Err(e)) = r
-                && let Ok(mut f) = failed.lock()
-            {
-                f.get_or_insert(e);
-            }
-        };
-        let mut v = Variant::threaded(
-            m.system.variant(),
-            params(m.system, w),
-            threads,
-            ops_per_thread,
-            body,
-        );
-        if has_lmdb && m.system != System::Lmdb {
-            v = v.baseline(LMDB);
+        if let Some(v) = member_variant(m, w, threads, ops_per_thread, has_lmdb) {
+            variants.push(v);
+            measured.push(i);
         }
-        variants.push(v);
-        measured.push(i);
     }
     let measured_rows = run_interleaved(ctx, SUITE, &mut variants);
     drop(variants);
@@ -724,7 +628,7 @@ pub fn run_group(
     let mut next = it.next();
     for (i, m) in members.iter().enumerate() {
         let params = params(m.system, w);
-        let mut row = match next.take() {
+        let row = match next.take() {
             Some((&j, row)) if j == i => {
                 next = it.next();
                 row
@@ -740,40 +644,7 @@ pub fn run_group(
                 continue;
             }
         };
-        if let Some(e) = m.failed.lock().ok().and_then(|f| f.clone()) {
-            let mut r = skipped_row(m.system.variant(), params, threads, &format!("failed: {e}"));
-            r.baseline = row.baseline.clone();
-            rows.push(r);
-            continue;
-        }
-        let mut h = new_histogram();
-        // Per timed batch, the slowest thread's time: the batch's wall time.
-        let mut walls: Vec<f64> = Vec::new();
-        for st in &m.threads {
-            if let Ok(st) = st.lock() {
-                let _ = h.add(&st.hist);
-                if walls.len() < st.batch_secs.len() {
-                    walls.resize(st.batch_secs.len(), 0.0);
-                }
-                for (w, s) in walls.iter_mut().zip(&st.batch_secs) {
-                    *w = w.max(*s);
-                }
-            }
-        }
-        set_latency(&mut row, &h);
-        set_mean_throughput(&mut row, &walls);
-        if let Some(sh) = breakdowns[i] {
-            for (k, v) in ["scan", "cc", "mm", "mod"].into_iter().zip(sh) {
-                row.set_extra(k, (v * 1000.0).round() / 1000.0);
-            }
-        }
-        row.set_extra("records", m.loaded);
-        if !m.system.counters_observed() {
-            // LMDB persists with write()/fdatasync, PMDK with its own
-            // flushes: outside ferrite-pmem.
-            row.counters_observed = false;
-        }
-        rows.push(row);
+        rows.push(member_row(m, row, params, threads, breakdowns[i]));
     }
     // Ratios of the mean throughputs; none for skipped rows, and none at
     // all when LMDB (the baseline) did not run.
@@ -787,6 +658,176 @@ pub fn run_group(
         }
     }
     rows
+}
+
+/// A group's member: `system` created for `w`'s capacity and loaded, or
+/// skipped (saying why) when it cannot be created or loaded, or the
+/// machine lacks the memory for it.
+fn open_member(
+    ctx: &BenchCtx,
+    w: &dyn Workload,
+    system: System,
+    capacity: u64,
+    threads: usize,
+) -> Member {
+    let t0 = Instant::now();
+    let mut m = Member {
+        system,
+        opened: None,
+        skipped: None,
+        loaded: 0,
+        threads: Vec::new(),
+        failed: Mutex::new(None),
+    };
+    // Every store of the group lives until the group ends: refuse one
+    // the machine has no memory for rather than push it into swap or
+    // the OOM killer (tmpfs pool files are committed memory).
+    let need = match system {
+        System::Ferrite { .. } => pool_bytes(capacity),
+        System::Lmdb | System::Rocksdb => capacity * 2,
+    };
+    let created = match mem_available() {
+        Some(avail) if avail < need + need / 4 + 512 * MIB => Err(format!(
+            "not enough memory: needs {} MiB, {} MiB available",
+            need / MIB,
+            avail / MIB
+        )),
+        _ => Opened::create(system, capacity, threads),
+    };
+    match created.and_then(|o| o.load(|kv| w.load(kv)).map(|n| (o, n))) {
+        Ok((o, n)) => {
+            m.opened = Some(o);
+            m.loaded = n;
+            m.threads = (0..threads)
+                .map(|t| {
+                    Mutex::new(ThreadState {
+                        driver: w.driver(t, threads),
+                        hist: new_histogram(),
+                        batches: 0,
+                        batch_secs: Vec::new(),
+                    })
+                })
+                .collect();
+            ctx.note(format!(
+                "[engine] {} {} x{threads}: loaded {n} records in {:.2} s",
+                w.name(),
+                system.label(),
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        Err(e) => {
+            ctx.note(format!(
+                "[engine] {} {}: skipped ({e})",
+                w.name(),
+                system.label()
+            ));
+            m.skipped = Some(e);
+        }
+    }
+    m
+}
+
+/// The interleaved variant of an opened member: each batch runs `n`
+/// operations of the thread's driver, recording their latencies (not in
+/// the warm-up batch) and the batch's time; the first error stops the
+/// member. `None` for a member that was skipped.
+fn member_variant<'m>(
+    m: &'m Member,
+    w: &dyn Workload,
+    threads: usize,
+    ops_per_thread: u64,
+    has_lmdb: bool,
+) -> Option<Variant<'m>> {
+    let opened = m.opened.as_ref()?;
+    let states = &m.threads;
+    let failed = &m.failed;
+    let body = move |t: usize, n: u64| {
+        if failed.lock().map(|f| f.is_some()).unwrap_or(true) {
+            return;
+        }
+        let Ok(mut st) = states[t].lock() else {
+            return;
+        };
+        let st = &mut *st;
+        let record = st.batches > 0;
+        st.batches += 1;
+        let started = Instant::now();
+        let r = opened.with_kv(|kv| -> Result<(), String> {
+            for _ in 0..n {
+                let t0 = Instant::now();
+                st.driver.step(kv)?;
+                if record {
+                    let ns = t0.elapsed().as_nanos() as u64;
+                    st.hist.saturating_record(ns.max(1));
+                }
+            }
+            Ok(())
+        });
+        if record {
+            st.batch_secs.push(started.elapsed().as_secs_f64());
+        }
+        if let Err(e) | Ok(Err(e)) = r
+            && let Ok(mut f) = failed.lock()
+        {
+            f.get_or_insert(e);
+        }
+    };
+    let mut v = Variant::threaded(
+        m.system.variant(),
+        params(m.system, w),
+        threads,
+        ops_per_thread,
+        body,
+    );
+    if has_lmdb && m.system != System::Lmdb {
+        v = v.baseline(LMDB);
+    }
+    Some(v)
+}
+
+/// A measured member's row: its threads' latencies merged, the mean
+/// throughput, the time breakdown when taken, the records loaded; or a
+/// skipped row when the member failed during the run.
+fn member_row(
+    m: &Member,
+    mut row: Row,
+    params: serde_json::Value,
+    threads: usize,
+    breakdown: Option<[f64; 4]>,
+) -> Row {
+    if let Some(e) = m.failed.lock().ok().and_then(|f| f.clone()) {
+        let mut r = skipped_row(m.system.variant(), params, threads, &format!("failed: {e}"));
+        r.baseline = row.baseline.clone();
+        return r;
+    }
+    let mut h = new_histogram();
+    // Per timed batch, the slowest thread's time: the batch's wall time.
+    let mut walls: Vec<f64> = Vec::new();
+    for st in &m.threads {
+        if let Ok(st) = st.lock() {
+            let _ = h.add(&st.hist);
+            if walls.len() < st.batch_secs.len() {
+                walls.resize(st.batch_secs.len(), 0.0);
+            }
+            for (w, s) in walls.iter_mut().zip(&st.batch_secs) {
+                *w = w.max(*s);
+            }
+        }
+    }
+    set_latency(&mut row, &h);
+    set_mean_throughput(&mut row, &walls);
+    if let Some(sh) = breakdown {
+        for (k, v) in ["scan", "cc", "mm", "mod"].into_iter().zip(sh) {
+            row.set_extra(k, (v * 1000.0).round() / 1000.0);
+        }
+    }
+    row.set_extra("records", m.loaded);
+    if !m.system.counters_observed() {
+        // LMDB persists with write()/fdatasync, PMDK with its own
+        // flushes: outside ferrite-pmem.
+        row.counters_observed = false;
+    }
+    row
 }
 
 /// Replaces the row's throughput (the harness's median batch) by the
@@ -862,7 +903,7 @@ impl ExtraStr for Row {
 }
 
 // ---------------------------------------------------------------------
-// Recovery
+// Memory
 // ---------------------------------------------------------------------
 
 /// Bytes of memory available (`MemAvailable`), if the kernel says.
@@ -871,172 +912,6 @@ fn mem_available() -> Option<u64> {
     let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
-}
-
-/// Pool bytes for a recovery dataset of `capacity` bytes on `system`:
-/// tighter than [`pool_bytes`] (nothing is written after the load), so
-/// that a 4 GiB dataset, its pool image and the reopened copy fit in
-/// memory — 1.5× the data for InP and CoW, 2.5× for LSM, whose merges
-/// write a run's replacement before freeing it (at 1.5× its load stops
-/// with "no room left to merge the runs").
-pub fn recovery_pool_bytes(system: System, capacity: u64) -> u64 {
-    let extra = match system {
-        System::Ferrite {
-            engine: EngineKind::Lsm,
-            ..
-        } => capacity + capacity / 2,
-        _ => capacity / 2,
-    };
-    (capacity + extra + 64 * MIB).next_multiple_of(MIB)
-}
-
-/// Recovery rows for a dataset of `bytes` bytes of 1000-byte values, for
-/// every engine × allocator and LMDB.
-pub fn recovery(ctx: &BenchCtx, bytes: u64, domain: Domain) -> Vec<Row> {
-    let w = workloads::recovery_dataset(bytes);
-    let mut rows = Vec::new();
-    let mut systems = System::ferrite_all(domain);
-    systems.push(System::Lmdb);
-    systems.extend(System::peers());
-    for system in systems {
-        let mut p = params(system, &*w);
-        p["dataset_bytes"] = json!(bytes);
-        // The pool file, its image and the reopened copy (the file is
-        // dropped first, so two of the three at once) plus the generator's
-        // own buffers.
-        let need = recovery_pool_bytes(system, w.capacity_bytes()) * 2 + 512 * MIB;
-        let room = mem_available().is_none_or(|a| a > need + need / 8);
-        if !room {
-            rows.push(skipped_row(
-                system.variant(),
-                p,
-                1,
-                &format!(
-                    "needs {} MiB of memory for the pool and its image",
-                    need / MIB
-                ),
-            ));
-            continue;
-        }
-        ctx.note(format!(
-            "[engine] recovery {} MiB {}: loading",
-            bytes / MIB,
-            system.label()
-        ));
-        match recover_one(ctx, system, &*w) {
-            Ok(mut r) => {
-                r.params = p;
-                rows.push(r)
-            }
-            Err(e) => rows.push(skipped_row(system.variant(), p, 1, &e)),
-        }
-    }
-    rows
-}
-
-/// Most timed opens per recovery row: each needs a fresh copy of the
-/// pool image (gigabytes at full scale), so `ctx.reps` is capped.
-pub const RECOVERY_REPS: usize = 5;
-
-fn recover_one(ctx: &BenchCtx, system: System, w: &dyn Workload) -> Result<Row, String> {
-    let reps = ctx.reps.clamp(1, RECOVERY_REPS);
-    let cap = w.capacity_bytes();
-    let opened = Opened::create_sized(system, cap, recovery_pool_bytes(system, cap), 1)?;
-    let keys = opened.load(|kv| w.load(kv))?;
-    let mut ms = Vec::with_capacity(reps);
-    let mut detail = String::new();
-    let mut recovered = 0u64;
-    match opened {
-        Opened::Ferrite(f) => {
-            let FerriteStore { store, file } = *f;
-            store.quiesce().map_err(|e| format!("quiesce: {e}"))?;
-            // The crash: the pool as it is, the store never closed.
-            let image = file.pool.image();
-            let opts = PoolOptions::new(LAYOUT, image.len() as u64);
-            let domain = file.pool.domain();
-            drop(store);
-            drop(file);
-            for _ in 0..reps {
-                let pool = Pool::open_image(&image, &opts, domain, None)
-                    .map_err(|e| format!("image: {e}"))?;
-                let t0 = Instant::now();
-                let s = Store::open(&pool, &StoreOptions::default())
-                    .map_err(|e| format!("recovery: {e}"))?;
-                ms.push(t0.elapsed().as_secs_f64() * 1e3);
-                recovered = s.recovery().keys;
-                detail = s.recovery().detail.clone();
-            }
-        }
-        Opened::Lmdb(l) => {
-            // LMDB is consistent at every commit: opening is mapping the
-            // file and reading the meta pages. Time a fresh open of the
-            // same files (the first handle closed, as after a crash).
-            let dir = tempfile::Builder::new()
-                .prefix("ferrite-bench-lmdb-copy-")
-                .tempdir_in(SHM)
-                .map_err(|e| e.to_string())?;
-            let map = l.map_bytes();
-            std::fs::copy(l.path().join("data.mdb"), dir.path().join("data.mdb"))
-                .map_err(|e| format!("copy: {e}"))?;
-            drop(l);
-            for _ in 0..reps {
-                let t0 = Instant::now();
-                let n = crate::peers::lmdb::open_existing(dir.path(), map)
-                    .map_err(|e| format!("lmdb reopen: {e}"))?;
-                ms.push(t0.elapsed().as_secs_f64() * 1e3);
-                recovered = n;
-            }
-            detail = "mdb_env_open + first read txn".into();
-        }
-        #[cfg(feature = "rocksdb")]
-        Opened::Rocksdb(r) => {
-            // Like LMDB: close the loaded database (with the WAL enabled
-            // RocksDB does not flush its memtable at close, so the files
-            // are what a crash after the last synced write leaves: SST
-            // files, MANIFEST and the WAL still to replay) and time
-            // `rocksdb_open` of a fresh copy each time (an open replays
-            // the WAL into a new SST file, changing the files).
-            let dir = r.close();
-            let src = dir.path().join("db");
-            for i in 0..reps {
-                let copy = tempfile::Builder::new()
-                    .prefix("ferrite-bench-rocksdb-copy-")
-                    .tempdir_in(SHM)
-                    .map_err(|e| e.to_string())?;
-                let to = copy.path().join("db");
-                crate::peers::rocksdb::copy_dir(&src, &to).map_err(|e| e.to_string())?;
-                let t0 = Instant::now();
-                let db = crate::peers::rocksdb::RocksDb::open(&to, false)
-                    .map_err(|e| format!("rocksdb reopen: {e}"))?;
-                ms.push(t0.elapsed().as_secs_f64() * 1e3);
-                // Counting is a full scan, not part of reopening: once.
-                if i == 0 {
-                    recovered = db.count_keys().map_err(|e| e.to_string())?;
-                }
-            }
-            detail = "rocksdb_open (MANIFEST + WAL replay)".into();
-        }
-        #[cfg(feature = "pmdk")]
-        Opened::Pmdk(_) => {
-            return Err("recovery rows copy a Ferrite pool image; a PMDK pool has none".into());
-        }
-    }
-    let mut row = Row::empty(SUITE, system.variant(), serde_json::Value::Null);
-    row.reps = reps;
-    row.ops = 1;
-    let med = median(&ms);
-    row.secs = med / 1e3;
-    row.ns_per_op = med * 1e6;
-    row.ops_per_s = if med > 0.0 { 1e3 / med } else { 0.0 };
-    row.ns_per_op_spread = spread(&ms);
-    row.set_extra("ms", (med * 1000.0).round() / 1000.0);
-    row.set_extra("keys", recovered);
-    row.set_extra("loaded", keys);
-    row.set_extra("detail", detail);
-    if !system.counters_observed() {
-        row.counters_observed = false;
-    }
-    Ok(row)
 }
 
 // ---------------------------------------------------------------------

@@ -577,7 +577,7 @@ fn corruption_is_an_error() {
     }
     let w = check_blocks(&store);
     let data = pool.data();
-    let root_word = HEADER + crate::store::SUPERBLOCK_BYTES + format::ROOT_AT as usize;
+    let root_word = HEADER + crate::superblock::SUPERBLOCK_BYTES + format::ROOT_AT as usize;
     let whole = Region::whole(pool.medium().clone());
     let root = whole.load_u64(root_word);
     assert!(root != 0);
@@ -782,7 +782,8 @@ fn crash_explorer_catches_planted_faults() {
 /// it. Their fences together are one switch's two.
 #[test]
 fn group_commit_shares_one_switch() {
-    use crate::store::{EngineCtx, SUPERBLOCK_BYTES};
+    use crate::ctx::EngineCtx;
+    use crate::superblock::SUPERBLOCK_BYTES;
     use ferrite_alloc::{Heap, HeapOptions};
     let pool = new_pool(8 << 20);
     let o = opts(AllocKind::Ferrite).sessions(4);
@@ -1071,7 +1072,7 @@ fn crash_explorer_two_sessions_interleaved() {
 /// Reads the switch record the root line of `pool` names.
 fn switch_record(pool: &Pool) -> (u64, format::SwitchRecord) {
     let whole = Region::whole(pool.medium().clone());
-    let line = HEADER + crate::store::SUPERBLOCK_BYTES + format::ROOT_AT as usize;
+    let line = HEADER + crate::superblock::SUPERBLOCK_BYTES + format::ROOT_AT as usize;
     let sr = whole.load_u64(line + 8 * format::W_SR as usize);
     let crc = whole.load_u64(line + 8 * format::W_SR_CRC as usize) as u32;
     assert!(sr != 0, "no switch record linked");

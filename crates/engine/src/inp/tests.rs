@@ -494,7 +494,7 @@ fn corrupt_fixed_area_is_an_error() {
     drop(Store::open(&p1, &opts(AllocKind::Ferrite)).unwrap());
     let p2 = reimage(&p1);
     // Point the root outside the heap.
-    let area = ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES;
+    let area = ferrite_pmem::HEADER_SIZE + crate::superblock::SUPERBLOCK_BYTES;
     ferrite_pmem::Region::whole(p2.medium().clone()).store_u64(area + 8, 8);
     assert!(matches!(
         Store::open(&p2, &opts(AllocKind::Ferrite)),
@@ -509,7 +509,7 @@ fn a_format_1_store_is_refused_with_a_typed_error() {
     store.session().unwrap().put(b"k", b"v").unwrap();
     drop(store);
     // The fixed area's magic as a build before checksums wrote it.
-    let area = ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES;
+    let area = ferrite_pmem::HEADER_SIZE + crate::superblock::SUPERBLOCK_BYTES;
     let r = ferrite_pmem::Region::whole(p.medium().clone());
     let mut m = [0u8; 8];
     r.read(area, &mut m);
@@ -1065,7 +1065,7 @@ fn corrupted_nodes_tuples_and_log_are_errors_not_panics() {
     drop(store);
     let base = reimage(&p);
     let img = base.image();
-    let area = ferrite_pmem::HEADER_SIZE + crate::store::SUPERBLOCK_BYTES;
+    let area = ferrite_pmem::HEADER_SIZE + crate::superblock::SUPERBLOCK_BYTES;
     let mut rng = ChaCha8Rng::seed_from_u64(99);
     let mut errors = 0;
     for round in 0..150 {

@@ -737,7 +737,7 @@ fn corruption_is_an_error_never_a_panic() {
         let (off, len) = blocks[round % blocks.len()];
         for _ in 0..rng.random_range(1..5) {
             let at = if round % 17 == 0 {
-                header + crate::store::SUPERBLOCK_BYTES + rng.random_range(0..8)
+                header + crate::superblock::SUPERBLOCK_BYTES + rng.random_range(0..8)
             } else {
                 (off + rng.random_range(0..len.min(4096))) as usize
             };

@@ -1,0 +1,525 @@
+//! The InP writer: a session ([`InpSession`]) runs each write under the
+//! writer lock ([`InpSession::write`]); a [`Writer`] stages the tree changes
+//! of a put, delete or batch in DRAM copies of the nodes it touches (leaf
+//! inserts and splits, separator inserts, emptied leaves unlinked), which
+//! [`Inp::commit`] then logs and applies.
+
+use super::*;
+
+/// Where a writer found a key: its leaf, and its slot and tuple if present
+/// (`None`: the tree is empty).
+type Found = Option<(u64, Option<(usize, u64)>)>;
+
+/// Nodes as a writer sees them: its staged copies over the pool.
+struct WSrc<'x> {
+    geo: &'x Geo,
+    staged: &'x BTreeMap<u64, Staged>,
+}
+
+impl Src for WSrc<'_> {
+    fn load(&self, base: u64, b: &mut NodeBuf) -> Result<Node> {
+        match self.staged.get(&base) {
+            // The writer's own copy, verified when it was staged (or made
+            // by it): taken as it is.
+            Some(s) => {
+                b[..s.buf.len()].copy_from_slice(&s.buf);
+                match tree::u32_at(&s.buf, 8) {
+                    tree::MAGIC_LEAF => Ok(Node::Leaf),
+                    // Its header's child count: no decode (and no
+                    // allocation) per level of every descent.
+                    _ => Ok(Node::Inner(tree::inner_hdr(&s.buf, base)?.0)),
+                }
+            }
+            None => self.geo.load(base, b),
+        }
+    }
+
+    fn pick(
+        &self,
+        off: u64,
+        b: &mut NodeBuf,
+        pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
+    ) -> Result<Option<(usize, u64, usize)>> {
+        match self.staged.get(&off) {
+            // A staged inner node is searched where it lies (a batch
+            // descends once per key: copying 8 KiB per level was most of
+            // a large batch's time).
+            Some(s) if tree::u32_at(&s.buf, 8) != tree::MAGIC_LEAF => {
+                tree::pick_in(&s.buf, off, pick).map(Some)
+            }
+            Some(_) => tree::pick_by_load(self, off, b, pick),
+            None => self.geo.pick(off, b, pick),
+        }
+    }
+}
+
+/// A writer's view during one operation.
+pub(super) struct Writer<'e, 't> {
+    eng: &'e Inp,
+    th: &'t mut (dyn AllocThread + 'e),
+    op: &'t mut OpState,
+    path: &'t mut Vec<(u64, usize)>,
+    kbuf: &'t mut [u8; MAX_KEY],
+    nb: &'t mut NodeBuf,
+}
+
+impl Writer<'_, '_> {
+    fn root(&self) -> u64 {
+        self.op.new_root.unwrap_or_else(|| self.eng.root())
+    }
+
+    /// The staged copy of node `off` (staging it first).
+    fn stage(&mut self, off: u64, size: usize) -> Result<&mut Vec<u8>> {
+        if !self.op.staged.contains_key(&off) {
+            self.eng.geo.check(off, size)?;
+            let buf = self.eng.pool().read_vec(off as usize, size);
+            // A writer changes only what it verified: a damaged node is
+            // never sealed again with a fresh checksum.
+            if self.eng.geo.verify {
+                tree::verify_copy(self.eng.geo.seed, off, &buf)?;
+            }
+            self.op.staged.insert(off, Staged { buf, fresh: false });
+        }
+        Ok(&mut self.op.staged.get_mut(&off).expect("staged").buf)
+    }
+
+    fn new_node(&mut self, size: usize) -> Result<u64> {
+        let r = self.th.reserve(size)?;
+        let off = r.off().raw();
+        self.op.res.push(r);
+        self.op.staged.insert(
+            off,
+            Staged {
+                buf: vec![0u8; size],
+                fresh: true,
+            },
+        );
+        Ok(off)
+    }
+
+    /// A new tuple, written now (flushed at commit).
+    fn new_tuple(&mut self, key: &[u8], value: &[u8]) -> Result<u64> {
+        let len = TUPLE_HDR + key.len() + value.len();
+        let r = self.th.reserve(len)?;
+        let off = r.off().raw();
+        let cap = r.usable_size().min(u32::MAX as usize) as u32;
+        self.op.res.push(r);
+        self.eng.geo.check(off, len)?;
+        let p = self.eng.pool();
+        let g = &self.eng.geo;
+        let h = tree::tuple_header(g.seed, off, key, value, cap as usize, g.verify);
+        p.write(off as usize, &h);
+        p.write(off as usize + TUPLE_HDR, key);
+        p.write(off as usize + TUPLE_HDR + key.len(), value);
+        let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(&h), key), value);
+        self.op.fresh_tuples.push((off, len, crc));
+        Ok(off)
+    }
+
+    fn free_tuple(&mut self, t: u64, cap: usize) {
+        self.op.frees.push(POff::new(t));
+        self.op.free_ranges.push((t, t + cap as u64));
+    }
+
+    /// Finds `key`: `(leaf, slot, tuple)` or the leaf it belongs in.
+    fn find(&mut self, key: &[u8]) -> Result<Found> {
+        let root = self.root();
+        if root == 0 {
+            return Ok(None);
+        }
+        let src = WSrc {
+            geo: &self.eng.geo,
+            staged: &self.op.staged,
+        };
+        let leaf = descend(&src, root, key, self.path, self.nb)?;
+        let hit = leaf_find(
+            &self.eng.geo,
+            &self.nb[..LEAF_BYTES],
+            key,
+            prefix(key),
+            self.kbuf,
+            false,
+        )?;
+        Ok(Some((leaf, hit)))
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.op.ops += 1;
+        let kp = prefix(key);
+        match self.find(key)? {
+            None => {
+                let t = self.new_tuple(key, value)?;
+                let leaf = self.new_node(LEAF_BYTES)?;
+                let b = self.stage(leaf, LEAF_BYTES)?;
+                init_leaf(b);
+                set_slot(b, 0, kp, t);
+                set_bitmap(b, 1);
+                self.op.new_root = Some(leaf);
+                self.op.keys_delta += 1;
+            }
+            Some((leaf, Some((i, t)))) => {
+                let (kl, vl, cap) = self.eng.geo.tuple_hdr(t)?;
+                let budget = self.eng.log_cap / 2;
+                if TUPLE_HDR + kl + value.len() <= cap
+                    && value.len() <= self.eng.opts.inplace_max
+                    && self.op.inplace_bytes + value.len() + 64 <= budget
+                {
+                    self.op.inplace_bytes += value.len() + 64;
+                    // The value, its length and its checksum change in
+                    // one record (bytes 4..16: length, capacity as it
+                    // was, checksum), so a replay restores them together.
+                    // The old tuple is verified first: a damaged length
+                    // or capacity must not steer the write.
+                    let g = &self.eng.geo;
+                    if g.verify {
+                        g.tuple_verify(t)?;
+                    }
+                    debug_assert_eq!(kl, key.len());
+                    let h = tree::tuple_header(g.seed, t, key, value, cap, g.verify);
+                    if self.eng.fault == Some(Fault::ChecksumAfterFence) {
+                        // The planted bug: the checksum is stored after the
+                        // commit, outside the record and every flush.
+                        self.op.writes.push((t, t + 4, h[4..tree::CRC_AT].to_vec()));
+                        let mut c = [0u8; 4];
+                        c.copy_from_slice(&h[tree::CRC_AT..TUPLE_HDR]);
+                        self.op.late.push((t + tree::CRC_AT as u64, c));
+                    } else if vl != value.len() || self.eng.geo.verify {
+                        self.op.writes.push((t, t + 4, h[4..TUPLE_HDR].to_vec()));
+                    }
+                    if !value.is_empty() {
+                        self.op
+                            .writes
+                            .push((t, t + (TUPLE_HDR + kl) as u64, value.to_vec()));
+                    }
+                    self.op.inplace += 1;
+                } else {
+                    let t2 = self.new_tuple(key, value)?;
+                    let b = self.stage(leaf, LEAF_BYTES)?;
+                    set_slot(b, i, kp, t2);
+                    self.free_tuple(t, cap);
+                    self.op.outplace += 1;
+                }
+            }
+            Some((leaf, None)) => {
+                let t = self.new_tuple(key, value)?;
+                self.leaf_insert(leaf, key, kp, t)?;
+                self.op.keys_delta += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        self.op.ops += 1;
+        let Some((leaf, Some((i, t)))) = self.find(key)? else {
+            return Ok(false);
+        };
+        let (_, _, cap) = self.eng.geo.tuple_hdr(t)?;
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)? & !(1 << i);
+        set_bitmap(b, bm);
+        self.free_tuple(t, cap);
+        self.op.keys_delta -= 1;
+        if bm == 0 {
+            self.drop_empty_leaf(leaf)?;
+        }
+        Ok(true)
+    }
+
+    /// Clears slot `i` of `leaf` if it still links tuple `t`, and frees the
+    /// tuple's block (a damaged record, removed by repair). The leaf must
+    /// verify (staging checks it). An emptied leaf stays (valid).
+    pub(super) fn unlink_slot(&mut self, leaf: u64, i: usize, t: u64) -> Result<bool> {
+        if i >= SLOTS {
+            return Ok(false);
+        }
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)?;
+        if bm & (1 << i) == 0 || slot(b, i).1 != t {
+            return Ok(false);
+        }
+        set_bitmap(b, bm & !(1 << i));
+        self.op.ops += 1;
+        self.op.keys_delta -= 1;
+        // The tuple's own capacity may be damaged: no write touches it
+        // anyway, so its header alone bounds the range kept from writes.
+        self.free_tuple(t, TUPLE_HDR);
+        Ok(true)
+    }
+
+    /// Unlinks and frees an emptied leaf when its parent keeps at least
+    /// two children (its key range joins a neighbour's). A leaf this
+    /// operation allocated, or one whose parent would be left with one
+    /// child, stays (empty leaves are valid).
+    fn drop_empty_leaf(&mut self, leaf: u64) -> Result<()> {
+        let Some(&(p, i)) = self.path.last() else {
+            return Ok(());
+        };
+        if self.op.staged.get(&leaf).is_some_and(|s| s.fresh) {
+            return Ok(());
+        }
+        let b = self.stage(p, INNER_BYTES)?;
+        let mut d = InnerD::decode(b, p)?;
+        if d.children.len() < 3 || d.children.get(i) != Some(&leaf) {
+            return Ok(());
+        }
+        d.children.remove(i);
+        // Child i covered sep[i-1]..sep[i]: the left neighbour takes it
+        // (the right one, for the first child).
+        d.seps.remove(i.saturating_sub(1));
+        d.encode(b);
+        self.op.frees.push(POff::new(leaf));
+        self.op.free_ranges.push((leaf, leaf + LEAF_BYTES as u64));
+        self.op.leaves_freed += 1;
+        Ok(())
+    }
+
+    /// Inserts `(kp, t)` for `key` into `leaf` (path in `self.path`),
+    /// splitting it when full.
+    fn leaf_insert(&mut self, leaf: u64, key: &[u8], kp: u64, t: u64) -> Result<()> {
+        let b = self.stage(leaf, LEAF_BYTES)?;
+        let bm = leaf_bitmap(b)?;
+        if bm != FULL {
+            let i = (!bm & FULL).trailing_zeros() as usize;
+            set_slot(b, i, kp, t);
+            set_bitmap(b, bm | (1 << i));
+            return Ok(());
+        }
+        // Split: the lower half stays in place, the upper half moves.
+        let copy = b.clone();
+        self.op.splits += 1;
+        let geo = &self.eng.geo;
+        let mut ents: Vec<(Vec<u8>, u64, u64, Option<usize>)> = Vec::with_capacity(SLOTS + 1);
+        for i in 0..SLOTS {
+            let (p, tt) = slot(&copy, i);
+            // The keys decide the separator: only verified ones may.
+            if geo.verify {
+                geo.tuple_verify(tt)?;
+            }
+            ents.push((geo.tuple_key(tt, self.kbuf)?.to_vec(), p, tt, Some(i)));
+        }
+        ents.push((key.to_vec(), kp, t, None));
+        ents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let m = ents.len() / 2;
+        let right = self.new_node(LEAF_BYTES)?;
+        {
+            let rb = self.stage(right, LEAF_BYTES)?;
+            init_leaf(rb);
+            for (j, e) in ents[m..].iter().enumerate() {
+                set_slot(rb, j, e.1, e.2);
+            }
+            set_bitmap(rb, (1u64 << (ents.len() - m)) - 1);
+        }
+        let mut nbm = 0u64;
+        let mut new_left = None;
+        for e in &ents[..m] {
+            match e.3 {
+                Some(s) => nbm |= 1 << s,
+                None => new_left = Some((e.1, e.2)),
+            }
+        }
+        let lb = self.stage(leaf, LEAF_BYTES)?;
+        if let Some((p, tt)) = new_left {
+            let i = (!nbm & FULL).trailing_zeros() as usize;
+            set_slot(lb, i, p, tt);
+            nbm |= 1 << i;
+        }
+        set_bitmap(lb, nbm);
+        let sep = shortest_sep(&ents[m - 1].0, &ents[m].0);
+        let mut path = std::mem::take(self.path);
+        let r = self.insert_parent(&mut path, sep, leaf, right, 0);
+        *self.path = path;
+        r
+    }
+
+    /// Inserts separator `sep` and its right child after `left` into the
+    /// parent on `path`, splitting inner nodes up to a new root as needed.
+    fn insert_parent(
+        &mut self,
+        path: &mut Vec<(u64, usize)>,
+        mut sep: Vec<u8>,
+        mut left: u64,
+        mut right: u64,
+        mut level: u16,
+    ) -> Result<()> {
+        loop {
+            let Some((p, i)) = path.pop() else {
+                let r = self.new_node(INNER_BYTES)?;
+                let d = InnerD {
+                    level: level + 1,
+                    children: vec![left, right],
+                    seps: vec![sep],
+                };
+                d.encode(self.stage(r, INNER_BYTES)?);
+                self.op.new_root = Some(r);
+                return Ok(());
+            };
+            let b = self.stage(p, INNER_BYTES)?;
+            let mut d = InnerD::decode(b, p)?;
+            if d.children.get(i) != Some(&left) {
+                return Err(corrupt(format!("inner {p:#x}: path does not match")));
+            }
+            d.children.insert(i + 1, right);
+            d.seps.insert(i, sep);
+            if d.fits() {
+                d.encode(b);
+                return Ok(());
+            }
+            level = d.level;
+            let (l, up, r) = d.split()?;
+            l.encode(self.stage(p, INNER_BYTES)?);
+            let rn = self.new_node(INNER_BYTES)?;
+            r.encode(self.stage(rn, INNER_BYTES)?);
+            sep = up;
+            left = p;
+            right = rn;
+        }
+    }
+}
+
+pub(super) struct InpSession<'e> {
+    pub(super) eng: &'e Inp,
+    pub(super) th: Box<dyn AllocThread + Send + 'e>,
+    pub(super) op: OpState,
+    pub(super) path: Vec<(u64, usize)>,
+    pub(super) bufs: Bufs,
+    pub(super) _ticket: Ticket<'e>,
+}
+
+impl<'e> InpSession<'e> {
+    /// Runs one write operation under the writer lock: `f` stages it, then
+    /// it commits. On an error everything it reserved is given back; a full
+    /// pool with frees held back retries once after releasing them.
+    pub(super) fn write<R>(
+        &mut self,
+        mut f: impl FnMut(&mut Writer<'e, '_>) -> Result<R>,
+    ) -> Result<R> {
+        let eng = self.eng;
+        let _held = LockHeld::enter();
+        let mut w = eng.w.lock();
+        // One commit point of the persist trace per write that committed a
+        // record (an empty operation commits none); a rotation it needed
+        // and the allocator's publishes are part of it.
+        let scope = ferrite_pmem::trace::commit_scope();
+        let seq = w.seq;
+        // Intent protocol: the next record lists the frees still owed;
+        // publish a large backlog first (one empty record), so that it
+        // never crowds this write's record out of the log area.
+        if eng.intent_cap != 0 && w.owed.len() * 16 > eng.log_cap / 4 {
+            eng.rotate(&mut w, &mut *self.th)?;
+        }
+        let mut retried = false;
+        loop {
+            self.op.clear();
+            let r = {
+                let mut wr = Writer {
+                    eng,
+                    th: &mut *self.th,
+                    op: &mut self.op,
+                    path: &mut self.path,
+                    kbuf: &mut self.bufs.kbuf,
+                    nb: &mut self.bufs.nb,
+                };
+                f(&mut wr)
+            };
+            let r = r.and_then(|v| {
+                eng.commit(&mut w, &mut *self.th, &mut self.op, false)
+                    .map(|()| v)
+            });
+            match r {
+                Ok(v) => {
+                    if w.seq != seq {
+                        scope.mark();
+                    }
+                    return Ok(v);
+                }
+                Err(e) => {
+                    for res in self.op.res.drain(..) {
+                        let _ = self.th.cancel(res);
+                    }
+                    if matches!(e, EngineError::Full(_))
+                        && !retried
+                        && (!w.held.is_empty() || !w.owed.is_empty())
+                    {
+                        retried = true;
+                        self.op.clear();
+                        eng.rotate(&mut w, &mut *self.th)?;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl Session for InpSession<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        let _p = breakdown::phase(Phase::Scan);
+        let _r = self.eng.rw.read();
+        get_locked(self.eng, key, out, &mut self.path, &mut self.bufs)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        self.write(|w| w.put(key, value))
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        self.write(|w| w.delete(key))
+    }
+
+    fn scan_with(
+        &mut self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
+        let _r = self.eng.rw.read();
+        scan_locked(self.eng, from, limit, f, &mut self.bufs)
+    }
+
+    fn scan_back_with(
+        &mut self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        let _p = breakdown::phase(Phase::Scan);
+        let _r = self.eng.rw.read();
+        scan_back_locked(self.eng, upto, limit, f, &mut self.bufs)
+    }
+
+    fn batch(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        check_ops(ops)?;
+        // Applied in key order: consecutive keys descend to the same or
+        // neighbouring leaves, whose staged copies are then still in cache
+        // (a large batch in arrival order touches the whole tree at
+        // random). Later operations on a key win: only the last one per key
+        // is applied, so that no tuple is touched twice in a record.
+        let mut idx: Vec<usize> = (0..ops.len()).collect();
+        idx.sort_unstable_by(|&a, &b| ops[a].key().cmp(ops[b].key()).then(a.cmp(&b)));
+        self.write(|w| {
+            for (n, &i) in idx.iter().enumerate() {
+                let op = &ops[i];
+                if idx
+                    .get(n + 1)
+                    .is_some_and(|&next| ops[next].key() == op.key())
+                {
+                    continue;
+                }
+                match op {
+                    Op::Put { key, value } => w.put(key, value)?,
+                    Op::Delete { key } => {
+                        w.delete(key)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
