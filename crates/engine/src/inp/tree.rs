@@ -67,6 +67,9 @@
 use crate::{EngineError, MAX_KEY, MAX_VALUE, Result};
 use ferrite_pmem::Region;
 use std::cmp::Ordering;
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
+use rustc_hash::FxHashMap;
+use std::sync::PoisonError;
 
 pub(crate) const SLOTS: usize = 32;
 pub(crate) const FULL: u64 = (1 << SLOTS) - 1;
@@ -276,13 +279,31 @@ pub(crate) struct Geo {
 /// verified copy, so they still return only what was written — and is
 /// found by the scrub and the deep check, which read the media
 /// ([`Geo::load_media`]); a reopen verifies the node again.
+///
+/// Every read takes the lock two or three times, so it is a sharded one
+/// (`crossbeam_utils::sync::ShardedLock`): a reader marks only its own
+/// shard's cache line, and readers on other cores do not pull that line
+/// back and forth as they did with one lock word; a writer (an insert of a
+/// newly verified copy, a forget at a commit) takes every shard.
 #[derive(Default)]
-pub(crate) struct InnerCache(parking_lot::RwLock<rustc_hash::FxHashMap<u64, Box<[u8]>>>);
+pub(crate) struct InnerCache(ShardedLock<FxHashMap<u64, Box<[u8]>>>);
+
+type CacheMap = FxHashMap<u64, Box<[u8]>>;
 
 impl InnerCache {
     /// Forgets the copy of node `off` (a writer changed it).
     pub(crate) fn forget(&self, off: u64) {
-        self.0.write().remove(&off);
+        self.write().remove(&off);
+    }
+
+    /// The map, shared. A panic while a writer held it (out of memory in
+    /// an insert) leaves the map whole: the poison is ignored.
+    fn read(&self) -> ShardedLockReadGuard<'_, CacheMap> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> ShardedLockWriteGuard<'_, CacheMap> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -501,7 +522,7 @@ pub(crate) fn pick_by_load<S: Src + ?Sized>(
 impl Src for Geo {
     fn load(&self, off: u64, b: &mut NodeBuf) -> Result<Node> {
         if self.verify {
-            if let Some(c) = self.cache.0.read().get(&off) {
+            if let Some(c) = self.cache.read().get(&off) {
                 b[..c.len()].copy_from_slice(c);
                 let (n, _) = inner_hdr(b, off)?;
                 return Ok(Node::Inner(n));
@@ -509,7 +530,7 @@ impl Src for Geo {
             let node = self.load_media(off, b)?;
             if node != Node::Leaf {
                 let used = u32_at(b, 4) as usize;
-                self.cache.0.write().insert(off, b[..KEYS_AT + used].into());
+                self.cache.write().insert(off, b[..KEYS_AT + used].into());
             }
             return Ok(node);
         }
@@ -523,7 +544,7 @@ impl Src for Geo {
         pick: &mut dyn FnMut(&[u8], usize) -> Result<usize>,
     ) -> Result<Option<(usize, u64, usize)>> {
         if self.verify
-            && let Some(c) = self.cache.0.read().get(&off)
+            && let Some(c) = self.cache.read().get(&off)
         {
             // The copy was verified when cached: searched where it lies,
             // not copied out first (most of a read's time otherwise).
