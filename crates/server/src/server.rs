@@ -387,44 +387,10 @@ where
     let mut scan_kv = make_kv()?;
     let shared = Shared::open(&mut scan_kv, opts.limits.max_item_size)?;
     let nshards = opts.shards.max(1);
-    let group = opts.group_commit.max(1);
-    let budget = (opts.memory / nshards as u64).max(1);
     let hints: Vec<Hints> = (0..nshards).map(|_| Mutex::default()).collect();
     shared.start_seeding(nshards);
     std::thread::scope(|scope| -> Result<(), ServeError> {
-        let mut senders = Vec::with_capacity(nshards);
-        let (up_tx, up_rx) = mpsc::channel::<Result<(), StoreError>>();
-        for (i, hints) in hints.iter().enumerate() {
-            let (tx, rx) = mpsc::channel::<Msg>();
-            senders.push(tx);
-            let up = up_tx.clone();
-            let shared = &shared;
-            let make_kv = &make_kv;
-            std::thread::Builder::new()
-                .name(format!("ferrite-shard-{i}"))
-                .spawn_scoped(scope, move || {
-                    let mut cache = match make_kv() {
-                        Ok(kv) => {
-                            let _ = up.send(Ok(()));
-                            Cache::with_budget(Group::new(kv), shared, budget, true)
-                        }
-                        Err(e) => {
-                            let _ = up.send(Err(e));
-                            return;
-                        }
-                    };
-                    drop(up);
-                    shard_loop(&mut cache, shared, hints, &rx, group);
-                })?;
-        }
-        drop(up_tx);
-        for _ in 0..nshards {
-            match up_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => return Err(StoreError::Backend("a shard thread died".into()).into()),
-            }
-        }
+        let senders = start_shards(scope, &make_kv, &shared, &hints, &opts)?;
         let seeders = senders.clone();
         let make = || {
             make_reader()
@@ -450,72 +416,8 @@ where
         // within this inner scope, and only then is `ctx` (with the shards'
         // senders) dropped, which ends the shards.
         let result = std::thread::scope(|conns| -> Result<(), ServeError> {
-            let nthreads = ctx.opts.threads.max(1);
-            let mut workers = Vec::with_capacity(nthreads);
-            for i in 0..nthreads {
-                let (tx, rx) =
-                    tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, bool)>();
-                workers.push(tx);
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                let (ctx, make) = (&ctx, &make);
-                std::thread::Builder::new()
-                    .name(format!("ferrite-conn-{i}"))
-                    .spawn_scoped(conns, move || {
-                        let fast = RefCell::new(Fast {
-                            reader: make(),
-                            make,
-                            retried: false,
-                            map_key: Vec::with_capacity(256),
-                            buf: Vec::new(),
-                        });
-                        rt.block_on(worker(rx, ctx, &fast));
-                    })?;
-            }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let actx = &ctx;
-            let accept = {
-                let _rt = rt.enter();
-                listener.set_nonblocking(true)?;
-                let listener = TcpListener::from_std(listener)?;
-                let tls_listener = match &ctx.opts.tls {
-                    Some(t) => {
-                        let l = t.listener.try_clone()?;
-                        l.set_nonblocking(true)?;
-                        Some(TcpListener::from_std(l)?)
-                    }
-                    None => None,
-                };
-                let term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-                let int =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-                ready(&Ready {
-                    addr: listener.local_addr()?,
-                    tls_addr: tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
-                    shards: ctx.shards.len(),
-                });
-                std::thread::Builder::new()
-                    .name("ferrite-accept".into())
-                    .spawn_scoped(conns, move || {
-                        // Returning drops `workers`: every connection
-                        // thread then ends, cancelling its connections
-                        // (a write already on a shard still completes
-                        // durably).
-                        rt.block_on(acceptor(
-                            listener,
-                            tls_listener,
-                            workers,
-                            term,
-                            int,
-                            stop,
-                            actx,
-                        ))
-                    })?
-            };
+            let workers = start_conn_threads(conns, &ctx, make)?;
+            let accept = start_acceptor(conns, listener, workers, stop, &ctx, ready)?;
             seed_shards(&mut scan_kv, &seeders, &shared);
             drop(seeders);
             drop(scan_kv);
@@ -528,6 +430,143 @@ where
         drop(ctx);
         result
     })
+}
+
+/// Start one shard thread per hint queue, each on its own store handle
+/// from `make_kv`, and wait until every one has opened its handle; the
+/// senders to the shards, in shard order.
+fn start_shards<'scope, 'env, K, F>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    make_kv: &'env F,
+    shared: &'env Shared,
+    hints: &'env [Hints],
+    opts: &Options,
+) -> Result<Vec<mpsc::Sender<Msg>>, ServeError>
+where
+    K: Kv,
+    F: Fn() -> Result<K, StoreError> + Sync,
+{
+    let nshards = hints.len();
+    let group = opts.group_commit.max(1);
+    let budget = (opts.memory / nshards as u64).max(1);
+    let mut senders = Vec::with_capacity(nshards);
+    let (up_tx, up_rx) = mpsc::channel::<Result<(), StoreError>>();
+    for (i, hints) in hints.iter().enumerate() {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        senders.push(tx);
+        let up = up_tx.clone();
+        std::thread::Builder::new()
+            .name(format!("ferrite-shard-{i}"))
+            .spawn_scoped(scope, move || {
+                let mut cache = match make_kv() {
+                    Ok(kv) => {
+                        let _ = up.send(Ok(()));
+                        Cache::with_budget(Group::new(kv), shared, budget, true)
+                    }
+                    Err(e) => {
+                        let _ = up.send(Err(e));
+                        return;
+                    }
+                };
+                drop(up);
+                shard_loop(&mut cache, shared, hints, &rx, group);
+            })?;
+    }
+    drop(up_tx);
+    for _ in 0..nshards {
+        match up_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(StoreError::Backend("a shard thread died".into()).into()),
+        }
+    }
+    Ok(senders)
+}
+
+/// Where the acceptor deals a connection (and whether it came on the TLS
+/// listener) to a connection thread.
+type Dealer = tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, bool)>;
+
+/// Start the connection threads ([`Options::threads`]), each a
+/// single-threaded tokio runtime with its own read fast path; the senders
+/// that deal connections to them.
+fn start_conn_threads<'scope, 'env>(
+    conns: &'scope std::thread::Scope<'scope, 'env>,
+    ctx: &'env Ctx<'env>,
+    make: &'env MakeReader<'env>,
+) -> Result<Vec<Dealer>, ServeError> {
+    let nthreads = ctx.opts.threads.max(1);
+    let mut workers = Vec::with_capacity(nthreads);
+    for i in 0..nthreads {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, bool)>();
+        workers.push(tx);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name(format!("ferrite-conn-{i}"))
+            .spawn_scoped(conns, move || {
+                let fast = RefCell::new(Fast {
+                    reader: make(),
+                    make,
+                    retried: false,
+                    map_key: Vec::with_capacity(256),
+                    buf: Vec::new(),
+                });
+                rt.block_on(worker(rx, ctx, &fast));
+            })?;
+    }
+    Ok(workers)
+}
+
+/// Bind the listeners and the signals to the acceptor's runtime, tell
+/// `ready`, and start the acceptor thread; joining it gives how serving
+/// ended.
+fn start_acceptor<'scope, 'env>(
+    conns: &'scope std::thread::Scope<'scope, 'env>,
+    listener: std::net::TcpListener,
+    workers: Vec<Dealer>,
+    stop: Option<oneshot::Receiver<()>>,
+    ctx: &'env Ctx<'env>,
+    ready: impl FnOnce(&Ready),
+) -> Result<std::thread::ScopedJoinHandle<'scope, Result<(), ServeError>>, ServeError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _rt = rt.enter();
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let tls_listener = match &ctx.opts.tls {
+        Some(t) => {
+            let l = t.listener.try_clone()?;
+            l.set_nonblocking(true)?;
+            Some(TcpListener::from_std(l)?)
+        }
+        None => None,
+    };
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    ready(&Ready {
+        addr: listener.local_addr()?,
+        tls_addr: tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
+        shards: ctx.shards.len(),
+    });
+    Ok(std::thread::Builder::new()
+        .name("ferrite-accept".into())
+        .spawn_scoped(conns, move || {
+            // Returning drops `workers`: every connection thread then
+            // ends, cancelling its connections (a write already on a
+            // shard still completes durably).
+            rt.block_on(acceptor(
+                listener,
+                tls_listener,
+                workers,
+                term,
+                int,
+                stop,
+                ctx,
+            ))
+        })?)
 }
 
 /// The start-up scan: send every item's key and size to the shard that
@@ -719,6 +758,282 @@ async fn flush<S: AsyncWrite + Unpin>(
     ok
 }
 
+/// What the request loop over the buffered input leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The buffered input is used up, or holds only part of a request:
+    /// write the replies, then read more.
+    Read,
+    /// Write the replies, then shut the connection down.
+    Close,
+    /// Write the replies, then become a log watcher for these categories.
+    Watch(u8),
+    /// Drop the connection at once: the client is gone, or the input
+    /// calls for closing without a word.
+    Drop,
+}
+
+/// What one phase of [`Conn::answer_buffered`] did with the request at
+/// `pos`.
+enum Step {
+    /// Not its kind of request: the next phase looks at it.
+    Pass,
+    /// Answered: start over at the next request (no mid-pipeline flush).
+    Again,
+    /// Stop answering the buffered input.
+    Stop(Next),
+}
+
+/// A connection's input, replies and parser state across reads.
+struct Conn {
+    id: u64,
+    input: Vec<u8>,
+    out: Vec<u8>,
+    /// Bytes of `input` already answered in this pass.
+    pos: usize,
+    /// Bytes still to discard (the unread rest of a skipped request).
+    skip: usize,
+    /// Discard up to the next newline (the rest of a refused long line).
+    discard_line: bool,
+    /// A long get line is being answered as it arrives.
+    streaming: bool,
+    authed: bool,
+}
+
+impl Conn {
+    /// Answer every complete request in `input`; the replies collect in
+    /// `out` (written out mid-pipeline past [`FLUSH_AT`]), `pos` ends at
+    /// the first byte not consumed.
+    async fn answer_buffered<S: AsyncWrite + Unpin>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        fast: &FastCell<'_>,
+        sock: &mut S,
+    ) -> Next {
+        self.pos = 0;
+        loop {
+            if !self.discard() || self.pos >= self.input.len() {
+                return Next::Read;
+            }
+            if let Some(a) = &ctx.opts.auth {
+                match self.auth_step(a) {
+                    Step::Pass => {}
+                    Step::Again => continue,
+                    Step::Stop(next) => return next,
+                }
+            }
+            match self.long_get_step(ctx, fast, sock).await {
+                Step::Pass => {}
+                Step::Again => continue,
+                Step::Stop(next) => return next,
+            }
+            if let Some(next) = self.request_step(ctx, fast, sock).await {
+                return next;
+            }
+            if self.out.len() >= FLUSH_AT
+                && !flush(sock, &mut self.out, ctx.opts.idle_timeout).await
+            {
+                return Next::Drop;
+            }
+        }
+    }
+
+    /// Discard what an earlier refusal left to skip; false when that
+    /// takes all the buffered input.
+    fn discard(&mut self) -> bool {
+        if self.skip > 0 {
+            let n = self.skip.min(self.input.len() - self.pos);
+            self.pos += n;
+            self.skip -= n;
+            if self.skip > 0 {
+                return false;
+            }
+        }
+        if self.discard_line {
+            match memchr::memchr(b'\n', &self.input[self.pos..]) {
+                Some(i) => {
+                    self.pos += i + 1;
+                    self.discard_line = false;
+                }
+                None => {
+                    self.pos = self.input.len();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Authentication ([`crate::auth`]): a binary request on any
+    /// connection, anything on a connection not yet authenticated.
+    fn auth_step(&mut self, a: &Auth) -> Step {
+        let buf = &self.input[self.pos..];
+        let step = if buf[0] == protocol::binary::REQ_MAGIC {
+            auth::binary_step(a, buf, self.authed)
+        } else if !self.authed {
+            Some(auth::text_step(a, buf))
+        } else {
+            None
+        };
+        match step {
+            None => Step::Pass,
+            Some(auth::Step::More) => Step::Stop(Next::Read),
+            Some(auth::Step::Close) => Step::Stop(Next::Drop),
+            Some(auth::Step::Reply {
+                consumed,
+                reply,
+                authed,
+                close,
+            }) => {
+                self.pos += consumed;
+                self.out.extend_from_slice(&reply);
+                self.authed = authed;
+                if close {
+                    Step::Stop(Next::Close)
+                } else {
+                    Step::Again
+                }
+            }
+        }
+    }
+
+    /// A get line too long to buffer, answered a chunk of keys at a time
+    /// ([`protocol::text::long_get`]).
+    async fn long_get_step<S: AsyncWrite + Unpin>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        fast: &FastCell<'_>,
+        sock: &mut S,
+    ) -> Step {
+        let limits = &ctx.opts.limits;
+        match protocol::text::long_get(&self.input[self.pos..], limits, self.streaming) {
+            protocol::text::LongGet::No => Step::Pass,
+            protocol::text::LongGet::Chunk {
+                op,
+                keys,
+                rest,
+                name,
+            } => {
+                let mut rctx = ReqCtx::text(op, false);
+                rctx.conn = self.id;
+                let req = Request {
+                    cmd: Command::Get {
+                        keys,
+                        touch: None,
+                        with_cas: op == Op::Gets,
+                        opts: Default::default(),
+                    },
+                    ctx: rctx,
+                };
+                // A chunk of a long get: hits of earlier chunks may be
+                // out already, so a failed key's error line stays in its
+                // place.
+                let idle = ctx.opts.idle_timeout;
+                if get_keys(ctx, fast, &req, &mut self.out, sock, idle, true).await == GetEnd::Gone
+                {
+                    return Step::Stop(Next::Drop);
+                }
+                self.pos += rest - name.len();
+                self.input[self.pos..self.pos + name.len()].copy_from_slice(name);
+                self.streaming = true;
+                Step::Again
+            }
+            protocol::text::LongGet::End(n) => {
+                self.pos += n;
+                self.streaming = false;
+                self.out.extend_from_slice(b"END\r\n");
+                Step::Again
+            }
+            protocol::text::LongGet::BadKey => {
+                self.out
+                    .extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+                self.streaming = false;
+                self.discard_line = true;
+                Step::Again
+            }
+        }
+    }
+
+    /// Parse and answer the request at `pos`, or refuse it; `None`: go on
+    /// with the next one.
+    async fn request_step<S: AsyncWrite + Unpin>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        fast: &FastCell<'_>,
+        sock: &mut S,
+    ) -> Option<Next> {
+        match protocol::parse(&self.input[self.pos..], &ctx.opts.limits) {
+            Ok(None) => Some(Next::Read),
+            Ok(Some((mut req, n))) => {
+                self.pos += n;
+                self.streaming = false;
+                req.ctx.conn = self.id;
+                match handle(ctx, fast, req, &mut self.out, sock).await {
+                    Flow::Continue => None,
+                    Flow::Close => Some(Next::Close),
+                    Flow::Watch(mask) => Some(Next::Watch(mask)),
+                }
+            }
+            Err(e) => {
+                self.streaming = false;
+                if let Some(key) = e.unlink.clone() {
+                    let del = Request {
+                        cmd: Command::Delete {
+                            key: key.clone(),
+                            cas: None,
+                            opts: Default::default(),
+                        },
+                        ctx: ReqCtx::text(Op::Delete, true),
+                    };
+                    let _ = on_shard(ctx, &key, del).await;
+                }
+                protocol::response::encode_error(&e, &mut self.out);
+                match e.recovery {
+                    Recovery::Skip(n) => {
+                        self.skip = n;
+                        None
+                    }
+                    Recovery::Close => Some(Next::Close),
+                    Recovery::CloseSilently => Some(Next::Drop),
+                }
+            }
+        }
+    }
+
+    /// Drop the answered input; a buffer grown by a large request shrinks
+    /// back.
+    fn consume(&mut self) {
+        self.input.drain(..self.pos);
+        if self.input.capacity() > BUF_KEEP && self.input.len() < BUF_START {
+            self.input.shrink_to(BUF_START);
+        }
+    }
+
+    /// Read more input (within the idle timeout); false when the client
+    /// is gone or silent.
+    async fn read_more<S: AsyncRead + Unpin>(&mut self, sock: &mut S, ctx: &Ctx<'_>) -> bool {
+        if self.input.capacity() - self.input.len() < 1024 {
+            self.input.reserve(16 << 10);
+        }
+        let read = match ctx.opts.idle_timeout {
+            Some(t) => match tokio::time::timeout(t, sock.read_buf(&mut self.input)).await {
+                Ok(r) => r,
+                Err(_) => return false,
+            },
+            None => sock.read_buf(&mut self.input).await,
+        };
+        match read {
+            Ok(0) | Err(_) => false,
+            Ok(_) => {
+                if let Some(c) = ctx.conns.lock().get_mut(&self.id) {
+                    c.last_cmd = Instant::now();
+                }
+                true
+            }
+        }
+    }
+}
+
 /// One connection: read, parse every complete request, answer, write.
 async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut sock: S,
@@ -726,198 +1041,38 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: &Ctx<'_>,
     fast: &FastCell<'_>,
 ) {
-    let idle = ctx.opts.idle_timeout;
-    let limits = &ctx.opts.limits;
-    let mut input: Vec<u8> = Vec::with_capacity(BUF_START);
-    let mut out: Vec<u8> = Vec::new();
-    // Bytes still to discard (the unread rest of a skipped request).
-    let mut skip = 0usize;
-    // Discard up to the next newline (the rest of a refused long line).
-    let mut discard_line = false;
-    // A long get line is being answered as it arrives.
-    let mut streaming = false;
-    let mut authed = ctx.opts.auth.is_none();
+    let mut c = Conn {
+        id,
+        input: Vec::with_capacity(BUF_START),
+        out: Vec::new(),
+        pos: 0,
+        skip: 0,
+        discard_line: false,
+        streaming: false,
+        authed: ctx.opts.auth.is_none(),
+    };
     loop {
-        let mut pos = 0;
-        let mut close = false;
-        let mut watch = None;
-        loop {
-            if skip > 0 {
-                let n = skip.min(input.len() - pos);
-                pos += n;
-                skip -= n;
-                if skip > 0 {
-                    break;
-                }
-            }
-            if discard_line {
-                match memchr::memchr(b'\n', &input[pos..]) {
-                    Some(i) => {
-                        pos += i + 1;
-                        discard_line = false;
-                    }
-                    None => {
-                        pos = input.len();
-                        break;
-                    }
-                }
-            }
-            if pos >= input.len() {
-                break;
-            }
-            if let Some(a) = &ctx.opts.auth {
-                let buf = &input[pos..];
-                let step = if buf[0] == protocol::binary::REQ_MAGIC {
-                    auth::binary_step(a, buf, authed)
-                } else if !authed {
-                    Some(auth::text_step(a, buf))
-                } else {
-                    None
-                };
-                match step {
-                    None => {}
-                    Some(auth::Step::More) => break,
-                    Some(auth::Step::Close) => return,
-                    Some(auth::Step::Reply {
-                        consumed,
-                        reply,
-                        authed: now_authed,
-                        close: then_close,
-                    }) => {
-                        pos += consumed;
-                        out.extend_from_slice(&reply);
-                        authed = now_authed;
-                        if then_close {
-                            close = true;
-                            break;
-                        }
-                        continue;
-                    }
-                }
-            }
-            match protocol::text::long_get(&input[pos..], limits, streaming) {
-                protocol::text::LongGet::No => {}
-                protocol::text::LongGet::Chunk {
-                    op,
-                    keys,
-                    rest,
-                    name,
-                } => {
-                    let mut rctx = ReqCtx::text(op, false);
-                    rctx.conn = id;
-                    let req = Request {
-                        cmd: Command::Get {
-                            keys,
-                            touch: None,
-                            with_cas: op == Op::Gets,
-                            opts: Default::default(),
-                        },
-                        ctx: rctx,
-                    };
-                    // A chunk of a long get: hits of earlier chunks may be
-                    // out already, so a failed key's error line stays in
-                    // its place.
-                    if get_keys(ctx, fast, &req, &mut out, &mut sock, idle, true).await
-                        == GetEnd::Gone
-                    {
-                        return;
-                    }
-                    pos += rest - name.len();
-                    input[pos..pos + name.len()].copy_from_slice(name);
-                    streaming = true;
-                    continue;
-                }
-                protocol::text::LongGet::End(n) => {
-                    pos += n;
-                    streaming = false;
-                    out.extend_from_slice(b"END\r\n");
-                    continue;
-                }
-                protocol::text::LongGet::BadKey => {
-                    out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
-                    streaming = false;
-                    discard_line = true;
-                    continue;
-                }
-            }
-            match protocol::parse(&input[pos..], limits) {
-                Ok(None) => break,
-                Ok(Some((mut req, n))) => {
-                    pos += n;
-                    streaming = false;
-                    req.ctx.conn = id;
-                    match handle(ctx, fast, req, &mut out, &mut sock).await {
-                        Flow::Continue => {}
-                        Flow::Close => {
-                            close = true;
-                            break;
-                        }
-                        Flow::Watch(mask) => {
-                            watch = Some(mask);
-                            break;
-                        }
-                    }
-                }
-                Err(e) => {
-                    streaming = false;
-                    if let Some(key) = e.unlink.clone() {
-                        let del = Request {
-                            cmd: Command::Delete {
-                                key: key.clone(),
-                                cas: None,
-                                opts: Default::default(),
-                            },
-                            ctx: ReqCtx::text(Op::Delete, true),
-                        };
-                        let _ = on_shard(ctx, &key, del).await;
-                    }
-                    protocol::response::encode_error(&e, &mut out);
-                    match e.recovery {
-                        Recovery::Skip(n) => skip = n,
-                        Recovery::Close => {
-                            close = true;
-                            break;
-                        }
-                        Recovery::CloseSilently => return,
-                    }
-                }
-            }
-            if out.len() >= FLUSH_AT && !flush(&mut sock, &mut out, idle).await {
+        let next = c.answer_buffered(ctx, fast, &mut sock).await;
+        if next == Next::Drop {
+            return;
+        }
+        c.consume();
+        if !flush(&mut sock, &mut c.out, ctx.opts.idle_timeout).await {
+            return;
+        }
+        match next {
+            Next::Watch(mask) => {
+                watch_loop(&mut sock, ctx, mask).await;
                 return;
             }
-        }
-        input.drain(..pos);
-        if input.capacity() > BUF_KEEP && input.len() < BUF_START {
-            input.shrink_to(BUF_START);
-        }
-        if !flush(&mut sock, &mut out, idle).await {
-            return;
-        }
-        if let Some(mask) = watch {
-            watch_loop(&mut sock, ctx, mask).await;
-            return;
-        }
-        if close {
-            let _ = sock.shutdown().await;
-            return;
-        }
-        if input.capacity() - input.len() < 1024 {
-            input.reserve(16 << 10);
-        }
-        let read = match idle {
-            Some(t) => match tokio::time::timeout(t, sock.read_buf(&mut input)).await {
-                Ok(r) => r,
-                Err(_) => return,
-            },
-            None => sock.read_buf(&mut input).await,
-        };
-        match read {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                if let Some(c) = ctx.conns.lock().get_mut(&id) {
-                    c.last_cmd = Instant::now();
-                }
+            Next::Close => {
+                let _ = sock.shutdown().await;
+                return;
             }
+            Next::Read | Next::Drop => {}
+        }
+        if !c.read_more(&mut sock, ctx).await {
+            return;
         }
     }
 }

@@ -279,7 +279,22 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
     let key = buf[HEADER_LEN + ext..HEADER_LEN + ext + key_len].to_vec();
     let value = &buf[HEADER_LEN + ext + key_len..total];
     let cas = (h.cas != 0).then_some(h.cas);
-    let cmd = match op {
+    let cmd = command(op, ext, key, extras, value, cas);
+    Ok(Some((Request { cmd, ctx }, total)))
+}
+
+/// The command of a request whose shape [`parse`] checked: `extras`,
+/// `key` and `value` are its body's parts (`ext` bytes of extras), `cas`
+/// the header's CAS (0: none).
+fn command(
+    op: Op,
+    ext: usize,
+    key: Vec<u8>,
+    extras: &[u8],
+    value: &[u8],
+    cas: Option<u64>,
+) -> Command {
+    match op {
         Op::Get => Command::Get {
             keys: vec![key],
             touch: None,
@@ -352,6 +367,5 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         Op::Version => Command::Version,
         Op::Quit => Command::Quit,
         _ => Command::NoOp,
-    };
-    Ok(Some((Request { cmd, ctx }, total)))
+    }
 }
