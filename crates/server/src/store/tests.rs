@@ -2,7 +2,9 @@
 //! minus durability), plus a restart that keeps CAS values unique.
 
 use super::*;
+use crate::protocol::{DeleteOpts, StoreMode, StoreOpts};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The map, and its capacity in key+value bytes (0 = unbounded): a put
 /// that would pass it fails with [`StoreError::Full`], like a full pool.
