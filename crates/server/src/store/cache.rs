@@ -2,10 +2,11 @@
 //! [`Kv`](super::Kv), with its shard's eviction view and memory budget.
 
 use super::evict::Clock;
+#[cfg(any(test, feature = "checks"))]
+use super::fault::ItemFault;
 use super::{
-    Arith, ArithOutcome, CRC_AT, DeleteOutcome, HEADER, Item, ItemFault, Kv, META_FLUSH, MetaGet,
-    MetaHit, Result, Shared, Store, StoreError, StoreOutcome, bump, map_key_into, slabs,
-    stored_exptime,
+    Arith, ArithOutcome, DeleteOutcome, HEADER, Item, Kv, META_FLUSH, MetaGet, MetaHit, Result,
+    Shared, Store, StoreError, StoreOutcome, bump, map_key_into, slabs, stored_exptime,
 };
 use crate::protocol::{DeleteOpts, Expiry, StoreMode, StoreOpts, deadline};
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,7 +30,9 @@ pub struct Cache<'s, K> {
     /// The last [`Cache::load`] removed an expired item (a store that
     /// follows reuses its room: memcached's `reclaimed`).
     found_expired: bool,
-    /// A planted bug (the crash checks show they catch it).
+    /// A planted bug (the crash checks show they catch it); not compiled
+    /// into a build without the `checks` feature.
+    #[cfg(any(test, feature = "checks"))]
     fault: ItemFault,
 }
 /// Bytes an item charges against the memory limit: its map key, header
@@ -69,12 +72,13 @@ impl<'s, K: Kv> Cache<'s, K> {
             published: (0, 0),
             published_classes: vec![(0, 0); slabs::CLASSES],
             found_expired: false,
+            #[cfg(any(test, feature = "checks"))]
             fault: ItemFault::None,
         }
     }
 
     /// Plant `f` in this handle's item writes (the crash checks only).
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "checks"))]
     pub fn plant(&mut self, f: ItemFault) {
         self.fault = f;
     }
@@ -241,9 +245,10 @@ impl<'s, K: Kv> Cache<'s, K> {
         let ch = charge(self.key.len(), HEADER + it.data.len());
         self.make_room(ch)?;
         it.encode(&self.key, &mut self.buf);
+        #[cfg(any(test, feature = "checks"))]
         if self.fault == ItemFault::ChecksumLate {
             let whole = self.buf.clone();
-            self.buf[CRC_AT..HEADER].fill(0);
+            self.buf[super::CRC_AT..HEADER].fill(0);
             self.kv.put(&self.key, &self.buf)?;
             self.buf = whole;
         }

@@ -103,12 +103,14 @@ pub mod slabs;
 pub mod tx;
 
 mod cache;
+#[cfg(any(test, feature = "checks"))]
 mod fault;
 mod group;
 mod item;
 mod ops;
 mod shared;
 pub use cache::{Cache, charge};
+#[cfg(feature = "checks")]
 pub use fault::ItemFault;
 pub use group::Group;
 pub use item::{Item, ItemCheck, verify_item, verify_items};
