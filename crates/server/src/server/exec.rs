@@ -191,7 +191,16 @@ fn log_store(
         .item_store(key, status, cmd, ttl, req.ctx.conn, len);
 }
 
-pub fn execute(store: &mut dyn Store, shared: &Shared, req: &Request, now: u64, out: &mut Vec<u8>) {
+/// Run `req` against `store` at unix time `now` and append its encoded
+/// reply to `out` (nothing under `noreply` where the protocol suppresses
+/// it): what a shard does with every request it is sent.
+pub(crate) fn execute(
+    store: &mut dyn Store,
+    shared: &Shared,
+    req: &Request,
+    now: u64,
+    out: &mut Vec<u8>,
+) {
     let resp_err = |f: Failure, out: &mut Vec<u8>| {
         protocol::encode(&Response::Error(f), &req.ctx, out);
     };

@@ -71,9 +71,8 @@ mod shard;
 mod stats;
 pub use conn::FLUSH_AT;
 use conn::{Flow, MULTIGET_BATCH, acceptor, flush, on_shard, to_shard, worker};
-pub use exec::execute;
+use exec::execute;
 use get::{GetEnd, encode_hit, get_keys};
-pub use shard::HINTS_MAX;
 use shard::{Hints, Job, Msg, seed_shards, shard_loop};
 use stats::{admin, stats};
 
@@ -87,6 +86,7 @@ pub struct Options {
     pub threads: usize,
     /// Store shard threads (each holds one store session).
     pub shards: usize,
+    /// Parsing limits (key, value and line sizes).
     pub limits: Limits,
     /// Most queued requests a shard commits with one durable batch (group
     /// commit); 1 = every write commits alone.
@@ -117,8 +117,10 @@ pub const DEFAULT_MAX_CONNS: usize = 1024;
 /// Why serving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A socket, listener or thread could not be set up.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The store could not be opened or its shared state read.
     #[error("store: {0}")]
     Store(#[from] StoreError),
 }
@@ -127,16 +129,20 @@ pub enum ServeError {
 /// still being counted in the background then).
 #[derive(Debug, Clone)]
 pub struct Ready {
+    /// The plain listener's address (the port when 0 was asked for).
     pub addr: SocketAddr,
     /// The TLS listener's address ([`Options::tls`]).
     pub tls_addr: Option<SocketAddr>,
+    /// Shard threads started (at least 1).
     pub shards: usize,
 }
 
 /// A TLS listener beside the plain one ([`crate::tls`]).
 #[derive(Debug, Clone)]
 pub struct Tls {
+    /// The certificates and key to serve with ([`crate::tls::server_config`]).
     pub config: Arc<tokio_rustls::rustls::ServerConfig>,
+    /// The TLS listener, already bound.
     pub listener: Arc<std::net::TcpListener>,
 }
 
@@ -191,7 +197,7 @@ struct Fast<'r> {
 type FastCell<'r> = RefCell<Fast<'r>>;
 
 /// Unix time in seconds.
-pub fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -30,7 +30,7 @@ const SEED_BATCH: usize = 4096;
 
 /// Most read fast path hits queued for one shard; beyond it gets go to the
 /// shard (module docs).
-pub const HINTS_MAX: usize = 4096;
+pub(crate) const HINTS_MAX: usize = 4096;
 
 /// Fetches on the read fast path that a shard has not applied to its
 /// eviction view yet: map keys laid end to end (no allocation per hit),

@@ -60,7 +60,7 @@ impl<'s, K: Kv> Cache<'s, K> {
     /// A handle that keeps at most `budget` bytes ([`charge`]) of items,
     /// evicting the least recently used; `seeding`: a background scan will
     /// [`seed`](Cache::seed) the keys already in the map.
-    pub fn with_budget(kv: K, shared: &'s Shared, budget: u64, seeding: bool) -> Self {
+    pub(crate) fn with_budget(kv: K, shared: &'s Shared, budget: u64, seeding: bool) -> Self {
         Cache {
             kv,
             shared,
@@ -110,7 +110,7 @@ impl<'s, K: Kv> Cache<'s, K> {
     /// A fetch on the read fast path found `map_key` live, charging
     /// `charge` bytes: mark it recently used and fetched, as the shard's own
     /// get would have ([`evict::Clock::remote_hit`]).
-    pub fn remote_hit(&mut self, map_key: &[u8], charge: u64) {
+    pub(crate) fn remote_hit(&mut self, map_key: &[u8], charge: u64) {
         self.clock.remote_hit(map_key, charge);
     }
 

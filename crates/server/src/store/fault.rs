@@ -5,6 +5,7 @@
 /// that `ferrite check server-items` catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ItemFault {
+    /// No bug: items are written whole, checksum included, in one put.
     #[default]
     None,
     /// The item is first written with a zero checksum and the checksum

@@ -18,6 +18,7 @@ pub struct Group<K> {
 }
 
 impl<K: Kv> Group<K> {
+    /// A group over `kv`, passing every call through until [`Group::begin`].
     pub fn new(kv: K) -> Self {
         Group {
             kv,

@@ -10,9 +10,11 @@ use crate::protocol::Expiry;
 /// A decoded item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
+    /// Opaque client flags.
     pub flags: u32,
     /// Absolute unix seconds; 0 = never.
     pub exptime: u64,
+    /// The item's CAS: unique across restarts ([`super::CAS_BATCH`]).
     pub cas: u64,
     /// Unix seconds of the last write (at most 2^56 - 1).
     pub time: u64,
@@ -21,6 +23,7 @@ pub struct Item {
     /// A client has been sent the win (`W`) for recaching this item; later
     /// fetches see `Z` until the item is replaced or invalidated again.
     pub token_sent: bool,
+    /// The value's bytes.
     pub data: Vec<u8>,
 }
 
@@ -117,7 +120,7 @@ fn item_crc(map_key: &[u8], head: &[u8], data: &[u8]) -> u32 {
 
 /// Checks item `value` stored under map key `map_key` as every read does
 /// (the deep check's walk, [`verify_items`]).
-pub fn verify_item(map_key: &[u8], value: &[u8]) -> Result<()> {
+pub(crate) fn verify_item(map_key: &[u8], value: &[u8]) -> Result<()> {
     Item::decode_header(map_key, value).map(|_| ())
 }
 

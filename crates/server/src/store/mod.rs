@@ -113,7 +113,7 @@ pub use cache::{Cache, charge};
 #[cfg(feature = "checks")]
 pub use fault::ItemFault;
 pub use group::Group;
-pub use item::{Item, ItemCheck, verify_item, verify_items};
+pub use item::{Item, ItemCheck, verify_items};
 use item::{check_format, stored_exptime};
 pub use ops::{Arith, ArithOutcome, DeleteOutcome, MetaGet, MetaHit, Store, StoreOutcome};
 use shared::bump;
@@ -150,7 +150,7 @@ const STATE_TOKEN_SENT: u8 = 2;
 /// Largest stored-at time the 7-byte field holds.
 const TIME_MAX: u64 = (1 << 56) - 1;
 /// CAS ids reserved per durable write of the high-water mark.
-pub const CAS_BATCH: u64 = 1 << 16;
+pub(crate) const CAS_BATCH: u64 = 1 << 16;
 
 const META_CAS: &[u8] = b"\0cas";
 const META_FLUSH: &[u8] = b"\0flush";
@@ -161,6 +161,7 @@ pub const META_FORMAT: &[u8] = b"\0fmt";
 /// them with `SERVER_ERROR <message>`.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The durable map failed (its own error, as text).
     #[error("{0}")]
     Backend(String),
     /// A server record (the CAS mark, the flush marker) does not decode.
@@ -172,13 +173,19 @@ pub enum StoreError {
     Damaged {
         /// The client key, non-printable bytes escaped (`\xNN`).
         key: String,
+        /// Which check failed.
         reason: &'static str,
     },
     /// The map holds items of a format this build does not read.
     #[error(
         "the pool's items are in {found}, not item format 2 (`FRSRVIT2`, with a checksum per item): this build refuses to read them; serve it with the build that wrote it, or start a new pool"
     )]
-    Format { found: String },
+    Format {
+        /// What the map holds instead, in words: its format record, or
+        /// item format 1 (no record, but items or a CAS mark).
+        found: String,
+    },
+    /// The map has no room for the write, even after eviction.
     #[error("out of memory storing object")]
     Full,
 }
@@ -194,11 +201,12 @@ impl StoreError {
 }
 
 /// The client key of map key `map_key`, printable (`\xNN` escapes).
-pub fn client_key_shown(map_key: &[u8]) -> String {
+pub(crate) fn client_key_shown(map_key: &[u8]) -> String {
     let k = map_key.strip_prefix(b"k").unwrap_or(map_key);
     k.escape_ascii().to_string()
 }
 
+/// A store result.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// One thread's handle on a durable map. `put` and `delete` return only
@@ -206,6 +214,8 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 pub trait Kv {
     /// Read `key` into `out` (cleared first); false when absent.
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// Write `key` = `value`, durable when it returns (unless inside a
+    /// [`Group`]).
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// False when the key was absent.
     fn delete(&mut self, key: &[u8]) -> Result<bool>;
@@ -248,7 +258,7 @@ fn map_key_into(out: &mut Vec<u8>, key: &[u8]) {
 /// A [`Kv`] handle of its own serving as a [`Reader`]: for stores whose
 /// `serve` argues that this handle's reads see only durable writes (the
 /// engines' sessions, the PTM's threads, the PMDK map).
-pub struct KvReader<K>(pub K);
+pub(crate) struct KvReader<K>(pub K);
 
 impl<K: Kv> Reader for KvReader<K> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
@@ -258,7 +268,7 @@ impl<K: Kv> Reader for KvReader<K> {
 
 /// What [`read_live`] found.
 #[derive(Debug)]
-pub enum ReadPath {
+pub(crate) enum ReadPath {
     /// A live item (its data left empty: it is `buf[HEADER..]` of the
     /// [`read_live`] call) and its charge ([`charge`]).
     Hit(Item, u64),
@@ -272,7 +282,7 @@ pub enum ReadPath {
 /// The read fast path's lookup of client key `key` through `r`: the same
 /// visibility rules as the shard's own load (expiry, `flush_all`), but
 /// read-only. `map_key` and `buf` are scratch space.
-pub fn read_live(
+pub(crate) fn read_live(
     r: &mut dyn Reader,
     shared: &Shared,
     key: &[u8],

@@ -6,18 +6,27 @@ use crate::protocol::{DeleteOpts, StoreMode, StoreOpts, deadline};
 /// Outcome of a storage command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreOutcome {
+    /// Stored, with the item's new CAS.
     Stored(u64),
+    /// The mode's condition was not met (add found the key; replace, append,
+    /// prepend did not).
     NotStored,
+    /// The CAS did not match.
     Exists,
+    /// A CAS store found no item.
     NotFound,
+    /// The value exceeds the item size limit.
     TooLarge,
 }
 
 /// Outcome of a delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
+    /// The item was removed (or marked stale).
     Deleted,
+    /// No such item.
     NotFound,
+    /// The CAS did not match.
     Exists,
 }
 
@@ -26,21 +35,28 @@ pub enum DeleteOutcome {
 pub enum ArithOutcome {
     /// New value, new CAS, TTL left.
     Value(u64, u64, Option<u64>),
+    /// No such item (and no `create`).
     NotFound,
+    /// The CAS did not match.
     Exists,
+    /// The value is not a decimal u64.
     NonNumeric,
 }
 
 /// An arithmetic command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arith<'a> {
+    /// True: add `delta`; false: subtract it, saturating at 0.
     pub incr: bool,
+    /// The amount.
     pub delta: u64,
     /// On a miss, store this value with this client exptime.
     pub create: Option<(u64, i64)>,
+    /// Only when the item's CAS equals this.
     pub cas: Option<u64>,
     /// Client exptime to set on success.
     pub ttl: Option<i64>,
+    /// Meta `E`: the CAS to give the result instead of a fresh one.
     pub new_cas: Option<u64>,
     /// ma: the flags `N`, `T` and `t` in request order. memcached sets the
     /// exptime from `N` (a created item only) and `T` one flag after the
@@ -166,9 +182,11 @@ pub trait Store {
         opts: &DeleteOpts,
         now: u64,
     ) -> Result<DeleteOutcome>;
+    /// incr or decr `key` as `a` says; increments wrap at 2^64.
     fn arith(&mut self, key: &[u8], a: Arith<'_>, now: u64) -> Result<ArithOutcome>;
     /// Make every item stored before `now + delay` (exptime rule) invisible
     /// from then on; `delay <= 0` flushes now.
     fn flush_all(&mut self, delay: i64, now: u64) -> Result<()>;
+    /// The state every shard shares (CAS counter, flush marker, statistics).
     fn shared(&self) -> &Shared;
 }

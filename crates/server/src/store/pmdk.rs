@@ -23,7 +23,7 @@ use ferrite_pmdk::bytemap::PmemByteMap;
 use std::path::Path;
 
 /// Sub-maps of a server's map (as the `tx-*` stores').
-pub const SUBS: usize = 256;
+pub(crate) const SUBS: usize = 256;
 
 fn err(e: ferrite_pmdk::Error) -> StoreError {
     match e {
@@ -55,11 +55,12 @@ pub fn open(path: &Path) -> Result<PmemByteMap> {
 
 /// One thread's handle: the shared map (each thread runs its own PMDK
 /// transactions; the map locks its sub-maps).
-pub struct PmdkKv<'m> {
+pub(crate) struct PmdkKv<'m> {
     map: &'m PmemByteMap,
 }
 
 impl<'m> PmdkKv<'m> {
+    /// A map on PMDK's byte map `map`.
     pub fn new(map: &'m PmemByteMap) -> Self {
         PmdkKv { map }
     }

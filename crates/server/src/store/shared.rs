@@ -8,6 +8,10 @@ use super::{
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+/// State every shard shares: the CAS counter (reserved durably in batches of
+/// [`super::CAS_BATCH`], so a CAS is never reused across a restart), the
+/// `flush_all` marker, the item size limit and the statistics. One per served
+/// pool; the shards hold it by reference.
 #[derive(Debug)]
 pub struct Shared {
     next_cas: AtomicU64,
@@ -17,7 +21,9 @@ pub struct Shared {
     pub(super) flush: Mutex<(u64, u64)>,
     pub(super) flush_at: AtomicU64,
     pub(super) flush_cas: AtomicU64,
+    /// Largest value in bytes (memcached `-I`).
     pub max_item_size: usize,
+    /// The counters of `stats`.
     pub stats: Stats,
     /// Shards whose start-up seeding ([`Cache::seed`]) is not finished.
     seeding: AtomicUsize,
@@ -42,30 +48,53 @@ pub struct Shared {
 /// item sizes.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Items held now (`curr_items`).
     pub curr_items: AtomicI64,
+    /// Items stored since start (`total_items`).
     pub total_items: AtomicU64,
+    /// Bytes charged by the items held (`bytes`).
     pub bytes: AtomicI64,
+    /// Retrievals, one per key (`cmd_get`).
     pub cmd_get: AtomicU64,
+    /// Store commands (`cmd_set`).
     pub cmd_set: AtomicU64,
+    /// Touches (`cmd_touch`).
     pub cmd_touch: AtomicU64,
+    /// `flush_all` commands (`cmd_flush`).
     pub cmd_flush: AtomicU64,
+    /// Retrievals that found the item.
     pub get_hits: AtomicU64,
+    /// Retrievals that found none.
     pub get_misses: AtomicU64,
+    /// Retrievals that found an expired item.
     pub get_expired: AtomicU64,
+    /// Retrievals that found an item a `flush_all` invalidated.
     pub get_flushed: AtomicU64,
+    /// Deletes that removed an item.
     pub delete_hits: AtomicU64,
+    /// Deletes that found none.
     pub delete_misses: AtomicU64,
+    /// incr that found the item.
     pub incr_hits: AtomicU64,
+    /// incr that found none.
     pub incr_misses: AtomicU64,
+    /// decr that found the item.
     pub decr_hits: AtomicU64,
+    /// decr that found none.
     pub decr_misses: AtomicU64,
+    /// CAS stores that matched.
     pub cas_hits: AtomicU64,
+    /// CAS stores that found no item.
     pub cas_misses: AtomicU64,
+    /// CAS stores whose CAS did not match.
     pub cas_badval: AtomicU64,
+    /// Touches that found the item.
     pub touch_hits: AtomicU64,
+    /// Touches that found none.
     pub touch_misses: AtomicU64,
     /// Group commits of more than one request, and the requests in them.
     pub group_commits: AtomicU64,
+    /// Requests in those group commits.
     pub grouped_requests: AtomicU64,
     /// Items deleted to make room (memcached's `evictions`).
     pub evictions: AtomicU64,
@@ -170,12 +199,12 @@ impl Shared {
     }
 
     /// `n` shards will be seeded by a background scan.
-    pub fn start_seeding(&self, n: usize) {
+    pub(crate) fn start_seeding(&self, n: usize) {
         self.seeding.store(n, Relaxed);
     }
 
     /// One shard's seeding is over.
-    pub fn seeded_one(&self) {
+    pub(crate) fn seeded_one(&self) {
         self.seeding
             .fetch_sub(1, std::sync::atomic::Ordering::Release);
     }

@@ -2,6 +2,7 @@
 //! minus durability), plus a restart that keeps CAS values unique.
 
 use super::fault::ItemFault;
+use super::item::verify_item;
 use super::*;
 use crate::protocol::{DeleteOpts, StoreMode, StoreOpts};
 use std::collections::BTreeMap;
