@@ -141,9 +141,9 @@ pub(super) enum Flow {
     Watch(u8),
 }
 
-/// Largest reply buffer kept before writing mid-pipeline (and mid
-/// multiget): with the input bound ([`Limits`]) and one item, what a
-/// connection buffers at most, whether or not its client reads.
+/// Largest reply buffer kept before writing mid-pipeline (and mid multiget):
+/// with the input bound ([`Limits`](crate::protocol::Limits)) and one item,
+/// what a connection buffers at most, whether or not its client reads.
 pub const FLUSH_AT: usize = 256 << 10;
 
 /// Keys of a multiget sent to the shards at once before the replies so

@@ -31,10 +31,10 @@
 //! write) and a read error go to the shard. The shard still keeps its
 //! eviction view exact: the hit is queued for it as a hint (the key's
 //! referenced bit and fetched mark), applied before its next request. When
-//! a shard's hint queue is full ([`HINTS_MAX`], a shard that has had no
-//! request for that long) the get goes to the shard instead, so no fetch is
-//! ever lost from the view. Readers see only durable writes ([`Reader`]), so
-//! the rule below holds for fast replies too.
+//! a shard's hint queue is full (`HINTS_MAX`, 4096 hits: a shard that has
+//! had no request for that long) the get goes to the shard instead, so no
+//! fetch is ever lost from the view. Readers see only durable writes
+//! ([`Reader`]), so the rule below holds for fast replies too.
 //!
 //! # Start-up
 //!

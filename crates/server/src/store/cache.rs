@@ -46,7 +46,7 @@ pub fn charge(map_key_len: usize, value_len: usize) -> u64 {
 const MAX_EVICT_ON_FULL: usize = 4096;
 
 impl<'s, K: Kv> Cache<'s, K> {
-    /// The map handle (to begin and commit a [`Group`]).
+    /// The map handle (to begin and commit a [`Group`](super::Group)).
     pub fn kv(&mut self) -> &mut K {
         &mut self.kv
     }

@@ -1,8 +1,9 @@
 //! The planted bug of the crash checks (`ferrite check
 //! server-items-planted`). Public only with the `checks` feature.
 
-/// A bug the crash checks plant in item writes ([`Cache::plant`]) to show
-/// that `ferrite check server-items` catches it.
+/// A bug the crash checks plant in item writes
+/// ([`Cache::plant`](super::Cache::plant)) to show that `ferrite check
+/// server-items` catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ItemFault {
     /// No bug: items are written whole, checksum included, in one put.

@@ -69,10 +69,10 @@ impl Item {
         Ok(it)
     }
 
-    /// [`Item::decode_header`] without the checksum (the measurement of
-    /// its cost, [`Shared::set_verify`]; the deep check reports a
-    /// mismatch itself). Lengths and state bits are still checked: they
-    /// keep a damaged value from panicking the decoder.
+    /// [`Item::decode_header`] without the checksum (the measurement of its
+    /// cost, [`Shared::set_verify`](super::Shared::set_verify); the deep check
+    /// reports a mismatch itself). Lengths and state bits are still checked:
+    /// they keep a damaged value from panicking the decoder.
     pub fn decode_header_unverified(map_key: &[u8], b: &[u8]) -> Result<Item> {
         if b.len() < HEADER {
             return Err(StoreError::damaged(map_key, "shorter than its header"));

@@ -130,7 +130,7 @@ pub struct MetaHit {
     /// The item was created by `N` (a miss).
     pub created: bool,
     /// The item had been fetched before this request (`h`; volatile, see
-    /// [`evict::Clock::fetched`]).
+    /// [`evict::Clock::fetched`](super::evict::Clock::fetched)).
     pub fetched: bool,
 }
 

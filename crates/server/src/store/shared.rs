@@ -25,7 +25,8 @@ pub struct Shared {
     pub max_item_size: usize,
     /// The counters of `stats`.
     pub stats: Stats,
-    /// Shards whose start-up seeding ([`Cache::seed`]) is not finished.
+    /// Shards whose start-up seeding ([`Cache::seed`](super::Cache::seed)) is
+    /// not finished.
     seeding: AtomicUsize,
     /// The start-up scan failed: counts and eviction miss the keys it did
     /// not reach.
@@ -41,11 +42,11 @@ pub struct Shared {
     verify: AtomicBool,
 }
 
-/// Counters for `stats` (volatile, since start). `curr_items` and `bytes`
-/// are the sums of the shards' eviction views ([`evict::Clock`]): exact
-/// once the start-up scan has seeded them ([`Shared::counted`]). `bytes`
-/// charges an item its map key, header and data, as memcached's counts
-/// item sizes.
+/// Counters for `stats` (volatile, since start). `curr_items` and `bytes` are
+/// the sums of the shards' eviction views
+/// ([`evict::Clock`](super::evict::Clock)): exact once the start-up scan has
+/// seeded them ([`Shared::counted`]). `bytes` charges an item its map key,
+/// header and data, as memcached's counts item sizes.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Items held now (`curr_items`).
@@ -143,12 +144,12 @@ pub(super) fn bump(c: &AtomicU64) {
 }
 
 impl Shared {
-    /// Load the persisted CAS mark and flush marker through `kv` (one
-    /// thread, before serving). Two reads: the items are counted later, by
-    /// [`Cache::seed_all`] or the server's background scan.
-    /// Refuses a map of another item format ([`StoreError::Format`]); on
-    /// a new map, durably records this build's ([`META_FORMAT`]) before
-    /// any item is written.
+    /// Load the persisted CAS mark and flush marker through `kv` (one thread,
+    /// before serving). Two reads: the items are counted later, by
+    /// [`Cache::seed_all`](super::Cache::seed_all) or the server's background
+    /// scan. Refuses a map of another item format ([`StoreError::Format`]); on
+    /// a new map, durably records this build's ([`META_FORMAT`]) before any
+    /// item is written.
     pub fn open(kv: &mut dyn Kv, max_item_size: usize) -> Result<Shared> {
         if !check_format(kv)? {
             kv.put_now(META_FORMAT, &FORMAT)?;

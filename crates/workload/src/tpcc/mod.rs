@@ -1,6 +1,6 @@
 //! TPC-C (TPC Benchmark C, standard specification revision 5.11) over any
-//! ordered [`Kv`]: its nine tables as ordered keys, a loader, the five
-//! transactions with the standard mix and input rules, and consistency
+//! ordered [`Kv`](crate::Kv): its nine tables as ordered keys, a loader, the
+//! five transactions with the standard mix and input rules, and consistency
 //! checks. P2 runs TPC-C on every engine (reading notes A7.4, P2 Table 2).
 //!
 //! ## Keys
@@ -38,7 +38,8 @@
 //!
 //! ## Transactions and concurrency
 //! Each transaction does its reads with `get`/`scan` and all its writes in
-//! ONE atomic [`Kv::batch`] at the end (a NewOrder rollback issues none).
+//! ONE atomic [`Kv::batch`](crate::Kv::batch) at the end (a NewOrder
+//! rollback issues none).
 //! Terminals ([`Terminal`]) are meant to run one per thread with disjoint
 //! home warehouses (thread t of T owns warehouses w with (w-1) % T = t).
 //! A transaction's reads are NOT isolated from other threads' batches:
