@@ -193,8 +193,8 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
     out
 }
 
-/// 1. Redo (orec-lazy) against undo (orec-eager) under adr, per workload
-/// and thread count [P3].
+/// Target 1 of the module docs: redo (orec-lazy) against undo
+/// (orec-eager) under adr, per workload and thread count [P3].
 fn redo_vs_undo(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     let [eager, lazy] = PTM_ALGORITHMS;
     let m = "matrix";
@@ -224,7 +224,8 @@ fn redo_vs_undo(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     }
 }
 
-/// 2. eADR against ADR for orec-lazy on TPC-C (hash), per thread count.
+/// Target 2 of the module docs: eADR against ADR for orec-lazy on TPC-C
+/// (hash), per thread count.
 fn eadr_vs_adr(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     let [_, lazy] = PTM_ALGORITHMS;
     let m = "matrix";
@@ -250,8 +251,8 @@ fn eadr_vs_adr(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     }
 }
 
-/// 3. pdram, pdram-lite and volatile against eadr, over every workload
-/// and thread count of the matrix.
+/// Target 3 of the module docs: pdram, pdram-lite and volatile against
+/// eadr, over every workload and thread count of the matrix.
 fn pdram_vs_eadr(rows: &[Row], threads: &[usize], workloads: &[String], out: &mut Vec<Target>) {
     let m = "matrix";
     // 3. pdram, pdram-lite (and volatile) against eadr.
@@ -316,7 +317,8 @@ fn eadr_gain(rows: &[Row], threads: &[usize], workloads: &[String], out: &mut Ve
     }
 }
 
-/// 4. The fence-removal variant against the plain one under adr.
+/// Target 4 of the module docs: the fence-removal variant against the
+/// plain one under adr.
 fn fence_removal(rows: &[Row], threads: &[usize], workloads: &[String], out: &mut Vec<Target>) {
     let m = "matrix";
     // 4. Fence removal against P3's 7-27 %.
@@ -345,8 +347,8 @@ fn fence_removal(rows: &[Row], threads: &[usize], workloads: &[String], out: &mu
     }
 }
 
-/// 5. The PTMs' B+tree inserts against PMDK's transactions (the peers
-/// experiment).
+/// Target 5 of the module docs: the PTMs' B+tree inserts against PMDK's
+/// transactions (the peers experiment).
 fn vs_pmdk(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     // 5. PTM B+tree insert vs PMDK's.
     for &t in threads {

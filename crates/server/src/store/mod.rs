@@ -305,7 +305,5 @@ pub(crate) fn read_live(
     Ok(ReadPath::Hit(it, charge(map_key.len(), buf.len())))
 }
 
-/// State every shard shares: the CAS counter, the flush marker, statistics.
-
 #[cfg(test)]
 mod tests;
