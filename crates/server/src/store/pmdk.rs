@@ -55,7 +55,7 @@ pub fn open(path: &Path) -> Result<PmemByteMap> {
 
 /// One thread's handle: the shared map (each thread runs its own PMDK
 /// transactions; the map locks its sub-maps).
-pub(crate) struct PmdkKv<'m> {
+pub struct PmdkKv<'m> {
     map: &'m PmemByteMap,
 }
 
