@@ -15,7 +15,9 @@
 //! (one line on stderr).
 
 use clap::Subcommand;
-use ferrite_engine::{AllocKind, Domain, EngineKind, KeyRange, Op, Store, StoreOptions};
+use ferrite_engine::{
+    AllocKind, Domain, EngineKind, KeyRange, Op, Store, StoreOptions, StoreSession,
+};
 use std::ops::Bound;
 use std::path::Path;
 use std::process::ExitCode;
@@ -235,35 +237,7 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
         max_size,
     } = cmd
     {
-        let step = crate::progress::Step::start(format!("creating {}", path.display()));
-        let mut opts = base.engine(engine).allocator(allocator);
-        if let Some(s) = size {
-            opts = opts.size(s);
-        }
-        if let Some(m) = max_size {
-            opts = opts.max_size(m);
-        }
-        let store = Store::create_new(path, &opts).map_err(e)?;
-        step.done("");
-        let (now, max) = store.pool().map_or((0, 0), |p| {
-            (p.medium().map().mapped() as u64, p.header().max_size)
-        });
-        let sizing = if max > 0 {
-            format!(
-                "{} growing to at most {}",
-                crate::size::Both(now),
-                crate::size::Both(max)
-            )
-        } else {
-            format!("{} (fixed)", crate::size::Both(now))
-        };
-        println!(
-            "created {}: {engine} engine on the {allocator} allocator, {sizing}, domain {}",
-            path.display(),
-            store.pool().map_or("?".into(), |p| p.domain().to_string())
-        );
-        store.close().map_err(e)?;
-        return Ok(ExitCode::SUCCESS);
+        return create(path, base, engine, allocator, size, max_size);
     }
     // Opening runs recovery, which takes a while on a large store.
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
@@ -276,57 +250,23 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
     // error mid-command still closes the pool cleanly).
     let code = (|| -> Result<ExitCode, String> {
         let mut s = store.session().map_err(e)?;
-        Ok(match cmd {
+        match cmd {
             KvCmd::Create { .. } => unreachable!("handled above"),
-            KvCmd::Get { key } => match s.get(&decode(&key, hex)?).map_err(e)? {
-                Some(v) => {
-                    let mut out = Vec::with_capacity(v.len() * if hex { 2 } else { 1 } + 1);
-                    encode(&mut out, &v, hex, terminal).map_err(|m| format!("{key}: {m}"))?;
-                    out.push(b'\n');
-                    emit(&out)?;
-                    ExitCode::SUCCESS
-                }
-                None => {
-                    eprintln!("ferrite: {key}: not found");
-                    ExitCode::FAILURE
-                }
-            },
+            KvCmd::Get { key } => get(&mut s, path, &key, hex, terminal),
             KvCmd::Put { key, value } => {
                 s.put(&decode(&key, hex)?, &decode(&value, hex)?)
                     .map_err(e)?;
-                ExitCode::SUCCESS
+                Ok(ExitCode::SUCCESS)
             }
             KvCmd::Del { key } => {
                 if s.delete(&decode(&key, hex)?).map_err(e)? {
-                    ExitCode::SUCCESS
+                    Ok(ExitCode::SUCCESS)
                 } else {
                     eprintln!("ferrite: {key}: not found");
-                    ExitCode::FAILURE
+                    Ok(ExitCode::FAILURE)
                 }
             }
-            KvCmd::Batch { ops } => {
-                let mut owned: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-                for o in &ops {
-                    if let Some(k) = o.strip_prefix('-') {
-                        owned.push((decode(k, hex)?, None));
-                    } else if let Some((k, v)) = o.split_once('=') {
-                        owned.push((decode(k, hex)?, Some(decode(v, hex)?)));
-                    } else {
-                        return Err(format!(
-                            "batch operation '{o}' is neither KEY=VALUE nor -KEY"
-                        ));
-                    }
-                }
-                let batch: Vec<Op<'_>> = owned
-                    .iter()
-                    .map(|(k, v)| match v {
-                        Some(v) => Op::Put { key: k, value: v },
-                        None => Op::Delete { key: k },
-                    })
-                    .collect();
-                s.batch(&batch).map_err(e)?;
-                ExitCode::SUCCESS
-            }
+            KvCmd::Batch { ops } => batch(&mut s, path, &ops, hex),
             KvCmd::Scan {
                 from,
                 end,
@@ -335,106 +275,224 @@ pub fn run(path: &Path, hex: bool, domain: Option<Domain>, cmd: KvCmd) -> Result
                 limit,
             } => {
                 let range = scan_range(&from, end.as_deref(), prefix.as_deref(), reverse, hex)?;
-                let mut left = limit;
-                let mut out = Vec::new();
-                let mut bad = None;
-                s.range_with(&range, &mut |k, v| {
-                    if left == 0 {
-                        return false;
-                    }
-                    let mark = out.len();
-                    let line = encode(&mut out, k, hex, terminal)
-                        .and_then(|()| {
-                            out.push(b'\t');
-                            encode(&mut out, v, hex, terminal)
-                        })
-                        .map(|()| out.push(b'\n'));
-                    if let Err(m) = line {
-                        out.truncate(mark);
-                        bad = Some(format!("pair {}: {m}", limit - left + 1));
-                        return false;
-                    }
-                    if out.len() >= 1 << 16 {
-                        if let Err(m) = emit(&out) {
-                            bad = Some(m);
-                            return false;
-                        }
-                        out.clear();
-                    }
-                    left -= 1;
-                    left > 0
-                })
-                .map_err(e)?;
-                // What was printed before a refused pair stays printed.
-                emit(&out)?;
-                if let Some(m) = bad {
-                    return Err(m);
-                }
-                ExitCode::SUCCESS
+                scan(&mut s, path, &range, limit, hex, terminal)
             }
             KvCmd::Fill {
                 count,
                 prefix,
                 value_bytes,
-            } => {
-                use std::io::Write;
-                // Values are at most a store's MAX_VALUE: a larger size is
-                // refused by the first put, typed.
-                let value_bytes = usize::try_from(value_bytes)
-                    .map_err(|_| format!("--value-bytes {value_bytes} is too large"))?;
-                let mut out = std::io::stdout().lock();
-                let mut bar = crate::progress::Counter::new(
-                    format!("fill {}", path.display()),
-                    "keys",
-                    count,
-                );
-                for n in 0..count {
-                    let key = format!("{prefix}{n}");
-                    let value: Vec<u8> = key.bytes().cycle().take(value_bytes).collect();
-                    s.put(key.as_bytes(), &value).map_err(e)?;
-                    // Printed only once durable: a test that kills this
-                    // process finds every printed key after reopening.
-                    writeln!(out, "{key}").map_err(|e| e.to_string())?;
-                    out.flush().map_err(|e| e.to_string())?;
-                    bar.tick(n + 1);
-                }
-                bar.finish(count);
-                ExitCode::SUCCESS
-            }
-            KvCmd::Info => {
-                let r = store.recovery();
-                let st = store.stats();
-                let a = store.allocator().stats();
-                println!("path:       {}", path.display());
-                println!("engine:     {}", store.kind());
-                println!("allocator:  {}", store.allocator_kind());
-                println!("keys:       {}", store.len().map_err(e)?);
-                println!(
-                    "space:      {} of {} bytes in use ({} of {}, {} blocks){}",
-                    a.in_use,
-                    a.capacity,
-                    crate::size::human(a.in_use),
-                    crate::size::human(a.capacity),
-                    a.blocks,
-                    if a.grow_room > 0 {
-                        format!("; grows by up to {} more", crate::size::human(a.grow_room))
-                    } else {
-                        String::new()
-                    }
-                );
-                println!(
-                    "recovery:   {:.3} ms, {} records replayed; {}",
-                    r.elapsed.as_secs_f64() * 1e3,
-                    r.replayed,
-                    r.detail
-                );
-                if !st.detail.is_empty() {
-                    println!("engine:     {}", st.detail);
-                }
-                ExitCode::SUCCESS
-            }
-        })
+            } => fill(&mut s, path, count, &prefix, value_bytes),
+            KvCmd::Info => info(&store, path),
+        }
     })();
     store.close().map_err(e)?;
     code
+}
+
+/// `create`: a new store in a new pool file at `path`, `size` fixed or
+/// growing to `max_size`.
+fn create(
+    path: &Path,
+    base: StoreOptions,
+    engine: EngineKind,
+    allocator: AllocKind,
+    size: Option<u64>,
+    max_size: Option<u64>,
+) -> Result<ExitCode, String> {
+    let e = |e: ferrite_engine::EngineError| crate::at(path, e);
+    let step = crate::progress::Step::start(format!("creating {}", path.display()));
+    let mut opts = base.engine(engine).allocator(allocator);
+    if let Some(s) = size {
+        opts = opts.size(s);
+    }
+    if let Some(m) = max_size {
+        opts = opts.max_size(m);
+    }
+    let store = Store::create_new(path, &opts).map_err(e)?;
+    step.done("");
+    let (now, max) = store.pool().map_or((0, 0), |p| {
+        (p.medium().map().mapped() as u64, p.header().max_size)
+    });
+    let sizing = if max > 0 {
+        format!(
+            "{} growing to at most {}",
+            crate::size::Both(now),
+            crate::size::Both(max)
+        )
+    } else {
+        format!("{} (fixed)", crate::size::Both(now))
+    };
+    println!(
+        "created {}: {engine} engine on the {allocator} allocator, {sizing}, domain {}",
+        path.display(),
+        store.pool().map_or("?".into(), |p| p.domain().to_string())
+    );
+    store.close().map_err(e)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `get`: the value alone and a newline, or exit 1 when absent.
+fn get(
+    s: &mut StoreSession,
+    path: &Path,
+    key: &str,
+    hex: bool,
+    terminal: bool,
+) -> Result<ExitCode, String> {
+    match s.get(&decode(key, hex)?).map_err(|x| crate::at(path, x))? {
+        Some(v) => {
+            let mut out = Vec::with_capacity(v.len() * if hex { 2 } else { 1 } + 1);
+            encode(&mut out, &v, hex, terminal).map_err(|m| format!("{key}: {m}"))?;
+            out.push(b'\n');
+            emit(&out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            eprintln!("ferrite: {key}: not found");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `batch`: every `KEY=VALUE` put and `-KEY` delete in one atomic batch;
+/// nothing is written when one operation does not parse.
+fn batch(s: &mut StoreSession, path: &Path, ops: &[String], hex: bool) -> Result<ExitCode, String> {
+    let mut owned: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    for o in ops {
+        if let Some(k) = o.strip_prefix('-') {
+            owned.push((decode(k, hex)?, None));
+        } else if let Some((k, v)) = o.split_once('=') {
+            owned.push((decode(k, hex)?, Some(decode(v, hex)?)));
+        } else {
+            return Err(format!(
+                "batch operation '{o}' is neither KEY=VALUE nor -KEY"
+            ));
+        }
+    }
+    let batch: Vec<Op<'_>> = owned
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) => Op::Put { key: k, value: v },
+            None => Op::Delete { key: k },
+        })
+        .collect();
+    s.batch(&batch).map_err(|x| crate::at(path, x))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `scan`: up to `limit` pairs of `range`, one `key<TAB>value` line each,
+/// written out every 64 KiB; a pair that cannot be printed ends the scan
+/// with an error after the pairs before it.
+fn scan(
+    s: &mut StoreSession,
+    path: &Path,
+    range: &KeyRange,
+    limit: usize,
+    hex: bool,
+    terminal: bool,
+) -> Result<ExitCode, String> {
+    let mut left = limit;
+    let mut out = Vec::new();
+    let mut bad = None;
+    s.range_with(range, &mut |k, v| {
+        if left == 0 {
+            return false;
+        }
+        let mark = out.len();
+        let line = encode(&mut out, k, hex, terminal)
+            .and_then(|()| {
+                out.push(b'\t');
+                encode(&mut out, v, hex, terminal)
+            })
+            .map(|()| out.push(b'\n'));
+        if let Err(m) = line {
+            out.truncate(mark);
+            bad = Some(format!("pair {}: {m}", limit - left + 1));
+            return false;
+        }
+        if out.len() >= 1 << 16 {
+            if let Err(m) = emit(&out) {
+                bad = Some(m);
+                return false;
+            }
+            out.clear();
+        }
+        left -= 1;
+        left > 0
+    })
+    .map_err(|x| crate::at(path, x))?;
+    // What was printed before a refused pair stays printed.
+    emit(&out)?;
+    if let Some(m) = bad {
+        return Err(m);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `fill`: `count` durable puts of `PREFIX<n>` → `value_bytes` bytes,
+/// each key printed once acknowledged.
+fn fill(
+    s: &mut StoreSession,
+    path: &Path,
+    count: u64,
+    prefix: &str,
+    value_bytes: u64,
+) -> Result<ExitCode, String> {
+    use std::io::Write;
+    // Values are at most a store's MAX_VALUE: a larger size is refused by
+    // the first put, typed.
+    let value_bytes = usize::try_from(value_bytes)
+        .map_err(|_| format!("--value-bytes {value_bytes} is too large"))?;
+    let mut out = std::io::stdout().lock();
+    let mut bar = crate::progress::Counter::new(format!("fill {}", path.display()), "keys", count);
+    for n in 0..count {
+        let key = format!("{prefix}{n}");
+        let value: Vec<u8> = key.bytes().cycle().take(value_bytes).collect();
+        s.put(key.as_bytes(), &value)
+            .map_err(|x| crate::at(path, x))?;
+        // Printed only once durable: a test that kills this process finds
+        // every printed key after reopening.
+        writeln!(out, "{key}").map_err(|e| e.to_string())?;
+        out.flush().map_err(|e| e.to_string())?;
+        bar.tick(n + 1);
+    }
+    bar.finish(count);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `info`: engine, allocator, key count, space, what recovery did.
+fn info(store: &Store, path: &Path) -> Result<ExitCode, String> {
+    let r = store.recovery();
+    let st = store.stats();
+    let a = store.allocator().stats();
+    println!("path:       {}", path.display());
+    println!("engine:     {}", store.kind());
+    println!("allocator:  {}", store.allocator_kind());
+    println!(
+        "keys:       {}",
+        store.len().map_err(|x| crate::at(path, x))?
+    );
+    println!(
+        "space:      {} of {} bytes in use ({} of {}, {} blocks){}",
+        a.in_use,
+        a.capacity,
+        crate::size::human(a.in_use),
+        crate::size::human(a.capacity),
+        a.blocks,
+        if a.grow_room > 0 {
+            format!("; grows by up to {} more", crate::size::human(a.grow_room))
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "recovery:   {:.3} ms, {} records replayed; {}",
+        r.elapsed.as_secs_f64() * 1e3,
+        r.replayed,
+        r.detail
+    );
+    if !st.detail.is_empty() {
+        println!("engine:     {}", st.detail);
+    }
+    Ok(ExitCode::SUCCESS)
 }

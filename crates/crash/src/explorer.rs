@@ -37,7 +37,8 @@
 //! single-threaded workload would. Every violation carries a [`Repro`]
 //! that replays exactly that state (`Config::only`).
 
-use crate::sim::{Counts, CrashAt, CrashState, Crashed, SimMedium};
+use crate::sim::{Counts, CrashAt, CrashState, SimMedium};
+use crate::thread::Crashed;
 use ferrite_pmem::{Domain, Pool, PoolOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -254,6 +255,18 @@ impl fmt::Display for Violation {
             self.repro, self.seed, self.repro, self.message
         )
     }
+}
+
+/// One exploration's walk over its crash points ([`Explorer::explore`]).
+struct Walk {
+    report: Report,
+    /// Crash states to explore at most.
+    budget: usize,
+    /// Samples the crash points, then each nested crash.
+    rng: ChaCha8Rng,
+    /// States one image costs: 2 once a recovery is seen to fence (the
+    /// image and one nested crash of its recovery), else 1.
+    nested_cost: usize,
 }
 
 /// What an exploration did and found.
@@ -544,17 +557,71 @@ impl<'a> Explorer<'a> {
         }
         let start = Instant::now();
         let initial = self.initial_image()?;
-        let mut report = Report::default();
+        let mut walk = Walk {
+            report: Report::default(),
+            budget: self.cfg.budget.max(1),
+            rng: ChaCha8Rng::seed_from_u64(mix(&[self.cfg.seed, 0x9017])),
+            nested_cost: 1,
+        };
 
         // Count run.
         let (end, counts) = self.simulate::<M>(&initial, None, &workload)?;
         if let SimRun::Panicked(m) = end {
             return Err(ExploreError::Workload(m));
         }
-        report.fences = counts.fences;
-        report.flushes = counts.flushes;
-        report.stores = counts.stores;
+        walk.report.fences = counts.fences;
+        walk.report.flushes = counts.flushes;
+        walk.report.stores = counts.stores;
+        let points = self.crash_points(&counts, walk.budget, &mut walk.rng);
+        walk.report.crash_points = points.len();
 
+        let mut last_progress = Instant::now();
+        for (pi, &at) in points.iter().enumerate() {
+            if walk.report.states >= walk.budget {
+                break;
+            }
+            let Some((state, model)) = self.crash_at(&mut walk.report, &initial, at, &workload)?
+            else {
+                continue;
+            };
+            let report = &mut walk.report;
+            report.max_in_flight = report.max_in_flight.max(state.units.len());
+            // Budget left over by points with few images flows to later ones.
+            let quota = (walk.budget.saturating_sub(report.states)
+                / (points.len() - pi)
+                / walk.nested_cost)
+                .max(1) as u128;
+            let images = self.pick_images(report, &state, quota);
+            let salt = [crash_point_key(at)];
+            for sel in images {
+                if walk.report.states >= walk.budget {
+                    break;
+                }
+                let image = build_image(&state, sel, self.cfg.seed, &salt);
+                self.check_image(&mut walk, image, &model, (at, sel), &recover, &check);
+            }
+            let report = &walk.report;
+            if self.cfg.progress && last_progress.elapsed() > Duration::from_secs(2) {
+                last_progress = Instant::now();
+                eprintln!(
+                    "  … crash point {}/{}, {} states, {} violations, {:.0?}",
+                    pi + 1,
+                    points.len(),
+                    report.states,
+                    report.violation_count,
+                    start.elapsed()
+                );
+            }
+        }
+        walk.report.elapsed = start.elapsed();
+        Ok(walk.report)
+    }
+
+    /// The crash points to explore: every fence (and flush, store, with
+    /// those options) of the count run and the end; when there are more
+    /// than half the budget, a seeded uniform sample of them in crash
+    /// order, the end always kept (at least two images per point).
+    fn crash_points(&self, counts: &Counts, budget: usize, rng: &mut ChaCha8Rng) -> Vec<CrashAt> {
         let mut points: Vec<CrashAt> = (1..=counts.fences).map(CrashAt::Fence).collect();
         if self.cfg.crash_on_flush {
             points.extend((1..=counts.flushes).map(CrashAt::Flush));
@@ -567,8 +634,6 @@ impl<'a> Explorer<'a> {
         if let Some(only) = self.cfg.only {
             points = vec![only.at];
         }
-        let budget = self.cfg.budget.max(1);
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(&[self.cfg.seed, 0x9017]));
         // At least two images per point: sample the points when they are too many.
         let max_points = (budget / 2).max(1);
         if points.len() > max_points {
@@ -583,130 +648,114 @@ impl<'a> Explorer<'a> {
             points.sort();
             points.extend(end);
         }
-        report.crash_points = points.len();
-        // Set once a recovery is seen to fence: each image then costs two
-        // states (itself and one nested crash of its recovery).
-        let mut nested_cost = 1usize;
+        points
+    }
 
-        let mut last_progress = Instant::now();
-        for (pi, &at) in points.iter().enumerate() {
-            if report.states >= budget {
-                break;
+    /// Runs `workload` from `initial` to the crash point `at`: the state
+    /// there and the model, or `None` (recorded as a violation) when the
+    /// workload does not reach it or panics.
+    fn crash_at<M: Default>(
+        &self,
+        report: &mut Report,
+        initial: &[u8],
+        at: CrashAt,
+        workload: &impl Fn(&Pool, &mut M),
+    ) -> Result<Option<(CrashState, M)>, ExploreError> {
+        let (end, _) = self.simulate::<M>(initial, (at != CrashAt::End).then_some(at), workload)?;
+        let repro = Repro {
+            at,
+            image: ImageSel::Sampled(0),
+            nested: None,
+        };
+        Ok(match end {
+            SimRun::Crashed(s, m) => Some((s, m)),
+            SimRun::Finished(s, m) if at == CrashAt::End => Some((s, m)),
+            SimRun::Finished(..) => {
+                self.record(
+                    report,
+                    repro,
+                    format!("workload finished before reaching {at}: it is not deterministic"),
+                );
+                None
             }
-            let (end, _) =
-                self.simulate::<M>(&initial, (at != CrashAt::End).then_some(at), &workload)?;
-            let (state, model) = match end {
-                SimRun::Crashed(s, m) => (s, m),
-                SimRun::Finished(s, m) if at == CrashAt::End => (s, m),
-                SimRun::Finished(..) => {
-                    self.record(
-                        &mut report,
-                        Repro {
-                            at,
-                            image: ImageSel::Sampled(0),
-                            nested: None,
-                        },
-                        format!("workload finished before reaching {at}: it is not deterministic"),
-                    );
-                    continue;
-                }
-                SimRun::Panicked(m) => {
-                    self.record(
-                        &mut report,
-                        Repro {
-                            at,
-                            image: ImageSel::Sampled(0),
-                            nested: None,
-                        },
-                        format!("workload panicked: {m}"),
-                    );
-                    continue;
-                }
-            };
-            report.max_in_flight = report.max_in_flight.max(state.units.len());
-            // Budget left over by points with few images flows to later ones.
-            let quota = (budget.saturating_sub(report.states) / (points.len() - pi) / nested_cost)
-                .max(1) as u128;
-            let count = state.image_count();
-            let images: Vec<ImageSel> = if let Some(only) = self.cfg.only {
-                vec![only.image]
-            } else if count <= quota {
-                report.exhaustive_points += 1;
-                (0..count).map(ImageSel::Exhaustive).collect()
-            } else {
-                report.sampled_points += 1;
-                (0..quota as u64).map(ImageSel::Sampled).collect()
-            };
-            let salt = [crash_point_key(at)];
-            for sel in images {
-                if report.states >= budget {
-                    break;
-                }
-                let image = build_image(&state, sel, self.cfg.seed, &salt);
-                let nested_only = self.cfg.only.and_then(|o| o.nested);
-                report.states += 1;
-                let repro = Repro {
-                    at,
-                    image: sel,
-                    nested: nested_only,
-                };
-                let mut salt2 = salt.to_vec();
-                salt2.push(match sel {
-                    ImageSel::Exhaustive(i) => i as u64,
-                    ImageSel::Sampled(i) => i ^ (1 << 63),
-                });
-                match self.recover_and_check(
-                    image.clone(),
-                    &model,
-                    nested_only,
-                    &salt2,
-                    &recover,
-                    &check,
-                ) {
-                    Err(msg) => self.record(&mut report, repro, msg),
-                    Ok(rec_fences) => {
-                        if self.cfg.nested
-                            && self.cfg.only.is_none()
-                            && rec_fences > 0
-                            && report.states < budget
-                        {
-                            nested_cost = 2;
-                            let j = rng.random_range(1..=rec_fences);
-                            let sel2 = ImageSel::Sampled(rng.random_range(0..1u64 << 32));
-                            let nested = Some((CrashAt::Fence(j), sel2));
-                            report.states += 1;
-                            report.nested_states += 1;
-                            if let Err(msg) = self
-                                .recover_and_check(image, &model, nested, &salt2, &recover, &check)
-                            {
-                                self.record(
-                                    &mut report,
-                                    Repro {
-                                        at,
-                                        image: sel,
-                                        nested,
-                                    },
-                                    msg,
-                                );
-                            }
-                        }
+            SimRun::Panicked(m) => {
+                self.record(report, repro, format!("workload panicked: {m}"));
+                None
+            }
+        })
+    }
+
+    /// The post-crash images of `state` to check: all of them when they
+    /// are at most `quota`, else `quota` sampled ones (or the one image
+    /// of a replay).
+    fn pick_images(&self, report: &mut Report, state: &CrashState, quota: u128) -> Vec<ImageSel> {
+        let count = state.image_count();
+        if let Some(only) = self.cfg.only {
+            vec![only.image]
+        } else if count <= quota {
+            report.exhaustive_points += 1;
+            (0..count).map(ImageSel::Exhaustive).collect()
+        } else {
+            report.sampled_points += 1;
+            (0..quota as u64).map(ImageSel::Sampled).collect()
+        }
+    }
+
+    /// Recovers and checks one post-crash `image` of the crash point `at`
+    /// (image `sel`), then, when recovery fenced and the budget allows,
+    /// the same image with a crash sampled inside its recovery.
+    fn check_image<M, T>(
+        &self,
+        walk: &mut Walk,
+        image: Vec<u8>,
+        model: &M,
+        (at, sel): (CrashAt, ImageSel),
+        recover: &impl Fn(&Pool) -> Result<T, String>,
+        check: &impl Fn(&Pool, &T, &M) -> Result<(), String>,
+    ) {
+        let salt = [crash_point_key(at)];
+        let nested_only = self.cfg.only.and_then(|o| o.nested);
+        walk.report.states += 1;
+        let repro = Repro {
+            at,
+            image: sel,
+            nested: nested_only,
+        };
+        let mut salt2 = salt.to_vec();
+        salt2.push(match sel {
+            ImageSel::Exhaustive(i) => i as u64,
+            ImageSel::Sampled(i) => i ^ (1 << 63),
+        });
+        match self.recover_and_check(image.clone(), model, nested_only, &salt2, recover, check) {
+            Err(msg) => self.record(&mut walk.report, repro, msg),
+            Ok(rec_fences) => {
+                if self.cfg.nested
+                    && self.cfg.only.is_none()
+                    && rec_fences > 0
+                    && walk.report.states < walk.budget
+                {
+                    walk.nested_cost = 2;
+                    let j = walk.rng.random_range(1..=rec_fences);
+                    let sel2 = ImageSel::Sampled(walk.rng.random_range(0..1u64 << 32));
+                    let nested = Some((CrashAt::Fence(j), sel2));
+                    walk.report.states += 1;
+                    walk.report.nested_states += 1;
+                    if let Err(msg) =
+                        self.recover_and_check(image, model, nested, &salt2, recover, check)
+                    {
+                        self.record(
+                            &mut walk.report,
+                            Repro {
+                                at,
+                                image: sel,
+                                nested,
+                            },
+                            msg,
+                        );
                     }
                 }
             }
-            if self.cfg.progress && last_progress.elapsed() > Duration::from_secs(2) {
-                last_progress = Instant::now();
-                eprintln!(
-                    "  … crash point {}/{}, {} states, {} violations, {:.0?}",
-                    pi + 1,
-                    points.len(),
-                    report.states,
-                    report.violation_count,
-                    start.elapsed()
-                );
-            }
         }
-        report.elapsed = start.elapsed();
-        Ok(report)
     }
 
     fn record(&self, report: &mut Report, repro: Repro, message: String) {

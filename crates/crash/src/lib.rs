@@ -15,6 +15,10 @@
 //!   restart ([`failed_restart`]).
 //! - [`selftest`]: the explorer proven on a correct and two broken
 //!   append-then-publish protocols.
+//! - [`thread`]: the simulated thread an OS thread acts as ([`SimThread`])
+//!   and the crash's unwind payload ([`thread::Crashed`]), shared by `sim`
+//!   and `lockstep` (imports run lockstep → thread, sim → {lockstep,
+//!   thread}: no circle).
 //! - [`inflight`]: an observer counting flushes not yet fenced, for tests
 //!   that operations return with none in flight.
 //!
@@ -27,6 +31,7 @@ pub mod inflight;
 pub mod lockstep;
 pub mod selftest;
 pub mod sim;
+pub mod thread;
 
 pub use explorer::{
     Config, ExploreError, Explorer, ImageSel, PowerFail, Report, Repro, SimRun, Violation,

@@ -37,7 +37,7 @@
 //! - A thread that is not inside [`run`] pays one thread-local lookup per
 //!   event (the single-threaded path is otherwise unchanged).
 
-use crate::sim::{Crashed, SimThread};
+use crate::thread::{Crashed, SimThread};
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -26,40 +26,12 @@
 //!   4 KiB page for `msync`. For `eadr`/`pdram`/`pdram-lite` the image is the
 //!   live image at the crash point.
 
+// Re-exported where they were first defined (other crates name them
+// `ferrite_crash::sim::…`).
+pub use crate::thread::{Crashed, SimThread};
 use ferrite_pmem::{CACHE_LINE, CrashModel, Domain, Mapping, SimObserver};
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-
-thread_local! {
-    static SIM_THREAD: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Makes this OS thread act as simulated thread `id` until the guard drops
-/// (the previous id is restored). Flushes and fences are attributed to the
-/// current simulated thread.
-pub struct SimThread {
-    prev: u32,
-}
-
-impl SimThread {
-    pub fn enter(id: u32) -> SimThread {
-        SimThread {
-            prev: SIM_THREAD.with(|t| t.replace(id)),
-        }
-    }
-
-    /// The simulated thread this OS thread currently acts as.
-    pub fn current() -> u32 {
-        SIM_THREAD.with(|t| t.get())
-    }
-}
-
-impl Drop for SimThread {
-    fn drop(&mut self) {
-        SIM_THREAD.with(|t| t.set(self.prev));
-    }
-}
 
 /// A unit's content captured by a flush of simulated thread `thread`;
 /// `seq` orders captures globally.
@@ -179,9 +151,6 @@ pub struct Counts {
     pub flushes: u64,
     pub stores: u64,
 }
-
-/// Payload of the unwind that ends a workload at its crash point.
-pub struct Crashed;
 
 struct State {
     model: CrashModel,

@@ -24,19 +24,32 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Why the credentials file could not be used (never quotes its content).
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
+    /// The file could not be read.
     #[error("{path}: {source}")]
     Io {
+        /// The file as named on the command line.
         path: String,
+        /// What reading it failed with.
         source: std::io::Error,
     },
+    /// A line is not `user:password`.
     #[error("{path}: line {line}: not user:password")]
-    Format { path: String, line: usize },
+    Format {
+        /// The file as named on the command line.
+        path: String,
+        /// The line's number, from 1 (its content is never shown).
+        line: usize,
+    },
+    /// The file holds no credentials (a server nobody could use).
     #[error("{path}: no credentials in it")]
-    Empty { path: String },
+    Empty {
+        /// The file as named on the command line.
+        path: String,
+    },
 }
 
 /// Binary status: authentication required or failed.
-pub const STATUS_AUTH_ERROR: u16 = 0x20;
+pub(crate) const STATUS_AUTH_ERROR: u16 = 0x20;
 
 /// (user, password) pairs.
 type Users = Vec<(Vec<u8>, Vec<u8>)>;
@@ -47,6 +60,7 @@ pub struct Auth {
     users: RwLock<Arc<Users>>,
     /// Successful and failed authentications (`auth_cmds`, `auth_errors`).
     pub cmds: AtomicU64,
+    /// Failed authentications (`auth_errors`).
     pub errors: AtomicU64,
 }
 
@@ -121,6 +135,7 @@ impl Auth {
         Ok(n)
     }
 
+    /// The credentials file this was loaded from (and reloads from on SIGHUP).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -143,7 +158,7 @@ impl Auth {
 
 /// What an unauthenticated connection's input led to.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Not a whole request yet.
     More,
     /// Consume this many bytes and send the reply; `authed`: the
@@ -169,7 +184,7 @@ const AUTH_DATA_MAX: usize = 4096;
 
 /// memcached's ascii auth (module docs) on the input of an
 /// unauthenticated text connection.
-pub fn text_step(auth: &Auth, buf: &[u8]) -> Step {
+pub(crate) fn text_step(auth: &Auth, buf: &[u8]) -> Step {
     let window = &buf[..buf.len().min(AUTH_LINE_MAX + 1)];
     let Some(nl) = memchr::memchr(b'\n', window) else {
         return if buf.len() > AUTH_LINE_MAX {
@@ -244,7 +259,7 @@ const SASL_BODY_MAX: usize = 4096;
 /// authentication: SASL is answered here; any other command is refused
 /// with [`STATUS_AUTH_ERROR`] unless `authed` (then `None`: parse it as
 /// usual).
-pub fn binary_step(auth: &Auth, buf: &[u8], authed: bool) -> Option<Step> {
+pub(crate) fn binary_step(auth: &Auth, buf: &[u8], authed: bool) -> Option<Step> {
     let Some(h) = Header::read(buf) else {
         return Some(Step::More);
     };

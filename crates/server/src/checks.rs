@@ -46,9 +46,12 @@ type Data = BTreeMap<Vec<u8>, Vec<u8>>;
 /// What the workload saw acknowledged.
 #[derive(Debug, Default)]
 pub struct Model {
+    /// The contents every acknowledged request has made durable.
     pub committed: Data,
     /// The contents once the request or group in flight is applied.
     pub inflight: Option<Data>,
+    /// Script steps (requests or groups) acknowledged so far: a violation
+    /// report says after how many the crash came.
     pub steps: usize,
 }
 

@@ -17,6 +17,7 @@
 //!   writes queued at once as one group.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod auth;
 #[cfg(feature = "checks")]

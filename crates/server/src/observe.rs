@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// memcached's `prefix_delimiter` (`-D`, default `:`).
-pub const PREFIX_DELIMITER: u8 = b':';
+pub(crate) const PREFIX_DELIMITER: u8 = b':';
 
 /// Most distinct prefixes counted: beyond it new prefixes are not counted
 /// (memcached's table grows without bound; ours may not).
-pub const MAX_PREFIXES: usize = 10_000;
+pub(crate) const MAX_PREFIXES: usize = 10_000;
 
 /// `stats detail`: per key prefix (the bytes before the first `:`), the
 /// gets, hits, sets and deletes since `on` (or the last `stats reset`).
@@ -29,7 +29,9 @@ pub struct Detail {
 pub enum DetailOp {
     /// A get; `true` when it hit.
     Get(bool),
+    /// A store command (`set`, `add`, ..., whatever its outcome).
     Set,
+    /// A delete.
     Delete,
 }
 
@@ -48,11 +50,11 @@ impl std::fmt::Debug for Log {
 }
 
 impl Detail {
-    pub fn set_on(&self, on: bool) {
+    pub(crate) fn set_on(&self, on: bool) {
         self.on.store(on, Relaxed);
     }
 
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.on.load(Relaxed)
     }
 
@@ -102,15 +104,15 @@ impl Detail {
 }
 
 /// Log categories a watcher asks for (memcached's `LOG_*` bits).
-pub const LOG_FETCHERS: u8 = 1;
-pub const LOG_MUTATIONS: u8 = 2;
+pub(crate) const LOG_FETCHERS: u8 = 1;
+pub(crate) const LOG_MUTATIONS: u8 = 2;
 
 /// Lines queued for one watcher before new ones are dropped (a watcher
 /// that does not read cannot make the server buffer without bound).
-pub const WATCHER_QUEUE: usize = 1024;
+pub(crate) const WATCHER_QUEUE: usize = 1024;
 
 /// Most log watchers at once (memcached: 20; `WATCHER_TOO_MANY`).
-pub const MAX_WATCHERS: usize = 20;
+pub(crate) const MAX_WATCHERS: usize = 20;
 
 struct Watcher {
     mask: u8,
@@ -127,13 +129,13 @@ pub struct Log {
 }
 
 /// How an item fetch ended, as memcached logs it.
-pub fn get_status(found: bool) -> &'static str {
+pub(crate) fn get_status(found: bool) -> &'static str {
     if found { "found" } else { "not_found" }
 }
 
 impl Log {
     /// Add a watcher for `mask`; `None` when [`MAX_WATCHERS`] watch.
-    pub fn watch(&self, mask: u8) -> Option<tokio::sync::mpsc::Receiver<Vec<u8>>> {
+    pub(crate) fn watch(&self, mask: u8) -> Option<tokio::sync::mpsc::Receiver<Vec<u8>>> {
         let mut w = self.watchers.lock();
         w.retain(|w| !w.tx.is_closed());
         if w.len() >= MAX_WATCHERS {
@@ -176,7 +178,7 @@ impl Log {
     }
 
     /// memcached's `item_get` line.
-    pub fn item_get(&self, key: &[u8], found: bool, size: usize, conn: u64) {
+    pub(crate) fn item_get(&self, key: &[u8], found: bool, size: usize, conn: u64) {
         if !self.wants(LOG_FETCHERS) {
             return;
         }
@@ -191,7 +193,7 @@ impl Log {
     }
 
     /// memcached's `item_store` line.
-    pub fn item_store(
+    pub(crate) fn item_store(
         &self,
         key: &[u8],
         status: &str,

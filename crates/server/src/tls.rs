@@ -14,10 +14,23 @@ use tokio_rustls::rustls;
 /// material).
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// The certificate file has no usable PEM certificate.
     #[error("{path}: no PEM certificate in it ({why})")]
-    Cert { path: String, why: String },
+    Cert {
+        /// The file as named on the command line.
+        path: String,
+        /// What reading or parsing it failed with.
+        why: String,
+    },
+    /// The key file has no usable PEM private key.
     #[error("{path}: no PEM private key in it ({why})")]
-    Key { path: String, why: String },
+    Key {
+        /// The file as named on the command line.
+        path: String,
+        /// What reading or parsing it failed with.
+        why: String,
+    },
+    /// rustls refused the configuration (its message).
     #[error("TLS: {0}")]
     Rustls(String),
 }

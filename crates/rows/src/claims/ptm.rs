@@ -181,12 +181,26 @@ fn median(v: &mut [f64]) -> Option<f64> {
 pub fn summarize(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();
     let threads = thread_counts(rows);
+    let workloads = matrix_workloads(rows);
+    redo_vs_undo(rows, &threads, &mut out);
+    eadr_vs_adr(rows, &threads, &mut out);
+    pdram_vs_eadr(rows, &threads, &workloads, &mut out);
+    eadr_gain(rows, &threads, &workloads, &mut out);
+    fence_removal(rows, &threads, &workloads, &mut out);
+    vs_pmdk(rows, &threads, &mut out);
+    commits_per_abort(rows, &threads, &mut out);
+    largest_log(rows, &workloads, &mut out);
+    out
+}
+
+/// Target 1 of the module docs: redo (orec-lazy) against undo
+/// (orec-eager) under adr, per workload and thread count [P3].
+fn redo_vs_undo(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     let [eager, lazy] = PTM_ALGORITHMS;
     let m = "matrix";
-
     // 1. Redo vs undo under adr.
     for w in ["tpcc-hash", "bptree"] {
-        for &t in &threads {
+        for &t in threads {
             let e = find(rows, m, eager, w, Domain::Adr, t, false);
             let l = find(rows, m, lazy, w, Domain::Adr, t, false);
             let r = e.zip(l).map(|(e, l)| ratio(l, e));
@@ -208,9 +222,15 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             ));
         }
     }
+}
 
+/// Target 2 of the module docs: eADR against ADR for orec-lazy on TPC-C
+/// (hash), per thread count.
+fn eadr_vs_adr(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
+    let [_, lazy] = PTM_ALGORITHMS;
+    let m = "matrix";
     // 2. eadr vs adr for orec-lazy on tpcc-hash.
-    for &t in &threads {
+    for &t in threads {
         let a = find(rows, m, lazy, "tpcc-hash", Domain::Adr, t, false);
         let e = find(rows, m, lazy, "tpcc-hash", Domain::Eadr, t, false);
         let r = a.zip(e).map(|(a, e)| ratio(e, a));
@@ -229,14 +249,18 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             EADR,
         ));
     }
+}
 
+/// Target 3 of the module docs: pdram, pdram-lite and volatile against
+/// eadr, over every workload and thread count of the matrix.
+fn pdram_vs_eadr(rows: &[Row], threads: &[usize], workloads: &[String], out: &mut Vec<Target>) {
+    let m = "matrix";
     // 3. pdram, pdram-lite (and volatile) against eadr.
-    let workloads = matrix_workloads(rows);
     for alg in PTM_ALGORITHMS {
         for d in [Domain::Pdram, Domain::PdramLite, Domain::Volatile] {
             let mut v = Vec::new();
-            for w in &workloads {
-                for &t in &threads {
+            for w in workloads {
+                for &t in threads {
                     if let (Some(x), Some(e)) = (
                         find(rows, m, alg, w, d, t, false),
                         find(rows, m, alg, w, Domain::Eadr, t, false),
@@ -259,13 +283,17 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             ));
         }
     }
+}
 
+/// eADR's gain over ADR per workload, per algorithm.
+fn eadr_gain(rows: &[Row], threads: &[usize], workloads: &[String], out: &mut Vec<Target>) {
+    let m = "matrix";
     // eADR's gain per workload [P3 Figs. 3-4: every workload, least Vacation].
     for alg in PTM_ALGORITHMS {
         let mut v = Vec::new();
         let mut parts = Vec::new();
-        for w in &workloads {
-            for &t in &threads {
+        for w in workloads {
+            for &t in threads {
                 if let (Some(e), Some(a)) = (
                     find(rows, m, alg, w, Domain::Eadr, t, false),
                     find(rows, m, alg, w, Domain::Adr, t, false),
@@ -287,13 +315,18 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             EADR,
         ));
     }
+}
 
+/// Target 4 of the module docs: the fence-removal variant against the
+/// plain one under adr.
+fn fence_removal(rows: &[Row], threads: &[usize], workloads: &[String], out: &mut Vec<Target>) {
+    let m = "matrix";
     // 4. Fence removal against P3's 7-27 %.
     for alg in PTM_ALGORITHMS {
         let mut v = Vec::new();
         let mut parts = Vec::new();
-        for w in &workloads {
-            for &t in &threads {
+        for w in workloads {
+            for &t in threads {
                 if let (Some(x), Some(b)) = (
                     find(rows, m, alg, w, Domain::Adr, t, true),
                     find(rows, m, alg, w, Domain::Adr, t, false),
@@ -312,9 +345,13 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             FENCE_REMOVAL,
         ));
     }
+}
 
+/// Target 5 of the module docs: the PTMs' B+tree inserts against PMDK's
+/// transactions (the peers experiment).
+fn vs_pmdk(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
     // 5. PTM B+tree insert vs PMDK's.
-    for &t in &threads {
+    for &t in threads {
         let p = find(rows, "peers", PMDK_TX, "bptree", peer_domain(), t, false);
         let redo = find(rows, "peers", "tx-redo", "bptree", peer_domain(), t, false);
         for alg in PTM_ALGORITHMS {
@@ -340,7 +377,13 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             out.push(tg);
         }
     }
+}
 
+/// Informational: commits per abort, lazy over eager, at every thread
+/// count above one.
+fn commits_per_abort(rows: &[Row], threads: &[usize], out: &mut Vec<Target>) {
+    let [eager, lazy] = PTM_ALGORITHMS;
+    let m = "matrix";
     // Informational: commits per abort (P3 Tables I/II) and redo-log sizes.
     for &t in threads.iter().filter(|&&t| t > 1) {
         let e = find(rows, m, eager, "tpcc-hash", Domain::Adr, t, false);
@@ -369,6 +412,12 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
             paper: "commits/abort at 2 threads: undo 3.3-4.6, redo 21.5-27.6",
         });
     }
+}
+
+/// Informational: orec-lazy's largest redo log (lines) per workload.
+fn largest_log(rows: &[Row], workloads: &[String], out: &mut Vec<Target>) {
+    let [_, lazy] = PTM_ALGORITHMS;
+    let m = "matrix";
     let logs: Vec<String> = workloads
         .iter()
         .filter_map(|w| {
@@ -399,7 +448,6 @@ pub fn summarize(rows: &[Row]) -> Vec<Target> {
         figure: "P3 §IV-B",
         paper: "redo log <= 36 lines TPC-C hash, <= 37 Vacation",
     });
-    out
 }
 
 /// The domain the peers' rows (the `tx` suite's and the `ptm` suite's

@@ -35,48 +35,88 @@ use super::{
     StoreMode, StoreOpts,
 };
 
+/// Byte 0 of every request packet.
 pub const REQ_MAGIC: u8 = 0x80;
+/// Byte 0 of every response packet.
 pub const RES_MAGIC: u8 = 0x81;
+/// Bytes of the fixed packet header before the extras, key and value.
 pub const HEADER_LEN: usize = 24;
 
 /// Binary opcodes (the ones this server implements, plus SASL for
 /// recognition).
 pub mod opcode {
+    /// `0x00`: Get a key (reply without the key).
     pub const GET: u8 = 0x00;
+    /// `0x01`: Store unconditionally (extras: flags, exptime).
     pub const SET: u8 = 0x01;
+    /// `0x02`: Store only if absent.
     pub const ADD: u8 = 0x02;
+    /// `0x03`: Store only if present.
     pub const REPLACE: u8 = 0x03;
+    /// `0x04`: Remove a key.
     pub const DELETE: u8 = 0x04;
+    /// `0x05`: Add to a decimal value (extras: delta, initial, exptime).
     pub const INCREMENT: u8 = 0x05;
+    /// `0x06`: Subtract from a decimal value, saturating at 0.
     pub const DECREMENT: u8 = 0x06;
+    /// `0x07`: Reply, then close the connection.
     pub const QUIT: u8 = 0x07;
+    /// `0x08`: Invalidate every item (optional extras: delay).
     pub const FLUSH: u8 = 0x08;
+    /// `0x09`: quiet [`GET`]: no reply on a miss.
     pub const GETQ: u8 = 0x09;
+    /// `0x0a`: Reply at once: marks the end of a pipeline of quiet requests.
     pub const NOOP: u8 = 0x0a;
+    /// `0x0b`: The server version string.
     pub const VERSION: u8 = 0x0b;
+    /// `0x0c`: Get a key, the key echoed in the reply.
     pub const GETK: u8 = 0x0c;
+    /// `0x0d`: quiet [`GETK`]: no reply on a miss.
     pub const GETKQ: u8 = 0x0d;
+    /// `0x0e`: Append to a present item's value.
     pub const APPEND: u8 = 0x0e;
+    /// `0x0f`: Prepend to a present item's value.
     pub const PREPEND: u8 = 0x0f;
+    /// `0x10`: Statistics: one packet per value, an empty one last.
     pub const STAT: u8 = 0x10;
+    /// `0x11`: quiet [`SET`]: no reply on success.
     pub const SETQ: u8 = 0x11;
+    /// `0x12`: quiet [`ADD`]: no reply on success.
     pub const ADDQ: u8 = 0x12;
+    /// `0x13`: quiet [`REPLACE`]: no reply on success.
     pub const REPLACEQ: u8 = 0x13;
+    /// `0x14`: quiet [`DELETE`]: no reply on success.
     pub const DELETEQ: u8 = 0x14;
+    /// `0x15`: quiet [`INCREMENT`]: no reply on success.
     pub const INCREMENTQ: u8 = 0x15;
+    /// `0x16`: quiet [`DECREMENT`]: no reply on success.
     pub const DECREMENTQ: u8 = 0x16;
+    /// `0x17`: quiet [`QUIT`]: close without a reply.
     pub const QUITQ: u8 = 0x17;
+    /// `0x18`: quiet [`FLUSH`]: no reply on success.
     pub const FLUSHQ: u8 = 0x18;
+    /// `0x19`: quiet [`APPEND`]: no reply on success.
     pub const APPENDQ: u8 = 0x19;
+    /// `0x1a`: quiet [`PREPEND`]: no reply on success.
     pub const PREPENDQ: u8 = 0x1a;
+    /// `0x1b`: Set the log verbosity (answered `UnknownCommand`, as memcached
+    /// 1.6).
     pub const VERBOSITY: u8 = 0x1b;
+    /// `0x1c`: Set an item's exptime (extras: exptime).
     pub const TOUCH: u8 = 0x1c;
+    /// `0x1d`: Get and touch (extras: exptime).
     pub const GAT: u8 = 0x1d;
+    /// `0x1e`: quiet [`GAT`]: no reply on a miss.
     pub const GATQ: u8 = 0x1e;
+    /// `0x20`: SASL: list the mechanisms (`PLAIN`).
     pub const SASL_LIST_MECHS: u8 = 0x20;
+    /// `0x21`: SASL: authenticate (`PLAIN`: `\0user\0password`).
     pub const SASL_AUTH: u8 = 0x21;
+    /// `0x22`: SASL: a further step (none for `PLAIN`).
     pub const SASL_STEP: u8 = 0x22;
+    /// `0x23`: Get and touch, the key echoed in the reply.
     pub const GATK: u8 = 0x23;
+    /// `0x24`: quiet [`GATK`]: no reply on a miss.
     pub const GATKQ: u8 = 0x24;
 }
 
@@ -84,31 +124,50 @@ pub mod opcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum Status {
+    /// Success.
     NoError = 0x0000,
+    /// The key is not there (get, delete, incr, touch, replace).
     KeyNotFound = 0x0001,
+    /// The CAS did not match, or add found the key.
     KeyExists = 0x0002,
+    /// The value exceeds the item size limit.
     ValueTooLarge = 0x0003,
+    /// Malformed packet or argument (wrong extras or key lengths).
     InvalidArguments = 0x0004,
+    /// Append/prepend found no item; add/replace condition not met.
     ItemNotStored = 0x0005,
+    /// incr/decr on a value that is not a decimal u64.
     NonNumeric = 0x0006,
+    /// An opcode this server does not implement.
     UnknownCommand = 0x0081,
+    /// The store is full and eviction could not make room.
     OutOfMemory = 0x0082,
+    /// A feature this server does not support.
     NotSupported = 0x0083,
+    /// The store failed (`SERVER_ERROR` in text).
     InternalError = 0x0084,
 }
 
 /// A decoded packet header (request or response).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Header {
+    /// [`REQ_MAGIC`] or [`RES_MAGIC`].
     pub magic: u8,
+    /// The command ([`opcode`]).
     pub opcode: u8,
+    /// Bytes of key after the extras (big-endian on the wire).
     pub key_len: u16,
+    /// Bytes of extras after the header.
     pub extras_len: u8,
+    /// Data type: 0 (raw bytes) in every reply; not checked in requests.
     pub data_type: u8,
     /// vbucket id in requests, status in responses.
     pub vbucket_or_status: u16,
+    /// Bytes after the header: extras, key and value together.
     pub body_len: u32,
+    /// Copied from request to response unchanged (the client's tag).
     pub opaque: u32,
+    /// The item's CAS (0: none / do not compare).
     pub cas: u64,
 }
 
@@ -144,7 +203,7 @@ impl Header {
 }
 
 /// The [`Op`] and quietness of an opcode this server implements.
-pub fn op_of(opc: u8) -> Option<(Op, bool)> {
+pub(crate) fn op_of(opc: u8) -> Option<(Op, bool)> {
     use opcode::*;
     Some(match opc {
         GET | GETK => (Op::Get, false),
@@ -180,7 +239,7 @@ pub fn op_of(opc: u8) -> Option<(Op, bool)> {
 }
 
 /// Does this get-family opcode return the key?
-pub fn returns_key(opc: u8) -> bool {
+pub(crate) fn returns_key(opc: u8) -> bool {
     matches!(
         opc,
         opcode::GETK | opcode::GETKQ | opcode::GATK | opcode::GATKQ
@@ -279,7 +338,22 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
     let key = buf[HEADER_LEN + ext..HEADER_LEN + ext + key_len].to_vec();
     let value = &buf[HEADER_LEN + ext + key_len..total];
     let cas = (h.cas != 0).then_some(h.cas);
-    let cmd = match op {
+    let cmd = command(op, ext, key, extras, value, cas);
+    Ok(Some((Request { cmd, ctx }, total)))
+}
+
+/// The command of a request whose shape [`parse`] checked: `extras`,
+/// `key` and `value` are its body's parts (`ext` bytes of extras), `cas`
+/// the header's CAS (0: none).
+fn command(
+    op: Op,
+    ext: usize,
+    key: Vec<u8>,
+    extras: &[u8],
+    value: &[u8],
+    cas: Option<u64>,
+) -> Command {
+    match op {
         Op::Get => Command::Get {
             keys: vec![key],
             touch: None,
@@ -352,6 +426,5 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> ParseResult {
         Op::Version => Command::Version,
         Op::Quit => Command::Quit,
         _ => Command::NoOp,
-    };
-    Ok(Some((Request { cmd, ctx }, total)))
+    }
 }

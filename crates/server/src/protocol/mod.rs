@@ -145,8 +145,11 @@ impl Limits {
 /// Which wire protocol a request came in (and its reply must go out) in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Proto {
+    /// memcached's classic text protocol (`get`, `set`, ...).
     Text,
+    /// The meta text protocol (`mg`, `ms`, `md`, `ma`, `mn`, `me`).
     Meta,
+    /// The binary protocol (24-byte headers, [`binary`]).
     Binary,
 }
 
@@ -155,31 +158,57 @@ pub enum Proto {
 /// CAS...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// Text `get`.
     Get,
+    /// Text `gets` (with CAS).
     Gets,
+    /// Text `gat` (get and touch).
     Gat,
+    /// Text `gats` (get and touch, with CAS).
     Gats,
+    /// `set` (text and binary).
     Set,
+    /// `add`.
     Add,
+    /// `replace`.
     Replace,
+    /// `append`.
     Append,
+    /// `prepend`.
     Prepend,
+    /// Text `cas`.
     Cas,
+    /// `delete`.
     Delete,
+    /// `incr`.
     Incr,
+    /// `decr`.
     Decr,
+    /// `touch`.
     Touch,
+    /// `flush_all`.
     FlushAll,
+    /// `stats`.
     Stats,
+    /// `version`.
     Version,
+    /// `verbosity`.
     Verbosity,
+    /// `quit`.
     Quit,
+    /// Binary NoOp.
     NoOp,
+    /// Meta `mg`.
     MetaGet,
+    /// Meta `ms`.
     MetaSet,
+    /// Meta `md`.
     MetaDelete,
+    /// Meta `ma`.
     MetaArith,
+    /// Meta `me`.
     MetaDebug,
+    /// Meta `mn`.
     MetaNoOp,
 }
 
@@ -227,7 +256,9 @@ pub struct MetaCtx {
 /// The reply framing of one request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReqCtx {
+    /// The protocol the reply is encoded in.
     pub proto: Proto,
+    /// The command as spelled, for the reply's wording.
     pub op: Op,
     /// Text `noreply`, meta `q`, binary quiet opcodes: suppress the replies
     /// the protocol allows suppressing (see [`response::encode`]).
@@ -244,6 +275,7 @@ pub struct ReqCtx {
 }
 
 impl ReqCtx {
+    /// The framing of a text request `op` (`noreply`: suppress its replies).
     pub fn text(op: Op, noreply: bool) -> Self {
         ReqCtx {
             proto: Proto::Text,
@@ -256,6 +288,8 @@ impl ReqCtx {
         }
     }
 
+    /// The framing of a meta request `op` (`noreply`: the `q` flag), echoing
+    /// `meta`'s flags.
     pub fn meta(op: Op, noreply: bool, meta: MetaCtx) -> Self {
         ReqCtx {
             proto: Proto::Meta,
@@ -268,6 +302,8 @@ impl ReqCtx {
         }
     }
 
+    /// The framing of a binary request: its `opcode` and `opaque` are echoed;
+    /// `quiet` for the quiet opcodes.
     pub fn binary(op: Op, opcode: u8, opaque: u32, quiet: bool) -> Self {
         ReqCtx {
             proto: Proto::Binary,
@@ -351,27 +387,42 @@ pub enum Command {
     /// `touch`, also set each found item's exptime (gat/gats, mg `T`,
     /// binary GAT). `with_cas`: text `gets`/`gats` print the CAS.
     Get {
+        /// The keys, in request order.
         keys: Vec<Vec<u8>>,
+        /// With a touch: the new client exptime.
         touch: Option<i64>,
+        /// Print each hit's CAS (text `gets`/`gats`).
         with_cas: bool,
+        /// Meta-only modifiers.
         opts: GetOpts,
     },
     /// Store `data`. Append/prepend ignore `flags` and `exptime` (as
     /// memcached). `cas` is the compare value of [`StoreMode::Cas`] and an
     /// optional check for append/prepend (binary header CAS, meta `C`).
     Store {
+        /// How the data combines with an existing item.
         mode: StoreMode,
+        /// The client key (1 to [`MAX_KEY_LEN`] bytes).
         key: Vec<u8>,
+        /// Opaque client flags, stored and returned as is.
         flags: u32,
+        /// The client exptime (rule above).
         exptime: i64,
+        /// The value.
         data: Vec<u8>,
+        /// The compare value ([`StoreMode::Cas`], or a check for
+        /// append/prepend).
         cas: Option<u64>,
+        /// Meta-only modifiers.
         opts: StoreOpts,
     },
     /// Remove `key` (if `cas` is given, only when it matches: `EXISTS`).
     Delete {
+        /// The client key.
         key: Vec<u8>,
+        /// Delete only when the item's CAS equals this (`EXISTS` otherwise).
         cas: Option<u64>,
+        /// Meta-only modifiers.
         opts: DeleteOpts,
     },
     /// Add `delta` to (or subtract it from, saturating at 0) the decimal
@@ -380,22 +431,33 @@ pub enum Command {
     /// `N`/`J`). `cas`: only if the item's CAS matches. `ttl`: set the
     /// exptime on success (meta `T`).
     Arith {
+        /// The client key.
         key: Vec<u8>,
+        /// True: add `delta`; false: subtract it.
         incr: bool,
+        /// The amount.
         delta: u64,
+        /// On a miss: (initial value, client exptime) to store instead of
+        /// failing.
         create: Option<(u64, i64)>,
+        /// Only when the item's CAS equals this.
         cas: Option<u64>,
+        /// Client exptime to set on success (meta `T`).
         ttl: Option<i64>,
+        /// Meta `E`: the CAS to give the result instead of a fresh one.
         new_cas: Option<u64>,
     },
     /// Set an existing item's exptime.
     Touch {
+        /// The client key.
         key: Vec<u8>,
+        /// The new client exptime.
         exptime: i64,
     },
     /// Invalidate every item stored before now + `delay` (an exptime, so
     /// the relative/absolute rule applies; `<= 0` = now).
     FlushAll {
+        /// A client exptime: the flush takes effect then.
         delay: i64,
     },
     /// `stats [args...]` (binary: the key as the single argument). The
@@ -403,10 +465,14 @@ pub enum Command {
     /// `KeyNotFound` (binary), as memcached does: memcapable checks that
     /// `stats noreply` is an error.
     Stats {
+        /// The group and its arguments (empty: the general statistics).
         args: Vec<Vec<u8>>,
     },
+    /// The server's version string.
     Version,
+    /// `verbosity <level>`: accepted and ignored (there is no verbose log).
     Verbosity {
+        /// The level asked for.
         level: u32,
     },
     /// Close the connection (binary non-quiet Quit replies first).
@@ -416,12 +482,14 @@ pub enum Command {
     NoOp,
     /// Meta `me`: a human-readable dump of the item's metadata.
     MetaDebug {
+        /// The client key.
         key: Vec<u8>,
     },
     /// A text administration command the server answers itself, as
     /// memcached does (`slabs`, `watch`, `shutdown`, `lru_crawler`, `lru`,
     /// `cache_memlimit`): every token, the command name first.
     Admin {
+        /// Every token of the line, the command name first.
         args: Vec<Vec<u8>>,
     },
 }
@@ -429,7 +497,9 @@ pub enum Command {
 /// One parsed request: what to do, and how to frame the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Request {
+    /// What to do.
     pub cmd: Command,
+    /// How to frame the reply.
     pub ctx: ReqCtx,
 }
 
@@ -458,6 +528,7 @@ impl Failure {
     /// memcached's generic format error.
     pub const BAD_FORMAT: Failure = Failure::Client(Cow::Borrowed("bad command line format"));
 
+    /// `CLIENT_ERROR <msg>` with a fixed message.
     pub fn client(msg: &'static str) -> Self {
         Failure::Client(Cow::Borrowed(msg))
     }
@@ -521,8 +592,11 @@ pub enum Recovery {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{failure}")]
 pub struct ProtoError {
+    /// The error to reply.
     pub failure: Failure,
+    /// How to frame the reply.
     pub ctx: ReqCtx,
+    /// How the connection gets back in step.
     pub recovery: Recovery,
     /// memcached removes the existing item when a `set` (text, binary, or
     /// any meta `ms`) fails for size, so a later get cannot return the old

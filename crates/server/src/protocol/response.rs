@@ -33,9 +33,13 @@ use super::{Failure, MetaCtx, MetaRet, Op, Proto, ReqCtx};
 /// An item as the store shows it to a reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ItemView<'a> {
+    /// The client key.
     pub key: &'a [u8],
+    /// The client flags.
     pub flags: u32,
+    /// The value's bytes.
     pub value: &'a [u8],
+    /// The item's CAS.
     pub cas: u64,
     /// Seconds of life left (`None` = never expires): meta `t`.
     pub ttl: Option<u64>,
@@ -77,12 +81,14 @@ pub enum Response<'a> {
     Hit(ItemView<'a>),
     /// A retrieval (or `me`) missed `key`.
     Miss {
+        /// The key that missed (meta `k` echoes it).
         key: &'a [u8],
     },
     /// End of a retrieval: `END` in text, nothing elsewhere.
     End,
     /// A store succeeded; `cas` is the item's new CAS.
     Stored {
+        /// The item's new CAS.
         cas: u64,
     },
     /// add/replace/append/prepend condition not met.
@@ -91,20 +97,27 @@ pub enum Response<'a> {
     Exists,
     /// The item does not exist (cas store, delete, incr, touch).
     NotFound,
+    /// The delete removed the item (or marked it stale: meta `I`).
     Deleted,
     /// Touch succeeded (binary replies the flags and CAS).
     Touched {
+        /// The item's client flags.
         flags: u32,
+        /// The item's CAS after the touch.
         cas: u64,
     },
     /// incr/decr result; `ttl` for meta `t`.
     Arith {
+        /// The new value.
         value: u64,
+        /// The item's new CAS.
         cas: u64,
+        /// Seconds of life left (`None`: never expires).
         ttl: Option<u64>,
     },
     /// flush_all, verbosity, binary quit/noop, meta `mn`.
     Ok,
+    /// The version string (`VERSION <s>`).
     Version(&'a str),
     /// Statistics, in order.
     Stats(&'a [(String, String)]),
@@ -112,6 +125,7 @@ pub enum Response<'a> {
     Line(&'a str),
     /// Meta `me` hit.
     Debug(ItemView<'a>),
+    /// The request failed: the error in its protocol's form.
     Error(Failure),
 }
 
@@ -399,7 +413,7 @@ fn encode_meta(resp: &Response<'_>, ctx: &ReqCtx, out: &mut Vec<u8>) {
 }
 
 /// Append one binary response packet.
-pub fn binary_packet(
+pub(crate) fn binary_packet(
     out: &mut Vec<u8>,
     ctx: &ReqCtx,
     status: Status,

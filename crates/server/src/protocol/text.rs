@@ -431,11 +431,11 @@ fn parse_storage(
 
 /// A `get`/`gets` line longer than this with no newline yet is answered
 /// as it arrives ([`long_get`]).
-pub const STREAM_GET_AT: usize = 16 << 10;
+pub(crate) const STREAM_GET_AT: usize = 16 << 10;
 
 /// What [`long_get`] found at the front of the input.
 #[derive(Debug, PartialEq, Eq)]
-pub enum LongGet {
+pub(crate) enum LongGet {
     /// Parse normally.
     No,
     /// Answer these keys now (no `END`): the line goes on. The caller
@@ -461,7 +461,7 @@ pub enum LongGet {
 /// [`STREAM_GET_AT`] bytes is answered in chunks of whole keys (up to the
 /// last space buffered); `streaming` says an earlier chunk of this line
 /// was answered (so a remainder without keys is the `END`).
-pub fn long_get(buf: &[u8], limits: &Limits, streaming: bool) -> LongGet {
+pub(crate) fn long_get(buf: &[u8], limits: &Limits, streaming: bool) -> LongGet {
     let (op, name): (Op, &'static [u8]) = if buf.starts_with(b"get ") {
         (Op::Get, b"get ")
     } else if buf.starts_with(b"gets ") {

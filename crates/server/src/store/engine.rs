@@ -10,6 +10,8 @@ pub struct EngineKv<'a> {
 }
 
 impl<'a> EngineKv<'a> {
+    /// A map on one engine session (the server's records share the engine's key
+    /// space).
     pub fn new(session: Box<dyn Session + 'a>) -> Self {
         EngineKv { session }
     }
@@ -60,7 +62,7 @@ impl Kv for EngineKv<'_> {
 
 /// A connection thread's read fast path: an engine reader, which holds
 /// no session, so every connection thread has one.
-pub struct EngineReader(ferrite_engine::Reader);
+pub(crate) struct EngineReader(ferrite_engine::Reader);
 
 impl super::Reader for EngineReader {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {

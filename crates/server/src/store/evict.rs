@@ -78,6 +78,7 @@ impl Clock {
         self.map.len()
     }
 
+    /// No key is tracked.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -88,10 +89,12 @@ impl Clock {
     }
 
     /// The charge of `key` (0 when untracked).
-    pub fn charge_of(&self, key: &[u8]) -> u64 {
+    pub(crate) fn charge_of(&self, key: &[u8]) -> u64 {
         self.map.get(key).map_or(0, |e| e.charge)
     }
 
+    /// The start-up scan has not finished seeding this view (counts are
+    /// partial).
     pub fn seeding(&self) -> bool {
         self.seeding
     }
@@ -178,7 +181,7 @@ impl Clock {
     /// that the shard runs in between gets the read's mark (a `h` flag one
     /// fetch early, a referenced bit). Both are hints memcached keeps as
     /// loosely; the item itself is never affected.
-    pub fn remote_hit(&mut self, key: &[u8], charge: u64) {
+    pub(crate) fn remote_hit(&mut self, key: &[u8], charge: u64) {
         if let Some(e) = self.map.get_mut(key) {
             e.referenced = true;
             e.fetched = true;
@@ -198,7 +201,7 @@ impl Clock {
     /// `key` (tracked) was fetched by a client, or (`false`) its item was
     /// replaced in place and keeps the flag it had. Not journaled: the
     /// flag is a hint, not part of the store's state.
-    pub fn set_fetched(&mut self, key: &[u8], fetched: bool) {
+    pub(crate) fn set_fetched(&mut self, key: &[u8], fetched: bool) {
         if let Some(e) = self.map.get_mut(key) {
             e.fetched = fetched;
         }

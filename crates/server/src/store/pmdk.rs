@@ -23,7 +23,7 @@ use ferrite_pmdk::bytemap::PmemByteMap;
 use std::path::Path;
 
 /// Sub-maps of a server's map (as the `tx-*` stores').
-pub const SUBS: usize = 256;
+pub(crate) const SUBS: usize = 256;
 
 fn err(e: ferrite_pmdk::Error) -> StoreError {
     match e {
@@ -60,6 +60,7 @@ pub struct PmdkKv<'m> {
 }
 
 impl<'m> PmdkKv<'m> {
+    /// A map on PMDK's byte map `map`.
     pub fn new(map: &'m PmemByteMap) -> Self {
         PmdkKv { map }
     }

@@ -87,6 +87,7 @@ struct Found {
 }
 
 impl<'p> PtmKv<'p> {
+    /// A map on the PTM's hash map `map` (opens this thread's PTM handle).
     pub fn new(ptm: &'p Ptm, map: PHashMap) -> Result<Self> {
         Ok(PtmKv {
             th: ptm.thread().map_err(err)?,

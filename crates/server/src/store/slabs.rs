@@ -47,7 +47,7 @@ pub fn sizes() -> &'static [u64] {
 /// memcached's item size for an item the eviction view charges `charge`
 /// (its map key — `k` and the key —, the 28-byte record header and the
 /// data; [`super::charge`]).
-pub fn ntotal(charge: u64) -> u64 {
+pub(crate) fn ntotal(charge: u64) -> u64 {
     // 48 + 8 + (key + 1) + (data + 2), with key + data = charge - 29.
     charge + 30
 }
@@ -63,7 +63,9 @@ pub fn class_of(charge: u64) -> usize {
 
 /// Per class: items, and memcached's `mem_requested` (their sizes).
 pub struct SlabStats {
+    /// Items per class.
     pub items: [AtomicI64; CLASSES],
+    /// Bytes the items of each class asked for (their charges).
     pub requested: [AtomicI64; CLASSES],
     /// Stores that took the room of an expired item (the same key).
     pub reclaimed: [AtomicI64; CLASSES],

@@ -1,8 +1,12 @@
 //! The item semantics over an in-memory map (the durable map's contract
 //! minus durability), plus a restart that keeps CAS values unique.
 
+use super::fault::ItemFault;
+use super::item::verify_item;
 use super::*;
+use crate::protocol::{DeleteOpts, StoreMode, StoreOpts};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The map, and its capacity in key+value bytes (0 = unbounded): a put
 /// that would pass it fails with [`StoreError::Full`], like a full pool.
@@ -1167,5 +1171,59 @@ fn meta_get_u_does_not_save_an_item_from_eviction() {
                 .unwrap();
         }
         c.settle(true);
+    }
+}
+
+/// Every item value put through it, in order, over a [`Mem`].
+struct Recorded<'m>(&'m mut Mem, Vec<(Vec<u8>, Vec<u8>)>);
+
+impl Kv for Recorded<'_> {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        (&mut *self.0).get_into(key, out)
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if key.starts_with(b"k") {
+            self.1.push((key.to_vec(), value.to_vec()));
+        }
+        (&mut *self.0).put(key, value)
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        (&mut *self.0).delete(key)
+    }
+    fn batch(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        (&mut *self.0).batch(ops)
+    }
+    fn scan_prefix(&mut self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        (&mut *self.0).scan_prefix(prefix, f)
+    }
+}
+
+/// The planted bug (`ferrite check server-items-planted`) writes an item
+/// first with a zero checksum, then whole: the first write, which a crash
+/// between the two leaves durable, does not verify. Unplanted, every
+/// write of an item verifies.
+#[test]
+fn the_planted_late_checksum_writes_an_item_that_does_not_verify() {
+    for fault in [ItemFault::None, ItemFault::ChecksumLate] {
+        let mut m = Mem::default();
+        let sh = Shared::open(&mut &mut m, 1 << 20).unwrap();
+        let mut c = Cache::new(Recorded(&mut m, Vec::new()), &sh);
+        c.plant(fault);
+        assert!(matches!(
+            set(&mut c, StoreMode::Set, b"a", b"value", None),
+            StoreOutcome::Stored(_)
+        ));
+        let puts = std::mem::take(&mut c.kv().1);
+        let bad = puts
+            .iter()
+            .filter(|(k, v)| verify_item(k, v).is_err())
+            .count();
+        match fault {
+            ItemFault::None => assert_eq!((puts.len(), bad), (1, 0)),
+            ItemFault::ChecksumLate => {
+                assert_eq!((puts.len(), bad), (2, 1));
+                assert!(verify_item(&puts[1].0, &puts[1].1).is_ok());
+            }
+        }
     }
 }

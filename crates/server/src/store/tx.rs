@@ -20,7 +20,7 @@ use ferrite_pmem::Pool;
 use ferrite_tx::{Registry, Strategy, TxError, TxOptions, TxPool, TxThread};
 
 /// Sub-maps of a server's map (each with its own lock).
-pub const SUBS: usize = 256;
+pub(crate) const SUBS: usize = 256;
 /// Bytes of each of a slot's two log areas: one item of the largest size
 /// (1 MiB with its key and header) and room for the records.
 pub const AREA_BYTES: u32 = (1 << 20) + (64 << 10);
@@ -80,6 +80,7 @@ pub struct TxKv<'m, 'p> {
 }
 
 impl<'m, 'p> TxKv<'m, 'p> {
+    /// A map on the byte map `map` (opens this thread's transaction handle).
     pub fn new(map: &'m ByteMap<'p>) -> Result<Self> {
         Ok(TxKv {
             th: map.pool().thread().map_err(err)?,
@@ -138,7 +139,7 @@ impl Kv for TxKv<'_, '_> {
 /// read-locks its sub-map, and a batch holds its write locks until its
 /// transaction is durable (undo: completed; redo and clobber: logged), so
 /// a reader never sees a write that a crash could take back.
-pub struct MapReader<'m, 'p>(pub &'m ByteMap<'p>);
+pub(crate) struct MapReader<'m, 'p>(pub &'m ByteMap<'p>);
 
 impl Reader for MapReader<'_, '_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {

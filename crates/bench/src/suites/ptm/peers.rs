@@ -298,27 +298,7 @@ pub fn group(
     let keys = plan.peer_keys.max(1);
     let per_thread = (keys / (reps + 1) / threads as u64).max(1);
     let s = w.structure();
-    let o = ds_options();
-    let mut systems = Vec::new();
-    for alg in Algorithm::ALL {
-        systems.push(ptm_system(plan, w, alg, keys)?);
-    }
-    for strategy in [Strategy::Redo, Strategy::Clobber] {
-        let (pool, header) = tx::ferrite_pool_with(s, strategy, threads, keys, &o)?;
-        let txp = TxPool::open(&pool, ds::registry(), Some(strategy))
-            .map_err(|e| ptm_err("tx open", e))?;
-        systems.push(System::Tx {
-            strategy,
-            _pool: pool,
-            txp,
-            header,
-        });
-    }
-    #[cfg(feature = "pmdk")]
-    {
-        let (path, peer) = tx::pmdk_peer_with(s, threads, keys, &o, "ptm")?;
-        systems.push(System::Pmdk { path, peer });
-    }
+    let systems = open_systems(plan, w, threads, keys)?;
     let baseline = if cfg!(feature = "pmdk") {
         PMDK
     } else {
@@ -362,66 +342,12 @@ pub fn group(
             let Ok(mut lane) = lanes[t].lock() else {
                 return;
             };
-            let lane = &mut *lane;
-            let record = lane.batches > 0;
-            lane.batches += 1;
-            let started = Instant::now();
-            let r = match sys {
-                System::Ptm { ptm, header, .. } => (|| {
-                    let mut th = ptm.thread().map_err(|e| e.to_string())?;
-                    let m = open_ptm_map(&mut th, w, *header)?;
-                    let s0 = th.stats();
-                    timed(lane, w, n, record, |k, v| ptm_op(&mut th, m, k, v))?;
-                    if record {
-                        lane.stats = add_stats(&lane.stats, &th.stats().sub(&s0));
-                    }
-                    Ok(())
-                })(),
-                System::Tx { txp, .. } => (|| {
-                    let Some(map) = map else {
-                        return Err("no structure".to_string());
-                    };
-                    let mut th = txp.thread().map_err(|e| e.to_string())?;
-                    timed(lane, w, n, record, |k, v| {
-                        map.insert(&mut th, k, &v.to_le_bytes())
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    })
-                })(),
-                #[cfg(feature = "pmdk")]
-                System::Pmdk { peer, .. } => timed(lane, w, n, record, |k, v| {
-                    peer.insert(k, &v.to_le_bytes())
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                }),
-            };
-            if record {
-                lane.spans.push((started, Instant::now()));
-            }
-            if let Err(e) = r {
+            if let Err(e) = run_batch(sys, map, &mut lane, w, n) {
                 fail(failed, e);
             }
         };
         let name = sys.name();
-        let mut params = json!({
-            "workload": w.name(),
-            "domain": tx::domain().name(),
-            "threads": threads,
-            "experiment": "peers",
-            "structure": s.name(),
-            "keys": keys,
-            "value_bytes": VALUE_LEN,
-            "fanout": FANOUT,
-        });
-        let key_bytes = match sys {
-            System::Ptm { .. } => 8,
-            _ if s == Structure::BpTree => 32,
-            _ => 8,
-        };
-        params["key_bytes"] = key_bytes.into();
-        if matches!(sys, System::Ptm { .. }) {
-            params["fence_removal"] = false.into();
-        }
+        let params = peer_params(sys, w, threads, keys);
         let mut v = Variant::threaded(name.clone(), params, threads, per_thread, body);
         let has_baseline = systems.iter().any(|x| x.name() == baseline);
         if name != baseline && has_baseline {
@@ -441,75 +367,8 @@ pub fn group(
     set_ratios(&mut rows);
 
     // Every new key must be in the structure afterwards.
-    let expected: Vec<u64> = lanes
-        .iter()
-        .map(|ls| {
-            ls.iter()
-                .map(|l| l.lock().map(|l| l.stream.inserted).unwrap_or(0))
-                .sum()
-        })
-        .collect();
     for (i, (row, sys)) in rows.iter_mut().zip(&systems).enumerate() {
-        let mut hist = new_histogram();
-        let mut st = PtmStats::default();
-        for l in &lanes[i] {
-            if let Ok(l) = l.lock() {
-                let _ = hist.add(&l.hist);
-                st = add_stats(&st, &l.stats);
-            }
-        }
-        let entries: Result<u64, String> = match sys {
-            System::Ptm { ptm, header, .. } => {
-                ptm_extra_from(row, &hist, &st, &failed[i]);
-                ptm.thread().map_err(|e| e.to_string()).and_then(|mut th| {
-                    match open_ptm_map(&mut th, w, *header)? {
-                        PtmMap::Tree(t) => t.check(&mut th),
-                        PtmMap::Hash(h) => h.check(&mut th),
-                    }
-                })
-            }
-            System::Tx { .. } => {
-                lock_based_extra(row, &hist, &failed[i]);
-                match &maps[i] {
-                    Some(m) => m
-                        .shape()
-                        .map(|sh| sh.entries.len() as u64)
-                        .map_err(|e| e.to_string()),
-                    None => Err("no structure".into()),
-                }
-            }
-            #[cfg(feature = "pmdk")]
-            System::Pmdk { peer, .. } => {
-                row.counters_observed = false;
-                lock_based_extra(row, &hist, &failed[i]);
-                match peer {
-                    tx::PmdkPeer::Tree(t) => {
-                        t.check().map(|k| k.len() as u64).map_err(|e| e.to_string())
-                    }
-                    // No walk in the shim: look every inserted key up.
-                    tx::PmdkPeer::Map(m) => {
-                        let mut found = 0u64;
-                        for l in &lanes[i] {
-                            let Ok(l) = l.lock() else { continue };
-                            let st = &l.stream;
-                            for j in 0..st.inserted {
-                                let k = ycsb_key(st.thread + st.threads * j);
-                                if matches!(m.get(k), Ok(Some(_))) {
-                                    found += 1;
-                                }
-                            }
-                        }
-                        Ok(found)
-                    }
-                }
-            }
-        };
-        let verdict = match entries {
-            Ok(n) if n == expected[i] => "ok".to_string(),
-            Ok(n) => format!("{n} entries, expected {}", expected[i]),
-            Err(e) => e,
-        };
-        row.set_extra("check", verdict);
+        check_row(row, sys, &maps[i], &lanes[i], &failed[i], w);
     }
     drop(maps);
     #[cfg(feature = "pmdk")]
@@ -520,6 +379,188 @@ pub fn group(
         }
     }
     Ok(rows)
+}
+
+/// Every system of a group, each with its empty structure for `w`: the
+/// PTMs, `ferrite-tx` (redo, clobber), and PMDK where built with it.
+fn open_systems(
+    plan: &Plan,
+    w: PeerWorkload,
+    threads: usize,
+    keys: u64,
+) -> Result<Vec<System>, BenchError> {
+    let s = w.structure();
+    let o = ds_options();
+    let mut systems = Vec::new();
+    for alg in Algorithm::ALL {
+        systems.push(ptm_system(plan, w, alg, keys)?);
+    }
+    for strategy in [Strategy::Redo, Strategy::Clobber] {
+        let (pool, header) = tx::ferrite_pool_with(s, strategy, threads, keys, &o)?;
+        let txp = TxPool::open(&pool, ds::registry(), Some(strategy))
+            .map_err(|e| ptm_err("tx open", e))?;
+        systems.push(System::Tx {
+            strategy,
+            _pool: pool,
+            txp,
+            header,
+        });
+    }
+    #[cfg(feature = "pmdk")]
+    {
+        let (path, peer) = tx::pmdk_peer_with(s, threads, keys, &o, "ptm")?;
+        systems.push(System::Pmdk { path, peer });
+    }
+    Ok(systems)
+}
+
+/// One timed batch of `n` operations of one thread (`lane`) on `sys`;
+/// the first batch of a lane is the warm-up, recorded nowhere.
+fn run_batch(
+    sys: &System,
+    map: &Option<Box<dyn KvMap + '_>>,
+    lane: &mut PeerLane,
+    w: PeerWorkload,
+    n: u64,
+) -> Result<(), String> {
+    let record = lane.batches > 0;
+    lane.batches += 1;
+    let started = Instant::now();
+    let r = match sys {
+        System::Ptm { ptm, header, .. } => (|| {
+            let mut th = ptm.thread().map_err(|e| e.to_string())?;
+            let m = open_ptm_map(&mut th, w, *header)?;
+            let s0 = th.stats();
+            timed(lane, w, n, record, |k, v| ptm_op(&mut th, m, k, v))?;
+            if record {
+                lane.stats = add_stats(&lane.stats, &th.stats().sub(&s0));
+            }
+            Ok(())
+        })(),
+        System::Tx { txp, .. } => (|| {
+            let Some(map) = map else {
+                return Err("no structure".to_string());
+            };
+            let mut th = txp.thread().map_err(|e| e.to_string())?;
+            timed(lane, w, n, record, |k, v| {
+                map.insert(&mut th, k, &v.to_le_bytes())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        })(),
+        #[cfg(feature = "pmdk")]
+        System::Pmdk { peer, .. } => timed(lane, w, n, record, |k, v| {
+            peer.insert(k, &v.to_le_bytes())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }),
+    };
+    if record {
+        lane.spans.push((started, Instant::now()));
+    }
+    r
+}
+
+/// `params` of `sys`'s row: the workload, the shapes (key bytes differ:
+/// module docs) and the domain.
+fn peer_params(sys: &System, w: PeerWorkload, threads: usize, keys: u64) -> serde_json::Value {
+    let s = w.structure();
+    let mut params = json!({
+        "workload": w.name(),
+        "domain": tx::domain().name(),
+        "threads": threads,
+        "experiment": "peers",
+        "structure": s.name(),
+        "keys": keys,
+        "value_bytes": VALUE_LEN,
+        "fanout": FANOUT,
+    });
+    let key_bytes = match sys {
+        System::Ptm { .. } => 8,
+        _ if s == Structure::BpTree => 32,
+        _ => 8,
+    };
+    params["key_bytes"] = key_bytes.into();
+    if matches!(sys, System::Ptm { .. }) {
+        params["fence_removal"] = false.into();
+    }
+    params
+}
+
+/// `extra` of `sys`'s row, and its `check`: "ok" when the structure holds
+/// exactly the new keys the lanes inserted, else what it holds instead.
+fn check_row(
+    row: &mut Row,
+    sys: &System,
+    map: &Option<Box<dyn KvMap + '_>>,
+    lanes: &[Mutex<PeerLane>],
+    failed: &Mutex<Option<String>>,
+    w: PeerWorkload,
+) {
+    let expected: u64 = lanes
+        .iter()
+        .map(|l| l.lock().map(|l| l.stream.inserted).unwrap_or(0))
+        .sum();
+    let mut hist = new_histogram();
+    let mut st = PtmStats::default();
+    for l in lanes {
+        if let Ok(l) = l.lock() {
+            let _ = hist.add(&l.hist);
+            st = add_stats(&st, &l.stats);
+        }
+    }
+    let entries: Result<u64, String> = match sys {
+        System::Ptm { ptm, header, .. } => {
+            ptm_extra_from(row, &hist, &st, failed);
+            ptm.thread().map_err(|e| e.to_string()).and_then(|mut th| {
+                match open_ptm_map(&mut th, w, *header)? {
+                    PtmMap::Tree(t) => t.check(&mut th),
+                    PtmMap::Hash(h) => h.check(&mut th),
+                }
+            })
+        }
+        System::Tx { .. } => {
+            lock_based_extra(row, &hist, failed);
+            match map {
+                Some(m) => m
+                    .shape()
+                    .map(|sh| sh.entries.len() as u64)
+                    .map_err(|e| e.to_string()),
+                None => Err("no structure".into()),
+            }
+        }
+        #[cfg(feature = "pmdk")]
+        System::Pmdk { peer, .. } => {
+            row.counters_observed = false;
+            lock_based_extra(row, &hist, failed);
+            match peer {
+                tx::PmdkPeer::Tree(t) => {
+                    t.check().map(|k| k.len() as u64).map_err(|e| e.to_string())
+                }
+                // No walk in the shim: look every inserted key up.
+                tx::PmdkPeer::Map(m) => {
+                    let mut found = 0u64;
+                    for l in lanes {
+                        let Ok(l) = l.lock() else { continue };
+                        let st = &l.stream;
+                        for j in 0..st.inserted {
+                            let k = ycsb_key(st.thread + st.threads * j);
+                            if matches!(m.get(k), Ok(Some(_))) {
+                                found += 1;
+                            }
+                        }
+                    }
+                    Ok(found)
+                }
+            }
+        }
+    };
+    let verdict = match entries {
+        Ok(n) if n == expected => "ok".to_string(),
+        Ok(n) => format!("{n} entries, expected {expected}"),
+        Err(e) => e,
+    };
+    row.set_extra("check", verdict);
 }
 
 /// `extra` of a lock-based row (one transaction per operation, no aborts:

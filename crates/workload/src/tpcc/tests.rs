@@ -1,7 +1,7 @@
 //! Tests of TPC-C against the reference [`MemKv`].
 
 use super::*;
-use crate::MemKv;
+use crate::{Kv, MemKv};
 use std::collections::BTreeMap;
 
 fn loaded(cfg: &TpccConfig, seed: u64) -> MemKv {
