@@ -72,84 +72,27 @@ pub(crate) fn open(
             },
         };
 
-    // Compare with the allocator: every referenced block allocated and
-    // large enough; every other allocated block is garbage of an earlier
-    // switch (or of a switch that crashed) and is freed here.
-    let mut allocated: HashMap<u64, usize> = HashMap::new();
-    ctx.alloc.for_each_allocated(&mut |off, size| {
-        allocated.insert(off.raw(), size);
-    });
-    for &(off, need) in &found.blocks {
-        match allocated.remove(&off) {
-            Some(size) if size as u64 >= need => {}
-            Some(size) => {
-                return Err(EngineError::Corrupt(format!(
-                    "cow: block {off:#x} holds {size} bytes, the tree uses {need}"
-                )));
-            }
-            None => {
-                return Err(EngineError::Corrupt(format!(
-                    "cow: the tree references block {off:#x}, which is not allocated"
-                )));
-            }
-        }
-    }
-    let mut orphans: Vec<POff<u8>> = allocated.into_keys().map(POff::new).collect();
-    orphans.sort_unstable_by_key(|o| o.raw());
+    let orphans = unreferenced(&ctx, &found.blocks)?;
     let mut th = ctx.alloc.thread()?;
-    let max = th.max_publish_ops().max(8);
     if !orphans.is_empty() || reverted {
-        // The switch back goes with the first frees, atomically: the
-        // newest version's blocks must not be free while the root line
-        // may still point to them. So does clearing the switch record:
-        // the blocks it lists as pending may be among the frees, and a
-        // crash after them must not let the next recovery free them again.
-        let mut first_links = sr_links(line as u64, 0, 0).to_vec();
-        if reverted {
-            first_links.extend(root_links(line as u64, (root, root_crc), (root, root_crc)));
-        }
-        let mut first = true;
-        let mut rest = &orphans[..];
-        while first || !rest.is_empty() {
-            let links: &[Link] = if first { &first_links } else { &[] };
-            let n = rest.len().min(max - links.len());
-            th.publish(&Publish {
-                allocs: &[],
-                frees: &rest[..n],
-                links,
-            })?;
-            rest = &rest[n..];
-            first = false;
-        }
+        free_orphans(
+            &mut *th,
+            line as u64,
+            &orphans,
+            reverted.then_some((root, root_crc)),
+        )?;
     }
     // Every allocated block is now referenced: a fresh switch record with
     // nothing pending, and no garbage collection needed, so that the next
     // recovery takes the fast path. (An empty store that never switched
     // has nothing to record: its walk costs nothing, and opening it
     // writes nothing.)
-    let mut sr_now = (0, 0);
     let untouched = orphans.is_empty() && !reverted && gc == 0 && sr == 0 && root == 0;
-    if !untouched {
-        let new_sr = write_sr(&ctx.pool, ctx.sb.nonce, &mut *th, found.keys, &[], &[]);
-        let mut allocs = Vec::new();
-        let mut links = vec![gc_link(line as u64, 0)];
-        match new_sr {
-            Some((r, c, len)) => {
-                sr_now = (r.off().raw(), len as u64);
-                links.extend(sr_links(line as u64, r.off().raw(), c));
-                allocs.push(r);
-            }
-            None => links.extend(sr_links(line as u64, 0, 0)),
-        }
-        if let Err(e) = th.publish(&Publish {
-            allocs: &allocs,
-            frees: &[],
-            links: &links,
-        }) {
-            cancel_all(&mut *th, allocs);
-            return Err(e.into());
-        }
-    }
+    let sr_now = if untouched {
+        (0, 0)
+    } else {
+        fresh_switch_record(&ctx, &mut *th, line as u64, found.keys)?
+    };
     drop(th);
     let recovery = EngineRecovery {
         replayed: usize::from(reverted),
@@ -176,6 +119,102 @@ pub(crate) fn open(
         recovery.clone(),
     );
     Ok((Box::new(e), recovery))
+}
+
+/// The allocated blocks the walked tree does not reference (garbage of an
+/// earlier switch, or of a switch that crashed), sorted; an error when a
+/// block the tree references (`blocks`: offset, bytes it needs) is not
+/// allocated or is too small.
+fn unreferenced(ctx: &EngineCtx, blocks: &[(u64, u64)]) -> Result<Vec<POff<u8>>> {
+    let mut allocated: HashMap<u64, usize> = HashMap::new();
+    ctx.alloc.for_each_allocated(&mut |off, size| {
+        allocated.insert(off.raw(), size);
+    });
+    for &(off, need) in blocks {
+        match allocated.remove(&off) {
+            Some(size) if size as u64 >= need => {}
+            Some(size) => {
+                return Err(EngineError::Corrupt(format!(
+                    "cow: block {off:#x} holds {size} bytes, the tree uses {need}"
+                )));
+            }
+            None => {
+                return Err(EngineError::Corrupt(format!(
+                    "cow: the tree references block {off:#x}, which is not allocated"
+                )));
+            }
+        }
+    }
+    let mut orphans: Vec<POff<u8>> = allocated.into_keys().map(POff::new).collect();
+    orphans.sort_unstable_by_key(|o| o.raw());
+    Ok(orphans)
+}
+
+/// Frees `orphans` in publishes of at most the allocator's size; the
+/// first also clears the switch record and, when the newest version was
+/// torn, switches the root line back to `reverted_to` (root, checksum).
+fn free_orphans(
+    th: &mut dyn AllocThread,
+    line: u64,
+    orphans: &[POff<u8>],
+    reverted_to: Option<(u64, u32)>,
+) -> Result<()> {
+    let max = th.max_publish_ops().max(8);
+    // The switch back goes with the first frees, atomically: the
+    // newest version's blocks must not be free while the root line
+    // may still point to them. So does clearing the switch record:
+    // the blocks it lists as pending may be among the frees, and a
+    // crash after them must not let the next recovery free them again.
+    let mut first_links = sr_links(line, 0, 0).to_vec();
+    if let Some(r) = reverted_to {
+        first_links.extend(root_links(line, r, r));
+    }
+    let mut first = true;
+    let mut rest = orphans;
+    while first || !rest.is_empty() {
+        let links: &[Link] = if first { &first_links } else { &[] };
+        let n = rest.len().min(max - links.len());
+        th.publish(&Publish {
+            allocs: &[],
+            frees: &rest[..n],
+            links,
+        })?;
+        rest = &rest[n..];
+        first = false;
+    }
+    Ok(())
+}
+
+/// Writes a switch record with nothing pending for a store of `keys`
+/// keys and publishes it with the garbage-collection word cleared;
+/// returns the record's (offset, length), `(0, 0)` when none was needed.
+fn fresh_switch_record(
+    ctx: &EngineCtx,
+    th: &mut dyn AllocThread,
+    line: u64,
+    keys: u64,
+) -> Result<(u64, u64)> {
+    let new_sr = write_sr(&ctx.pool, ctx.sb.nonce, th, keys, &[], &[]);
+    let mut allocs = Vec::new();
+    let mut links = vec![gc_link(line, 0)];
+    let mut sr_now = (0, 0);
+    match new_sr {
+        Some((r, c, len)) => {
+            sr_now = (r.off().raw(), len as u64);
+            links.extend(sr_links(line, r.off().raw(), c));
+            allocs.push(r);
+        }
+        None => links.extend(sr_links(line, 0, 0)),
+    }
+    if let Err(e) = th.publish(&Publish {
+        allocs: &allocs,
+        frees: &[],
+        links: &links,
+    }) {
+        cancel_all(th, allocs);
+        return Err(e.into());
+    }
+    Ok(sr_now)
 }
 
 /// What the fast path of recovery found.

@@ -113,14 +113,34 @@ impl Inp {
             return;
         }
         let leaf: Vec<u8> = bufs.nb[..LEAF_BYTES].to_vec();
-        let Ok(mut bm) = leaf_bitmap(&leaf) else {
+        let Ok(bm) = leaf_bitmap(&leaf) else {
             out.damaged.push(node(format!("bad bitmap; {}", span())));
             return;
         };
+        self.scrub_tuples(n, &leaf, bm, (lo, hi), seen, bufs, out);
+        pace(out.bytes);
+    }
+
+    /// Scrubs the tuples of leaf `n` (its bytes `leaf`, its slots in use
+    /// `bm`; keys in `lo..hi`): each verified, each damaged one recorded
+    /// in `out` by its key when the key's own check vouches for it, else
+    /// by the leaf's key range.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_tuples(
+        &self,
+        n: u64,
+        leaf: &[u8],
+        mut bm: u64,
+        (lo, hi): (Option<&[u8]>, Option<&[u8]>),
+        seen: &mut HashSet<u64>,
+        bufs: &mut Bufs,
+        out: &mut Scrub,
+    ) {
+        let g = &self.geo;
         while bm != 0 {
             let i = bm.trailing_zeros() as usize;
             bm &= bm - 1;
-            let (p, t) = slot(&leaf, i);
+            let (p, t) = slot(leaf, i);
             let stored_key =
                 |bufs: &mut Bufs| g.tuple_key(t, &mut bufs.kbuf).ok().map(<[u8]>::to_vec);
             // A tuple whose key cannot be trusted is known by its leaf:
@@ -176,7 +196,6 @@ impl Inp {
                 }
             }
         }
-        pace(out.bytes);
     }
 
     /// Walks the subtree at `n`; its keys must lie in `lo..hi` and its

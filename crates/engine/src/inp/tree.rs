@@ -65,10 +65,10 @@
 //! to 1 KiB a node still holds at least 6 of them.
 
 use crate::{EngineError, MAX_KEY, MAX_VALUE, Result};
-use ferrite_pmem::Region;
-use std::cmp::Ordering;
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
+use ferrite_pmem::Region;
 use rustc_hash::FxHashMap;
+use std::cmp::Ordering;
 use std::sync::PoisonError;
 
 pub(crate) const SLOTS: usize = 32;
