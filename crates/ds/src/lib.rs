@@ -75,8 +75,8 @@ pub struct Shape {
     pub entries: BTreeMap<u64, Vec<u8>>,
     /// Every block the structure references: (pool offset, bytes it needs).
     pub blocks: Vec<(u64, u64)>,
-    /// Records whose checksum fails (structures that checksum their
-    /// records: the skiplist): (key, what), not in `entries`.
+    /// Records whose checksum fails: (key as stored, what), not in
+    /// `entries`.
     pub damaged: Vec<(u64, String)>,
 }
 
@@ -210,25 +210,6 @@ pub(crate) fn peek(txp: &TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
     let mut v = vec![0u8; n];
     txp.read(off, &mut v)?;
     Ok(v)
-}
-
-/// Checks the header magic of a structure and returns the header bytes
-/// (the hash map and byte map, whose headers have no version yet; see
-/// [`Header`] for the others).
-pub(crate) fn header_bytes(
-    txp: &TxPool,
-    header: u64,
-    magic: &[u8; 8],
-    n: usize,
-) -> Result<Vec<u8>> {
-    let h = peek(txp, header, n)?;
-    if &h[0..8] != magic {
-        return Err(TxError::Corrupt(format!(
-            "no {} at {header:#x}",
-            String::from_utf8_lossy(magic)
-        )));
-    }
-    Ok(h)
 }
 
 /// Format version 2 of the rbtree, skiplist and B+tree headers: the first
