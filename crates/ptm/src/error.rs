@@ -36,6 +36,32 @@ pub enum PtmError {
     /// The body asked to roll back ([`crate::Tx::abort`]).
     #[error("transaction aborted by its body (code {code})")]
     Aborted { code: u64 },
+    /// A record of a structure built on the PTM ([`crate::ds`]) failed its
+    /// checksum: its bytes changed since the transaction that wrote it.
+    #[error("{structure} record key {key}: {what}")]
+    CorruptRecord {
+        /// `ptm hash`, `ptm bptree` or `ptm rbtree`.
+        structure: &'static str,
+        /// The key looked up (or, from a walk, the key as stored).
+        key: u64,
+        /// What failed (which check).
+        what: String,
+    },
+    /// A structure's header has a format version this build does not
+    /// read (an older one has no record checksums).
+    #[error(
+        "{structure} header at {at:#x}: format version {found}, this build reads {supported} (recreate the structure)"
+    )]
+    StructureVersion {
+        /// `ptm hash`, `ptm bptree` or `ptm rbtree`.
+        structure: &'static str,
+        /// Pool offset of the header.
+        at: u64,
+        /// The version word found.
+        found: u64,
+        /// The version this build writes and reads.
+        supported: u64,
+    },
     /// A transaction kept conflicting past the retry limit.
     #[error("transaction gave up after {0} conflicting attempts")]
     Starved(u64),
