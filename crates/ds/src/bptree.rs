@@ -126,6 +126,7 @@ use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_arg
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The header's magic.
 pub const MAGIC: [u8; 8] = *b"FERRBPTR";
 /// Bytes of a key.
 pub const KEY: usize = 32;
@@ -184,6 +185,7 @@ pub static REMOVE: TxFunc = TxFunc {
     body: tx_remove,
 };
 
+/// The B+tree's transaction functions (register them to open one).
 pub static FUNCS: [&TxFunc; 3] = [&CREATE, &INSERT, &REMOVE];
 
 /// The 32-byte key of `k`.
@@ -1153,6 +1155,7 @@ impl<'p> BpTree<'p> {
         BpTree::open(th.pool(), h)
     }
 
+    /// Opens the tree whose header is at `header`, verifying its frame (magic, checksum, version: an older one is [`TxError::HeaderVersion`]).
     pub fn open(txp: &'p TxPool, header: u64) -> Result<BpTree<'p>> {
         let h = HEADER.read(txp, header)?;
         let (fanout, value_len) = (le(&h, H_FANOUT as usize), le(&h, H_VALUE_LEN) as usize);

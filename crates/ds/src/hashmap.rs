@@ -79,6 +79,7 @@ use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 
+/// The header's magic.
 pub const MAGIC: [u8; 8] = *b"FERRHMAP";
 /// This build's header version: 3, the first with record checksums.
 pub const VERSION: u16 = 3;
@@ -634,5 +635,116 @@ impl KvMap for HashMap<'_> {
 
     fn value_len(&self) -> usize {
         self.value_len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_pmem::{Domain, Pool, PoolOptions};
+    use ferrite_tx::{Strategy, TxOptions};
+    use std::time::Instant;
+
+    impl HashMap<'_> {
+        /// [`KvMap::get`] without any check (links masked, no key or
+        /// record check): what a lookup cost before the checksums, to
+        /// measure their cost in the same run.
+        fn get_unverified(&self, key: u64) -> Result<Option<Vec<u8>>> {
+            let _g = self.lock_of(key).read();
+            let t = self.txp;
+            let off = |w: u64| w & ((1 << LINK_BITS) - 1);
+            let (s, _) = slot_of(key, self.subs, 1);
+            let sub = off(t.read_u64(self.header + HDR + 8 * s)?);
+            let nb = t.read_u64(sub + 8)?;
+            let table = t.read_u64(sub + 16)?;
+            let mut e = off(t.read_u64(table + 8 * (mix64(key) & (nb - 1)))?);
+            while e != 0 {
+                if t.read_u64(e)? == key {
+                    let mut v = vec![0u8; self.value_len];
+                    t.read(e + ENTRY_HDR, &mut v)?;
+                    return Ok(Some(v));
+                }
+                e = off(t.read_u64(e + E_NEXT)?);
+            }
+            Ok(None)
+        }
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    }
+
+    /// The cost of verification on point reads (same run: `get` against
+    /// the unverified walk, interleaved rounds, medians of 7) and the
+    /// share of an insert spent computing its checks (the checksum work
+    /// an insert does, timed alone, against whole inserts). Run with
+    /// `cargo test --release -p ferrite-ds --lib verification_cost --
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: run it in --release"]
+    fn verification_cost() {
+        const N: u64 = 50_000;
+        let pool = Pool::create_in_memory(&PoolOptions::new("cost", 256 << 20).domain(Domain::Adr))
+            .unwrap();
+        let txp = TxPool::create(
+            &pool,
+            &TxOptions::new(Strategy::Undo).slots(2),
+            crate::registry(),
+        )
+        .unwrap();
+        let mut th = txp.thread().unwrap();
+        let map = HashMap::create(&mut th, DsOptions::default()).unwrap();
+        let v = vec![7u8; 256];
+        let mut ins = Vec::new();
+        for round in 0..7u64 {
+            let t = Instant::now();
+            for k in 0..N / 7 {
+                map.insert(&mut th, round * N + k, &v).unwrap();
+            }
+            ins.push(t.elapsed().as_nanos() as f64 / (N / 7) as f64);
+        }
+        let keys: Vec<u64> = (0..7u64)
+            .flat_map(|r| (0..N / 7).map(move |k| r * N + k))
+            .collect();
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..7 {
+            let t = Instant::now();
+            for &k in &keys {
+                std::hint::black_box(map.get(k).unwrap());
+            }
+            with.push(t.elapsed().as_nanos() as f64 / keys.len() as f64);
+            let t = Instant::now();
+            for &k in &keys {
+                std::hint::black_box(map.get_unverified(k).unwrap());
+            }
+            without.push(t.elapsed().as_nanos() as f64 / keys.len() as f64);
+        }
+        // The checks an insert of a new key computes: the sub-map header's
+        // and the bucket link's verification, the key and record checks,
+        // two link words.
+        let nonce = map.nonce;
+        let mut work = Vec::new();
+        for _ in 0..7 {
+            let t = Instant::now();
+            for &k in &keys {
+                std::hint::black_box(sub_crc(nonce, 16, k));
+                std::hint::black_box(link_check(nonce, k));
+                std::hint::black_box(key_crc(nonce, k));
+                std::hint::black_box(record_crc(nonce, k, &v));
+                std::hint::black_box(enc_link(nonce, k & 0xffff_ffff));
+                std::hint::black_box(enc_link(nonce, (k + 1) & 0xffff_ffff));
+            }
+            work.push(t.elapsed().as_nanos() as f64 / keys.len() as f64);
+        }
+        let (w, wo, i, c) = (median(with), median(without), median(ins), median(work));
+        println!(
+            "hashmap get: {w:.1} ns verified, {wo:.1} ns unverified: +{:.1} %",
+            100.0 * (w - wo) / wo
+        );
+        println!(
+            "hashmap insert (undo): {i:.1} ns, of which checksum work {c:.1} ns: {:.1} %",
+            100.0 * c / i
+        );
     }
 }

@@ -28,7 +28,9 @@ pub enum DsFinding {
     Root(String),
     /// The structure does not open, or its walk breaks an invariant.
     Walk {
+        /// The structure's name (a [`Structure`]'s, or `bytemap`).
         structure: &'static str,
+        /// What is wrong, naming the record, block or sub-map.
         what: String,
     },
     /// Its blocks against the heap's.
@@ -44,6 +46,7 @@ impl DsFinding {
         }
     }
 
+    /// The finding's kind in the deep check's report: `ds-walk`, `ds-root`, or the heap finding's.
     pub fn kind(&self) -> &'static str {
         match self {
             DsFinding::Walk { .. } => "ds-walk",
@@ -73,9 +76,11 @@ pub struct DsCheck {
     pub structure: Option<&'static str>,
     /// The root word (0 when none).
     pub root: u64,
+    /// What is wrong with the structure (its walk, its blocks against the heap's).
     pub findings: Vec<DsFinding>,
     /// Keys and blocks the walk found.
     pub keys: usize,
+    /// Blocks the walk reached.
     pub blocks: usize,
     /// Blocks the heap has allocated.
     pub allocated: usize,
