@@ -123,7 +123,10 @@ pub static FUNCS: [&TxFunc; 3] = [&CREATE, &APPLY, &REHASH];
 /// An entry's header check (bytes 24..28): `hash` (bytes 0..8) then the
 /// lengths (bytes 16..24), keyed by `nonce`.
 pub fn head_crc(nonce: u64, hd: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c_append(seed(nonce), &hd[0..8]), &hd[16..24])
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&hd[0..8]);
+    b[8..].copy_from_slice(&hd[16..24]);
+    crc32c::crc32c_append(seed(nonce), &b)
 }
 
 /// An entry's record check (bytes 28..32): its header check's input, then

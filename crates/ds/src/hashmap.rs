@@ -131,20 +131,40 @@ fn p64(off: u64) -> POff<u64> {
     POff::new(off)
 }
 
+/// CRC-16/CCITT (polynomial 0x1021, MSB first) of one byte, for
+/// [`link_check`]'s table.
+const fn crc16_byte(b: u8) -> u16 {
+    let mut crc = (b as u16) << 8;
+    let mut i = 0;
+    while i < 8 {
+        crc = if crc & 0x8000 != 0 {
+            (crc << 1) ^ 0x1021
+        } else {
+            crc << 1
+        };
+        i += 1;
+    }
+    crc
+}
+
+/// [`crc16_byte`] of every byte.
+const CRC16_TABLE: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = crc16_byte(i as u8);
+        i += 1;
+    }
+    t
+};
+
 /// The CRC-16 (CCITT polynomial 0x1021) of a link's six offset bytes,
 /// starting from the low 16 bits of `nonce`: a link word's bits 48..64.
-/// Bitwise (48 steps): links are read a few at a time.
+/// Table-driven (a lookup per byte): lookups read a few links each.
 pub fn link_check(nonce: u64, off: u64) -> u16 {
     let mut crc = nonce as u16;
     for byte in &off.to_le_bytes()[..6] {
-        crc ^= u16::from(*byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
+        crc = (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ *byte)];
     }
     crc
 }
@@ -179,26 +199,28 @@ pub(crate) fn link_at(txp: &TxPool, nonce: u64, at: u64, name: &str) -> Result<u
 }
 
 /// The CRC32C seed of a structure: `crc32c(nonce)`.
-pub(crate) fn seed(nonce: u64) -> u32 {
+pub fn seed(nonce: u64) -> u32 {
     crc32c::crc32c(&nonce.to_le_bytes())
 }
 
-/// A sub-map header's checksum (bytes 24..28): `nbuckets` and `table`.
-pub fn sub_crc(nonce: u64, nb: u64, table: u64) -> u32 {
+/// A sub-map header's checksum (bytes 24..28): `nbuckets` and `table`,
+/// from the map's `seed` ([`seed`] of its nonce).
+pub fn sub_crc(seed: u32, nb: u64, table: u64) -> u32 {
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&nb.to_le_bytes());
     b[8..].copy_from_slice(&table.to_le_bytes());
-    crc32c::crc32c_append(seed(nonce), &b)
+    crc32c::crc32c_append(seed, &b)
 }
 
-/// An entry's key check (bytes 16..20).
-pub fn key_crc(nonce: u64, key: u64) -> u32 {
-    crc32c::crc32c_append(seed(nonce), &key.to_le_bytes())
+/// An entry's key check (bytes 16..20), from the map's `seed`.
+pub fn key_crc(seed: u32, key: u64) -> u32 {
+    crc32c::crc32c_append(seed, &key.to_le_bytes())
 }
 
-/// An entry's record check (bytes 20..24): the key, then the value.
-pub fn record_crc(nonce: u64, key: u64, value: &[u8]) -> u32 {
-    crc32c::crc32c_append(key_crc(nonce, key), value)
+/// An entry's record check (bytes 20..24): the key, then the value, from
+/// the map's `seed`.
+pub fn record_crc(seed: u32, key: u64, value: &[u8]) -> u32 {
+    crc32c::crc32c_append(key_crc(seed, key), value)
 }
 
 /// The nonce of the map whose header block is at `header`: derived from
@@ -228,7 +250,7 @@ pub(crate) fn sub_at(txp: &TxPool, nonce: u64, sub: u64) -> Result<(u64, u64, u6
 fn decode_sub(nonce: u64, sub: u64, b: &[u8; 32]) -> Result<(u64, u64, u64)> {
     let (count, nb, table) = (le(b, 0), le(b, 8), le(b, 16));
     let crc = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
-    if crc != sub_crc(nonce, nb, table) || !nb.is_power_of_two() {
+    if crc != sub_crc(seed(nonce), nb, table) || !nb.is_power_of_two() {
         return Err(TxError::Corrupt(format!(
             "sub-map header at {sub:#x} damaged (checksum)"
         )));
@@ -270,7 +292,7 @@ pub(crate) fn create_tables(
         let mut sb = [0u8; SUB];
         sb[8..16].copy_from_slice(&buckets.to_le_bytes());
         sb[16..24].copy_from_slice(&t.raw().to_le_bytes());
-        sb[24..28].copy_from_slice(&sub_crc(nonce, buckets, t.raw()).to_le_bytes());
+        sb[24..28].copy_from_slice(&sub_crc(seed(nonce), buckets, t.raw()).to_le_bytes());
         tx.write(s, &sb)?;
         hb[64 + 8 * i..72 + 8 * i].copy_from_slice(&enc_link(nonce, s.raw()).to_le_bytes());
     }
@@ -315,10 +337,10 @@ fn sub_of(tx: &mut Tx<'_, '_>, header: u64, key: u64) -> Result<(u64, u64, u64, 
 
 /// The entry's key after checking its key check: `Corrupt` naming `key`
 /// (the key looked up) when the entry is damaged.
-fn checked_key(nonce: u64, e: u64, hd: &[u8; 24], key: u64) -> Result<u64> {
+fn checked_key(seed: u32, e: u64, hd: &[u8; 24], key: u64) -> Result<u64> {
     let k = le(hd, 0);
     let kcrc = u32::from_le_bytes(hd[E_KCRC as usize..E_RCRC as usize].try_into().expect("4"));
-    if kcrc != key_crc(nonce, k) {
+    if kcrc != key_crc(seed, k) {
         return Err(TxError::Corrupt(format!(
             "hashmap record key {key}: entry at {e:#x} on its chain damaged (key checksum)"
         )));
@@ -336,11 +358,11 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     while e != 0 {
         let mut hd = [0u8; ENTRY_HDR as usize];
         tx.read(p64(e), &mut hd)?;
-        if checked_key(nonce, e, &hd, key)? == key {
+        if checked_key(seed(nonce), e, &hd, key)? == key {
             tx.write(p64(e + ENTRY_HDR), value)?;
             tx.write(
                 POff::<u8>::new(e + E_RCRC),
-                &record_crc(nonce, key, value).to_le_bytes(),
+                &record_crc(seed(nonce), key, value).to_le_bytes(),
             )?;
             return Ok(0);
         }
@@ -350,8 +372,8 @@ fn tx_insert(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut eb = Vec::with_capacity(ENTRY_HDR as usize + value.len());
     eb.extend_from_slice(&key.to_le_bytes());
     eb.extend_from_slice(&enc_link(nonce, head).to_le_bytes());
-    eb.extend_from_slice(&key_crc(nonce, key).to_le_bytes());
-    eb.extend_from_slice(&record_crc(nonce, key, value).to_le_bytes());
+    eb.extend_from_slice(&key_crc(seed(nonce), key).to_le_bytes());
+    eb.extend_from_slice(&record_crc(seed(nonce), key, value).to_le_bytes());
     eb.extend_from_slice(value);
     tx.write(n, &eb)?;
     tx.write_u64(p64(table + 8 * b), enc_link(nonce, n.raw()))?;
@@ -387,7 +409,7 @@ pub(crate) fn rehash(tx: &mut Tx<'_, '_>, nonce: u64, sub: u64, nb: u64, table: 
     let mut b = [0u8; 20];
     b[0..8].copy_from_slice(&nb2.to_le_bytes());
     b[8..16].copy_from_slice(&t2.raw().to_le_bytes());
-    b[16..20].copy_from_slice(&sub_crc(nonce, nb2, t2.raw()).to_le_bytes());
+    b[16..20].copy_from_slice(&sub_crc(seed(nonce), nb2, t2.raw()).to_le_bytes());
     tx.write(POff::<u8>::new(sub + 8), &b)?;
     tx.free(POff::new(table))?;
     Ok(())
@@ -465,7 +487,7 @@ fn tx_remove(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
         tx.read(p64(e), &mut hd)?;
         let next_word = le(&hd, 8);
         let next = dec_link(nonce, next_word, e + E_NEXT, "hashmap")?;
-        if checked_key(nonce, e, &hd, key)? == key {
+        if checked_key(seed(nonce), e, &hd, key)? == key {
             let count = count
                 .checked_sub(1)
                 .ok_or_else(|| TxError::Corrupt(format!("hashmap sub-map {sub:#x}: count 0")))?;
@@ -486,6 +508,8 @@ pub struct HashMap<'p> {
     header: u64,
     subs: u64,
     nonce: u64,
+    /// [`seed`] of `nonce`.
+    seed: u32,
     value_len: usize,
     locks: Vec<RwLock<()>>,
 }
@@ -524,6 +548,7 @@ impl<'p> HashMap<'p> {
             header,
             subs,
             nonce: le(&h, H_NONCE),
+            seed: seed(le(&h, H_NONCE)),
             value_len,
             locks: (0..subs).map(|_| RwLock::new(())).collect(),
         })
@@ -566,11 +591,11 @@ impl KvMap for HashMap<'_> {
         let mut hd = [0u8; ENTRY_HDR as usize];
         while e != 0 {
             t.read(e, &mut hd)?;
-            if checked_key(nonce, e, &hd, key)? == key {
+            if checked_key(self.seed, e, &hd, key)? == key {
                 let mut v = vec![0u8; self.value_len];
                 t.read(e + ENTRY_HDR, &mut v)?;
                 if u32::from_le_bytes(hd[20..24].try_into().expect("4 bytes"))
-                    != record_crc(nonce, key, &v)
+                    != record_crc(self.seed, key, &v)
                 {
                     return Err(TxError::Corrupt(format!(
                         "hashmap record key {key}: checksum mismatch"
@@ -604,7 +629,8 @@ impl KvMap for HashMap<'_> {
                 let mut hd = [0u8; ENTRY_HDR as usize];
                 t.read(e, &mut hd).map_err(|e| e.to_string())?;
                 let k = le(&hd, 0);
-                if u32::from_le_bytes(hd[16..20].try_into().expect("4 bytes")) != key_crc(nonce, k)
+                if u32::from_le_bytes(hd[16..20].try_into().expect("4 bytes"))
+                    != key_crc(seed(nonce), k)
                 {
                     damaged.push((k, format!("key checksum mismatch (entry at {e:#x})")));
                     return Ok(());
@@ -615,7 +641,7 @@ impl KvMap for HashMap<'_> {
                 let mut v = vec![0u8; self.value_len];
                 t.read(e + ENTRY_HDR, &mut v).map_err(|e| e.to_string())?;
                 if u32::from_le_bytes(hd[20..24].try_into().expect("4 bytes"))
-                    != record_crc(nonce, k, &v)
+                    != record_crc(seed(nonce), k, &v)
                 {
                     damaged.push((k, "checksum mismatch".into()));
                 } else if entries.insert(k, v).is_some() {
@@ -728,10 +754,10 @@ mod tests {
         for _ in 0..7 {
             let t = Instant::now();
             for &k in &keys {
-                std::hint::black_box(sub_crc(nonce, 16, k));
+                std::hint::black_box(sub_crc(seed(nonce), 16, k));
                 std::hint::black_box(link_check(nonce, k));
-                std::hint::black_box(key_crc(nonce, k));
-                std::hint::black_box(record_crc(nonce, k, &v));
+                std::hint::black_box(key_crc(seed(nonce), k));
+                std::hint::black_box(record_crc(seed(nonce), k, &v));
                 std::hint::black_box(enc_link(nonce, k & 0xffff_ffff));
                 std::hint::black_box(enc_link(nonce, (k + 1) & 0xffff_ffff));
             }
