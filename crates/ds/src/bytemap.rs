@@ -735,6 +735,110 @@ impl<'p> ByteMap<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl ByteMap<'_> {
+        /// [`ByteMap::get_into`] without any check (links masked, no
+        /// header or record check): what a lookup cost before the
+        /// checksums, to measure their cost in the same run.
+        fn get_unverified(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+            out.clear();
+            let _g = self.locks[self.sub_index(key)].read();
+            let t = self.txp;
+            let off = |w: u64| w & ((1 << 48) - 1);
+            let h = hash_bytes(key);
+            let sub = off(t.read_u64(self.header + HDR + 8 * slot_of(h, self.subs, 1).0)?);
+            let (nb, table) = (t.read_u64(sub + 8)?, t.read_u64(sub + 16)?);
+            let mut e = off(t.read_u64(table + 8 * slot_of(h, self.subs, nb).1)?);
+            while e != 0 {
+                let lens = t.read_u64(e + E_LENS)?;
+                let (klen, vlen) = ((lens as u32) as usize, (lens >> 32) as usize);
+                if t.read_u64(e)? == h && klen == key.len() {
+                    out.resize(klen, 0);
+                    t.read(e + ENTRY_HDR, out)?;
+                    if out == key {
+                        out.resize(vlen, 0);
+                        t.read(e + ENTRY_HDR + klen as u64, out)?;
+                        return Ok(true);
+                    }
+                }
+                e = off(t.read_u64(e + E_NEXT)?);
+            }
+            Ok(false)
+        }
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    }
+
+    /// The cost of verification on byte map point reads (same run:
+    /// `get_into` against the unverified walk, interleaved rounds,
+    /// medians of 7; 16-byte keys, 256-byte values) and the share of a
+    /// put spent computing its checks. Run with `cargo test --release -p
+    /// ferrite-ds --lib verification_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: run it in --release"]
+    fn verification_cost() {
+        const N: usize = 50_000;
+        let pool = Pool::create_in_memory(&PoolOptions::new("cost", 256 << 20).domain(Domain::Adr))
+            .unwrap();
+        let txp =
+            TxPool::create(&pool, &TxOptions::new(Strategy::Undo).slots(2), registry()).unwrap();
+        let mut th = txp.thread().unwrap();
+        let map = ByteMap::create(&mut th, 256, 16).unwrap();
+        let v = vec![7u8; 256];
+        let keys: Vec<Vec<u8>> = (0..N)
+            .map(|i| format!("key-{i:012}").into_bytes())
+            .collect();
+        let mut puts = Vec::new();
+        for chunk in keys.chunks(N / 7) {
+            let t = std::time::Instant::now();
+            for k in chunk {
+                map.put(&mut th, k, &v).unwrap();
+            }
+            puts.push(t.elapsed().as_nanos() as f64 / chunk.len() as f64);
+        }
+        let (mut with, mut without, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..7 {
+            let t = std::time::Instant::now();
+            for k in &keys {
+                assert!(map.get_into(k, &mut out).unwrap());
+            }
+            with.push(t.elapsed().as_nanos() as f64 / N as f64);
+            let t = std::time::Instant::now();
+            for k in &keys {
+                assert!(map.get_unverified(k, &mut out).unwrap());
+            }
+            without.push(t.elapsed().as_nanos() as f64 / N as f64);
+        }
+        // A put's checks: the header and record checks of its fresh
+        // entry, and the links and sub-map header it verifies and writes.
+        let mut work = Vec::new();
+        let hd = [1u8; ENTRY_HDR as usize];
+        for _ in 0..7 {
+            let t = std::time::Instant::now();
+            for (i, k) in keys.iter().enumerate() {
+                let i = i as u64;
+                std::hint::black_box(head_crc(map.nonce, &hd));
+                std::hint::black_box(record_crc(map.nonce, &hd, k, &v));
+                std::hint::black_box(crate::hashmap::sub_crc(seed(map.nonce), 16, i));
+                std::hint::black_box(enc_link(map.nonce, i));
+                std::hint::black_box(enc_link(map.nonce, i + 1));
+                std::hint::black_box(crate::hashmap::link_check(map.nonce, i + 2));
+            }
+            work.push(t.elapsed().as_nanos() as f64 / N as f64);
+        }
+        let (w, wo, p, c) = (median(with), median(without), median(puts), median(work));
+        println!(
+            "bytemap get: {w:.1} ns verified, {wo:.1} ns unverified: +{:.1} %",
+            100.0 * (w - wo) / wo
+        );
+        println!(
+            "bytemap put (undo): {p:.1} ns, of which checksum work {c:.1} ns: {:.1} %",
+            100.0 * c / p
+        );
+    }
     use ferrite_alloc::PAllocator;
     use ferrite_pmem::{Domain, Pool, PoolOptions};
     use ferrite_tx::{Registry, Strategy, TxOptions};
