@@ -8,18 +8,32 @@
 //!
 //! # On-media format (pool offsets, little-endian)
 //!
-//! The header and sub-map headers are the hash map's (see
-//! [`crate::hashmap`]) with magic `FERRBMAP` and value_len 0. An entry is
-//! one block of `24 + K + V` bytes:
+//! The header, sub-map headers and link words are the hash map's (see
+//! [`crate::hashmap`]: version [`VERSION`] = 3, every link checked, every
+//! checksum keyed by the header's `nonce`) with magic `FERRBMAP` and
+//! value_len 0. An entry is one block of `32 + K + V` bytes:
 //!
 //! | bytes        | field                                                  |
 //! |--------------|--------------------------------------------------------|
 //! | 0..8         | `hash`: [`hash_bytes`] of the key                      |
-//! | 8..16        | `next`: pool offset of the bucket's next entry, 0 = last |
+//! | 8..16        | `next`: link word to the bucket's next entry           |
 //! | 16..20       | `K`: key length, u32 (1..=[`MAX_KEY`])                 |
 //! | 20..24       | `V`: value length, u32                                 |
-//! | 24..24+K     | key bytes                                              |
-//! | 24+K..24+K+V | value bytes                                            |
+//! | 24..28       | header check: CRC32C of bytes 0..8 then 16..24, keyed by `nonce` ([`head_crc`]) |
+//! | 28..32       | record check: CRC32C of bytes 0..8, 16..24, the key and the value, keyed by `nonce` ([`record_crc`]) |
+//! | 32..32+K     | key bytes                                              |
+//! | 32+K..32+K+V | value bytes                                            |
+//!
+//! Both checks are written with the entry (entries are never written in
+//! place: see Writes) and never change; relinking writes only `next`,
+//! which the link's own check covers. A lookup verifies the header check
+//! of every entry it passes (a damaged hash or length could otherwise
+//! make a present key look absent), the record check of an entry whose
+//! hash and length match (of the one it returns, and of one whose key
+//! bytes then differ: a damaged key), and every link;
+//! a failure is [`TxError::Corrupt`] naming the key looked up. A scan
+//! verifies every entry it reads. [`ByteMap::shape`] lists every damaged
+//! entry in [`ByteShape::damaged`].
 //!
 //! `hash` plays the hash map's key word: `mix64(hash)` picks the sub-map
 //! (top bits) and the bucket (low bits), and a rehash moves entries by it
@@ -43,25 +57,42 @@
 //!
 //! # Invariants (checked by [`ByteMap::shape`])
 //!
-//! Every entry reachable from bucket `b` of sub-map `s` has a hash that
+//! Every link's check and every sub-map header's checksum hold; every
+//! entry reachable from bucket `b` of sub-map `s` has a hash that
 //! selects `s` and `b`, and `hash` is the hash of its key; keys are unique;
 //! `count` is the number of reachable entries; chains end; every
 //! referenced block is allocated and large enough for its lengths.
 
-use crate::hashmap::{HDR, create_tables, need, rehash, slot_of, walk_tables};
+use crate::hashmap::{
+    H_NONCE, H_SUBS, H_VALUE_LEN, HDR, create_tables, dec_link, enc_link, link_at, need, rehash,
+    seed, slot_of, sub_at, tx_header, tx_link, tx_sub, walk_tables,
+};
 use crate::le;
 use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 
+/// The header's magic.
 pub const MAGIC: [u8; 8] = *b"FERRBMAP";
+/// This build's header version: 3, the first with record checksums (the
+/// hash map's frame).
+pub const VERSION: u16 = 3;
 /// Longest key.
 pub const MAX_KEY: usize = 4096;
 /// Bytes of an entry before its key.
-pub const ENTRY_HDR: u64 = 24;
+pub const ENTRY_HDR: u64 = 32;
 const E_NEXT: u64 = 8;
 const E_LENS: u64 = 16;
+const E_HCRC: usize = 24;
+const E_RCRC: usize = 28;
+/// The header's framing (no word of it changes in place).
+const HEADER: crate::Header = crate::Header {
+    magic: MAGIC,
+    name: "bytemap",
+    mutable: 60..60,
+    version: VERSION,
+};
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
 
@@ -86,7 +117,28 @@ pub static REHASH: TxFunc = TxFunc {
     body: tx_rehash,
 };
 
+/// The byte map's transaction functions (register them to open one).
 pub static FUNCS: [&TxFunc; 3] = [&CREATE, &APPLY, &REHASH];
+
+/// An entry's header check (bytes 24..28): `hash` (bytes 0..8) then the
+/// lengths (bytes 16..24), keyed by `nonce`.
+pub fn head_crc(nonce: u64, hd: &[u8]) -> u32 {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&hd[0..8]);
+    b[8..].copy_from_slice(&hd[16..24]);
+    crc32c::crc32c_append(seed(nonce), &b)
+}
+
+/// An entry's record check (bytes 28..32): its header check's input, then
+/// the key, then the value.
+pub fn record_crc(nonce: u64, hd: &[u8], key: &[u8], value: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c_append(head_crc(nonce, hd), key), value)
+}
+
+/// The u32 at byte `i` of `b`.
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
 
 /// 64-bit FNV-1a of the key, then a finaliser (the table mixes it again
 /// with `mix64`). Part of the format: recovery and every open must agree.
@@ -178,17 +230,35 @@ fn decode_ops(b: &[u8]) -> Result<Vec<OpRef<'_>>> {
 }
 
 fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
-    let h = create_tables(tx, &MAGIC, inp.arg_u64(0), inp.arg_u64(1), 0)?;
+    let h = create_tables(tx, &HEADER, inp.arg_u64(0), inp.arg_u64(1), 0)?;
     tx.set_root(h.raw())?;
     Ok(h.raw())
 }
 
 /// Sub-map header offset, count, buckets and table of hash `h`.
-fn sub_of(tx: &mut Tx<'_, '_>, header: u64, subs: u64, h: u64) -> Result<(u64, u64, u64, u64)> {
-    let sub = tx.read_u64(p64(header + HDR + 8 * slot_of(h, subs, 1).0))?;
-    let mut b = [0u8; 24];
-    tx.read(p64(sub), &mut b)?;
-    Ok((sub, le(&b, 0), le(&b, 8), le(&b, 16)))
+fn sub_of(
+    tx: &mut Tx<'_, '_>,
+    header: u64,
+    subs: u64,
+    nonce: u64,
+    h: u64,
+) -> Result<(u64, u64, u64, u64)> {
+    let sub = tx_link(
+        tx,
+        nonce,
+        header + HDR + 8 * slot_of(h, subs, 1).0,
+        "bytemap",
+    )?;
+    let (count, nb, table) = tx_sub(tx, nonce, sub)?;
+    Ok((sub, count, nb, table))
+}
+
+/// The error for a damaged entry met while looking `key` up.
+fn damaged(key: &[u8], e: u64, what: &str) -> TxError {
+    TxError::Corrupt(format!(
+        "bytemap record key {}: entry at {e:#x} {what}",
+        String::from_utf8_lossy(key)
+    ))
 }
 
 /// Where a key is in its chain.
@@ -196,17 +266,25 @@ struct Found {
     /// The word pointing at the entry (a bucket or the previous `next`).
     link: u64,
     entry: u64,
+    /// The entry's `next` link word, as stored.
     next: u64,
 }
 
-/// Walks the chain starting at bucket word `bucket` for `key` (hash `h`).
-fn find(tx: &mut Tx<'_, '_>, bucket: u64, h: u64, key: &[u8]) -> Result<Option<Found>> {
+/// Walks the chain starting at bucket word `bucket` for `key` (hash `h`),
+/// verifying what it passes as [`ByteMap::get_into`] does.
+fn find(tx: &mut Tx<'_, '_>, nonce: u64, bucket: u64, h: u64, key: &[u8]) -> Result<Option<Found>> {
     let mut link = bucket;
-    let mut e = tx.read_u64(p64(link))?;
+    let mut e = tx_link(tx, nonce, link, "bytemap")?;
     let mut kbuf = Vec::new();
     while e != 0 {
-        let next = tx.read_u64(p64(e + E_NEXT))?;
-        if tx.read_u64(p64(e))? == h && tx.read_u64(p64(e + E_LENS))? as u32 as usize == key.len() {
+        let mut hd = [0u8; ENTRY_HDR as usize];
+        tx.read(p64(e), &mut hd)?;
+        if u32_at(&hd, E_HCRC) != head_crc(nonce, &hd) {
+            return Err(damaged(key, e, "damaged (header checksum)"));
+        }
+        let next = le(&hd, E_NEXT as usize);
+        dec_link(nonce, next, e + E_NEXT, "bytemap")?;
+        if le(&hd, 0) == h && u32_at(&hd, E_LENS as usize) as usize == key.len() {
             kbuf.resize(key.len(), 0);
             tx.read(POff::<u8>::new(e + ENTRY_HDR), &mut kbuf)?;
             if kbuf == key {
@@ -216,9 +294,17 @@ fn find(tx: &mut Tx<'_, '_>, bucket: u64, h: u64, key: &[u8]) -> Result<Option<F
                     next,
                 }));
             }
+            // Same hash and length, other bytes: a collision, or this
+            // key's entry with a damaged key byte.
+            let vlen = u32_at(&hd, E_LENS as usize + 4) as usize;
+            let mut v = vec![0u8; vlen];
+            tx.read(POff::<u8>::new(e + ENTRY_HDR + key.len() as u64), &mut v)?;
+            if u32_at(&hd, E_RCRC) != record_crc(nonce, &hd, &kbuf, &v) {
+                return Err(damaged(key, e, "damaged (record checksum)"));
+            }
         }
         link = e + E_NEXT;
-        e = next;
+        e = dec_link(nonce, next, e + E_NEXT, "bytemap")?;
     }
     Ok(None)
 }
@@ -226,7 +312,7 @@ fn find(tx: &mut Tx<'_, '_>, bucket: u64, h: u64, key: &[u8]) -> Result<Option<F
 fn tx_apply(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let header = inp.arg_u64(0);
     let ops = decode_ops(inp.buf(0))?;
-    let subs = tx.read_u64(p64(header + 8))?;
+    let (subs, nonce) = tx_header(tx, header)?;
     // Phase 1: every new entry, in fresh blocks. Nothing that exists has
     // been written yet, so a failure here (a full heap) aborts cleanly.
     let mut fresh = Vec::new();
@@ -237,6 +323,10 @@ fn tx_apply(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
             hd[0..8].copy_from_slice(&hash_bytes(op.key).to_le_bytes());
             hd[16..20].copy_from_slice(&(op.key.len() as u32).to_le_bytes());
             hd[20..24].copy_from_slice(&(v.len() as u32).to_le_bytes());
+            let (hcrc, rcrc) = (head_crc(nonce, &hd), record_crc(nonce, &hd, op.key, v));
+            hd[E_HCRC..E_HCRC + 4].copy_from_slice(&hcrc.to_le_bytes());
+            hd[E_RCRC..E_RCRC + 4].copy_from_slice(&rcrc.to_le_bytes());
+            // `next` is written in phase 2, with its check.
             tx.write(e, &hd)?;
             tx.write(POff::<u8>::new(e.raw() + ENTRY_HDR), op.key)?;
             tx.write(
@@ -251,9 +341,9 @@ fn tx_apply(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let mut present = 0;
     for op in &ops {
         let h = hash_bytes(op.key);
-        let (sub, count, nb, table) = sub_of(tx, header, subs, h)?;
+        let (sub, count, nb, table) = sub_of(tx, header, subs, nonce, h)?;
         let bucket = table + 8 * slot_of(h, subs, nb).1;
-        let found = find(tx, bucket, h, op.key)?;
+        let found = find(tx, nonce, bucket, h, op.key)?;
         present += u64::from(found.is_some());
         match (op.value, found) {
             (Some(_), found) => {
@@ -261,13 +351,14 @@ fn tx_apply(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
                 match found {
                     Some(f) => {
                         tx.write_u64(p64(n + E_NEXT), f.next)?;
-                        tx.write_u64(p64(f.link), n)?;
+                        tx.write_u64(p64(f.link), enc_link(nonce, n))?;
                         tx.free(POff::new(f.entry))?;
                     }
                     None => {
+                        // The bucket's word, as stored (find checked it).
                         let head = tx.read_u64(p64(bucket))?;
                         tx.write_u64(p64(n + E_NEXT), head)?;
-                        tx.write_u64(p64(bucket), n)?;
+                        tx.write_u64(p64(bucket), enc_link(nonce, n))?;
                         tx.write_u64(p64(sub), count + 1)?;
                     }
                 }
@@ -288,23 +379,31 @@ fn tx_apply(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
 
 fn tx_rehash(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
     let (header, s) = (inp.arg_u64(0), inp.arg_u64(1));
-    let sub = tx.read_u64(p64(header + HDR + 8 * s))?;
-    let mut b = [0u8; 24];
-    tx.read(p64(sub), &mut b)?;
-    let (count, nb, table) = (le(&b, 0), le(&b, 8), le(&b, 16));
+    let (subs, nonce) = tx_header(tx, header)?;
+    if s >= subs {
+        return Err(TxError::Corrupt(format!("byte map: sub-map {s} of {subs}")));
+    }
+    let sub = tx_link(tx, nonce, header + HDR + 8 * s, "bytemap")?;
+    let (count, nb, table) = tx_sub(tx, nonce, sub)?;
     if count <= 2 * nb {
         return Ok(0);
     }
-    rehash(tx, sub, nb, table)?;
+    rehash(tx, nonce, sub, nb, table)?;
     Ok(1)
 }
 
 /// What a byte map holds, read back by walking it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ByteShape {
+    /// Key → value, of every entry whose checks hold.
     pub entries: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Every block the map references: (pool offset, bytes it needs).
     pub blocks: Vec<(u64, u64)>,
+    /// Entries whose header or record check fails, not in `entries`:
+    /// (entry offset, the key as stored — unreliable when its lengths
+    /// are what is damaged, empty when they cannot be trusted at all —,
+    /// what).
+    pub damaged: Vec<(u64, Vec<u8>, String)>,
 }
 
 /// The volatile handle on a byte map: its sub-maps' locks. One per pool,
@@ -313,6 +412,7 @@ pub struct ByteMap<'p> {
     txp: &'p TxPool,
     header: u64,
     subs: u64,
+    nonce: u64,
     locks: Vec<RwLock<()>>,
 }
 
@@ -330,25 +430,30 @@ impl<'p> ByteMap<'p> {
         ByteMap::open(th.pool(), h)
     }
 
-    /// Opens the map whose header is at `header`.
+    /// Opens the map whose header is at `header`: its frame (magic,
+    /// checksum, version) is verified; an unversioned (version-1) header
+    /// is refused with [`TxError::HeaderVersion`].
     pub fn open(txp: &'p TxPool, header: u64) -> Result<ByteMap<'p>> {
-        let h = crate::header_bytes(txp, header, &MAGIC, 32)?;
-        let subs = le(&h, 8);
-        if !subs.is_power_of_two() || subs > 256 || le(&h, 24) != 0 {
+        let h = HEADER.read(txp, header)?;
+        let subs = le(&h, H_SUBS);
+        if !subs.is_power_of_two() || subs > 256 || le(&h, H_VALUE_LEN) != 0 {
             return Err(TxError::Corrupt(format!("byte map header at {header:#x}")));
         }
         Ok(ByteMap {
             txp,
             header,
             subs,
+            nonce: le(&h, H_NONCE),
             locks: (0..subs).map(|_| RwLock::new(())).collect(),
         })
     }
 
+    /// Pool offset of the map's header block.
     pub fn header(&self) -> u64 {
         self.header
     }
 
+    /// The transactional pool the map lives in.
     pub fn pool(&self) -> &'p TxPool {
         self.txp
     }
@@ -357,43 +462,72 @@ impl<'p> ByteMap<'p> {
         slot_of(hash_bytes(key), self.subs, 1).0 as usize
     }
 
-    /// Key and value lengths of entry `e`, refused as corrupt when they
-    /// could not fit the pool (before anything is allocated for them).
-    fn lens(&self, e: u64) -> Result<(usize, usize)> {
-        let lens = self.txp.read_u64(e + E_LENS)?;
-        let (klen, vlen) = (u64::from(lens as u32), lens >> 32);
+    /// Entry `e`'s header (its check verified: `Corrupt` naming `key`,
+    /// the key looked up) and its key and value lengths, refused as
+    /// corrupt when they could not fit the pool (before anything is
+    /// allocated for them).
+    fn entry(&self, e: u64, key: &[u8]) -> Result<([u8; ENTRY_HDR as usize], usize, usize)> {
+        let mut hd = [0u8; ENTRY_HDR as usize];
+        self.txp.read(e, &mut hd)?;
+        if u32_at(&hd, E_HCRC) != head_crc(self.nonce, &hd) {
+            return Err(damaged(key, e, "damaged (header checksum)"));
+        }
+        let (klen, vlen) = (
+            u64::from(u32_at(&hd, E_LENS as usize)),
+            u64::from(u32_at(&hd, E_LENS as usize + 4)),
+        );
         let (lo, hi) = self.txp.data_bounds();
         if klen == 0 || klen > MAX_KEY as u64 || klen + vlen > hi - lo {
             return Err(TxError::Corrupt(format!(
                 "byte map entry {e:#x}: lengths {klen} and {vlen}"
             )));
         }
-        Ok((klen as usize, vlen as usize))
+        Ok((hd, klen as usize, vlen as usize))
+    }
+
+    /// The offset in the link word at `at`.
+    fn link(&self, at: u64) -> Result<u64> {
+        link_at(self.txp, self.nonce, at, "bytemap")
     }
 
     /// Reads `key`'s value into `out` (cleared first); false when absent.
+    /// Verifies every link it follows, the header check of every entry it
+    /// passes and the record check of every entry whose hash and key
+    /// length match (the one it returns included): a damaged one is
+    /// [`TxError::Corrupt`] naming `key`, and `out` is left empty.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
+        let r = self.find_into(key, out);
+        if !matches!(r, Ok(true)) {
+            out.clear();
+        }
+        r
+    }
+
+    fn find_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let _g = self.locks[self.sub_index(key)].read();
-        let t = self.txp;
+        let (t, nonce) = (self.txp, self.nonce);
         let h = hash_bytes(key);
-        let sub = t.read_u64(self.header + HDR + 8 * slot_of(h, self.subs, 1).0)?;
-        let (nb, table) = (t.read_u64(sub + 8)?, t.read_u64(sub + 16)?);
-        let mut e = t.read_u64(table + 8 * slot_of(h, self.subs, nb).1)?;
+        let sub = self.link(self.header + HDR + 8 * slot_of(h, self.subs, 1).0)?;
+        let (_, nb, table) = sub_at(t, nonce, sub)?;
+        let mut e = self.link(table + 8 * slot_of(h, self.subs, nb).1)?;
         while e != 0 {
-            let (klen, vlen) = self.lens(e)?;
-            if t.read_u64(e)? == h && klen == key.len() {
-                out.resize(klen, 0);
+            let (hd, klen, vlen) = self.entry(e, key)?;
+            if le(&hd, 0) == h && klen == key.len() {
+                // Key and value in one read, checked together.
+                out.resize(klen + vlen, 0);
                 t.read(e + ENTRY_HDR, out)?;
-                if out == key {
-                    out.resize(vlen, 0);
-                    t.read(e + ENTRY_HDR + klen as u64, out)?;
+                let (k, v) = out.split_at(klen);
+                if u32_at(&hd, E_RCRC) != record_crc(nonce, &hd, k, v) {
+                    return Err(damaged(key, e, "damaged (record checksum)"));
+                }
+                if k == key {
+                    out.drain(..klen);
                     return Ok(true);
                 }
             }
-            e = t.read_u64(e + E_NEXT)?;
+            e = dec_link(nonce, le(&hd, E_NEXT as usize), e + E_NEXT, "bytemap")?;
         }
-        out.clear();
         Ok(false)
     }
 
@@ -466,14 +600,14 @@ impl<'p> ByteMap<'p> {
     /// keep it at most two per bucket.
     fn grow(&self, th: &mut TxThread<'_>, s: u64, puts: u64) -> Result<()> {
         let t = self.txp;
-        let sub = t.read_u64(self.header + HDR + 8 * s)?;
+        let sub = self.link(self.header + HDR + 8 * s)?;
         loop {
-            let (count, nb) = (t.read_u64(sub)?, t.read_u64(sub + 8)?);
+            let (count, nb, _) = sub_at(t, self.nonce, sub)?;
             if count + puts <= 2 * nb {
                 return Ok(());
             }
             th.run(&REHASH, &pack_args(&[self.header, s]), &[])?;
-            if t.read_u64(sub + 8)? == nb {
+            if sub_at(t, self.nonce, sub)?.1 == nb {
                 // The table could not grow (count alone is within bounds).
                 return Ok(());
             }
@@ -492,7 +626,10 @@ impl<'p> ByteMap<'p> {
 
     /// Calls `f` on every pair whose key starts with `prefix`, sub-map by
     /// sub-map (each read-locked while its pairs are collected, not while
-    /// `f` runs).
+    /// `f` runs). Every entry read is verified (links, both checks: a key
+    /// byte damaged could otherwise move a pair out of the prefix
+    /// silently); a damaged one is [`TxError::Corrupt`] naming the key as
+    /// stored.
     pub fn scan_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
         let t = self.txp;
         let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
@@ -500,22 +637,23 @@ impl<'p> ByteMap<'p> {
             pairs.clear();
             {
                 let _g = self.locks[s as usize].read();
-                let sub = t.read_u64(self.header + HDR + 8 * s)?;
-                let (nb, table) = (t.read_u64(sub + 8)?, t.read_u64(sub + 16)?);
+                let sub = self.link(self.header + HDR + 8 * s)?;
+                let (_, nb, table) = sub_at(t, self.nonce, sub)?;
                 for b in 0..nb {
-                    let mut e = t.read_u64(table + 8 * b)?;
+                    let mut e = self.link(table + 8 * b)?;
                     while e != 0 {
-                        let (klen, vlen) = self.lens(e)?;
-                        if klen >= prefix.len() {
-                            let mut k = vec![0u8; klen];
-                            t.read(e + ENTRY_HDR, &mut k)?;
-                            if k.starts_with(prefix) {
-                                let mut v = vec![0u8; vlen];
-                                t.read(e + ENTRY_HDR + klen as u64, &mut v)?;
-                                pairs.push((k, v));
-                            }
+                        let (hd, klen, vlen) = self.entry(e, b"")?;
+                        let mut k = vec![0u8; klen];
+                        t.read(e + ENTRY_HDR, &mut k)?;
+                        let mut v = vec![0u8; vlen];
+                        t.read(e + ENTRY_HDR + klen as u64, &mut v)?;
+                        if u32_at(&hd, E_RCRC) != record_crc(self.nonce, &hd, &k, &v) {
+                            return Err(damaged(&k, e, "damaged (record checksum)"));
                         }
-                        e = t.read_u64(e + E_NEXT)?;
+                        if k.starts_with(prefix) {
+                            pairs.push((k, v));
+                        }
+                        e = dec_link(self.nonce, le(&hd, E_NEXT as usize), e + E_NEXT, "bytemap")?;
                     }
                 }
             }
@@ -529,25 +667,53 @@ impl<'p> ByteMap<'p> {
     /// Walks the whole map (no locks: call it when no batch runs) checking
     /// every invariant; returns its contents and blocks, or what is wrong.
     pub fn shape(&self) -> std::result::Result<ByteShape, String> {
-        let t = self.txp;
-        let rd = |off: u64| t.read_u64(off).map_err(|e| e.to_string());
+        let (t, nonce) = (self.txp, self.nonce);
         let mut shape = ByteShape::default();
         let entries = &mut shape.entries;
+        let damaged = &mut shape.damaged;
         walk_tables(
             t,
             self.header,
             self.subs,
+            nonce,
             &mut shape.blocks,
             |e, s, b, nb, blocks| {
-                let lens = rd(e + E_LENS)?;
-                let (klen, vlen) = (u64::from(lens as u32), lens >> 32);
-                if klen == 0 || klen > MAX_KEY as u64 {
+                let mut hd = [0u8; ENTRY_HDR as usize];
+                t.read(e, &mut hd).map_err(|e| e.to_string())?;
+                let (klen, vlen) = (
+                    u64::from(u32_at(&hd, E_LENS as usize)),
+                    u64::from(u32_at(&hd, E_LENS as usize + 4)),
+                );
+                let plausible = klen > 0 && klen <= MAX_KEY as u64;
+                // The key as stored, when its length can be used.
+                let key_of = |n: u64| -> Vec<u8> {
+                    let mut k = vec![0u8; n as usize];
+                    match t.read(e + ENTRY_HDR, &mut k) {
+                        Ok(()) => k,
+                        Err(_) => Vec::new(),
+                    }
+                };
+                if u32_at(&hd, E_HCRC) != head_crc(nonce, &hd) {
+                    // Its lengths cannot be trusted: the block is still
+                    // referenced (at least its header).
+                    need(t, blocks, e, ENTRY_HDR)?;
+                    let k = if plausible { key_of(klen) } else { Vec::new() };
+                    damaged.push((e, k, "header checksum mismatch".into()));
+                    return Ok(());
+                }
+                if !plausible {
                     return Err(format!("entry {e:#x}: key of {klen} bytes"));
                 }
                 need(t, blocks, e, ENTRY_HDR + klen + vlen)?;
-                let mut k = vec![0u8; klen as usize];
-                t.read(e + ENTRY_HDR, &mut k).map_err(|e| e.to_string())?;
-                let h = rd(e)?;
+                let k = key_of(klen);
+                let h = le(&hd, 0);
+                let mut v = vec![0u8; vlen as usize];
+                t.read(e + ENTRY_HDR + klen, &mut v)
+                    .map_err(|e| e.to_string())?;
+                if u32_at(&hd, E_RCRC) != record_crc(nonce, &hd, &k, &v) {
+                    damaged.push((e, k, "checksum mismatch".into()));
+                    return Ok(());
+                }
                 if h != hash_bytes(&k) {
                     return Err(format!("entry {e:#x}: hash does not match its key"));
                 }
@@ -556,9 +722,6 @@ impl<'p> ByteMap<'p> {
                         "entry {e:#x} in sub-map {s} bucket {b}: wrong bucket"
                     ));
                 }
-                let mut v = vec![0u8; vlen as usize];
-                t.read(e + ENTRY_HDR + klen, &mut v)
-                    .map_err(|e| e.to_string())?;
                 if entries.insert(k, v).is_some() {
                     return Err(format!("entry {e:#x}: key twice"));
                 }
@@ -572,6 +735,110 @@ impl<'p> ByteMap<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl ByteMap<'_> {
+        /// [`ByteMap::get_into`] without any check (links masked, no
+        /// header or record check): what a lookup cost before the
+        /// checksums, to measure their cost in the same run.
+        fn get_unverified(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+            out.clear();
+            let _g = self.locks[self.sub_index(key)].read();
+            let t = self.txp;
+            let off = |w: u64| w & ((1 << 48) - 1);
+            let h = hash_bytes(key);
+            let sub = off(t.read_u64(self.header + HDR + 8 * slot_of(h, self.subs, 1).0)?);
+            let (nb, table) = (t.read_u64(sub + 8)?, t.read_u64(sub + 16)?);
+            let mut e = off(t.read_u64(table + 8 * slot_of(h, self.subs, nb).1)?);
+            while e != 0 {
+                let lens = t.read_u64(e + E_LENS)?;
+                let (klen, vlen) = ((lens as u32) as usize, (lens >> 32) as usize);
+                if t.read_u64(e)? == h && klen == key.len() {
+                    out.resize(klen, 0);
+                    t.read(e + ENTRY_HDR, out)?;
+                    if out == key {
+                        out.resize(vlen, 0);
+                        t.read(e + ENTRY_HDR + klen as u64, out)?;
+                        return Ok(true);
+                    }
+                }
+                e = off(t.read_u64(e + E_NEXT)?);
+            }
+            Ok(false)
+        }
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    }
+
+    /// The cost of verification on byte map point reads (same run:
+    /// `get_into` against the unverified walk, interleaved rounds,
+    /// medians of 7; 16-byte keys, 256-byte values) and the share of a
+    /// put spent computing its checks. Run with `cargo test --release -p
+    /// ferrite-ds --lib verification_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: run it in --release"]
+    fn verification_cost() {
+        const N: usize = 50_000;
+        let pool = Pool::create_in_memory(&PoolOptions::new("cost", 256 << 20).domain(Domain::Adr))
+            .unwrap();
+        let txp =
+            TxPool::create(&pool, &TxOptions::new(Strategy::Undo).slots(2), registry()).unwrap();
+        let mut th = txp.thread().unwrap();
+        let map = ByteMap::create(&mut th, 256, 16).unwrap();
+        let v = vec![7u8; 256];
+        let keys: Vec<Vec<u8>> = (0..N)
+            .map(|i| format!("key-{i:012}").into_bytes())
+            .collect();
+        let mut puts = Vec::new();
+        for chunk in keys.chunks(N / 7) {
+            let t = std::time::Instant::now();
+            for k in chunk {
+                map.put(&mut th, k, &v).unwrap();
+            }
+            puts.push(t.elapsed().as_nanos() as f64 / chunk.len() as f64);
+        }
+        let (mut with, mut without, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..7 {
+            let t = std::time::Instant::now();
+            for k in &keys {
+                assert!(map.get_into(k, &mut out).unwrap());
+            }
+            with.push(t.elapsed().as_nanos() as f64 / N as f64);
+            let t = std::time::Instant::now();
+            for k in &keys {
+                assert!(map.get_unverified(k, &mut out).unwrap());
+            }
+            without.push(t.elapsed().as_nanos() as f64 / N as f64);
+        }
+        // A put's checks: the header and record checks of its fresh
+        // entry, and the links and sub-map header it verifies and writes.
+        let mut work = Vec::new();
+        let hd = [1u8; ENTRY_HDR as usize];
+        for _ in 0..7 {
+            let t = std::time::Instant::now();
+            for (i, k) in keys.iter().enumerate() {
+                let i = i as u64;
+                std::hint::black_box(head_crc(map.nonce, &hd));
+                std::hint::black_box(record_crc(map.nonce, &hd, k, &v));
+                std::hint::black_box(crate::hashmap::sub_crc(seed(map.nonce), 16, i));
+                std::hint::black_box(enc_link(map.nonce, i));
+                std::hint::black_box(enc_link(map.nonce, i + 1));
+                std::hint::black_box(crate::hashmap::link_check(map.nonce, i + 2));
+            }
+            work.push(t.elapsed().as_nanos() as f64 / N as f64);
+        }
+        let (w, wo, p, c) = (median(with), median(without), median(puts), median(work));
+        println!(
+            "bytemap get: {w:.1} ns verified, {wo:.1} ns unverified: +{:.1} %",
+            100.0 * (w - wo) / wo
+        );
+        println!(
+            "bytemap put (undo): {p:.1} ns, of which checksum work {c:.1} ns: {:.1} %",
+            100.0 * c / p
+        );
+    }
     use ferrite_alloc::PAllocator;
     use ferrite_pmem::{Domain, Pool, PoolOptions};
     use ferrite_tx::{Registry, Strategy, TxOptions};
@@ -667,6 +934,50 @@ mod tests {
         }
     }
 
+    /// A version-1 header (no version, no checksum, no record checksums:
+    /// magic, subs, buckets, value_len 0, then the sub-map pointers) is
+    /// refused with a typed error, not read as version 3.
+    #[test]
+    fn an_old_header_is_refused() {
+        let pool =
+            Pool::create_in_memory(&PoolOptions::new("bytemap", 8 << 20).domain(Domain::Adr))
+                .unwrap();
+        let txp = TxPool::create(&pool, &TxOptions::new(Strategy::Undo), registry()).unwrap();
+        let mut th = txp.thread().unwrap();
+        let map = ByteMap::create(&mut th, 4, 4).unwrap();
+        let header = map.header();
+        drop(map);
+        let whole = ferrite_pmem::Region::whole(pool.medium().clone());
+        let good = whole.read_vec(header as usize, 64);
+        assert_eq!(u16::from_le_bytes([good[8], good[9]]), VERSION);
+        let mut v1 = vec![0u8; 64];
+        v1[..8].copy_from_slice(&MAGIC);
+        v1[8..16].copy_from_slice(&4u64.to_le_bytes());
+        v1[16..24].copy_from_slice(&4u64.to_le_bytes());
+        whole.write(header as usize, &v1);
+        let e = ByteMap::open(&txp, header).err().expect("refused");
+        assert!(
+            matches!(
+                e,
+                TxError::HeaderVersion {
+                    found: 1,
+                    supported: VERSION,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let mut flipped = good.clone();
+        flipped[17] ^= 1;
+        whole.write(header as usize, &flipped);
+        assert!(matches!(
+            ByteMap::open(&txp, header),
+            Err(TxError::HeaderChecksum { .. })
+        ));
+        whole.write(header as usize, &good);
+        ByteMap::open(&txp, header).unwrap();
+    }
+
     #[test]
     fn bad_keys_and_corrupt_batches_are_refused_with_nothing_written() {
         let pool =
@@ -708,16 +1019,16 @@ mod tests {
         assert_eq!(map.shape().unwrap().entries.len(), 1);
 
         // An entry whose value length could not fit the pool is refused as
-        // corrupt by lookups and scans, before anything is allocated.
+        // corrupt by lookups and scans, before anything is allocated —
+        // even with its header check resealed over the bad lengths (what
+        // a checksum cannot catch: a bug that wrote them).
         let h = hash_bytes(b"a");
-        let sub = txp
-            .read_u64(map.header() + HDR + 8 * slot_of(h, 4, 1).0)
+        let nonce = map.nonce;
+        let sub = map
+            .link(map.header() + HDR + 8 * slot_of(h, 4, 1).0)
             .unwrap();
-        let (nb, table) = (
-            txp.read_u64(sub + 8).unwrap(),
-            txp.read_u64(sub + 16).unwrap(),
-        );
-        let e = txp.read_u64(table + 8 * slot_of(h, 4, nb).1).unwrap();
+        let (_, nb, table) = sub_at(&txp, nonce, sub).unwrap();
+        let e = map.link(table + 8 * slot_of(h, 4, nb).1).unwrap();
         let header = map.header();
         drop(th);
         drop(map);
@@ -725,6 +1036,9 @@ mod tests {
         let mut img = pool.image();
         let at = (e + E_LENS) as usize;
         img[at..at + 8].copy_from_slice(&(1u64 | (u64::from(u32::MAX) << 32)).to_le_bytes());
+        let hcrc = head_crc(nonce, &img[e as usize..(e + ENTRY_HDR) as usize]);
+        let at = e as usize + E_HCRC;
+        img[at..at + 4].copy_from_slice(&hcrc.to_le_bytes());
         let bad = Pool::open_image(
             &img,
             &PoolOptions::new("bytemap", 0),

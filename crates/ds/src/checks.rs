@@ -108,10 +108,13 @@ const ACCESS_LIMIT: u64 = 20_000;
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("explorer: {0}")]
+    /// The crash explorer failed.
     Explore(#[from] ExploreError),
     #[error("setup: {0}")]
+    /// The pool or the structure could not be set up.
     Setup(String),
     #[error("no-log is not failure-atomic: there is nothing to check")]
+    /// No-log transactions promise nothing after a crash.
     NoLog,
 }
 
@@ -149,9 +152,23 @@ pub fn value(key: u64, version: u64) -> Vec<u8> {
 /// One scripted operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    Insert { key: u64, version: u64 },
-    Remove { key: u64 },
-    Get { key: u64 },
+    /// Insert or update `key` with [`value`]`(key, version)`.
+    Insert {
+        /// The key.
+        key: u64,
+        /// Which of the key's values ([`value`]).
+        version: u64,
+    },
+    /// Remove `key`.
+    Remove {
+        /// The key.
+        key: u64,
+    },
+    /// Look `key` up (a read: nothing to recover).
+    Get {
+        /// The key.
+        key: u64,
+    },
 }
 
 impl Op {
@@ -188,14 +205,17 @@ impl Op {
 /// What the workload saw acknowledged.
 #[derive(Debug, Default)]
 pub struct Model {
+    /// Key → value of every acknowledged operation.
     pub committed: BTreeMap<u64, Vec<u8>>,
     /// The operation that was running when the crash came.
     pub inflight: Option<Op>,
+    /// Operations acknowledged.
     pub ops: usize,
     /// Clobber v_log fences completed so far ([`TxThread::set_witness`]),
     /// and their number when the operation in flight began: when it grew,
     /// that operation's v_log was durable and it must take effect.
     pub witness: Arc<AtomicU64>,
+    /// [`Model::witness`] when the operation in flight began.
     pub witness_at_start: u64,
     /// The structure's event counters ([`ds::KvMap::counters`]) after a
     /// run that was not crashed: shows what the script makes happen
@@ -302,7 +322,9 @@ fn run_script(
 /// What recovery left, for the invariant check.
 #[derive(Debug)]
 pub struct Recovered {
+    /// What recovery did (slots rolled back, replayed, re-executed).
     pub report: TxRecovery,
+    /// The structure's walk after recovery.
     pub shape: Shape,
     /// Allocated blocks: offset → usable size.
     pub allocated: BTreeMap<u64, usize>,
@@ -327,6 +349,7 @@ pub fn recover(
 /// What recovery left of a pool holding several structures.
 #[derive(Debug)]
 pub struct RecoveredMaps {
+    /// What recovery did (slots rolled back, replayed, re-executed).
     pub report: TxRecovery,
     /// One per header, in the order given.
     pub shapes: Vec<Shape>,
@@ -602,6 +625,7 @@ pub enum Run {
 }
 
 impl Run {
+    /// The run's name in reports (`main`, `restart`, …).
     pub fn name(self) -> &'static str {
         match self {
             Run::Main => "main",

@@ -17,6 +17,7 @@
 //! `u64`; the B+tree widens them to 32 bytes ([`bptree::key32`]).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod bptree;
 pub mod bytemap;
@@ -34,13 +35,18 @@ use std::collections::BTreeMap;
 /// Which structure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Structure {
+    /// PMDK's `hashmap_tx` layout in 256 sub-maps ([`hashmap`]).
     HashMap,
+    /// A B+tree with 32-byte keys ([`bptree`]).
     BpTree,
+    /// A skiplist ([`skiplist`]).
     SkipList,
+    /// A red-black tree ([`rbtree`]).
     RbTree,
 }
 
 impl Structure {
+    /// Every structure, in the order the checks and benchmarks run them.
     pub const ALL: [Structure; 4] = [
         Structure::HashMap,
         Structure::BpTree,
@@ -48,6 +54,7 @@ impl Structure {
         Structure::RbTree,
     ];
 
+    /// The structure's name (`hashmap`, `bptree`, `skiplist`, `rbtree`): in check targets, reports and findings.
     pub fn name(self) -> &'static str {
         match self {
             Structure::HashMap => "hashmap",
@@ -57,6 +64,7 @@ impl Structure {
         }
     }
 
+    /// The structure named `s` ([`Structure::name`]), if any.
     pub fn parse(s: &str) -> Option<Structure> {
         Structure::ALL.into_iter().find(|x| x.name() == s)
     }
@@ -75,13 +83,14 @@ pub struct Shape {
     pub entries: BTreeMap<u64, Vec<u8>>,
     /// Every block the structure references: (pool offset, bytes it needs).
     pub blocks: Vec<(u64, u64)>,
-    /// Records whose checksum fails (structures that checksum their
-    /// records: the skiplist): (key, what), not in `entries`.
+    /// Records whose checksum fails: (key as stored, what), not in
+    /// `entries`.
     pub damaged: Vec<(u64, String)>,
 }
 
 /// The interface the checks and benchmarks drive.
 pub trait KvMap: Send + Sync {
+    /// Which structure this is.
     fn structure(&self) -> Structure;
     /// Inserts or updates; true when the key was new.
     fn insert(&self, th: &mut TxThread<'_>, key: u64, value: &[u8]) -> Result<bool>;
@@ -193,6 +202,7 @@ pub fn check_value_len(value: &[u8], expected: usize, what: &str) -> Result<()> 
     Ok(())
 }
 
+/// splitmix64's finaliser (with its increment): the keys' hash, deterministic, so recovery, every open and the PMDK baseline agree on it.
 pub fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -210,25 +220,6 @@ pub(crate) fn peek(txp: &TxPool, off: u64, n: usize) -> Result<Vec<u8>> {
     let mut v = vec![0u8; n];
     txp.read(off, &mut v)?;
     Ok(v)
-}
-
-/// Checks the header magic of a structure and returns the header bytes
-/// (the hash map and byte map, whose headers have no version yet; see
-/// [`Header`] for the others).
-pub(crate) fn header_bytes(
-    txp: &TxPool,
-    header: u64,
-    magic: &[u8; 8],
-    n: usize,
-) -> Result<Vec<u8>> {
-    let h = peek(txp, header, n)?;
-    if &h[0..8] != magic {
-        return Err(TxError::Corrupt(format!(
-            "no {} at {header:#x}",
-            String::from_utf8_lossy(magic)
-        )));
-    }
-    Ok(h)
 }
 
 /// Format version 2 of the rbtree, skiplist and B+tree headers: the first

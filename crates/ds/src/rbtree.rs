@@ -50,6 +50,7 @@ use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 
+/// The header's magic.
 pub const MAGIC: [u8; 8] = *b"FERRRBTR";
 const HDR: usize = 64;
 const H_COUNT: u64 = 16;
@@ -94,6 +95,7 @@ pub static REMOVE: TxFunc = TxFunc {
     body: tx_remove,
 };
 
+/// The red-black tree's transaction functions (register them to open one).
 pub static FUNCS: [&TxFunc; 3] = [&CREATE, &INSERT, &REMOVE];
 
 fn tx_create(tx: &mut Tx<'_, '_>, inp: &Inputs<'_>) -> Result<u64> {
@@ -371,6 +373,7 @@ impl<'p> RbTree<'p> {
         RbTree::open(th.pool(), h)
     }
 
+    /// Opens the tree whose header is at `header`, verifying its frame (magic, checksum, version: an older one is [`TxError::HeaderVersion`]).
     pub fn open(txp: &'p TxPool, header: u64) -> Result<RbTree<'p>> {
         let h = HEADER.read(txp, header)?;
         let value_len = le(&h, H_VALUE_LEN) as usize;

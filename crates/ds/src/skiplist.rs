@@ -58,6 +58,7 @@ use ferrite_pmem::POff;
 use ferrite_tx::{Inputs, Result, Tx, TxError, TxFunc, TxPool, TxThread, pack_args};
 use parking_lot::RwLock;
 
+/// The header's magic.
 pub const MAGIC: [u8; 8] = *b"FERRSKIP";
 /// Most levels.
 pub const MAX_LEVELS: u64 = 32;
@@ -95,6 +96,7 @@ pub static REMOVE: TxFunc = TxFunc {
     body: tx_remove,
 };
 
+/// The skiplist's transaction functions (register them to open one).
 pub static FUNCS: [&TxFunc; 3] = [&CREATE, &INSERT, &REMOVE];
 
 fn p64(off: u64) -> POff<u64> {
@@ -262,6 +264,7 @@ impl<'p> SkipList<'p> {
         SkipList::open(th.pool(), h)
     }
 
+    /// Opens the list whose header is at `header`, verifying its frame (magic, checksum, version: an older one is [`TxError::HeaderVersion`]).
     pub fn open(txp: &'p TxPool, header: u64) -> Result<SkipList<'p>> {
         let h = HEADER.read(txp, header)?;
         let (levels, value_len) = (le(&h, H_LEVELS), le(&h, H_VALUE_LEN) as usize);

@@ -28,7 +28,9 @@ pub enum DsFinding {
     Root(String),
     /// The structure does not open, or its walk breaks an invariant.
     Walk {
+        /// The structure's name (a [`Structure`]'s, or `bytemap`).
         structure: &'static str,
+        /// What is wrong, naming the record, block or sub-map.
         what: String,
     },
     /// Its blocks against the heap's.
@@ -44,6 +46,7 @@ impl DsFinding {
         }
     }
 
+    /// The finding's kind in the deep check's report: `ds-walk`, `ds-root`, or the heap finding's.
     pub fn kind(&self) -> &'static str {
         match self {
             DsFinding::Walk { .. } => "ds-walk",
@@ -73,9 +76,11 @@ pub struct DsCheck {
     pub structure: Option<&'static str>,
     /// The root word (0 when none).
     pub root: u64,
+    /// What is wrong with the structure (its walk, its blocks against the heap's).
     pub findings: Vec<DsFinding>,
     /// Keys and blocks the walk found.
     pub keys: usize,
+    /// Blocks the walk reached.
     pub blocks: usize,
     /// Blocks the heap has allocated.
     pub allocated: usize,
@@ -92,6 +97,21 @@ pub fn structure_of(magic: &[u8]) -> Option<Structure> {
     .into_iter()
     .find(|(m, _)| magic.get(..8) == Some(&m[..]))
     .map(|(_, s)| s)
+}
+
+/// The structure (a [`Structure`]'s name or `bytemap`) whose magic
+/// differs from `magic` in exactly one byte.
+fn near_magic(magic: &[u8; 8]) -> Option<&'static str> {
+    [
+        (hashmap::MAGIC, "hashmap"),
+        (bptree::MAGIC, "bptree"),
+        (skiplist::MAGIC, "skiplist"),
+        (rbtree::MAGIC, "rbtree"),
+        (crate::bytemap::MAGIC, "bytemap"),
+    ]
+    .into_iter()
+    .find(|(m, _)| m.iter().zip(magic).filter(|(a, b)| a != b).count() == 1)
+    .map(|(_, n)| n)
 }
 
 /// Verifies the transactional pool in `copy` (recovery runs on it; pass
@@ -133,7 +153,20 @@ fn walk_root(txp: &TxPool, out: &mut DsCheck) {
     type Walked = Result<(usize, Vec<(u64, u64)>), String>;
     let (name, walked): (&'static str, Walked) = if magic == crate::bytemap::MAGIC {
         let w = match crate::bytemap::ByteMap::open(txp, out.root) {
-            Ok(m) => m.shape().map(|sh| (sh.entries.len(), sh.blocks)),
+            Ok(m) => m.shape().map(|sh| {
+                // Entries whose checks fail: one finding each, naming the
+                // key as stored and the entry.
+                for (e, k, what) in &sh.damaged {
+                    out.findings.push(DsFinding::Walk {
+                        structure: "bytemap",
+                        what: format!(
+                            "record key {:?} (entry at {e:#x}): {what}",
+                            String::from_utf8_lossy(k)
+                        ),
+                    });
+                }
+                (sh.entries.len() + sh.damaged.len(), sh.blocks)
+            }),
             Err(e) => Err(format!("does not open: {e}")),
         };
         ("bytemap", w)
@@ -153,6 +186,16 @@ fn walk_root(txp: &TxPool, out: &mut DsCheck) {
         };
         (s.name(), w)
     } else {
+        // Not a structure this crate knows, but one byte away from one's
+        // magic: most likely that structure with a damaged header (an
+        // application's own root block is not expected to look like it).
+        if let Some(name) = near_magic(&magic) {
+            out.findings.push(DsFinding::Root(format!(
+                "root {:#x}: magic {:?} differs in one byte from the {name}'s: a damaged header",
+                out.root,
+                String::from_utf8_lossy(&magic)
+            )));
+        }
         return;
     };
     out.structure = Some(name);
@@ -205,19 +248,19 @@ mod tests {
         let c = verify_pool(&copy(&pool.image()));
         assert!(c.findings.is_empty(), "{:?}", c.findings);
         assert_eq!((c.structure, c.keys), (Some("bytemap"), 40));
-        // Unlink sub-map 0's first chain by zeroing its bucket word: its
-        // entries become unreachable.
+        // Unlink sub-map 0's first chain by writing a (well-checked) null
+        // link in its bucket word: its entries become unreachable.
         let txp = TxPool::open(&pool, crate::registry(), None).unwrap();
-        let sub = txp.read_u64(header + 64).unwrap();
+        let nonce = txp.read_u64(header + 40).unwrap();
+        let link = |at| crate::hashmap::link_at(&txp, nonce, at, "test").unwrap();
+        let sub = link(header + 64);
         let table = txp.read_u64(sub + 16).unwrap();
         let nb = txp.read_u64(sub + 8).unwrap();
-        let b = (0..nb)
-            .find(|b| txp.read_u64(table + 8 * b).unwrap() != 0)
-            .unwrap();
+        let b = (0..nb).find(|b| link(table + 8 * b) != 0).unwrap();
         drop(txp);
         let mut img = pool.image();
         let at = (table + 8 * b) as usize;
-        img[at..at + 8].fill(0);
+        img[at..at + 8].copy_from_slice(&crate::hashmap::enc_link(nonce, 0).to_le_bytes());
         let c = verify_pool(&copy(&img));
         assert!(
             c.findings.iter().any(|f| matches!(

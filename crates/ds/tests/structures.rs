@@ -330,6 +330,8 @@ fn structure_headers_are_versioned_and_old_ones_refused() {
         (Structure::BpTree, 40, 24..40, ds::bptree::VERSION),
         (Structure::SkipList, 40, 24..32, ds::skiplist::VERSION),
         (Structure::RbTree, 32, 16..32, ds::rbtree::VERSION),
+        // Version 1 kept `subs` at 8..16; nothing changes in place.
+        (Structure::HashMap, 16, 60..60, ds::hashmap::VERSION),
     ];
     for (s, moved, mutable, version) in cases {
         let p = pool(8);

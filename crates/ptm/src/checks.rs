@@ -72,15 +72,20 @@ const BANK_WORDS: usize = LEN + THREADS;
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("explorer: {0}")]
+    /// The crash explorer failed.
     Explore(#[from] ExploreError),
 }
 
 /// One run of a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunSpec {
+    /// The durability domain simulated.
     pub domain: Domain,
+    /// Threads (1, or 2 in lockstep).
     pub threads: usize,
+    /// 8-byte failure atomicity instead of whole cache lines.
     pub tearing: bool,
+    /// Added to the seed (a run's own sampling).
     pub seed_shift: u64,
 }
 
@@ -94,6 +99,7 @@ impl RunSpec {
         }
     }
 
+    /// The run's name in reports: `{domain}[-tearing]-{threads}t`.
     pub fn name(&self) -> String {
         format!(
             "{}{}-{}t",

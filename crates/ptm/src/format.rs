@@ -96,8 +96,11 @@ use ferrite_alloc::MetaOp;
 use ferrite_alloc::ops::OP_BYTES;
 use ferrite_pmem::{SuperblockView, SuperblockWriter};
 
+/// The superblock's magic.
 pub const MAGIC: &[u8; 8] = b"FERPTM01";
+/// The superblock format version this build writes and reads.
 pub const VERSION: u16 = 1;
+/// Bytes of the superblock.
 pub const SB_BYTES: usize = 64;
 /// Pool offset of the superblock (start of the data area).
 pub const SB_OFF: u64 = ferrite_pmem::HEADER_SIZE as u64;
@@ -105,23 +108,33 @@ pub const SB_OFF: u64 = ferrite_pmem::HEADER_SIZE as u64;
 pub const ROOT_OFF: u64 = SB_OFF + 64;
 /// Pool offset of slot 0.
 pub const SLOTS_OFF: u64 = SB_OFF + 128;
+/// Bytes of a slot's header line (status, then the log).
 pub const SLOT_HDR: u64 = 64;
+/// Bytes of an undo log entry.
 pub const UNDO_ENTRY: usize = 32;
+/// Bytes of a redo log entry ([`Target::encode`]).
 pub const REDO_ENTRY: usize = 16;
+/// Most log slots (attached threads).
 pub const MAX_SLOTS: u16 = 256;
+/// Smallest log area of a slot, in bytes.
 pub const MIN_LOG: u32 = 1024;
 
+/// Slot state: no transaction to recover.
 pub const IDLE: u64 = 0;
+/// Slot state: an eager transaction in flight: recovery rolls its undo log back.
 pub const NEEDS_UNDO: u64 = 1;
+/// Slot state: a lazy transaction committed: recovery replays its redo log.
 pub const NEEDS_REDO: u64 = 2;
 
 /// `epoch << 2 | state`.
 pub fn status(epoch: u64, state: u64) -> u64 {
     (epoch << 2) | state
 }
+/// The epoch of a status word ([`status`]).
 pub fn status_epoch(w: u64) -> u64 {
     w >> 2
 }
+/// The state of a status word ([`IDLE`], [`NEEDS_UNDO`], [`NEEDS_REDO`]).
 pub fn status_state(w: u64) -> u64 {
     w & 3
 }
@@ -129,16 +142,24 @@ pub fn status_state(w: u64) -> u64 {
 /// The decoded superblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// [`crate::Algorithm`] as stored: 0 eager, 1 lazy.
     pub algorithm: u16,
+    /// Log slots.
     pub slots: u16,
+    /// Bytes of each slot's log area.
     pub log_bytes: u32,
+    /// Pool offset of slot 0.
     pub slots_off: u64,
+    /// Pool offset of the heap.
     pub heap_off: u64,
+    /// Bytes of the heap.
     pub heap_len: u64,
+    /// Random per pool: keys the logs' checksums.
     pub nonce: u64,
 }
 
 impl Superblock {
+    /// The superblock's 64 bytes, checksum sealed.
     pub fn encode(&self) -> [u8; SB_BYTES] {
         SuperblockWriter::new(MAGIC, VERSION)
             .u16(10, self.algorithm)
@@ -208,6 +229,7 @@ impl Superblock {
         Ok(sb)
     }
 
+    /// Pool offset of slot `slot`'s header line.
     pub fn slot_off(&self, slot: usize) -> u64 {
         self.slots_off + slot as u64 * (SLOT_HDR + u64::from(self.log_bytes))
     }
@@ -221,17 +243,28 @@ const TOP: u64 = 0xff << 56;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     /// Store `value` at data word `off`.
-    Word { off: u64, value: u64 },
+    Word {
+        /// Pool offset of the word.
+        off: u64,
+        /// The value to store.
+        value: u64,
+    },
     /// Apply an allocator operation.
     Op(MetaOp),
     /// Bytes `off..off+len` filled by the transaction (redo logs only:
     /// checksummed, nothing to apply).
-    Range { off: u64, len: u64 },
+    Range {
+        /// Pool offset of the range.
+        off: u64,
+        /// Bytes of the range.
+        len: u64,
+    },
 }
 
 const RANGE_TAG: u64 = 0x80 << 56;
 
 impl Target {
+    /// The entry's 16 bytes (the format above).
     pub fn encode(&self) -> [u8; 16] {
         match self {
             Target::Word { off, value } => {
@@ -255,6 +288,7 @@ impl Target {
         }
     }
 
+    /// The entry in `b` (16 bytes), or `None` when it is none of the three.
     pub fn decode(b: &[u8]) -> Option<Target> {
         let first = u64::from_le_bytes(b[..8].try_into().ok()?);
         if first & TOP == 0 {

@@ -100,9 +100,11 @@
 //! those stores).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod ds;
 pub mod error;
+mod fault;
 pub mod format;
 pub mod orec;
 mod ptm;
@@ -118,6 +120,10 @@ pub mod checks;
 mod tests;
 
 pub use error::{PtmError, Result};
+#[cfg(feature = "checks")]
+pub use fault::Fault;
+#[cfg(not(feature = "checks"))]
+pub(crate) use fault::Fault;
 pub use ptm::{Ptm, PtmRecovery};
 pub use tx::{Abort, PtmStats, PtmThread, Tx, TxResult};
 pub use word::Word;
@@ -132,6 +138,7 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Both algorithms, eager first.
     pub const ALL: [Algorithm; 2] = [Algorithm::Eager, Algorithm::Lazy];
 
     /// The name in tables and on the command line.
@@ -142,6 +149,7 @@ impl Algorithm {
         }
     }
 
+    /// The algorithm named `s`: `orec-eager` or `eager`, `orec-lazy` or `lazy`.
     pub fn parse(s: &str) -> Option<Algorithm> {
         match s {
             "orec-eager" | "eager" => Some(Algorithm::Eager),
@@ -157,62 +165,10 @@ impl std::fmt::Display for Algorithm {
     }
 }
 
-/// Planted bugs the crash checks must catch. Not part of the supported API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fault {
-    /// orec-eager: no fence between an undo entry and its in-place store.
-    UndoNoFence,
-    /// orec-eager: the commit marks the transaction done without fencing
-    /// its in-place data first.
-    CommitBeforeData,
-    /// orec-lazy: write-back starts before the redo log is durable.
-    WriteBackBeforeLog,
-    /// orec-lazy: the orecs are released before the log is marked applied.
-    ReleaseBeforeApplied,
-    /// orec-lazy: the redo log's checksum leaves out the blocks the
-    /// transaction allocated and filled (a crash at the commit fence can
-    /// keep the log and lose their bytes).
-    UncheckedNewBlocks,
-    /// Recovery marks every slot idle without undoing or replaying.
-    SkipRecovery,
-}
-
-impl Fault {
-    pub const ALL: [Fault; 6] = [
-        Fault::UndoNoFence,
-        Fault::CommitBeforeData,
-        Fault::WriteBackBeforeLog,
-        Fault::ReleaseBeforeApplied,
-        Fault::UncheckedNewBlocks,
-        Fault::SkipRecovery,
-    ];
-
-    /// The algorithm whose protocol the fault breaks (`None`: both).
-    pub fn algorithm(self) -> Option<Algorithm> {
-        match self {
-            Fault::UndoNoFence | Fault::CommitBeforeData => Some(Algorithm::Eager),
-            Fault::WriteBackBeforeLog | Fault::ReleaseBeforeApplied | Fault::UncheckedNewBlocks => {
-                Some(Algorithm::Lazy)
-            }
-            Fault::SkipRecovery => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::UndoNoFence => "undo-no-fence",
-            Fault::CommitBeforeData => "commit-before-data",
-            Fault::WriteBackBeforeLog => "write-back-before-log",
-            Fault::ReleaseBeforeApplied => "release-before-applied",
-            Fault::UncheckedNewBlocks => "unchecked-new-blocks",
-            Fault::SkipRecovery => "skip-recovery",
-        }
-    }
-}
-
 /// How to create or open a PTM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PtmOptions {
+    /// Which PTM: orec-eager (undo) or orec-lazy (redo); fixed at create.
     pub algorithm: Algorithm,
     /// Threads attached at once (log slots; fixed at create).
     pub slots: u16,
@@ -229,11 +185,12 @@ pub struct PtmOptions {
     /// Fixed nonce of the superblock and the heap, for reproducible images
     /// (used at create only); random when `None`.
     pub nonce: Option<u64>,
-    #[doc(hidden)]
-    pub fault: Option<Fault>,
+    /// A planted bug ([`PtmOptions::fault`], `checks` feature only).
+    pub(crate) fault: Option<Fault>,
 }
 
 impl PtmOptions {
+    /// The defaults for `algorithm`: 8 slots of 256 KiB of log, 2^16 orecs, no fence removal, a random nonce.
     pub fn new(algorithm: Algorithm) -> PtmOptions {
         PtmOptions {
             algorithm,
@@ -246,31 +203,38 @@ impl PtmOptions {
         }
     }
 
+    /// Sets [`PtmOptions::slots`].
     pub fn slots(mut self, n: u16) -> PtmOptions {
         self.slots = n;
         self
     }
 
+    /// Sets [`PtmOptions::log_bytes`].
     pub fn log_bytes(mut self, n: u32) -> PtmOptions {
         self.log_bytes = n;
         self
     }
 
+    /// Sets [`PtmOptions::orecs`].
     pub fn orecs(mut self, n: usize) -> PtmOptions {
         self.orecs = n;
         self
     }
 
+    /// Sets [`PtmOptions::fence_removal`].
     pub fn fence_removal(mut self, on: bool) -> PtmOptions {
         self.fence_removal = on;
         self
     }
 
+    /// Sets [`PtmOptions::nonce`].
     pub fn nonce(mut self, n: u64) -> PtmOptions {
         self.nonce = Some(n);
         self
     }
 
+    /// Plants bug `f` (the crash checks' own use: `checks` feature only).
+    #[cfg(any(test, feature = "checks"))]
     pub fn fault(mut self, f: Option<Fault>) -> PtmOptions {
         self.fault = f;
         self

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// log2 of the bytes one orec covers.
 pub const COVERAGE_SHIFT: u32 = 5;
 
+/// The ownership-record table and the global clock (DRAM only).
 pub struct Orecs {
     table: Box<[AtomicU64]>,
     mask: u64,
@@ -23,22 +24,27 @@ pub struct Orecs {
 }
 
 #[inline]
+/// Whether orec value `v` is locked (bit 0).
 pub fn is_locked(v: u64) -> bool {
     v & 1 == 1
 }
 #[inline]
+/// The slot owning locked orec value `v`.
 pub fn owner(v: u64) -> u64 {
     v >> 1
 }
 #[inline]
+/// The version of unlocked orec value `v`.
 pub fn version(v: u64) -> u64 {
     v >> 1
 }
 #[inline]
+/// The orec value of a lock held by slot `slot`.
 pub fn lock_word(slot: usize) -> u64 {
     ((slot as u64) << 1) | 1
 }
 #[inline]
+/// The orec value of an unlocked orec at `version`.
 pub fn unlocked(version: u64) -> u64 {
     version << 1
 }
@@ -61,6 +67,7 @@ impl Orecs {
     }
 
     #[inline]
+    /// The value of orec `i`.
     pub fn load(&self, i: u32) -> u64 {
         self.table[i as usize].load(Ordering::Acquire)
     }

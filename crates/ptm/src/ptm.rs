@@ -25,6 +25,7 @@ pub struct PtmRecovery {
     pub entries: usize,
     /// The heap's own recovery.
     pub heap: RecoveryReport,
+    /// Wall time of the recovery.
     pub elapsed: Duration,
 }
 
@@ -269,14 +270,17 @@ impl Ptm {
         POff::new(format::ROOT_OFF)
     }
 
+    /// The PTM's algorithm.
     pub fn algorithm(&self) -> Algorithm {
         self.opts.algorithm
     }
 
+    /// The pool's durability domain.
     pub fn domain(&self) -> Domain {
         self.domain
     }
 
+    /// The options it was created or opened with.
     pub fn options(&self) -> &PtmOptions {
         &self.opts
     }

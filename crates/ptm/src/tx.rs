@@ -86,6 +86,7 @@ impl From<ferrite_alloc::AllocError> for Abort {
     }
 }
 
+/// A transaction body's result: `?` on [`Tx`]'s methods propagates its [`Abort`].
 pub type TxResult<T> = std::result::Result<T, Abort>;
 
 /// Cumulative counts of one thread handle.
@@ -108,6 +109,7 @@ pub struct PtmStats {
 }
 
 impl PtmStats {
+    /// The counts since `o` (an earlier snapshot of the same handle).
     pub fn sub(&self, o: &PtmStats) -> PtmStats {
         PtmStats {
             commits: self.commits - o.commits,

@@ -23,16 +23,21 @@ pub enum PtmFinding {
     Superblock(String),
     /// A slot's header line has an unknown state or non-zero reserved bytes.
     SlotHeader {
+        /// The slot.
         slot: usize,
+        /// What is wrong with its header line.
         what: String,
     },
     /// A slot recovery would have to act on.
     Interrupted {
+        /// The slot.
         slot: usize,
+        /// What recovery would do.
         what: String,
     },
     /// Recovery refuses the pool.
     Refused(String),
+    /// The heap's own findings.
     Heap(HeapFinding),
 }
 
@@ -45,6 +50,7 @@ impl PtmFinding {
         }
     }
 
+    /// The finding's kind in the deep check's report (`ptm-superblock`, …, or the heap finding's).
     pub fn kind(&self) -> &'static str {
         match self {
             PtmFinding::Superblock(_) => "ptm-superblock",
@@ -72,7 +78,9 @@ impl std::fmt::Display for PtmFinding {
 /// What [`verify`] found.
 #[derive(Debug, Default)]
 pub struct PtmCheck {
+    /// The decoded superblock, when it decodes.
     pub superblock: Option<Superblock>,
+    /// Everything wrong found.
     pub findings: Vec<PtmFinding>,
     /// What recovery did on the copy (when it ran).
     pub recovery: Option<PtmRecovery>,

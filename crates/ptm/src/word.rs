@@ -5,7 +5,9 @@ use ferrite_pmem::POff;
 /// A value stored in one 8-byte word of the pool (little-endian, the
 /// value zero- or sign-extended to 64 bits).
 pub trait Word: Copy {
+    /// The value as a word.
     fn to_word(self) -> u64;
+    /// The value of a word (truncated to the type).
     fn from_word(w: u64) -> Self;
 }
 

@@ -47,14 +47,17 @@ type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// What the workload saw acknowledged.
 #[derive(Debug, Default)]
 pub struct Model {
+    /// Key → value of every acknowledged batch.
     pub committed: BTreeMap<Vec<u8>, Vec<u8>>,
     /// The batch running when the crash came, and its encoding (the
     /// transaction's buffer 0).
     pub inflight: Option<(Batch, Vec<u8>)>,
+    /// Batches acknowledged.
     pub ops: usize,
     /// Clobber v_log fences so far, and their number when the batch in
     /// flight began (see the structure checks).
     pub witness: Arc<AtomicU64>,
+    /// [`Model::witness`] when the batch in flight began.
     pub witness_at_start: u64,
 }
 
@@ -159,9 +162,13 @@ fn run_script(pool: &Pool, strategy: Strategy, fault: Fault, seed: u64, m: &mut 
 /// What recovery left.
 #[derive(Debug)]
 pub struct Recovered {
+    /// What recovery did (slots rolled back, replayed, re-executed).
     pub report: TxRecovery,
+    /// Key → value the walk found.
     pub entries: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Every block the map references: (pool offset, bytes it needs).
     pub blocks: Vec<(u64, u64)>,
+    /// Allocated blocks: offset → usable size.
     pub allocated: BTreeMap<u64, usize>,
 }
 
@@ -323,7 +330,8 @@ mod tests {
             // Some sub-map outgrew its two buckets: doublings are crashed.
             let txp = TxPool::open(&p, ds::registry(), Some(strategy)).unwrap();
             let buckets = |s: u64| {
-                let sub = txp.read_u64(txp.root() + 64 + 8 * s).unwrap();
+                // A link word: the offset is in bits 0..48.
+                let sub = txp.read_u64(txp.root() + 64 + 8 * s).unwrap() & ((1 << 48) - 1);
                 txp.read_u64(sub + 8).unwrap()
             };
             assert!(buckets(0) > 2 || buckets(1) > 2, "{strategy}");

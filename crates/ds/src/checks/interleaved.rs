@@ -61,7 +61,9 @@ pub const STEPS_PER_THREAD: usize = 16;
 /// One scripted operation of one thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
+    /// Which of the [`INSTANCES`] structures it runs on.
     pub instance: usize,
+    /// The operation.
     pub op: Op,
 }
 
@@ -72,12 +74,14 @@ pub struct Model {
     pub committed: Vec<BTreeMap<u64, Vec<u8>>>,
     /// Per thread: the operation it was running when the crash came.
     pub inflight: [Option<Step>; INSTANCES],
+    /// Operations acknowledged, both threads.
     pub ops: usize,
     /// Operations that began while the other thread's was in flight.
     pub overlapped: usize,
     /// Per thread: clobber v_log fences completed ([`TxThread::set_witness`]),
     /// and their number when its operation in flight began.
     pub witness: [Arc<AtomicU64>; INSTANCES],
+    /// Per thread: [`Model::witness`] when its operation in flight began.
     pub witness_at_start: [u64; INSTANCES],
     /// Baton hand-offs of the run (0 when it crashed before the end).
     pub switches: u64,

@@ -10,16 +10,29 @@
 //! +0  magic   = BPTREE_MAGIC ("FPTMBTRE")
 //! +8  fanout  F: most keys in a node, MIN_FANOUT..=MAX_FANOUT
 //! +16 root    offset of the root node (a leaf while the tree is one node)
-//! +24 0       reserved
+//! +24 version = super::VERSION (2); version 1 had 0 here and nodes
+//!             without checks: refused with
+//!             [`crate::PtmError::StructureVersion`]
 //! ```
-//! Node block, `24 + 16 × F` bytes ([`node_bytes`]):
+//! Node block, `24 + 24 × F` bytes ([`node_bytes`]):
 //! ```text
 //! +0          meta: bit 63 = leaf, bits 0..32 = n (number of keys, ≤ F)
 //! +8          next leaf in key order (leaves; 0 = last), 0 in inner nodes
 //! +16         keys[F]            (keys[0..n] strictly increasing)
 //! +16 + 8F    leaf:  values[F]   (values[i] belongs to keys[i])
 //!             inner: children[F + 1] (children[0..=n])
+//! +24 + 16F   checks[F]: leaf: super::check_word(seed, keys[i], values[i]);
+//!             inner: the key check of keys[i] alone (low half, high half 0)
 //! ```
+//! A check moves with its entry (shifts and splits copy it) and is stored
+//! by the transaction that stores a new key or value. The seed is
+//! `crc32c(mix64(header ^ BPTREE_MAGIC))`. Every key a search reads has
+//! its key check verified (a damaged separator or leaf key would
+//! otherwise steer a lookup away from a present key), what a lookup
+//! returns its record check; a failure rolls back with
+//! [`crate::PtmError::CorruptRecord`] naming the key, and
+//! [`PBTree::check`] lists every damaged record. `meta`, `next` and the
+//! children carry no check.
 //! Invariants: every leaf is at the same depth; in an inner node, child `i`
 //! holds keys in `[keys[i-1], keys[i])` (the bounds missing at the ends
 //! are the parent's); inner nodes have n ≥ 1; the leaves, left to right,
@@ -32,7 +45,7 @@
 //! ⌊(F+1)/2⌋ keys, sends the middle one up and moves the rest right; a root
 //! split makes a new root (the header's root word changes).
 
-use super::{check_result, corrupt};
+use super::{VERSION, check_result, check_version, check_word, corrupt, damaged, key_ok};
 use crate::{PtmThread, Tx, TxResult};
 use ferrite_pmem::POff;
 
@@ -54,10 +67,17 @@ const LEAF: u64 = 1 << 63;
 const M_META: u64 = 0;
 const M_NEXT: u64 = 8;
 const M_KEYS: u64 = 16;
+const H_VERSION: u64 = 24;
+const NAME: &str = "ptm bptree";
 
 /// Bytes of a node of fanout `f`.
 pub const fn node_bytes(f: u64) -> usize {
-    (24 + 16 * f) as usize
+    (24 + 24 * f) as usize
+}
+
+/// An inner node's key check word (low half only).
+fn inner_check(seed: u32, key: u64) -> u64 {
+    check_word(seed, key, 0) & 0xFFFF_FFFF
 }
 
 /// A handle on a persistent B+tree (module docs). `Copy`.
@@ -65,6 +85,8 @@ pub const fn node_bytes(f: u64) -> usize {
 pub struct PBTree {
     hdr: u64,
     fanout: u64,
+    /// The records' checksum seed.
+    seed: u32,
 }
 
 /// A node's fields as offsets.
@@ -82,6 +104,10 @@ impl Node {
     fn slot(self, i: u64) -> u64 {
         self.at + M_KEYS + 8 * self.f + 8 * i
     }
+    /// Check word `i`.
+    fn check(self, i: u64) -> u64 {
+        self.at + 24 + 16 * self.f + 8 * i
+    }
 }
 
 impl PBTree {
@@ -96,20 +122,79 @@ impl PBTree {
         tx.store(hdr + H_MAGIC, BPTREE_MAGIC)?;
         tx.store(hdr + H_FANOUT, f)?;
         tx.store(hdr + H_ROOT, leaf)?;
-        tx.store(hdr + 24, 0)?;
-        Ok(PBTree { hdr, fanout: f })
+        tx.store(hdr + H_VERSION, VERSION)?;
+        Ok(PBTree {
+            hdr,
+            fanout: f,
+            seed: super::seed(hdr, BPTREE_MAGIC),
+        })
     }
 
-    /// Opens the tree whose header is at `hdr` ([`super::CORRUPT`] if not one).
+    /// Opens the tree whose header is at `hdr` ([`super::CORRUPT`] if not
+    /// one, [`crate::PtmError::StructureVersion`] if another version's).
     pub fn open(tx: &mut Tx<'_>, hdr: u64) -> TxResult<PBTree> {
         if hdr == 0 || !hdr.is_multiple_of(8) || tx.load(hdr + H_MAGIC)? != BPTREE_MAGIC {
             return corrupt();
         }
+        check_version(tx, NAME, hdr, hdr + H_VERSION)?;
         let fanout = tx.load(hdr + H_FANOUT)?;
         if !(MIN_FANOUT..=MAX_FANOUT).contains(&fanout) {
             return corrupt();
         }
-        Ok(PBTree { hdr, fanout })
+        Ok(PBTree {
+            hdr,
+            fanout,
+            seed: super::seed(hdr, BPTREE_MAGIC),
+        })
+    }
+
+    /// Key `i` of node `n`, its key check verified (`looking` names the
+    /// key looked up in the error).
+    fn key_at(&self, tx: &mut Tx<'_>, n: Node, i: u64, looking: u64) -> TxResult<u64> {
+        let k = tx.load(n.key(i))?;
+        if !key_ok(self.seed, k, tx.load(n.check(i))?) {
+            return damaged(
+                NAME,
+                looking,
+                &format!("node {:#x} key {i}: key check", n.at),
+            );
+        }
+        Ok(k)
+    }
+
+    /// Value `i` of leaf `n` (of `key`), its record check verified.
+    fn value_at(&self, tx: &mut Tx<'_>, n: Node, i: u64, key: u64) -> TxResult<u64> {
+        let v = tx.load(n.slot(i))?;
+        if tx.load(n.check(i))? != check_word(self.seed, key, v) {
+            return damaged(NAME, key, "checksum mismatch");
+        }
+        Ok(v)
+    }
+
+    /// Stores entry `i` of leaf `n`: key, value and their check.
+    fn put_entry(&self, tx: &mut Tx<'_>, n: Node, i: u64, k: u64, v: u64) -> TxResult<()> {
+        tx.store(n.key(i), k)?;
+        tx.store(n.slot(i), v)?;
+        tx.store(n.check(i), check_word(self.seed, k, v))
+    }
+
+    /// Stores separator `i` of inner node `n` with its key check.
+    fn put_sep(&self, tx: &mut Tx<'_>, n: Node, i: u64, k: u64) -> TxResult<()> {
+        tx.store(n.key(i), k)?;
+        tx.store(n.check(i), inner_check(self.seed, k))
+    }
+
+    /// Moves key `from` (with its value or nothing, and its check) of node
+    /// `n` to `to`, unchanged.
+    fn move_key(&self, tx: &mut Tx<'_>, n: Node, from: u64, to: u64, leaf: bool) -> TxResult<()> {
+        let k = tx.load(n.key(from))?;
+        tx.store(n.key(to), k)?;
+        if leaf {
+            let v = tx.load(n.slot(from))?;
+            tx.store(n.slot(to), v)?;
+        }
+        let c = tx.load(n.check(from))?;
+        tx.store(n.check(to), c)
     }
 
     /// The header block's offset.
@@ -152,7 +237,7 @@ impl PBTree {
         let (mut lo, mut hi) = (0, count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let k = tx.load(n.key(mid))?;
+            let k = self.key_at(tx, n, mid, key)?;
             let right = if inclusive { k >= key } else { k > key };
             if right {
                 hi = mid;
@@ -186,13 +271,13 @@ impl PBTree {
         }
     }
 
-    /// The value of `key`.
+    /// The value of `key` (its record check verified).
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> TxResult<Option<u64>> {
         let mut path = Vec::new();
         let (leaf, n) = self.descend(tx, key, &mut path)?;
         let i = self.search(tx, leaf, n, key, true)?;
-        if i < n && tx.load(leaf.key(i))? == key {
-            return tx.load(leaf.slot(i)).map(Some);
+        if i < n && self.key_at(tx, leaf, i, key)? == key {
+            return self.value_at(tx, leaf, i, key).map(Some);
         }
         Ok(None)
     }
@@ -202,8 +287,9 @@ impl PBTree {
         let mut path = Vec::new();
         let (leaf, n) = self.descend(tx, key, &mut path)?;
         let i = self.search(tx, leaf, n, key, true)?;
-        if i < n && tx.load(leaf.key(i))? == key {
+        if i < n && self.key_at(tx, leaf, i, key)? == key {
             tx.store(leaf.slot(i), value)?;
+            tx.store(leaf.check(i), check_word(self.seed, key, value))?;
             return Ok(true);
         }
         Ok(false)
@@ -214,38 +300,40 @@ impl PBTree {
         let mut path = Vec::new();
         let (leaf, n) = self.descend(tx, key, &mut path)?;
         let pos = self.search(tx, leaf, n, key, true)?;
-        if pos < n && tx.load(leaf.key(pos))? == key {
-            let old = tx.load(leaf.slot(pos))?;
+        if pos < n && self.key_at(tx, leaf, pos, key)? == key {
+            let old = self.value_at(tx, leaf, pos, key)?;
             tx.store(leaf.slot(pos), value)?;
+            tx.store(leaf.check(pos), check_word(self.seed, key, value))?;
             return Ok(Some(old));
         }
         let f = self.fanout;
         if n < f {
             for i in (pos..n).rev() {
-                let k = tx.load(leaf.key(i))?;
-                let v = tx.load(leaf.slot(i))?;
-                tx.store(leaf.key(i + 1), k)?;
-                tx.store(leaf.slot(i + 1), v)?;
+                self.move_key(tx, leaf, i, i + 1, true)?;
             }
-            tx.store(leaf.key(pos), key)?;
-            tx.store(leaf.slot(pos), value)?;
+            self.put_entry(tx, leaf, pos, key, value)?;
             tx.store(leaf.at + M_META, LEAF | (n + 1))?;
             return Ok(None);
         }
-        // Split: the F + 1 entries in order, then the halves.
+        // Split: the F + 1 entries in order (each with its check, copied
+        // as it is), then the halves.
         let mut keys = Vec::with_capacity(f as usize + 1);
         let mut vals = Vec::with_capacity(f as usize + 1);
+        let mut checks = Vec::with_capacity(f as usize + 1);
         for i in 0..n {
             keys.push(tx.load(leaf.key(i))?);
             vals.push(tx.load(leaf.slot(i))?);
+            checks.push(tx.load(leaf.check(i))?);
         }
         keys.insert(pos as usize, key);
         vals.insert(pos as usize, value);
+        checks.insert(pos as usize, check_word(self.seed, key, value));
         let left = f.div_ceil(2);
         let right = self.node(tx.alloc(node_bytes(f))?.raw());
         for (j, i) in (left..=f).enumerate() {
             tx.store(right.key(j as u64), keys[i as usize])?;
             tx.store(right.slot(j as u64), vals[i as usize])?;
+            tx.store(right.check(j as u64), checks[i as usize])?;
         }
         tx.store(right.at + M_META, LEAF | (f + 1 - left))?;
         let next = tx.load(leaf.at + M_NEXT)?;
@@ -254,6 +342,7 @@ impl PBTree {
         for i in pos..left {
             tx.store(leaf.key(i), keys[i as usize])?;
             tx.store(leaf.slot(i), vals[i as usize])?;
+            tx.store(leaf.check(i), checks[i as usize])?;
         }
         tx.store(leaf.at + M_META, LEAF | left)?;
         tx.store(leaf.at + M_NEXT, right.at)?;
@@ -279,14 +368,13 @@ impl PBTree {
             }
             if n < f {
                 for j in (i..n).rev() {
-                    let k = tx.load(node.key(j))?;
-                    tx.store(node.key(j + 1), k)?;
+                    self.move_key(tx, node, j, j + 1, false)?;
                 }
                 for j in (i + 1..=n).rev() {
                     let c = tx.load(node.slot(j))?;
                     tx.store(node.slot(j + 1), c)?;
                 }
-                tx.store(node.key(i), sep)?;
+                self.put_sep(tx, node, i, sep)?;
                 tx.store(node.slot(i + 1), child)?;
                 tx.store(node.at + M_META, n + 1)?;
                 return Ok(());
@@ -305,7 +393,7 @@ impl PBTree {
             let mid = f.div_ceil(2);
             let right = self.node(tx.alloc(node_bytes(f))?.raw());
             for (j, k) in (mid + 1..=f).enumerate() {
-                tx.store(right.key(j as u64), keys[k as usize])?;
+                self.put_sep(tx, right, j as u64, keys[k as usize])?;
             }
             for (j, k) in (mid + 1..=f + 1).enumerate() {
                 tx.store(right.slot(j as u64), kids[k as usize])?;
@@ -313,7 +401,7 @@ impl PBTree {
             tx.store(right.at + M_META, f - mid)?;
             tx.store(right.at + M_NEXT, 0)?;
             for j in i..mid {
-                tx.store(node.key(j), keys[j as usize])?;
+                self.put_sep(tx, node, j, keys[j as usize])?;
             }
             for j in i + 1..=mid {
                 tx.store(node.slot(j), kids[j as usize])?;
@@ -324,7 +412,7 @@ impl PBTree {
         }
         let old_root = tx.load(self.hdr + H_ROOT)?;
         let root = self.node(tx.alloc(node_bytes(f))?.raw());
-        tx.store(root.key(0), sep)?;
+        self.put_sep(tx, root, 0, sep)?;
         tx.store(root.slot(0), old_root)?;
         tx.store(root.slot(1), child)?;
         tx.store(root.at + M_META, 1)?;
@@ -337,22 +425,21 @@ impl PBTree {
         let mut path = Vec::new();
         let (leaf, n) = self.descend(tx, key, &mut path)?;
         let pos = self.search(tx, leaf, n, key, true)?;
-        if pos >= n || tx.load(leaf.key(pos))? != key {
+        if pos >= n || self.key_at(tx, leaf, pos, key)? != key {
             return Ok(None);
         }
-        let old = tx.load(leaf.slot(pos))?;
+        let old = self.value_at(tx, leaf, pos, key)?;
         for i in pos + 1..n {
-            let k = tx.load(leaf.key(i))?;
-            let v = tx.load(leaf.slot(i))?;
-            tx.store(leaf.key(i - 1), k)?;
-            tx.store(leaf.slot(i - 1), v)?;
+            self.move_key(tx, leaf, i, i - 1, true)?;
         }
         tx.store(leaf.at + M_META, LEAF | (n - 1))?;
         Ok(Some(old))
     }
 
     /// Calls `f(key, value)` for up to `limit` entries with keys ≥ `from`,
-    /// in key order; returns how many it visited.
+    /// in key order; returns how many it visited. Every entry returned is
+    /// verified (a damaged one rolls back with
+    /// [`crate::PtmError::CorruptRecord`]).
     pub fn scan(
         &self,
         tx: &mut Tx<'_>,
@@ -379,7 +466,8 @@ impl PBTree {
                 i = 0;
                 continue;
             }
-            f(tx.load(leaf.key(i))?, tx.load(leaf.slot(i))?);
+            let k = self.key_at(tx, leaf, i, from)?;
+            f(k, self.value_at(tx, leaf, i, k)?);
             seen += 1;
             i += 1;
         }
@@ -410,7 +498,7 @@ impl PBTree {
                 return Err(format!("last leaf {last:#x} links to {next:#x}"));
             }
         }
-        Ok(st.entries)
+        super::damaged_result(NAME, st.entries, &st.damaged)
     }
 
     /// [`PBTree::check`] inside the caller's transaction (for small trees:
@@ -432,7 +520,7 @@ impl PBTree {
                 return Ok(Err(format!("last leaf {last:#x} links to {next:#x}")));
             }
         }
-        Ok(Ok(st.entries))
+        Ok(super::damaged_result(NAME, st.entries, &st.damaged))
     }
 
     fn check_some(
@@ -460,8 +548,27 @@ impl PBTree {
                 return Ok(Err(format!("node {:#x}: bad meta {m:#x}", p.at)));
             }
             let mut prev: Option<u64> = None;
+            // Keys whose key check holds (a damaged one says nothing about
+            // the order, nor about its children's bounds).
+            let mut good = Vec::with_capacity(n as usize);
             for i in 0..n {
                 let k = tx.load(node.key(i))?;
+                let c = tx.load(node.check(i))?;
+                if !key_ok(self.seed, k, c) {
+                    st.damaged
+                        .push((k, format!("key check mismatch (node {:#x} key {i})", p.at)));
+                    good.push(None);
+                    continue;
+                }
+                good.push(Some(k));
+                let want = if leaf {
+                    check_word(self.seed, k, tx.load(node.slot(i))?)
+                } else {
+                    inner_check(self.seed, k)
+                };
+                if c != want {
+                    st.damaged.push((k, "checksum mismatch".into()));
+                }
                 if prev.is_some_and(|q| q >= k) {
                     return Ok(Err(format!("node {:#x}: keys out of order at {i}", p.at)));
                 }
@@ -504,12 +611,12 @@ impl PBTree {
                     let lo = if i == 0 {
                         p.lo
                     } else {
-                        Some(tx.load(node.key(i - 1))?)
+                        good[i as usize - 1].or(p.lo)
                     };
                     let hi = if i == n {
                         p.hi
                     } else {
-                        Some(tx.load(node.key(i))?)
+                        good[i as usize].or(p.hi)
                     };
                     st.stack.push(Pending {
                         at: tx.load(node.slot(i))?,
@@ -555,6 +662,8 @@ struct CheckState {
     last_leaf: Option<u64>,
     entries: u64,
     nodes: u64,
+    /// Records whose check fails: (key as stored, what).
+    damaged: Vec<(u64, String)>,
 }
 
 impl CheckState {
@@ -571,6 +680,7 @@ impl CheckState {
             last_leaf: None,
             entries: 0,
             nodes: 0,
+            damaged: Vec::new(),
         }
     }
 }

@@ -2,31 +2,44 @@
 //! (P3's TATP: 10 × population buckets; TPC-C (hash)).
 //!
 //! ## Persistent layout (little-endian words)
-//! Header block, 32 bytes:
+//! Header block, 48 bytes:
 //! ```text
 //! +0  magic    = HASH_MAGIC ("FPTMHASH")
 //! +8  buckets  number of buckets B (≥ 1)
 //! +16 dir      offset of the directory block
 //! +24 segments number of segments S = ceil(B / SEGMENT_BUCKETS)
+//! +32 version  = super::VERSION (2)
+//! +40 check    CRC32C of bytes 0..40, from the seed (below), in the low half
 //! ```
+//! Version 1 (a 32-byte header, nodes without a check word) is refused
+//! with [`crate::PtmError::StructureVersion`].
 //! Directory block, `8 × S` bytes: word `s` = offset of segment `s`.
 //! Segment block, `8 × SEGMENT_BUCKETS` bytes: word `i` = head of the chain
 //! of bucket `s × SEGMENT_BUCKETS + i` (0 = empty). Buckets are split into
 //! segments so no single allocation (nor the transaction that zeroes it)
 //! grows with the map.
-//! Node block, 24 bytes, allocated with `tx.alloc` by the inserting
+//! Node block, 32 bytes, allocated with `tx.alloc` by the inserting
 //! transaction and freed by the removing one:
 //! ```text
 //! +0  key
 //! +8  value
 //! +16 next     next node of the chain (0 = end)
+//! +24 check    super::check_word(seed, key, value)
 //! ```
+//! The check word is stored by the transaction that stores the key or the
+//! value (so no crash separates them); the seed is
+//! `crc32c(mix64(header ^ HASH_MAGIC))`. Every node a search passes has
+//! its key check verified, what a lookup returns its record check; a
+//! failure rolls the transaction back with
+//! [`crate::PtmError::CorruptRecord`] naming the key, and
+//! [`PHashMap::check`] lists every damaged record. The links (`next`, the
+//! bucket words) carry no check.
 //! Invariants: every node is reachable from exactly one bucket, the one
 //! [`bucket_of`] names for its key; keys are unique. There is no element
 //! counter: a shared counter would make every insert conflict with every
 //! other (P3's TPC-C inserts orders concurrently).
 
-use super::{check_result, corrupt, mix64};
+use super::{VERSION, check_result, check_version, check_word, corrupt, damaged, key_ok, mix64};
 use crate::{PtmError, PtmThread, Tx, TxResult};
 
 /// "FPTMHASH" read as a little-endian u64.
@@ -34,15 +47,27 @@ pub const HASH_MAGIC: u64 = u64::from_le_bytes(*b"FPTMHASH");
 /// Buckets per segment block (8 KiB segments).
 pub const SEGMENT_BUCKETS: u64 = 1024;
 /// Bytes of a node.
-pub const NODE_BYTES: usize = 24;
+pub const NODE_BYTES: usize = 32;
+/// Bytes of the header.
+const HEADER_BYTES: usize = 48;
+const NAME: &str = "ptm hash";
 
 const H_MAGIC: u64 = 0;
 const H_BUCKETS: u64 = 8;
 const H_DIR: u64 = 16;
 const H_SEGMENTS: u64 = 24;
+const H_VERSION: u64 = 32;
+const H_CHECK: u64 = 40;
 const N_KEY: u64 = 0;
 const N_VALUE: u64 = 8;
 const N_NEXT: u64 = 16;
+const N_CHECK: u64 = 24;
+
+/// The header's check word: CRC32C of its words 0..40, from `seed`.
+fn header_check(seed: u32, words: &[u64; 5]) -> u64 {
+    let b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    u64::from(crc32c::crc32c_append(seed, &b))
+}
 
 /// The bucket of `key` among `buckets`.
 #[inline]
@@ -58,6 +83,8 @@ pub struct PHashMap {
     buckets: u64,
     dir: u64,
     segments: u64,
+    /// The records' checksum seed.
+    seed: u32,
 }
 
 impl PHashMap {
@@ -97,17 +124,20 @@ impl PHashMap {
     fn create_header(tx: &mut Tx<'_>, buckets: u64) -> TxResult<PHashMap> {
         let buckets = buckets.max(1);
         let segments = buckets.div_ceil(SEGMENT_BUCKETS);
-        let hdr = tx.alloc(32)?.raw();
+        let hdr = tx.alloc(HEADER_BYTES)?.raw();
         let dir = tx.alloc_zeroed(8 * segments as usize)?.raw();
-        tx.store(hdr + H_MAGIC, HASH_MAGIC)?;
-        tx.store(hdr + H_BUCKETS, buckets)?;
-        tx.store(hdr + H_DIR, dir)?;
-        tx.store(hdr + H_SEGMENTS, segments)?;
+        let seed = super::seed(hdr, HASH_MAGIC);
+        let words = [HASH_MAGIC, buckets, dir, segments, VERSION];
+        for (i, w) in words.iter().enumerate() {
+            tx.store(hdr + 8 * i as u64, *w)?;
+        }
+        tx.store(hdr + H_CHECK, header_check(seed, &words))?;
         Ok(PHashMap {
             hdr,
             buckets,
             dir,
             segments,
+            seed,
         })
     }
 
@@ -117,15 +147,23 @@ impl PHashMap {
     }
 
     /// Opens the map whose header block is at `hdr`; rolls back with
-    /// [`super::CORRUPT`] if it is not one.
+    /// [`super::CORRUPT`] if it is not one or its check fails, with
+    /// [`crate::PtmError::StructureVersion`] if it is another version's.
     pub fn open(tx: &mut Tx<'_>, hdr: u64) -> TxResult<PHashMap> {
         if hdr == 0 || !hdr.is_multiple_of(8) || tx.load(hdr + H_MAGIC)? != HASH_MAGIC {
             return corrupt();
         }
+        check_version(tx, NAME, hdr, hdr + H_VERSION)?;
         let buckets = tx.load(hdr + H_BUCKETS)?;
         let dir = tx.load(hdr + H_DIR)?;
         let segments = tx.load(hdr + H_SEGMENTS)?;
-        if buckets == 0 || dir == 0 || segments != buckets.div_ceil(SEGMENT_BUCKETS) {
+        let seed = super::seed(hdr, HASH_MAGIC);
+        let words = [HASH_MAGIC, buckets, dir, segments, VERSION];
+        if tx.load(hdr + H_CHECK)? != header_check(seed, &words)
+            || buckets == 0
+            || dir == 0
+            || segments != buckets.div_ceil(SEGMENT_BUCKETS)
+        {
             return corrupt();
         }
         Ok(PHashMap {
@@ -133,6 +171,7 @@ impl PHashMap {
             buckets,
             dir,
             segments,
+            seed,
         })
     }
 
@@ -158,40 +197,56 @@ impl PHashMap {
     /// Finds `key`: (its bucket's head word, the word that points to its
     /// node, the node), or (head word, the chain's last link word, 0) when
     /// absent.
+    /// Verifies every node's key check on the way (a damaged one rolls
+    /// back with [`crate::PtmError::CorruptRecord`] naming `key`).
     fn find(&self, tx: &mut Tx<'_>, key: u64) -> TxResult<(u64, u64, u64)> {
         let head = self.head_slot(tx, bucket_of(key, self.buckets))?;
         let mut link = head;
         loop {
             let node = tx.load(link)?;
-            if node == 0 || tx.load(node + N_KEY)? == key {
+            if node == 0 {
+                return Ok((head, link, node));
+            }
+            let k = tx.load(node + N_KEY)?;
+            if !key_ok(self.seed, k, tx.load(node + N_CHECK)?) {
+                return damaged(
+                    NAME,
+                    key,
+                    &format!("node {node:#x} on its chain: key check"),
+                );
+            }
+            if k == key {
                 return Ok((head, link, node));
             }
             link = node + N_NEXT;
         }
     }
 
-    /// The value of `key`.
+    /// The value of node `node` (of `key`), its record check verified.
+    fn value_of(&self, tx: &mut Tx<'_>, node: u64, key: u64) -> TxResult<u64> {
+        let v = tx.load(node + N_VALUE)?;
+        if tx.load(node + N_CHECK)? != check_word(self.seed, key, v) {
+            return damaged(NAME, key, "checksum mismatch");
+        }
+        Ok(v)
+    }
+
+    /// The value of `key` (its record check verified).
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> TxResult<Option<u64>> {
         let (_, _, node) = self.find(tx, key)?;
         if node == 0 {
             return Ok(None);
         }
-        tx.load(node + N_VALUE).map(Some)
-    }
-
-    /// The pool offset of the value word of `key` (to read or write it in
-    /// place with `tx.load` / `tx.store`), or `None`.
-    pub fn value_slot(&self, tx: &mut Tx<'_>, key: u64) -> TxResult<Option<u64>> {
-        let (_, _, node) = self.find(tx, key)?;
-        Ok((node != 0).then_some(node + N_VALUE))
+        self.value_of(tx, node, key).map(Some)
     }
 
     /// Inserts or replaces; returns the previous value.
     pub fn insert(&self, tx: &mut Tx<'_>, key: u64, value: u64) -> TxResult<Option<u64>> {
         let (head_slot, _, node) = self.find(tx, key)?;
         if node != 0 {
-            let old = tx.load(node + N_VALUE)?;
+            let old = self.value_of(tx, node, key)?;
             tx.store(node + N_VALUE, value)?;
+            tx.store(node + N_CHECK, check_word(self.seed, key, value))?;
             return Ok(Some(old));
         }
         // New nodes go at the head of the chain: one store to a shared word
@@ -201,6 +256,7 @@ impl PHashMap {
         tx.store(n + N_KEY, key)?;
         tx.store(n + N_VALUE, value)?;
         tx.store(n + N_NEXT, head)?;
+        tx.store(n + N_CHECK, check_word(self.seed, key, value))?;
         tx.store(head_slot, n)?;
         Ok(None)
     }
@@ -208,13 +264,13 @@ impl PHashMap {
     /// Replaces the value of an existing `key`; false (and no write) when
     /// absent.
     pub fn update(&self, tx: &mut Tx<'_>, key: u64, value: u64) -> TxResult<bool> {
-        match self.value_slot(tx, key)? {
-            Some(slot) => {
-                tx.store(slot, value)?;
-                Ok(true)
-            }
-            None => Ok(false),
+        let (_, _, node) = self.find(tx, key)?;
+        if node == 0 {
+            return Ok(false);
         }
+        tx.store(node + N_VALUE, value)?;
+        tx.store(node + N_CHECK, check_word(self.seed, key, value))?;
+        Ok(true)
     }
 
     /// Removes `key`; returns its value.
@@ -223,14 +279,16 @@ impl PHashMap {
         if node == 0 {
             return Ok(None);
         }
-        let value = tx.load(node + N_VALUE)?;
+        let value = self.value_of(tx, node, key)?;
         let next = tx.load(node + N_NEXT)?;
         tx.store(link, next)?;
         tx.free(ferrite_pmem::POff::new(node))?;
         Ok(Some(value))
     }
 
-    /// Calls `f(key, value)` for every entry of buckets `from..to`.
+    /// Calls `f(key, value)` for every entry of buckets `from..to`, each
+    /// verified (a damaged one rolls back with
+    /// [`crate::PtmError::CorruptRecord`] naming the key as stored).
     pub fn for_each_in(
         &self,
         tx: &mut Tx<'_>,
@@ -242,7 +300,12 @@ impl PHashMap {
             let head = self.head_slot(tx, b)?;
             let mut node = tx.load(head)?;
             while node != 0 {
-                f(tx.load(node + N_KEY)?, tx.load(node + N_VALUE)?);
+                let k = tx.load(node + N_KEY)?;
+                let v = tx.load(node + N_VALUE)?;
+                if tx.load(node + N_CHECK)? != check_word(self.seed, k, v) {
+                    return damaged(NAME, k, "checksum mismatch");
+                }
+                f(k, v);
                 node = tx.load(node + N_NEXT)?;
             }
         }
@@ -252,13 +315,16 @@ impl PHashMap {
     /// Checks buckets `from..to` inside one transaction: every node sits in
     /// its key's bucket, no key repeats within a bucket (so none repeats in
     /// the map), and no chain is longer than `max_chain` (a cycle shows up
-    /// as an over-long chain). Returns the entries seen.
+    /// as an over-long chain). Returns the entries seen; a record whose
+    /// check fails is listed in `damaged` (key as stored, what) and not
+    /// counted.
     pub fn check_in(
         &self,
         tx: &mut Tx<'_>,
         from: u64,
         to: u64,
         max_chain: u64,
+        damaged: &mut Vec<(u64, String)>,
     ) -> TxResult<Result<u64, String>> {
         let mut entries = 0;
         let mut keys = Vec::new();
@@ -271,6 +337,18 @@ impl PHashMap {
                     return Ok(Err(format!("bucket {b}: misaligned node {node:#x}")));
                 }
                 let key = tx.load(node + N_KEY)?;
+                let value = tx.load(node + N_VALUE)?;
+                let check = tx.load(node + N_CHECK)?;
+                if !key_ok(self.seed, key, check) {
+                    damaged.push((key, format!("key check mismatch (node at {node:#x})")));
+                    node = tx.load(node + N_NEXT)?;
+                    continue;
+                }
+                if check != check_word(self.seed, key, value) {
+                    damaged.push((key, "checksum mismatch".into()));
+                    node = tx.load(node + N_NEXT)?;
+                    continue;
+                }
                 if bucket_of(key, self.buckets) != b {
                     return Ok(Err(format!("key {key} in bucket {b}, belongs elsewhere")));
                 }
@@ -290,7 +368,8 @@ impl PHashMap {
 
     /// Checks the whole map (header, then every bucket, 1024 buckets per
     /// transaction; run it with no concurrent writers). Returns the number
-    /// of entries.
+    /// of entries; a map with damaged records is an error listing each
+    /// one.
     pub fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String> {
         let hdr = self.hdr;
         let reopened = check_result(th.atomic(|tx| Ok(Ok(PHashMap::open(tx, hdr)?))))?;
@@ -299,12 +378,18 @@ impl PHashMap {
         }
         let mut total = 0;
         let mut b = 0;
+        let mut bad = Vec::new();
+        let mut damaged_all = Vec::new();
         while b < self.buckets {
             let end = (b + SEGMENT_BUCKETS).min(self.buckets);
-            total += check_result(th.atomic(|tx| self.check_in(tx, b, end, 1 << 24)))?;
+            total += check_result(th.atomic(|tx| {
+                bad.clear();
+                self.check_in(tx, b, end, 1 << 24, &mut bad)
+            }))?;
+            damaged_all.append(&mut bad);
             b = end;
         }
-        Ok(total)
+        super::damaged_result(NAME, total, &damaged_all)
     }
 }
 
@@ -358,7 +443,7 @@ mod tests {
             }
             assert_eq!(map.check(&mut th).unwrap(), model.len() as u64);
             let one = th
-                .atomic(|tx| map.check_in(tx, 0, map.buckets(), u64::MAX))
+                .atomic(|tx| map.check_in(tx, 0, map.buckets(), u64::MAX, &mut Vec::new()))
                 .unwrap();
             assert_eq!(one, Ok(model.len() as u64));
             assert_eq!(contents(map, &mut th), model);
@@ -415,16 +500,21 @@ mod tests {
                 PHashMap::open(tx, b)
             });
             assert!(matches!(r, Err(PtmError::Aborted { code }) if code == crate::ds::CORRUPT));
-            // A node in the wrong bucket: the checker must object.
+            // A node in the wrong bucket (its check word rewritten to
+            // match, as a bug would): the checker must object.
             th.atomic(|tx| {
                 map.insert(tx, 1, 1)?;
-                let slot = map.value_slot(tx, 1)?.unwrap();
+                let (_, _, node) = map.find(tx, 1)?;
                 let elsewhere = (2..).find(|k| bucket_of(*k, 4) != bucket_of(1, 4)).unwrap();
-                tx.store(slot - N_VALUE + N_KEY, elsewhere)
+                tx.store(node + N_KEY, elsewhere)?;
+                tx.store(node + N_CHECK, check_word(map.seed, elsewhere, 1))
             })
             .unwrap();
             let bad = map.check(&mut th);
-            assert!(bad.is_err(), "{bad:?}");
+            assert!(
+                bad.as_ref().is_err_and(|e| e.contains("belongs elsewhere")),
+                "{bad:?}"
+            );
         });
     }
 

@@ -36,6 +36,81 @@ pub(crate) fn corrupt<T>() -> TxResult<T> {
     Err(Abort::User(CORRUPT))
 }
 
+/// This build's version of the three structures' headers: 2, the first
+/// whose records carry checksums (version 1 had no version word; its
+/// headers are refused with [`PtmError::StructureVersion`]).
+pub const VERSION: u64 = 2;
+
+/// The checksum seed of the structure whose header is at `hdr` with magic
+/// `magic`: CRC32C of its nonce `mix64(hdr ^ magic)`. Derived, not
+/// stored: the same for every open and for recovery, different for two
+/// structures at different offsets (a record copied from another one does
+/// not validate); a structure recreated at the same offset shares it.
+pub(crate) fn seed(hdr: u64, magic: u64) -> u32 {
+    crc32c::crc32c(&mix64(hdr ^ magic).to_le_bytes())
+}
+
+/// A record's check word: in the low half the CRC32C of `key` (verified
+/// on every record a search passes, so a damaged key never makes a
+/// present key look absent), in the high half the CRC32C of `key` then
+/// `value` (verified on what is returned), both continuing from `seed`.
+pub fn check_word(seed: u32, key: u64, value: u64) -> u64 {
+    let k = crc32c::crc32c_append(seed, &key.to_le_bytes());
+    let r = crc32c::crc32c_append(k, &value.to_le_bytes());
+    u64::from(k) | u64::from(r) << 32
+}
+
+/// Whether the low half of `check` is the key check of `key`.
+pub(crate) fn key_ok(seed: u32, key: u64, check: u64) -> bool {
+    check as u32 == crc32c::crc32c_append(seed, &key.to_le_bytes())
+}
+
+/// The abort for a damaged record of `structure` met looking up `key`.
+pub(crate) fn damaged<T>(structure: &'static str, key: u64, what: &str) -> TxResult<T> {
+    Err(Abort::Error(PtmError::CorruptRecord {
+        structure,
+        key,
+        what: what.into(),
+    }))
+}
+
+/// Reads and checks a header's version word (`at`, after the magic was
+/// checked): anything but [`VERSION`] is [`PtmError::StructureVersion`].
+pub(crate) fn check_version(
+    tx: &mut crate::Tx<'_>,
+    structure: &'static str,
+    hdr: u64,
+    at: u64,
+) -> TxResult<()> {
+    let found = tx.load(at)?;
+    if found != VERSION {
+        return Err(Abort::Error(PtmError::StructureVersion {
+            structure,
+            at: hdr,
+            found,
+            supported: VERSION,
+        }));
+    }
+    Ok(())
+}
+
+/// A structure check's result: `total` when no record is damaged, else
+/// one line per damaged record (`{structure} record key K: what`).
+pub(crate) fn damaged_result(
+    structure: &str,
+    total: u64,
+    damaged: &[(u64, String)],
+) -> Result<u64, String> {
+    if damaged.is_empty() {
+        return Ok(total);
+    }
+    Err(damaged
+        .iter()
+        .map(|(k, what)| format!("{structure} record key {k}: {what}"))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
 /// Converts the result of a checking transaction to text: an invariant
 /// violation found inside (`Ok(Err(text))`), or the PTM's error.
 pub(crate) fn check_result<T>(r: Result<Result<T, String>, PtmError>) -> Result<T, String> {
@@ -44,6 +119,7 @@ pub(crate) fn check_result<T>(r: Result<Result<T, String>, PtmError>) -> Result<
         Err(PtmError::Aborted { code }) if code == CORRUPT => {
             Err("corrupt structure (an operation aborted with CORRUPT)".into())
         }
+        Err(e @ PtmError::CorruptRecord { .. }) => Err(e.to_string()),
         Err(e) => Err(format!("checking transaction failed: {e}")),
     }
 }

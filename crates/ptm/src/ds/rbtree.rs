@@ -5,12 +5,16 @@
 //! carries the parent of the possibly-null node it fixes up.
 //!
 //! ## Persistent layout (little-endian words)
-//! Header block, 16 bytes:
+//! Header block, 24 bytes:
 //! ```text
-//! +0  magic = RBTREE_MAGIC ("FPTMRBTR")
-//! +8  root  offset of the root node (0 = empty tree)
+//! +0  magic   = RBTREE_MAGIC ("FPTMRBTR")
+//! +8  root    offset of the root node (0 = empty tree)
+//! +16 version = super::VERSION (2)
 //! ```
-//! Node block, 48 bytes, allocated by the inserting transaction and freed
+//! Version 1 (a 16-byte header, 48-byte nodes without a check word) is
+//! refused with [`crate::PtmError::StructureVersion`].
+//!
+//! Node block, 56 bytes, allocated by the inserting transaction and freed
 //! by the removing one:
 //! ```text
 //! +0  key
@@ -19,29 +23,42 @@
 //! +24 right   (0 = none)
 //! +32 parent  (0 for the root)
 //! +40 color   0 = red, 1 = black
+//! +48 check   super::check_word(seed, key, value)
 //! ```
+//! The check word is stored by the transaction that stores the key or the
+//! value; rebalancing moves nodes, never keys or values, so it never
+//! changes it. The seed is `crc32c(mix64(header ^ RBTREE_MAGIC))`. A
+//! search verifies the key check of every node it passes (a damaged key
+//! would otherwise steer it away from a present key), a lookup the record
+//! check of what it returns; a failure rolls back with
+//! [`crate::PtmError::CorruptRecord`] naming the key, and
+//! [`PRbTree::check`] lists every damaged record. The links and the color
+//! carry no check.
 //! Invariants: binary-search order on keys (unique); `parent` is the inverse
 //! of `left`/`right`; the root is black; a red node has black (or null)
 //! children; every path from a node to a null child has the same number of
 //! black nodes.
 
-use super::{check_result, corrupt};
+use super::{VERSION, check_result, check_version, check_word, corrupt, damaged, key_ok};
 use crate::{PtmThread, Tx, TxResult};
 use ferrite_pmem::POff;
 
 /// "FPTMRBTR" read as a little-endian u64.
 pub const RBTREE_MAGIC: u64 = u64::from_le_bytes(*b"FPTMRBTR");
 /// Bytes of a node.
-pub const NODE_BYTES: usize = 48;
+pub const NODE_BYTES: usize = 56;
+const NAME: &str = "ptm rbtree";
 
 const H_MAGIC: u64 = 0;
 const H_ROOT: u64 = 8;
+const H_VERSION: u64 = 16;
 const KEY: u64 = 0;
 const VALUE: u64 = 8;
 const LEFT: u64 = 16;
 const RIGHT: u64 = 24;
 const PARENT: u64 = 32;
 const COLOR: u64 = 40;
+const CHECK: u64 = 48;
 const RED: u64 = 0;
 const BLACK: u64 = 1;
 
@@ -49,23 +66,34 @@ const BLACK: u64 = 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PRbTree {
     hdr: u64,
+    /// The records' checksum seed.
+    seed: u32,
 }
 
 impl PRbTree {
     /// Creates an empty tree.
     pub fn create_in(tx: &mut Tx<'_>) -> TxResult<PRbTree> {
-        let hdr = tx.alloc(16)?.raw();
+        let hdr = tx.alloc(24)?.raw();
         tx.store(hdr + H_MAGIC, RBTREE_MAGIC)?;
         tx.store(hdr + H_ROOT, 0)?;
-        Ok(PRbTree { hdr })
+        tx.store(hdr + H_VERSION, VERSION)?;
+        Ok(PRbTree {
+            hdr,
+            seed: super::seed(hdr, RBTREE_MAGIC),
+        })
     }
 
-    /// Opens the tree whose header is at `hdr` ([`super::CORRUPT`] if not one).
+    /// Opens the tree whose header is at `hdr` ([`super::CORRUPT`] if not
+    /// one, [`crate::PtmError::StructureVersion`] if another version's).
     pub fn open(tx: &mut Tx<'_>, hdr: u64) -> TxResult<PRbTree> {
         if hdr == 0 || !hdr.is_multiple_of(8) || tx.load(hdr + H_MAGIC)? != RBTREE_MAGIC {
             return corrupt();
         }
-        Ok(PRbTree { hdr })
+        check_version(tx, NAME, hdr, hdr + H_VERSION)?;
+        Ok(PRbTree {
+            hdr,
+            seed: super::seed(hdr, RBTREE_MAGIC),
+        })
     }
 
     /// The header block's offset.
@@ -102,11 +130,34 @@ impl PRbTree {
         tx.store(self.hdr + H_ROOT, n)
     }
 
+    /// The key of node `x`, its key check verified (`looking` names the
+    /// key looked up in the error).
+    fn key_of(&self, tx: &mut Tx<'_>, x: u64, looking: u64) -> TxResult<u64> {
+        let k = Self::get_f(tx, x, KEY)?;
+        if !key_ok(self.seed, k, tx.load(x + CHECK)?) {
+            return damaged(
+                NAME,
+                looking,
+                &format!("node {x:#x} on its path: key check"),
+            );
+        }
+        Ok(k)
+    }
+
+    /// The value of node `n` (of `key`), its record check verified.
+    fn value_of(&self, tx: &mut Tx<'_>, n: u64, key: u64) -> TxResult<u64> {
+        let v = Self::get_f(tx, n, VALUE)?;
+        if tx.load(n + CHECK)? != check_word(self.seed, key, v) {
+            return damaged(NAME, key, "checksum mismatch");
+        }
+        Ok(v)
+    }
+
     /// The node of `key`, or 0.
     fn find(&self, tx: &mut Tx<'_>, key: u64) -> TxResult<u64> {
         let mut x = self.root(tx)?;
         while x != 0 {
-            let k = Self::get_f(tx, x, KEY)?;
+            let k = self.key_of(tx, x, key)?;
             if key == k {
                 return Ok(x);
             }
@@ -115,13 +166,13 @@ impl PRbTree {
         Ok(0)
     }
 
-    /// The value of `key`.
+    /// The value of `key` (its record check verified).
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> TxResult<Option<u64>> {
         let n = self.find(tx, key)?;
         if n == 0 {
             return Ok(None);
         }
-        Self::get_f(tx, n, VALUE).map(Some)
+        self.value_of(tx, n, key).map(Some)
     }
 
     /// True when `key` is present.
@@ -136,6 +187,7 @@ impl PRbTree {
             return Ok(false);
         }
         Self::set_f(tx, n, VALUE, value)?;
+        Self::set_f(tx, n, CHECK, check_word(self.seed, key, value))?;
         Ok(true)
     }
 
@@ -146,10 +198,11 @@ impl PRbTree {
         let mut less = false;
         while x != 0 {
             y = x;
-            let k = Self::get_f(tx, x, KEY)?;
+            let k = self.key_of(tx, x, key)?;
             if key == k {
-                let old = Self::get_f(tx, x, VALUE)?;
+                let old = self.value_of(tx, x, key)?;
                 Self::set_f(tx, x, VALUE, value)?;
+                Self::set_f(tx, x, CHECK, check_word(self.seed, key, value))?;
                 return Ok(Some(old));
             }
             less = key < k;
@@ -162,6 +215,7 @@ impl PRbTree {
         tx.store(z + RIGHT, 0)?;
         tx.store(z + PARENT, y)?;
         tx.store(z + COLOR, RED)?;
+        tx.store(z + CHECK, check_word(self.seed, key, value))?;
         if y == 0 {
             self.set_root(tx, z)?;
         } else {
@@ -253,7 +307,7 @@ impl PRbTree {
         if z == 0 {
             return Ok(None);
         }
-        let value = Self::get_f(tx, z, VALUE)?;
+        let value = self.value_of(tx, z, key)?;
         let zl = Self::get_f(tx, z, LEFT)?;
         let zr = Self::get_f(tx, z, RIGHT)?;
         let removed_color;
@@ -349,7 +403,9 @@ impl PRbTree {
     }
 
     /// Calls `f(key, value)` for up to `limit` entries with keys ≥ `from`,
-    /// in key order; returns how many it visited.
+    /// in key order; returns how many it visited. Every key passed and
+    /// every record returned is verified (a damaged one rolls back with
+    /// [`crate::PtmError::CorruptRecord`]).
     pub fn scan(
         &self,
         tx: &mut Tx<'_>,
@@ -361,7 +417,7 @@ impl PRbTree {
         let mut x = self.root(tx)?;
         let mut cand = 0;
         while x != 0 {
-            let k = Self::get_f(tx, x, KEY)?;
+            let k = self.key_of(tx, x, from)?;
             if k >= from {
                 cand = x;
                 x = Self::get_f(tx, x, LEFT)?;
@@ -372,7 +428,8 @@ impl PRbTree {
         let mut seen = 0;
         let mut n = cand;
         while n != 0 && seen < limit {
-            f(Self::get_f(tx, n, KEY)?, Self::get_f(tx, n, VALUE)?);
+            let k = self.key_of(tx, n, from)?;
+            f(k, self.value_of(tx, n, k)?);
             seen += 1;
             // In-order successor.
             let r = Self::get_f(tx, n, RIGHT)?;
@@ -423,7 +480,7 @@ impl PRbTree {
 
     /// Checks every invariant of the module docs, 4096 nodes per
     /// transaction (run with no concurrent writers). Returns the number of
-    /// entries.
+    /// entries; a tree with damaged records is an error listing each one.
     pub fn check(&self, th: &mut PtmThread<'_>) -> Result<u64, String> {
         let hdr = self.hdr;
         let root = check_result(th.atomic(|tx| {
@@ -437,6 +494,7 @@ impl PRbTree {
             stack: vec![(root, 0u64, None, None, 0u32)],
             black_height: None,
             nodes: 0,
+            damaged: Vec::new(),
         };
         while !st.stack.is_empty() {
             st = check_result(th.atomic(|tx| {
@@ -444,7 +502,7 @@ impl PRbTree {
                 Ok(self.check_some(tx, &mut s, root, 4096)?.map(|()| s))
             }))?;
         }
-        Ok(st.nodes)
+        super::damaged_result(NAME, st.nodes - st.damaged.len() as u64, &st.damaged)
     }
 
     /// [`PRbTree::check`] inside the caller's transaction (for small
@@ -459,13 +517,18 @@ impl PRbTree {
             stack: vec![(root, 0u64, None, None, 0u32)],
             black_height: None,
             nodes: 0,
+            damaged: Vec::new(),
         };
         while !st.stack.is_empty() {
             if let Err(e) = self.check_some(tx, &mut st, root, usize::MAX)? {
                 return Ok(Err(e));
             }
         }
-        Ok(Ok(st.nodes))
+        Ok(super::damaged_result(
+            NAME,
+            st.nodes - st.damaged.len() as u64,
+            &st.damaged,
+        ))
     }
 
     fn check_some(
@@ -488,7 +551,17 @@ impl PRbTree {
                 return Ok(Err("tree cyclic or too deep".into()));
             }
             let key = tx.load(n + KEY)?;
-            if lo.is_some_and(|lo| key <= lo) || hi.is_some_and(|hi| key >= hi) {
+            let check = tx.load(n + CHECK)?;
+            // A damaged key says nothing about the order: its children
+            // are checked against the bounds of its parent.
+            let key_good = key_ok(self.seed, key, check);
+            if !key_good {
+                st.damaged
+                    .push((key, format!("key check mismatch (node at {n:#x})")));
+            } else if check != check_word(self.seed, key, tx.load(n + VALUE)?) {
+                st.damaged.push((key, "checksum mismatch".into()));
+            }
+            if key_good && (lo.is_some_and(|lo| key <= lo) || hi.is_some_and(|hi| key >= hi)) {
                 return Ok(Err(format!("key {key} outside ({lo:?}, {hi:?})")));
             }
             if tx.load(n + PARENT)? != parent {
@@ -502,7 +575,12 @@ impl PRbTree {
                 return Ok(Err("red root".into()));
             }
             let blacks = blacks + u32::from(color == BLACK);
-            for (side, lo2, hi2) in [(LEFT, lo, Some(key)), (RIGHT, Some(key), hi)] {
+            let (left_hi, right_lo) = if key_good {
+                (Some(key), Some(key))
+            } else {
+                (hi, lo)
+            };
+            for (side, lo2, hi2) in [(LEFT, lo, left_hi), (RIGHT, right_lo, hi)] {
                 let c = tx.load(n + side)?;
                 if c == 0 {
                     match st.black_height {
@@ -533,6 +611,8 @@ struct RbCheck {
     stack: Vec<Pending>,
     black_height: Option<u32>,
     nodes: u64,
+    /// Records whose check fails: (key as stored, what).
+    damaged: Vec<(u64, String)>,
 }
 
 #[cfg(test)]

@@ -117,6 +117,7 @@ fn check_tree(ptm: &Ptm, magic: u64, range: u64) -> Result<u64, String> {
 pub struct BptreeInsert;
 
 impl BptreeInsert {
+    /// The workload (its scale and seed do not change it: every thread inserts fresh keys).
     pub fn new(_scale: Scale, _seed: u64) -> BptreeInsert {
         BptreeInsert
     }
@@ -159,6 +160,7 @@ pub struct BptreeMixed {
 }
 
 impl BptreeMixed {
+    /// The workload at `scale` (the key range), its random choices from `seed`.
     pub fn new(scale: Scale, seed: u64) -> BptreeMixed {
         let range = match scale {
             Scale::Tiny => 64,

@@ -57,23 +57,30 @@ pub fn thread_rng(seed: u64, thread: usize) -> Rng {
 pub const ALREADY_LOADED: u64 = 0x4C4F_4144_4544_0001;
 
 /// B+tree fanout of the B+tree workloads (keys per node; nodes of
-/// 24 + 16 × 16 = 280 bytes).
+/// 24 + 24 × 16 = 408 bytes with their check words).
 pub const BPTREE_FANOUT: u64 = 16;
 
 /// The workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WorkloadKind {
+    /// TATP (telecom: subscriber reads and updates) on the hash map.
     Tatp,
+    /// TPC-C New-Order with its tables indexed by the hash map.
     TpccHash,
+    /// TPC-C New-Order with its tables indexed by the B+tree.
     TpccBptree,
     /// Insert-only.
     Bptree,
+    /// B+tree inserts, lookups and removes mixed.
     BptreeMixed,
+    /// STAMP Vacation, high contention.
     VacationHigh,
+    /// STAMP Vacation, low contention.
     VacationLow,
 }
 
 impl WorkloadKind {
+    /// Every workload, in the order the tables list them.
     pub const ALL: [WorkloadKind; 7] = [
         WorkloadKind::Tatp,
         WorkloadKind::TpccHash,
@@ -108,11 +115,14 @@ impl WorkloadKind {
 pub enum Scale {
     /// Crash checks: a few dozen rows.
     Tiny,
+    /// Benchmarks' quick runs (module docs).
     Quick,
+    /// P3's data sizes (module docs).
     Full,
 }
 
 impl Scale {
+    /// Every scale, smallest first.
     pub const ALL: [Scale; 3] = [Scale::Tiny, Scale::Quick, Scale::Full];
 
     /// `tiny`, `quick` or `full`.
@@ -132,6 +142,7 @@ impl Scale {
 
 /// A workload on the PTM (module docs).
 pub trait PtmWorkload: Send + Sync {
+    /// Which workload this is.
     fn kind(&self) -> WorkloadKind;
     /// Builds the initial data in `ptm` (several transactions, one thread)
     /// and links it from `ptm.root()` in the last one. Fails with

@@ -40,6 +40,7 @@ pub struct Tatp {
 }
 
 impl Tatp {
+    /// The workload at `scale` (the subscribers), its random choices from `seed`.
     pub fn new(scale: Scale, seed: u64) -> Tatp {
         let n = match scale {
             Scale::Tiny => 32,

@@ -72,7 +72,9 @@ fn key(table: u64, w: u64, d: u64, rest: u64) -> u64 {
 /// Which index holds the tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TpccIndexKind {
+    /// [`crate::ds::hash::PHashMap`].
     Hash,
+    /// [`crate::ds::bptree::PBTree`].
     Bptree,
 }
 
@@ -138,6 +140,7 @@ pub struct TpccNewOrder {
 }
 
 impl TpccNewOrder {
+    /// The workload on `index` at `scale` (warehouses and items), its random choices from `seed`.
     pub fn new(index: TpccIndexKind, scale: Scale, seed: u64) -> TpccNewOrder {
         let s = match scale {
             Scale::Tiny => NewOrderScale::Tiny,
