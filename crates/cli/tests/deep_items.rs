@@ -80,11 +80,12 @@ fn the_deep_check_lists_each_damaged_server_item() {
     }
 }
 
-/// An item whose map key itself was damaged is also damage to the map
-/// (the byte map keeps each key's hash): `--repair` then removes nothing,
-/// says why, exits 1, and the pool is as it was.
+/// An item whose map key itself was damaged lies where the map's lookup
+/// of that key does not look (its hash is the old key's): `--repair`
+/// removes the other damaged item, names this one as not removed, says
+/// why, and exits 1; the check then lists only that one.
 #[test]
-fn repair_refuses_while_the_map_itself_is_damaged() {
+fn repair_names_an_item_it_cannot_remove() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("serve.pool");
     fill(&path, 20);
@@ -99,18 +100,21 @@ fn repair_refuses_while_the_map_itself_is_damaged() {
     let (code, out) = run(&path, &["--repair"]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("not repaired: ds: bytemap: entry")
-            && out.contains("the damaged items are not removed while the pool also holds this"),
+        out.contains("repaired: server: item 'key3' removed (checksum mismatch)"),
         "{out}"
     );
-    assert!(!out.contains("repaired: server"), "{out}");
-    assert_eq!(std::fs::read(&path).unwrap(), img, "the pool was written");
+    assert!(
+        out.contains("not repaired: server: item 'jey12'")
+            && out.contains("the map does not find it by its key"),
+        "{out}"
+    );
     let (code, out) = deep(&path);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("server items: 18 verified, 2 damaged"),
+        out.contains("server items: 18 verified, 1 damaged"),
         "{out}"
     );
+    assert!(out.contains("1 finding"), "{out}");
 }
 
 fn position(img: &[u8], needle: &[u8]) -> usize {

@@ -253,6 +253,10 @@ fn sub_of(
     Ok((sub, count, nb, table))
 }
 
+/// What a scan does with a record whose record check fails: called with
+/// the key as stored, the entry's offset and what failed.
+type OnDamaged<'a> = dyn FnMut(&[u8], u64, &str) -> Result<()> + 'a;
+
 /// The error for a damaged entry met while looking `key` up.
 fn damaged(key: &[u8], e: u64, what: &str) -> TxError {
     TxError::Corrupt(format!(
@@ -631,6 +635,35 @@ impl<'p> ByteMap<'p> {
     /// silently); a damaged one is [`TxError::Corrupt`] naming the key as
     /// stored.
     pub fn scan_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        self.scan_prefix_with(prefix, f, &mut |k, e, what| Err(damaged(k, e, what)))
+    }
+
+    /// [`scan_prefix`](Self::scan_prefix), going on past a record whose
+    /// record check fails: `on_damaged` gets its key as stored and what
+    /// failed, and the scan reads on (the record's header and links
+    /// verified, so the chain is whole). A damaged header or link still
+    /// ends the scan with [`TxError::Corrupt`]: the rest of its chain
+    /// cannot be found. For the deep check of what the map holds.
+    pub fn scan_prefix_past_damage(
+        &self,
+        prefix: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]),
+        on_damaged: &mut dyn FnMut(&[u8], String),
+    ) -> Result<()> {
+        self.scan_prefix_with(prefix, f, &mut |k, e, what| {
+            on_damaged(k, format!("entry at {e:#x} {what}"));
+            Ok(())
+        })
+    }
+
+    /// The scan; `on_damaged(key as stored, entry, what)` decides what a
+    /// record whose record check fails does (its pair is not passed on).
+    fn scan_prefix_with(
+        &self,
+        prefix: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]),
+        on_damaged: &mut OnDamaged<'_>,
+    ) -> Result<()> {
         let t = self.txp;
         let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for s in 0..self.subs {
@@ -648,9 +681,10 @@ impl<'p> ByteMap<'p> {
                         let mut v = vec![0u8; vlen];
                         t.read(e + ENTRY_HDR + klen as u64, &mut v)?;
                         if u32_at(&hd, E_RCRC) != record_crc(self.nonce, &hd, &k, &v) {
-                            return Err(damaged(&k, e, "damaged (record checksum)"));
-                        }
-                        if k.starts_with(prefix) {
+                            // Prefix or not: a damaged key byte may have
+                            // moved it out of the prefix.
+                            on_damaged(&k, e, "damaged (record checksum)")?;
+                        } else if k.starts_with(prefix) {
                             pairs.push((k, v));
                         }
                         e = dec_link(self.nonce, le(&hd, E_NEXT as usize), e + E_NEXT, "bytemap")?;

@@ -33,6 +33,14 @@ pub enum DsFinding {
         /// What is wrong, naming the record, block or sub-map.
         what: String,
     },
+    /// A record whose own checks fail (its key or value damaged): the
+    /// structure around it is sound, and removing the key removes it.
+    Damaged {
+        /// The structure's name.
+        structure: &'static str,
+        /// The key as stored, and what failed.
+        what: String,
+    },
     /// Its blocks against the heap's.
     Heap(HeapFinding),
 }
@@ -42,14 +50,16 @@ impl DsFinding {
     pub fn component(&self) -> &'static str {
         match self {
             DsFinding::Heap(_) => "heap",
-            DsFinding::Walk { .. } | DsFinding::Root(_) => "ds",
+            DsFinding::Walk { .. } | DsFinding::Damaged { .. } | DsFinding::Root(_) => "ds",
         }
     }
 
-    /// The finding's kind in the deep check's report: `ds-walk`, `ds-root`, or the heap finding's.
+    /// The finding's kind in the deep check's report: `ds-walk`,
+    /// `ds-damaged`, `ds-root`, or the heap finding's.
     pub fn kind(&self) -> &'static str {
         match self {
             DsFinding::Walk { .. } => "ds-walk",
+            DsFinding::Damaged { .. } => "ds-damaged",
             DsFinding::Root(_) => "ds-root",
             DsFinding::Heap(h) => h.kind(),
         }
@@ -59,7 +69,9 @@ impl DsFinding {
 impl std::fmt::Display for DsFinding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DsFinding::Walk { structure, what } => write!(f, "{structure}: {what}"),
+            DsFinding::Walk { structure, what } | DsFinding::Damaged { structure, what } => {
+                write!(f, "{structure}: {what}")
+            }
             DsFinding::Root(e) => e.fmt(f),
             DsFinding::Heap(h) => h.fmt(f),
         }
@@ -157,7 +169,7 @@ fn walk_root(txp: &TxPool, out: &mut DsCheck) {
                 // Entries whose checks fail: one finding each, naming the
                 // key as stored and the entry.
                 for (e, k, what) in &sh.damaged {
-                    out.findings.push(DsFinding::Walk {
+                    out.findings.push(DsFinding::Damaged {
                         structure: "bytemap",
                         what: format!(
                             "record key {:?} (entry at {e:#x}): {what}",
@@ -175,7 +187,7 @@ fn walk_root(txp: &TxPool, out: &mut DsCheck) {
             Ok(m) => m.shape().map(|sh| {
                 // Records whose checksum fails: one finding each.
                 for (k, what) in &sh.damaged {
-                    out.findings.push(DsFinding::Walk {
+                    out.findings.push(DsFinding::Damaged {
                         structure: s.name(),
                         what: format!("record key {k}: {what}"),
                     });

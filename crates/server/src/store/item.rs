@@ -144,7 +144,16 @@ pub fn verify_items(kv: &mut dyn Kv) -> Result<ItemCheck> {
     let mut c = ItemCheck::default();
     // Every record, not only the `k` ones: an item whose first key byte
     // was damaged is no longer under `k` and must be reported too.
-    kv.scan_prefix(b"", &mut |k, v| {
+    kv.scan_checked(&mut |k, v| {
+        let v = match v {
+            Ok(v) => v,
+            // The map's own record check failed: the item with it.
+            Err(_) => {
+                c.damaged.push((client_key_shown(k), "checksum mismatch"));
+                c.damaged_keys.push(k.to_vec());
+                return;
+            }
+        };
         let why = match k.first() {
             Some(b'k') => match verify_item(k, v) {
                 Ok(()) => {

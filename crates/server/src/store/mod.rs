@@ -230,6 +230,18 @@ pub trait Kv {
     fn put_now(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.put(key, value)
     }
+    /// Every pair of the map, for the deep check ([`verify_items`]): `f`
+    /// gets each pair whose record the map verified (`Ok(value)`) and the
+    /// key of each record the map's own checks found damaged
+    /// (`Err(what)`), and the walk goes on past it. The default is
+    /// [`scan_prefix`](Self::scan_prefix) over everything: a map whose
+    /// records carry no checks of their own.
+    fn scan_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], std::result::Result<&[u8], String>),
+    ) -> Result<()> {
+        self.scan_prefix(b"", &mut |k, v| f(k, Ok(v)))
+    }
 }
 
 /// A handle for the read fast path: a plain `get`/`gets` answered on the

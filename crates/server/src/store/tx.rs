@@ -109,9 +109,36 @@ impl<'m, 'p> TxKv<'m, 'p> {
     }
 }
 
+/// A lookup's error: damage the byte map's own checks met on the way to
+/// `map_key` (its record, or the chain leading to it) makes that item
+/// unreadable — the server answers `SERVER_ERROR` for it and goes on
+/// serving the others, as for an item whose own checksum fails.
+fn read_err(map_key: &[u8], e: TxError) -> StoreError {
+    match e {
+        TxError::Corrupt(_) => StoreError::damaged(map_key, "checksum mismatch"),
+        e => err(e),
+    }
+}
+
 impl Kv for TxKv<'_, '_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.map.get_into(key, out).map_err(err)
+        self.map.get_into(key, out).map_err(|e| read_err(key, e))
+    }
+
+    fn scan_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], std::result::Result<&[u8], String>),
+    ) -> Result<()> {
+        let mut damaged = Vec::new();
+        self.map
+            .scan_prefix_past_damage(b"", &mut |k, v| f(k, Ok(v)), &mut |k, what| {
+                damaged.push((k.to_vec(), what))
+            })
+            .map_err(err)?;
+        for (k, what) in damaged {
+            f(&k, Err(what));
+        }
+        Ok(())
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -143,7 +170,7 @@ pub(crate) struct MapReader<'m, 'p>(pub &'m ByteMap<'p>);
 
 impl Reader for MapReader<'_, '_> {
     fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        self.0.get_into(key, out).map_err(err)
+        self.0.get_into(key, out).map_err(|e| read_err(key, e))
     }
 }
 
