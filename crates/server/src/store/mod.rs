@@ -209,6 +209,10 @@ pub(crate) fn client_key_shown(map_key: &[u8]) -> String {
 /// A store result.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// What [`Kv::scan_checked`] calls with each record: its key, and its
+/// value or what the map's own checks found damaged.
+pub type CheckedPair<'a> = dyn FnMut(&[u8], std::result::Result<&[u8], String>) + 'a;
+
 /// One thread's handle on a durable map. `put` and `delete` return only
 /// when their effect is durable.
 pub trait Kv {
@@ -236,10 +240,7 @@ pub trait Kv {
     /// (`Err(what)`), and the walk goes on past it. The default is
     /// [`scan_prefix`](Self::scan_prefix) over everything: a map whose
     /// records carry no checks of their own.
-    fn scan_checked(
-        &mut self,
-        f: &mut dyn FnMut(&[u8], std::result::Result<&[u8], String>),
-    ) -> Result<()> {
+    fn scan_checked(&mut self, f: &mut CheckedPair<'_>) -> Result<()> {
         self.scan_prefix(b"", &mut |k, v| f(k, Ok(v)))
     }
 }

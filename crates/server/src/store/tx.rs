@@ -125,10 +125,7 @@ impl Kv for TxKv<'_, '_> {
         self.map.get_into(key, out).map_err(|e| read_err(key, e))
     }
 
-    fn scan_checked(
-        &mut self,
-        f: &mut dyn FnMut(&[u8], std::result::Result<&[u8], String>),
-    ) -> Result<()> {
+    fn scan_checked(&mut self, f: &mut super::CheckedPair<'_>) -> Result<()> {
         let mut damaged = Vec::new();
         self.map
             .scan_prefix_past_damage(b"", &mut |k, v| f(k, Ok(v)), &mut |k, what| {
