@@ -626,6 +626,11 @@ fn drive_xlane(pool: &Pool, alloc: &dyn PAllocator, m: &mut Model) {
 
 // ---- the invariant --------------------------------------------------------------------
 
+/// The invariant after recovery: the root object is the model's; the
+/// slots hold the acknowledged values with the publish in flight applied
+/// all or nothing; the blocks allocated are exactly those reachable (none
+/// linked twice, none leaked, none overlapping); the accounting adds up;
+/// and the recovered heap works.
 fn check(pool: &Pool, alloc: &dyn PAllocator, m: &Model) -> Result<(), String> {
     let root = alloc.root().raw();
     if root == 0 || root != m.root {
@@ -636,8 +641,19 @@ fn check(pool: &Pool, alloc: &dyn PAllocator, m: &Model) -> Result<(), String> {
     alloc.for_each_allocated(&mut |o, s| {
         allocated.insert(o.raw(), s);
     });
-    // Slots: acknowledged values, the publish in flight all-or-nothing
-    // (its slots and its held blocks together).
+    check_publish_in_flight(&cur, m, &allocated)?;
+    let reachable = check_reachable_is_allocated(root, &cur, m, &allocated)?;
+    check_accounting(alloc, &allocated)?;
+    check_recovered_heap_works(alloc, root, &cur, &reachable, allocated[&root] as u64)
+}
+
+/// Slots: acknowledged values, the publish in flight all-or-nothing (its
+/// slots and its held blocks together).
+fn check_publish_in_flight(
+    cur: &[u64],
+    m: &Model,
+    allocated: &BTreeMap<u64, usize>,
+) -> Result<(), String> {
     let pend: BTreeMap<usize, u64> = m.pending.iter().copied().collect();
     let (mut old, mut new) = (true, true);
     for (i, (&now, &acked)) in cur.iter().zip(&m.slots).enumerate() {
@@ -674,8 +690,20 @@ fn check(pool: &Pool, alloc: &dyn PAllocator, m: &Model) -> Result<(), String> {
                 .collect::<Vec<_>>()
         ));
     }
-    // Reachable blocks = allocated blocks, none twice; held blocks are
-    // allocated and count as reachable (the workload holds them).
+    Ok(())
+}
+
+/// Reachable blocks = allocated blocks, none twice; held blocks are
+/// allocated and count as reachable (the workload holds them); allocated
+/// blocks do not overlap. Returns the reachable blocks (the root, the
+/// linked, the held and the allocated held blocks of the publish in
+/// flight).
+fn check_reachable_is_allocated(
+    root: u64,
+    cur: &[u64],
+    m: &Model,
+    allocated: &BTreeMap<u64, usize>,
+) -> Result<BTreeSet<u64>, String> {
     let mut reachable = BTreeSet::new();
     reachable.insert(root);
     for (i, &v) in cur.iter().enumerate() {
@@ -711,12 +739,22 @@ fn check(pool: &Pool, alloc: &dyn PAllocator, m: &Model) -> Result<(), String> {
         ));
     }
     let mut end = 0u64;
-    for (&o, &s) in &allocated {
+    for (&o, &s) in allocated {
         if o < end {
             return Err(format!("allocated blocks overlap at {o:#x}"));
         }
         end = o + s as u64;
     }
+    Ok(reachable)
+}
+
+/// The allocator's statistics agree with the blocks it lists: bytes in
+/// use are their sizes' sum, blocks their count, in use + free the
+/// capacity.
+fn check_accounting(
+    alloc: &dyn PAllocator,
+    allocated: &BTreeMap<u64, usize>,
+) -> Result<(), String> {
     let st = alloc.stats();
     let sum: u64 = allocated.values().map(|&s| s as u64).sum();
     if st.in_use != sum || st.blocks != allocated.len() as u64 || st.in_use + st.free != st.capacity
@@ -730,8 +768,20 @@ fn check(pool: &Pool, alloc: &dyn PAllocator, m: &Model) -> Result<(), String> {
             st.capacity
         ));
     }
-    // The recovered heap works.
-    let root_size = allocated[&root] as u64;
+    Ok(())
+}
+
+/// The recovered heap works: every linked block (unlinking its slot) and
+/// every other reachable block but the root can be freed, after which only
+/// the root's `root_size` bytes are in use, and blocks of 16 B, 2000 B and
+/// 20 000 B can be allocated and freed.
+fn check_recovered_heap_works(
+    alloc: &dyn PAllocator,
+    root: u64,
+    cur: &[u64],
+    reachable: &BTreeSet<u64>,
+    root_size: u64,
+) -> Result<(), String> {
     let mut t = alloc
         .thread()
         .map_err(|e| format!("attach after recovery: {e}"))?;

@@ -303,108 +303,13 @@ impl Cache {
             )));
         }
         let mut rep = RecoveryReport::default();
-        let sessions = geo.sessions as usize;
-        let mut committed = vec![false; sessions];
-        for (t, c) in committed.iter_mut().enumerate() {
-            *c = TxWord::decode(region.load_u64(geo.tx_off(t)), t)?;
-        }
-        let mut entries = Vec::with_capacity(geo.slots as usize);
-        for s in 0..geo.slots {
-            let e = Entry::decode(region.load_u64(geo.entry_off(s)), s as usize)?;
-            if let Some(e) = e {
-                if e.page >= geo.disk_pages {
-                    return Err(CacheError::Corrupt(format!(
-                        "slot {s} holds page {} of a {}-page disk",
-                        e.page, geo.disk_pages
-                    )));
-                }
-                if let SlotState::Uncommitted(t) = e.state
-                    && t as usize >= sessions
-                {
-                    return Err(CacheError::Corrupt(format!(
-                        "slot {s} belongs to session {t} of {sessions}"
-                    )));
-                }
-            }
-            entries.push(e);
-        }
-        // Phase A: free the committed slots replaced by committed copies.
-        let rolled: Vec<u32> = entries
-            .iter()
-            .filter_map(|e| match e {
-                Some(Entry {
-                    page,
-                    state: SlotState::Uncommitted(t),
-                }) if committed[*t as usize] => Some(*page),
-                _ => None,
-            })
-            .collect();
+        let committed = Self::read_tx_words(&region, &geo)?;
+        let mut entries = Self::read_entries(&region, &geo)?;
         rep.rolled_forward = committed.iter().filter(|c| **c).count();
-        let mut changed = false;
-        for s in 0..geo.slots {
-            if let Some(e) = entries[s as usize]
-                && matches!(e.state, SlotState::Clean | SlotState::Dirty)
-                && rolled.contains(&e.page)
-            {
-                entries[s as usize] = None;
-                region.store_u64(geo.entry_off(s), 0);
-                region.flush(geo.entry_off(s), 8);
-                changed = true;
-            }
-        }
-        if changed {
-            region.fence();
-        }
-        // Phase B: committed copies become DIRTY, the others are freed.
-        changed = false;
-        for s in 0..geo.slots {
-            if let Some(e) = entries[s as usize]
-                && let SlotState::Uncommitted(t) = e.state
-            {
-                let new = if committed[t as usize] {
-                    Some(Entry {
-                        page: e.page,
-                        state: SlotState::Dirty,
-                    })
-                } else {
-                    rep.rolled_back_slots += 1;
-                    None
-                };
-                entries[s as usize] = new;
-                region.store_u64(geo.entry_off(s), Entry::encode(new));
-                region.flush(geo.entry_off(s), 8);
-                changed = true;
-            }
-        }
-        if changed {
-            region.fence();
-        }
-        changed = false;
-        for (t, c) in committed.iter().enumerate() {
-            if *c {
-                region.store_u64(geo.tx_off(t), 0);
-                region.flush(geo.tx_off(t), 8);
-                changed = true;
-            }
-        }
-        if changed {
-            region.fence();
-        }
-        let mut lookup = HashMap::default();
-        let mut free_slots = Vec::new();
-        for s in (0..geo.slots).rev() {
-            match entries[s as usize] {
-                None => free_slots.push(s),
-                Some(e) => {
-                    if lookup.insert(e.page, Loc::Pmem(s)).is_some() {
-                        return Err(CacheError::Corrupt(format!(
-                            "page {} is mapped by two slots",
-                            e.page
-                        )));
-                    }
-                }
-            }
-        }
+        Self::free_replaced_slots(&region, &geo, &mut entries, &committed);
+        rep.rolled_back_slots = Self::settle_uncommitted(&region, &geo, &mut entries, &committed);
+        Self::clear_committed_tx_words(&region, &geo, &committed);
+        let (lookup, free_slots) = Self::map_slots(&geo, &entries)?;
         rep.mapped = lookup.len();
         let frames = (0..opts.dram_pages)
             .map(|_| Mutex::new(vec![0u8; PAGE].into_boxed_slice()))
@@ -442,6 +347,157 @@ impl Cache {
             },
             rep,
         ))
+    }
+
+    /// Recovery, reading: whether each session's transaction word says
+    /// committed (a word that is neither committed nor clear is corrupt).
+    fn read_tx_words(region: &Region, geo: &Geometry) -> Result<Vec<bool>> {
+        let mut committed = vec![false; geo.sessions as usize];
+        for (t, c) in committed.iter_mut().enumerate() {
+            *c = TxWord::decode(region.load_u64(geo.tx_off(t)), t)?;
+        }
+        Ok(committed)
+    }
+
+    /// Recovery, reading: every slot's entry, refusing one that maps a
+    /// page beyond the disk or belongs to a session the cache has not.
+    fn read_entries(region: &Region, geo: &Geometry) -> Result<Vec<Option<Entry>>> {
+        let sessions = geo.sessions as usize;
+        let mut entries = Vec::with_capacity(geo.slots as usize);
+        for s in 0..geo.slots {
+            let e = Entry::decode(region.load_u64(geo.entry_off(s)), s as usize)?;
+            if let Some(e) = e {
+                if e.page >= geo.disk_pages {
+                    return Err(CacheError::Corrupt(format!(
+                        "slot {s} holds page {} of a {}-page disk",
+                        e.page, geo.disk_pages
+                    )));
+                }
+                if let SlotState::Uncommitted(t) = e.state
+                    && t as usize >= sessions
+                {
+                    return Err(CacheError::Corrupt(format!(
+                        "slot {s} belongs to session {t} of {sessions}"
+                    )));
+                }
+            }
+            entries.push(e);
+        }
+        Ok(entries)
+    }
+
+    /// Recovery phase A: frees (durably, one fence) the clean or dirty
+    /// slots of pages that a committed session's uncommitted copy
+    /// replaces. Done before phase B: were an old slot still mapped when
+    /// its replacement became DIRTY, a crash there would leave two slots
+    /// mapping one page.
+    fn free_replaced_slots(
+        region: &Region,
+        geo: &Geometry,
+        entries: &mut [Option<Entry>],
+        committed: &[bool],
+    ) {
+        let rolled: Vec<u32> = entries
+            .iter()
+            .filter_map(|e| match e {
+                Some(Entry {
+                    page,
+                    state: SlotState::Uncommitted(t),
+                }) if committed[*t as usize] => Some(*page),
+                _ => None,
+            })
+            .collect();
+        let mut changed = false;
+        for s in 0..geo.slots {
+            if let Some(e) = entries[s as usize]
+                && matches!(e.state, SlotState::Clean | SlotState::Dirty)
+                && rolled.contains(&e.page)
+            {
+                entries[s as usize] = None;
+                region.store_u64(geo.entry_off(s), 0);
+                region.flush(geo.entry_off(s), 8);
+                changed = true;
+            }
+        }
+        if changed {
+            region.fence();
+        }
+    }
+
+    /// Recovery phase B: committed sessions' copies become DIRTY, the
+    /// others' are freed (durably, one fence). Returns the slots freed.
+    fn settle_uncommitted(
+        region: &Region,
+        geo: &Geometry,
+        entries: &mut [Option<Entry>],
+        committed: &[bool],
+    ) -> usize {
+        let mut rolled_back = 0;
+        let mut changed = false;
+        for s in 0..geo.slots {
+            if let Some(e) = entries[s as usize]
+                && let SlotState::Uncommitted(t) = e.state
+            {
+                let new = if committed[t as usize] {
+                    Some(Entry {
+                        page: e.page,
+                        state: SlotState::Dirty,
+                    })
+                } else {
+                    rolled_back += 1;
+                    None
+                };
+                entries[s as usize] = new;
+                region.store_u64(geo.entry_off(s), Entry::encode(new));
+                region.flush(geo.entry_off(s), 8);
+                changed = true;
+            }
+        }
+        if changed {
+            region.fence();
+        }
+        rolled_back
+    }
+
+    /// Recovery, last write: clears the committed sessions' transaction
+    /// words (one fence), only once every slot of theirs is settled.
+    fn clear_committed_tx_words(region: &Region, geo: &Geometry, committed: &[bool]) {
+        let mut changed = false;
+        for (t, c) in committed.iter().enumerate() {
+            if *c {
+                region.store_u64(geo.tx_off(t), 0);
+                region.flush(geo.tx_off(t), 8);
+                changed = true;
+            }
+        }
+        if changed {
+            region.fence();
+        }
+    }
+
+    /// The page → slot map and the free slots (highest first, so the
+    /// lowest is popped first) of the settled `entries`; a page mapped by
+    /// two slots is corrupt.
+    fn map_slots(
+        geo: &Geometry,
+        entries: &[Option<Entry>],
+    ) -> Result<(HashMap<u32, Loc>, Vec<u32>)> {
+        let mut lookup = HashMap::default();
+        let mut free_slots = Vec::new();
+        for s in (0..geo.slots).rev() {
+            match entries[s as usize] {
+                None => free_slots.push(s),
+                Some(e) => {
+                    if lookup.insert(e.page, Loc::Pmem(s)).is_some() {
+                        return Err(CacheError::Corrupt(format!(
+                            "page {} is mapped by two slots",
+                            e.page
+                        )));
+                    }
+                }
+            }
+        }
+        Ok((lookup, free_slots))
     }
 
     pub fn geometry(&self) -> Geometry {

@@ -217,6 +217,8 @@ enum Opened {
     ),
 }
 
+/// `ferrite serve`: checks the flags, binds the listeners, opens (or
+/// creates) the store, serves until stopped, then closes store and pool.
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     let started = std::time::Instant::now();
     let want = a.store.as_deref().map(Variant::parse).transpose()?;
@@ -228,7 +230,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     if max_item == 0 || max_item > item_max {
         return Err(format!("--max-item-size {max_item}: use 1 to {item_max}"));
     }
-    let path = match a.pool {
+    let path = match a.pool.clone() {
         Some(p) => p,
         None => {
             let d = data_dir()?;
@@ -239,54 +241,13 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     if a.max_connections == 0 {
         return Err("--max-connections 0: use at least 1".into());
     }
-    let auth = match &a.auth_file {
-        Some(p) => Some(std::sync::Arc::new(
-            ferrite_server::auth::Auth::open(p).map_err(|e| format!("--auth-file {e}"))?,
-        )),
-        None => None,
-    };
-    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&a.listen)
-        .map_err(|e| format!("--listen {}: {e}", a.listen))?
-        .collect();
-    if auth.is_none() && !a.insecure && addrs.iter().any(|x| !x.ip().is_loopback()) {
-        return Err(format!(
-            "refusing to listen on {} (not loopback) without --auth-file: anyone who reaches it could read and overwrite every item; add --auth-file FILE, or --insecure to accept that",
-            a.listen
-        ));
-    }
-    let tls = match (&a.tls_listen, &a.tls_cert, &a.tls_key) {
-        (None, None, None) if a.tls_ca.is_none() => None,
-        (Some(l), Some(c), Some(k)) => Some((
-            l.clone(),
-            ferrite_server::tls::server_config(c, k, a.tls_ca.as_deref())
-                .map_err(|e| e.to_string())?,
-        )),
-        _ => return Err("TLS needs --tls-listen, --tls-cert and --tls-key together".into()),
-    };
-    // Bind first: a busy port fails fast, before any recovery.
-    let listener = std::net::TcpListener::bind(&a.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    let tls = match tls {
-        Some((l, config)) => Some(ferrite_server::server::Tls {
-            config,
-            listener: std::sync::Arc::new(
-                std::net::TcpListener::bind(&l)
-                    .map_err(|e| format!("cannot listen on {l}: {e}"))?,
-            ),
-        }),
-        None => None,
-    };
+    let auth = auth_for_listen(&a)?;
+    let (listener, tls) = bind_listeners(&a)?;
     let size = a.memory.unwrap_or(DEFAULT_POOL);
     let step = crate::progress::Step::start(format!("opening {}", path.display()));
     let (pool, opened, variant, created) = open(&path, want, size, a.threads, a.domain)?;
     let name = variant.name();
-    let elapsed = match &opened {
-        Opened::Engine(s) => s.recovery().elapsed,
-        Opened::Ptm(p) => p.recovery().elapsed,
-        Opened::Tx(t) => t.recovery().elapsed,
-        #[cfg(feature = "pmdk")]
-        Opened::Pmdk(_, _, took) => *took,
-    };
+    let elapsed = recovery_elapsed(&opened);
     let (domain, pool_size) = match (&pool, &opened) {
         (Some(p), _) => (p.domain().to_string(), p.header().size),
         #[cfg(feature = "pmdk")]
@@ -337,7 +298,96 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         );
     };
     let pe = |e: &dyn std::fmt::Display| crate::at(&path, e);
-    let (res, closed) = match opened {
+    let (res, closed) = serve_opened(opened, opts, listener, ready, &pe);
+    let closed = match pool {
+        Some(pool) => closed.and_then(|()| pool.close().map_err(|e| pe(&e))),
+        None => closed,
+    };
+    res.map_err(|e| e.to_string())?;
+    closed?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `--auth-file` credentials, if given; refuses to listen on an
+/// address that is not loopback without them unless `--insecure`.
+fn auth_for_listen(
+    a: &ServeArgs,
+) -> Result<Option<std::sync::Arc<ferrite_server::auth::Auth>>, String> {
+    let auth = match &a.auth_file {
+        Some(p) => Some(std::sync::Arc::new(
+            ferrite_server::auth::Auth::open(p).map_err(|e| format!("--auth-file {e}"))?,
+        )),
+        None => None,
+    };
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&a.listen)
+        .map_err(|e| format!("--listen {}: {e}", a.listen))?
+        .collect();
+    if auth.is_none() && !a.insecure && addrs.iter().any(|x| !x.ip().is_loopback()) {
+        return Err(format!(
+            "refusing to listen on {} (not loopback) without --auth-file: anyone who reaches it could read and overwrite every item; add --auth-file FILE, or --insecure to accept that",
+            a.listen
+        ));
+    }
+    Ok(auth)
+}
+
+/// The plain listener on `--listen` and, with `--tls-listen`, the TLS one
+/// with its server configuration (the TLS flags come together or not at
+/// all). Bound before anything is opened: a busy port fails fast, before
+/// any recovery.
+fn bind_listeners(
+    a: &ServeArgs,
+) -> Result<(std::net::TcpListener, Option<ferrite_server::server::Tls>), String> {
+    let tls = match (&a.tls_listen, &a.tls_cert, &a.tls_key) {
+        (None, None, None) if a.tls_ca.is_none() => None,
+        (Some(l), Some(c), Some(k)) => Some((
+            l.clone(),
+            ferrite_server::tls::server_config(c, k, a.tls_ca.as_deref())
+                .map_err(|e| e.to_string())?,
+        )),
+        _ => return Err("TLS needs --tls-listen, --tls-cert and --tls-key together".into()),
+    };
+    // Bind first: a busy port fails fast, before any recovery.
+    let listener = std::net::TcpListener::bind(&a.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let tls = match tls {
+        Some((l, config)) => Some(ferrite_server::server::Tls {
+            config,
+            listener: std::sync::Arc::new(
+                std::net::TcpListener::bind(&l)
+                    .map_err(|e| format!("cannot listen on {l}: {e}"))?,
+            ),
+        }),
+        None => None,
+    };
+    Ok((listener, tls))
+}
+
+/// How long the store's recovery took at open.
+fn recovery_elapsed(opened: &Opened) -> std::time::Duration {
+    match opened {
+        Opened::Engine(s) => s.recovery().elapsed,
+        Opened::Ptm(p) => p.recovery().elapsed,
+        Opened::Tx(t) => t.recovery().elapsed,
+        #[cfg(feature = "pmdk")]
+        Opened::Pmdk(_, _, took) => *took,
+    }
+}
+
+/// Serves `opened` until the server stops, then closes the store
+/// (errors through `pe`). Returns the server's result and the store's
+/// close result; the pool itself is closed by the caller.
+fn serve_opened(
+    opened: Opened,
+    opts: Options,
+    listener: std::net::TcpListener,
+    ready: impl FnOnce(&ferrite_server::server::Ready),
+    pe: &dyn Fn(&dyn std::fmt::Display) -> String,
+) -> (
+    Result<(), ferrite_server::server::ServeError>,
+    Result<(), String>,
+) {
+    match opened {
         Opened::Engine(store) => {
             let res = ferrite_server::store::engine::serve(&store, opts, listener, None, ready);
             (res, (*store).close().map_err(|e| pe(&e)))
@@ -359,14 +409,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             drop(map);
             (res, Ok(()))
         }
-    };
-    let closed = match pool {
-        Some(pool) => closed.and_then(|()| pool.close().map_err(|e| pe(&e))),
-        None => closed,
-    };
-    res.map_err(|e| e.to_string())?;
-    closed?;
-    Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// Open the store at `path`, or create pool and store.

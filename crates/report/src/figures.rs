@@ -85,126 +85,152 @@ fn times(points: &[Point], name: &str, factor: f64, label: &str) -> Option<Refer
 /// Every figure, in page order. Paper values are those of
 /// [`ferrite_rows::claims::CLAIMS`] (cited there).
 pub fn figures() -> Vec<Figure> {
+    let mut all = vec![fig_p0_7(), fig_p0_8(), fig_p0_10(), fig_p0_12()];
+    all.extend(claims_only_figures());
+    all.push(fig_p4());
+    all
+}
+
+/// P0 Fig. 7: page writes per second over the dirty lines of a 16 KiB page, one thread.
+fn fig_p0_7() -> Figure {
+    Figure {
+        id: "fig-p0-7",
+        title: "P0 Fig. 7 — failure-atomic page flush, 16 KiB pages, 1 thread",
+        owns: |o| o.figure == "P0 Fig. 7",
+        series: Some(SeriesFigure {
+            spec: SeriesSpec {
+                title: "page writes/s over dirty lines (16 KiB, 1 thread)",
+                x_label: "dirty cache lines",
+                y_label: "pages/s",
+                log_x: true,
+                log_y: false,
+            },
+            point: |r| {
+                if r.suite != "page"
+                    || r.threads != 1
+                    || num(r, "page_size") != Some(16384.0)
+                    || !ok(r)
+                {
+                    return None;
+                }
+                let alg = param_text(r, "algorithm");
+                match alg.as_deref() {
+                    Some("microlog") | Some("hybrid") => Some((alg?, num(r, "dirty_lines")?)),
+                    // CoW, PMDK and the floor do not depend on the dirty count.
+                    _ => Some((r.variant.clone(), 256.0)),
+                }
+            },
+            y: |r| r.ops_per_s,
+            reference: |_| {
+                Some(Reference::VLine(
+                    28.0,
+                    "paper: µLog ahead up to 28 lines".into(),
+                ))
+            },
+        }),
+        bars: None,
+    }
+}
+
+/// P0 Fig. 8: log appends per second over the record size.
+fn fig_p0_8() -> Figure {
+    Figure {
+        id: "fig-p0-8",
+        title: "P0 Fig. 8 — log appends over record size",
+        owns: |o| o.figure == "P0 Fig. 8",
+        series: Some(SeriesFigure {
+            spec: SeriesSpec {
+                title: "appends/s over record size",
+                x_label: "record bytes",
+                y_label: "appends/s",
+                log_x: true,
+                log_y: true,
+            },
+            point: |r| {
+                (r.suite == "log" && ok(r))
+                    .then(|| Some((r.variant.clone(), num(r, "bytes")?)))
+                    .flatten()
+            },
+            y: |r| r.ops_per_s,
+            reference: |p| times(p, "classic-padded", 2.0, "paper: PopLog ≈ 2× classic"),
+        }),
+        bars: None,
+    }
+}
+
+/// P0 Fig. 10: failure-atomic in-place updates per second over the value size.
+fn fig_p0_10() -> Figure {
+    Figure {
+        id: "fig-p0-10",
+        title: "P0 Fig. 10 — failure-atomic in-place updates",
+        owns: |o| o.figure == "P0 Fig. 10",
+        series: Some(SeriesFigure {
+            spec: SeriesSpec {
+                title: "updates/s over value size",
+                x_label: "value bytes",
+                y_label: "updates/s",
+                log_x: true,
+                log_y: true,
+            },
+            point: |r| {
+                let m = param_text(r, "measure")?;
+                (r.suite == "cell" && m.starts_with("update") && ok(r))
+                    .then(|| Some((r.variant.clone(), num(r, "bytes")?)))
+                    .flatten()
+            },
+            y: |r| r.ops_per_s,
+            reference: |p| {
+                times(
+                    p,
+                    "cow-update-seq",
+                    2.0,
+                    "paper: FAM 2× CoW (16 B, sequential)",
+                )
+            },
+        }),
+        bars: None,
+    }
+}
+
+/// P0 Fig. 12: interleaved FP-Tree leaf inserts and lookups over the group size.
+fn fig_p0_12() -> Figure {
+    Figure {
+        id: "fig-p0-12",
+        title: "P0 Fig. 12 — interleaved FP-Tree leaf inserts and lookups",
+        owns: |o| o.figure == "P0 Fig. 12",
+        series: Some(SeriesFigure {
+            spec: SeriesSpec {
+                title: "ops/s over group size",
+                x_label: "group size",
+                y_label: "ops/s",
+                log_x: true,
+                log_y: false,
+            },
+            point: |r| {
+                if r.suite != "group" || !ok(r) {
+                    return None;
+                }
+                Some((param_text(r, "op")?, num(r, "group")?))
+            },
+            y: |r| r.ops_per_s,
+            reference: |p| {
+                let g1 = p.iter().find(|q| q.0 == "insert" && q.1 == 1.0)?.2;
+                let hi = p.iter().map(|q| q.1).fold(1.0, f64::max);
+                Some(Reference::Line(
+                    vec![(1.0, g1 * 6.2), (hi, g1 * 6.2)],
+                    "paper: inserts 6.2× group 1".into(),
+                ))
+            },
+        }),
+        bars: None,
+    }
+}
+
+/// The sections that hold only a claims chart (no series, no bars), in
+/// page order: P1 transactions, P1 page cache, P2 allocators, P2 engines,
+/// P3, the server.
+fn claims_only_figures() -> Vec<Figure> {
     vec![
-        Figure {
-            id: "fig-p0-7",
-            title: "P0 Fig. 7 — failure-atomic page flush, 16 KiB pages, 1 thread",
-            owns: |o| o.figure == "P0 Fig. 7",
-            series: Some(SeriesFigure {
-                spec: SeriesSpec {
-                    title: "page writes/s over dirty lines (16 KiB, 1 thread)",
-                    x_label: "dirty cache lines",
-                    y_label: "pages/s",
-                    log_x: true,
-                    log_y: false,
-                },
-                point: |r| {
-                    if r.suite != "page"
-                        || r.threads != 1
-                        || num(r, "page_size") != Some(16384.0)
-                        || !ok(r)
-                    {
-                        return None;
-                    }
-                    let alg = param_text(r, "algorithm");
-                    match alg.as_deref() {
-                        Some("microlog") | Some("hybrid") => Some((alg?, num(r, "dirty_lines")?)),
-                        // CoW, PMDK and the floor do not depend on the dirty count.
-                        _ => Some((r.variant.clone(), 256.0)),
-                    }
-                },
-                y: |r| r.ops_per_s,
-                reference: |_| {
-                    Some(Reference::VLine(
-                        28.0,
-                        "paper: µLog ahead up to 28 lines".into(),
-                    ))
-                },
-            }),
-            bars: None,
-        },
-        Figure {
-            id: "fig-p0-8",
-            title: "P0 Fig. 8 — log appends over record size",
-            owns: |o| o.figure == "P0 Fig. 8",
-            series: Some(SeriesFigure {
-                spec: SeriesSpec {
-                    title: "appends/s over record size",
-                    x_label: "record bytes",
-                    y_label: "appends/s",
-                    log_x: true,
-                    log_y: true,
-                },
-                point: |r| {
-                    (r.suite == "log" && ok(r))
-                        .then(|| Some((r.variant.clone(), num(r, "bytes")?)))
-                        .flatten()
-                },
-                y: |r| r.ops_per_s,
-                reference: |p| times(p, "classic-padded", 2.0, "paper: PopLog ≈ 2× classic"),
-            }),
-            bars: None,
-        },
-        Figure {
-            id: "fig-p0-10",
-            title: "P0 Fig. 10 — failure-atomic in-place updates",
-            owns: |o| o.figure == "P0 Fig. 10",
-            series: Some(SeriesFigure {
-                spec: SeriesSpec {
-                    title: "updates/s over value size",
-                    x_label: "value bytes",
-                    y_label: "updates/s",
-                    log_x: true,
-                    log_y: true,
-                },
-                point: |r| {
-                    let m = param_text(r, "measure")?;
-                    (r.suite == "cell" && m.starts_with("update") && ok(r))
-                        .then(|| Some((r.variant.clone(), num(r, "bytes")?)))
-                        .flatten()
-                },
-                y: |r| r.ops_per_s,
-                reference: |p| {
-                    times(
-                        p,
-                        "cow-update-seq",
-                        2.0,
-                        "paper: FAM 2× CoW (16 B, sequential)",
-                    )
-                },
-            }),
-            bars: None,
-        },
-        Figure {
-            id: "fig-p0-12",
-            title: "P0 Fig. 12 — interleaved FP-Tree leaf inserts and lookups",
-            owns: |o| o.figure == "P0 Fig. 12",
-            series: Some(SeriesFigure {
-                spec: SeriesSpec {
-                    title: "ops/s over group size",
-                    x_label: "group size",
-                    y_label: "ops/s",
-                    log_x: true,
-                    log_y: false,
-                },
-                point: |r| {
-                    if r.suite != "group" || !ok(r) {
-                        return None;
-                    }
-                    Some((param_text(r, "op")?, num(r, "group")?))
-                },
-                y: |r| r.ops_per_s,
-                reference: |p| {
-                    let g1 = p.iter().find(|q| q.0 == "insert" && q.1 == 1.0)?.2;
-                    let hi = p.iter().map(|q| q.1).fold(1.0, f64::max);
-                    Some(Reference::Line(
-                        vec![(1.0, g1 * 6.2), (hi, g1 * 6.2)],
-                        "paper: inserts 6.2× group 1".into(),
-                    ))
-                },
-            }),
-            bars: None,
-        },
         Figure {
             id: "fig-p1-3",
             title: "P1 Figs. 3.6–3.8 — undo / redo / clobber transactions",
@@ -247,57 +273,62 @@ pub fn figures() -> Vec<Figure> {
             series: None,
             bars: None,
         },
-        Figure {
-            id: "fig-p4",
-            title: "P4 Figs. 8–11 — fine-grained vs global data committing (ferrite-sim, 16 cores)",
-            owns: |o| o.suite == "sim",
-            // P4 Fig. 10: IPC of both modes over the commit interval.
-            series: Some(SeriesFigure {
-                spec: SeriesSpec {
-                    title: "simulated IPC over the commit interval (synthetic, 16 cores)",
-                    x_label: "updates per commit",
-                    y_label: "IPC (all cores)",
-                    log_x: true,
-                    log_y: false,
-                },
-                point: |r| {
-                    (r.suite == "sim"
-                        && param_text(r, "sweep").as_deref() == Some("commit-frequency")
-                        && sim_ipc(r).is_some())
-                    .then(|| Some((r.variant.clone(), num(r, "commit_every")?)))
-                    .flatten()
-                },
-                y: |r| sim_ipc(r).unwrap_or(0.0),
-                reference: |p| {
-                    // The paper's fine-grained: 2× global committing every
-                    // update ("may reach 100%"), +6.0 % every 100 (§IV-B).
-                    let g = |x: f64| p.iter().find(|q| q.0 == "global" && q.1 == x).map(|q| q.2);
-                    Some(Reference::Line(
-                        vec![(1.0, g(1.0)? * 2.0), (100.0, g(100.0)? * 1.06)],
-                        "paper: fine-grained 2× global (every update) … +6 % (every 100)".into(),
-                    ))
-                },
-            }),
-            // P4 Fig. 8: the IPC ratio of each workload at 16 cores.
-            bars: Some(BarFigure {
-                title: "fine-grained ÷ global IPC per workload, 16 cores (× P4: 1.78, WHISPER mean)",
-                bar: |r| {
-                    let w = param_text(r, "workload")?;
-                    (r.suite == "sim"
-                        && r.variant == "fine-grained"
-                        && param_text(r, "sweep").as_deref() == Some("main")
-                        && w != "average")
-                        .then_some(())?;
-                    Some(Bar {
-                        label: w,
-                        measured: r.ratio_vs_baseline.filter(|x| x.is_finite() && *x > 0.0)?,
-                        paper: Some(1.78),
-                        target: Some(1.0),
-                    })
-                },
-            }),
-        },
     ]
+}
+
+/// P4 Figs. 8–11: IPC over the commit interval (Fig. 10) and the
+/// fine-grained ÷ global IPC ratio per workload (Fig. 8), on ferrite-sim.
+fn fig_p4() -> Figure {
+    Figure {
+        id: "fig-p4",
+        title: "P4 Figs. 8–11 — fine-grained vs global data committing (ferrite-sim, 16 cores)",
+        owns: |o| o.suite == "sim",
+        // P4 Fig. 10: IPC of both modes over the commit interval.
+        series: Some(SeriesFigure {
+            spec: SeriesSpec {
+                title: "simulated IPC over the commit interval (synthetic, 16 cores)",
+                x_label: "updates per commit",
+                y_label: "IPC (all cores)",
+                log_x: true,
+                log_y: false,
+            },
+            point: |r| {
+                (r.suite == "sim"
+                    && param_text(r, "sweep").as_deref() == Some("commit-frequency")
+                    && sim_ipc(r).is_some())
+                .then(|| Some((r.variant.clone(), num(r, "commit_every")?)))
+                .flatten()
+            },
+            y: |r| sim_ipc(r).unwrap_or(0.0),
+            reference: |p| {
+                // The paper's fine-grained: 2× global committing every
+                // update ("may reach 100%"), +6.0 % every 100 (§IV-B).
+                let g = |x: f64| p.iter().find(|q| q.0 == "global" && q.1 == x).map(|q| q.2);
+                Some(Reference::Line(
+                    vec![(1.0, g(1.0)? * 2.0), (100.0, g(100.0)? * 1.06)],
+                    "paper: fine-grained 2× global (every update) … +6 % (every 100)".into(),
+                ))
+            },
+        }),
+        // P4 Fig. 8: the IPC ratio of each workload at 16 cores.
+        bars: Some(BarFigure {
+            title: "fine-grained ÷ global IPC per workload, 16 cores (× P4: 1.78, WHISPER mean)",
+            bar: |r| {
+                let w = param_text(r, "workload")?;
+                (r.suite == "sim"
+                    && r.variant == "fine-grained"
+                    && param_text(r, "sweep").as_deref() == Some("main")
+                    && w != "average")
+                    .then_some(())?;
+                Some(Bar {
+                    label: w,
+                    measured: r.ratio_vs_baseline.filter(|x| x.is_finite() && *x > 0.0)?,
+                    paper: Some(1.78),
+                    target: Some(1.0),
+                })
+            },
+        }),
+    }
 }
 
 /// A `sim` row's simulated IPC (`extra.ipc`), when positive.

@@ -423,26 +423,7 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
     for r in &t.fds {
         let fd: Option<OwnedFd> = match &r.kind {
             FdKind::Inherited => None,
-            FdKind::File { path, pos } => {
-                let c = CString::new(path.as_bytes())
-                    .map_err(|_| WppError::Corrupt("NUL in a path".into()))?;
-                let fl = r.flags & !(libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL);
-                // SAFETY: open of a NUL-terminated path.
-                let fd = unsafe { libc::open(c.as_ptr(), fl | libc::O_CLOEXEC) };
-                if fd < 0 {
-                    p.report.push(format!(
-                        "fd {}: {path} cannot be reopened ({}); /dev/null stands in",
-                        r.fd,
-                        std::io::Error::last_os_error()
-                    ));
-                    Some(dev_null()?)
-                } else {
-                    let fd = owned(fd);
-                    // SAFETY: lseek on our fd.
-                    unsafe { libc::lseek(fd.as_raw_fd(), *pos, libc::SEEK_SET) };
-                    Some(fd)
-                }
-            }
+            FdKind::File { path, pos } => Some(reopen_file(r, path, *pos, &mut p.report)?),
             FdKind::Socket {
                 domain,
                 ty,
@@ -453,36 +434,7 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
                 v6only,
             } => {
                 if *connected || (*ty == libc::SOCK_STREAM && !*listening) {
-                    p.report.push(format!(
-                        "fd {}: a connection cannot survive a failure; the program reads end-of-file",
-                        r.fd
-                    ));
-                    let mut sv = [0i32; 2];
-                    // SAFETY: socketpair writes two fds.
-                    cvt(
-                        unsafe {
-                            libc::socketpair(
-                                libc::AF_UNIX,
-                                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                                0,
-                                sv.as_mut_ptr(),
-                            )
-                        },
-                        "socketpair",
-                    )?;
-                    drop(owned(sv[1]));
-                    let a = owned(sv[0]);
-                    if r.flags & libc::O_NONBLOCK != 0 {
-                        // SAFETY: fcntl on our fd.
-                        unsafe {
-                            libc::fcntl(
-                                a.as_raw_fd(),
-                                libc::F_SETFL,
-                                libc::O_NONBLOCK | libc::O_RDWR,
-                            )
-                        };
-                    }
-                    Some(a)
+                    Some(dead_connection(r, &mut p.report)?)
                 } else {
                     Some(rebuild_socket(
                         *domain, *ty, *proto, *listening, addr, r.flags, *v6only,
@@ -493,38 +445,14 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
                 ino,
                 write_end,
                 data,
-            } => {
-                if !pipes.contains_key(ino) {
-                    let mut pf = [0i32; 2];
-                    // SAFETY: pipe2 writes two fds.
-                    cvt(
-                        unsafe { libc::pipe2(pf.as_mut_ptr(), libc::O_CLOEXEC) },
-                        "pipe2",
-                    )?;
-                    pipes.insert(*ino, (owned(pf[0]), owned(pf[1])));
-                }
-                let (rd, wr) = &pipes[ino];
-                if !*write_end && !data.is_empty() {
-                    // SAFETY: write from a live buffer; a pipe holds 64 KiB,
-                    // what the old one held at most by default.
-                    let n = unsafe {
-                        libc::write(
-                            wr.as_raw_fd(),
-                            data.as_ptr() as *const libc::c_void,
-                            data.len(),
-                        )
-                    };
-                    if n != data.len() as isize {
-                        p.report.push(format!(
-                            "fd {}: {} unread pipe bytes could not all be put back",
-                            r.fd,
-                            data.len()
-                        ));
-                    }
-                }
-                let src = if *write_end { wr } else { rd };
-                Some(src.try_clone().map_err(io("dup"))?)
-            }
+            } => Some(pipe_end(
+                r,
+                *ino,
+                *write_end,
+                data,
+                &mut pipes,
+                &mut p.report,
+            )?),
             FdKind::Epoll { entries } => {
                 // SAFETY: epoll_create1 returns a new fd or -1.
                 let e = owned(cvt(
@@ -536,21 +464,7 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
                 }
                 Some(e)
             }
-            FdKind::EventFd { count } => {
-                let mut fl = libc::EFD_CLOEXEC;
-                if r.flags & libc::O_NONBLOCK != 0 {
-                    fl |= libc::EFD_NONBLOCK;
-                }
-                // SAFETY: eventfd returns a new fd or -1.
-                let e = owned(cvt(unsafe { libc::eventfd(0, fl) }, "eventfd")?);
-                if *count > 0 {
-                    // SAFETY: writes 8 bytes from a local.
-                    unsafe {
-                        libc::write(e.as_raw_fd(), count as *const u64 as *const libc::c_void, 8)
-                    };
-                }
-                Some(e)
-            }
+            FdKind::EventFd { count } => Some(rebuild_eventfd(r, *count)?),
             FdKind::Lost { what } => {
                 p.report.push(format!(
                     "fd {}: {what} cannot be rebuilt; /dev/null stands in",
@@ -566,10 +480,141 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
             }
         }
     }
-    // Number every source above every target, so the dup2 sequence in the
-    // child never overwrites a source it still needs.
-    let top = p.moves.iter().map(|m| m.1).max().unwrap_or(0) + 1;
-    for m in p.moves.iter_mut() {
+    lift_sources_above_targets(&mut p.moves)?;
+    Ok(p)
+}
+
+/// Reopens the file of record `r` at `path` (its flags without those that
+/// would create or truncate) and seeks to `pos`; a file that cannot be
+/// reopened is reported and `/dev/null` stands in.
+fn reopen_file(r: &FdRec, path: &str, pos: i64, report: &mut Vec<String>) -> Result<OwnedFd> {
+    let c = CString::new(path.as_bytes()).map_err(|_| WppError::Corrupt("NUL in a path".into()))?;
+    let fl = r.flags & !(libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL);
+    // SAFETY: open of a NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), fl | libc::O_CLOEXEC) };
+    if fd < 0 {
+        report.push(format!(
+            "fd {}: {path} cannot be reopened ({}); /dev/null stands in",
+            r.fd,
+            std::io::Error::last_os_error()
+        ));
+        dev_null()
+    } else {
+        let fd = owned(fd);
+        // SAFETY: lseek on our fd.
+        unsafe { libc::lseek(fd.as_raw_fd(), pos, libc::SEEK_SET) };
+        Ok(fd)
+    }
+}
+
+/// The stand-in for a connected socket of record `r` (a connection cannot
+/// survive a failure): one end of a stream socket pair whose other end is
+/// closed, so the program reads end-of-file; non-blocking if `r` was.
+/// Reported.
+fn dead_connection(r: &FdRec, report: &mut Vec<String>) -> Result<OwnedFd> {
+    report.push(format!(
+        "fd {}: a connection cannot survive a failure; the program reads end-of-file",
+        r.fd
+    ));
+    let mut sv = [0i32; 2];
+    // SAFETY: socketpair writes two fds.
+    cvt(
+        unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        },
+        "socketpair",
+    )?;
+    drop(owned(sv[1]));
+    let a = owned(sv[0]);
+    if r.flags & libc::O_NONBLOCK != 0 {
+        // SAFETY: fcntl on our fd.
+        unsafe {
+            libc::fcntl(
+                a.as_raw_fd(),
+                libc::F_SETFL,
+                libc::O_NONBLOCK | libc::O_RDWR,
+            )
+        };
+    }
+    Ok(a)
+}
+
+/// One end of the pipe `ino` (record `r`): the pipe is made at its first
+/// end met and kept in `pipes` for the other; the read end's record puts
+/// its unread `data` back into it (reported when not all of it fits).
+/// Returns a duplicate of the end asked for.
+fn pipe_end(
+    r: &FdRec,
+    ino: u64,
+    write_end: bool,
+    data: &[u8],
+    pipes: &mut HashMap<u64, (OwnedFd, OwnedFd)>,
+    report: &mut Vec<String>,
+) -> Result<OwnedFd> {
+    if let std::collections::hash_map::Entry::Vacant(e) = pipes.entry(ino) {
+        let mut pf = [0i32; 2];
+        // SAFETY: pipe2 writes two fds.
+        cvt(
+            unsafe { libc::pipe2(pf.as_mut_ptr(), libc::O_CLOEXEC) },
+            "pipe2",
+        )?;
+        e.insert((owned(pf[0]), owned(pf[1])));
+    }
+    let (rd, wr) = &pipes[&ino];
+    if !write_end && !data.is_empty() {
+        // SAFETY: write from a live buffer; a pipe holds 64 KiB,
+        // what the old one held at most by default.
+        let n = unsafe {
+            libc::write(
+                wr.as_raw_fd(),
+                data.as_ptr() as *const libc::c_void,
+                data.len(),
+            )
+        };
+        if n != data.len() as isize {
+            report.push(format!(
+                "fd {}: {} unread pipe bytes could not all be put back",
+                r.fd,
+                data.len()
+            ));
+        }
+    }
+    let src = if write_end { wr } else { rd };
+    src.try_clone().map_err(io("dup"))
+}
+
+/// A new eventfd for record `r` (non-blocking if `r` was) holding `count`.
+fn rebuild_eventfd(r: &FdRec, count: u64) -> Result<OwnedFd> {
+    let mut fl = libc::EFD_CLOEXEC;
+    if r.flags & libc::O_NONBLOCK != 0 {
+        fl |= libc::EFD_NONBLOCK;
+    }
+    // SAFETY: eventfd returns a new fd or -1.
+    let e = owned(cvt(unsafe { libc::eventfd(0, fl) }, "eventfd")?);
+    if count > 0 {
+        // SAFETY: writes 8 bytes from a local.
+        unsafe {
+            libc::write(
+                e.as_raw_fd(),
+                &count as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+    Ok(e)
+}
+
+/// Renumbers every source fd of `moves` above every target (and above
+/// 2), so the dup2 sequence in the child never overwrites a source it
+/// still needs.
+fn lift_sources_above_targets(moves: &mut [(OwnedFd, i32)]) -> Result<()> {
+    let top = moves.iter().map(|m| m.1).max().unwrap_or(0) + 1;
+    for m in moves.iter_mut() {
         // SAFETY: F_DUPFD_CLOEXEC returns a new fd >= top or -1.
         let h = cvt(
             unsafe { libc::fcntl(m.0.as_raw_fd(), libc::F_DUPFD_CLOEXEC, top.max(3)) },
@@ -577,7 +622,7 @@ pub fn prepare(t: &FdTable) -> Result<Prepared> {
         )?;
         m.0 = owned(h);
     }
-    Ok(p)
+    Ok(())
 }
 
 #[cfg(test)]

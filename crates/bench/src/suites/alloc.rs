@@ -331,6 +331,10 @@ fn heap_variant<'a>(
     )
 }
 
+/// The throughput group of one size class at `threads` threads: every
+/// allocator variant interleaved (each on its own fresh heap), then each
+/// row annotated with its fences per allocation and its heap's
+/// fragmentation and bytes in use.
 fn throughput_group(
     ctx: &BenchCtx,
     sizes: Sizes,
@@ -356,19 +360,9 @@ fn throughput_group(
     #[cfg(feature = "pmdk")]
     let (pmdk_path, pmdk) = pmdk_pool(sizes, threads)?;
     #[cfg(feature = "pmdk")]
-    let pmdk_rings: Vec<Mutex<PmdkRing>> = (0..threads)
-        .map(|t| {
-            Mutex::new(PmdkRing {
-                live: (0..WINDOW).map(|_| None).collect(),
-                next: 0,
-                rng: ChaCha8Rng::seed_from_u64(
-                    seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                ),
-            })
-        })
-        .collect();
-    let mut variants: Vec<Variant<'_>> = Vec::new();
-    variants.push(
+    let pmdk_rings = pmdk_rings(threads, seed);
+    let lock = lock_heap_variant(&lheap, &l_rings, sizes, threads, ops);
+    let mut variants: Vec<Variant<'_>> = vec![
         heap_variant(
             "ferrite",
             true,
@@ -380,8 +374,6 @@ fn throughput_group(
             cycle_linked,
         )
         .baseline(baseline),
-    );
-    variants.push(
         heap_variant(
             "ferrite-replace",
             true,
@@ -393,31 +385,7 @@ fn throughput_group(
             cycle_replace,
         )
         .baseline(baseline),
-    );
-    {
-        let (heap, rings) = (&bheap, &b_rings);
-        variants.push(
-            Variant::threaded(
-                "ferrite-batch8",
-                params(sizes, "ferrite", true),
-                threads,
-                ops,
-                move |t, n| {
-                    let mut h = heap.attach().expect("a free lane");
-                    let mut ring = rings[t].lock().expect("ring");
-                    for _ in 0..n / BATCH as u64 {
-                        cycle_batch(&mut h, &mut ring, sizes);
-                    }
-                    for _ in 0..n % BATCH as u64 {
-                        cycle_linked(&mut h, &mut ring, sizes);
-                    }
-                },
-            )
-            .param("batch", BATCH)
-            .baseline(baseline),
-        );
-    }
-    variants.push(
+        batch_variant(&bheap, &b_rings, sizes, threads, ops).baseline(baseline),
         heap_variant(
             "ferrite-nolink",
             false,
@@ -429,61 +397,147 @@ fn throughput_group(
             cycle_unlinked,
         )
         .baseline(baseline),
-    );
-    {
-        let (heap, rings) = (&lheap, &l_rings);
-        let v = Variant::threaded(
-            "nstore-lock",
-            params(sizes, "nstore-lock", true),
-            threads,
-            ops,
-            move |t, n| {
-                let mut h = heap.attach();
-                let mut ring = rings[t].lock().expect("ring");
-                for _ in 0..n {
-                    cycle_linked(&mut h, &mut ring, sizes);
-                }
-            },
-        );
-        variants.push(if cfg!(feature = "pmdk") {
-            v.baseline(baseline)
+        if cfg!(feature = "pmdk") {
+            lock.baseline(baseline)
         } else {
-            v
-        });
-    }
+            lock
+        },
+    ];
     #[cfg(feature = "pmdk")]
-    {
-        let (obj, rings) = (&pmdk, &pmdk_rings);
-        variants.push(Variant::threaded(
-            PMDK,
-            json!({
-                "size": sizes.label(),
-                "allocator": "pmemobj_alloc/pmemobj_free",
-                "linked": false,
-                "window": WINDOW,
-                "pmem_is_pmem_forced": true,
-                "op": "free the oldest block of the ring + allocate one",
-            }),
-            threads,
-            ops,
-            move |t, n| {
-                let mut g = rings[t].lock().expect("ring");
-                let ring = &mut *g;
-                for _ in 0..n {
-                    let j = ring.next;
-                    ring.next = (j + 1) % WINDOW;
-                    if let Some(o) = ring.live[j].take() {
-                        obj.free(o).expect("pmemobj_free");
-                    }
-                    let size = sizes.pick(&mut ring.rng);
-                    ring.live[j] = Some(obj.alloc(size).expect("pmemobj_alloc"));
-                }
-            },
-        ));
-    }
+    variants.push(pmdk_variant(&pmdk, &pmdk_rings, sizes, threads, ops));
 
     let mut rows = run_interleaved(ctx, "alloc", &mut variants);
     drop(variants);
+    set_fences_per_alloc(&mut rows);
+    let heaps: [(&str, &dyn PAllocator); 5] = [
+        ("ferrite", &fheap),
+        ("ferrite-replace", &rheap),
+        ("ferrite-batch8", &bheap),
+        ("ferrite-nolink", &nheap),
+        ("nstore-lock", &lheap),
+    ];
+    set_heap_stats(&mut rows, &heaps);
+    #[cfg(feature = "pmdk")]
+    {
+        drop(pmdk_rings);
+        drop(pmdk);
+        let _ = std::fs::remove_file(&pmdk_path);
+    }
+    Ok(rows)
+}
+
+/// The `ferrite-batch8` variant: each thread attaches to `heap` and runs
+/// [`cycle_batch`] (`BATCH` operations per publish) on its ring, the
+/// remainder of `n ÷ BATCH` as single linked cycles.
+fn batch_variant<'a>(
+    heap: &'a Heap,
+    rings: &'a [Mutex<Ring>],
+    sizes: Sizes,
+    threads: usize,
+    ops: u64,
+) -> Variant<'a> {
+    Variant::threaded(
+        "ferrite-batch8",
+        params(sizes, "ferrite", true),
+        threads,
+        ops,
+        move |t, n| {
+            let mut h = heap.attach().expect("a free lane");
+            let mut ring = rings[t].lock().expect("ring");
+            for _ in 0..n / BATCH as u64 {
+                cycle_batch(&mut h, &mut ring, sizes);
+            }
+            for _ in 0..n % BATCH as u64 {
+                cycle_linked(&mut h, &mut ring, sizes);
+            }
+        },
+    )
+    .param("batch", BATCH)
+}
+
+/// The `nstore-lock` variant: linked cycles on the single-lock heap (no
+/// baseline set here: it is the baseline when PMDK is absent).
+fn lock_heap_variant<'a>(
+    heap: &'a LockHeap,
+    rings: &'a [Mutex<Ring>],
+    sizes: Sizes,
+    threads: usize,
+    ops: u64,
+) -> Variant<'a> {
+    Variant::threaded(
+        "nstore-lock",
+        params(sizes, "nstore-lock", true),
+        threads,
+        ops,
+        move |t, n| {
+            let mut h = heap.attach();
+            let mut ring = rings[t].lock().expect("ring");
+            for _ in 0..n {
+                cycle_linked(&mut h, &mut ring, sizes);
+            }
+        },
+    )
+}
+
+/// One PMDK ring per thread, empty, each with its own seeded size stream.
+#[cfg(feature = "pmdk")]
+fn pmdk_rings(threads: usize, seed: u64) -> Vec<Mutex<PmdkRing>> {
+    (0..threads)
+        .map(|t| {
+            Mutex::new(PmdkRing {
+                live: (0..WINDOW).map(|_| None).collect(),
+                next: 0,
+                rng: ChaCha8Rng::seed_from_u64(
+                    seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The PMDK variant: each thread frees the oldest object of its ring and
+/// allocates one with `pmemobj_alloc`.
+#[cfg(feature = "pmdk")]
+fn pmdk_variant<'a>(
+    obj: &'a ferrite_pmdk::PmemObj,
+    rings: &'a [Mutex<PmdkRing>],
+    sizes: Sizes,
+    threads: usize,
+    ops: u64,
+) -> Variant<'a> {
+    Variant::threaded(
+        PMDK,
+        json!({
+            "size": sizes.label(),
+            "allocator": "pmemobj_alloc/pmemobj_free",
+            "linked": false,
+            "window": WINDOW,
+            "pmem_is_pmem_forced": true,
+            "op": "free the oldest block of the ring + allocate one",
+        }),
+        threads,
+        ops,
+        move |t, n| {
+            let mut g = rings[t].lock().expect("ring");
+            let ring = &mut *g;
+            for _ in 0..n {
+                let j = ring.next;
+                ring.next = (j + 1) % WINDOW;
+                if let Some(o) = ring.live[j].take() {
+                    obj.free(o).expect("pmemobj_free");
+                }
+                let size = sizes.pick(&mut ring.rng);
+                ring.live[j] = Some(obj.alloc(size).expect("pmemobj_alloc"));
+            }
+        },
+    )
+}
+
+/// `fences_per_alloc` of each row: half its fences per op (an op frees and
+/// allocates, both publishing alike), all of them for `ferrite-replace`
+/// (one publish per op); PMDK's rows instead say their counters were not
+/// observed.
+fn set_fences_per_alloc(rows: &mut [Row]) {
     for r in rows.iter_mut() {
         if r.variant == PMDK {
             r.counters_observed = false;
@@ -494,13 +548,11 @@ fn throughput_group(
             r.set_extra("fences_per_alloc", r.fences_per_op);
         }
     }
-    let heaps: [(&str, &dyn PAllocator); 5] = [
-        ("ferrite", &fheap),
-        ("ferrite-replace", &rheap),
-        ("ferrite-batch8", &bheap),
-        ("ferrite-nolink", &nheap),
-        ("nstore-lock", &lheap),
-    ];
+}
+
+/// The fragmentation and bytes in use of the heap each row ran on, looked
+/// up by variant name in `heaps` (rows of other variants untouched).
+fn set_heap_stats(rows: &mut [Row], heaps: &[(&str, &dyn PAllocator)]) {
     for r in rows.iter_mut() {
         let Some((_, heap)) = heaps.iter().find(|(n, _)| *n == r.variant) else {
             continue;
@@ -509,13 +561,6 @@ fn throughput_group(
         r.set_extra("fragmentation", s.fragmentation);
         r.set_extra("in_use_bytes", s.in_use);
     }
-    #[cfg(feature = "pmdk")]
-    {
-        drop(pmdk_rings);
-        drop(pmdk);
-        let _ = std::fs::remove_file(&pmdk_path);
-    }
-    Ok(rows)
 }
 
 /// A PMDK thread's ring: live objects (`PMEMoid`s in DRAM) and sizes.

@@ -81,7 +81,47 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let pool = Pool::create_in_memory(
         &PoolOptions::new("bench-group", (bytes + (1 << 20)) as u64).domain(domain),
     )?;
-    let unsupported = |e: GroupError| BenchError::Unsupported(format!("FP-Tree leaves: {e}"));
+    let table = prefilled_table(ctx, &pool, leaves)?;
+    let shape = TableShape {
+        leaves,
+        bytes,
+        domain,
+    };
+    let table = RefCell::new(table);
+    let table = &table;
+
+    let full: Vec<Cell<u64>> = GROUPS.iter().map(|_| Cell::new(0)).collect();
+    let mut variants = insert_variants(table, &full, &shape, insert_ops);
+    let mut rows = run_interleaved(ctx, "group", &mut variants);
+    drop(variants);
+    for (r, f) in rows.iter_mut().zip(&full) {
+        r.set_extra("leaf_full", f.get());
+    }
+
+    let prefill = (leaves * PREFILL_PER_LEAF) as u64;
+    let mut variants = lookup_variants(table, prefill, &shape, lookup_ops);
+    rows.extend(run_interleaved(ctx, "group", &mut variants));
+    drop(variants);
+    let mut series_row = fig12_row(&rows);
+    series_row.set_param("leaf_bytes", LEAF_BYTES);
+    series_row.set_extra(
+        "fill_per_leaf_at_end",
+        table.borrow().len() as f64 / leaves as f64,
+    );
+    rows.push(series_row);
+    Ok(rows)
+}
+
+/// Maps a leaf-table error to the suite's "cannot run" error.
+fn unsupported(e: GroupError) -> BenchError {
+    BenchError::Unsupported(format!("FP-Tree leaves: {e}"))
+}
+
+/// Formats `leaves` FP-Tree leaves over `pool`'s data and inserts
+/// [`PREFILL_PER_LEAF`] keys per leaf on average (stream 0, group 64);
+/// a refused prefill insert is an error (a full leaf or a duplicate at
+/// this fill is a bug).
+fn prefilled_table(ctx: &BenchCtx, pool: &Pool, leaves: usize) -> Result<FpLeaves, BenchError> {
     let mut table = FpLeaves::create(pool.data(), leaves, HASH_SEED).map_err(unsupported)?;
 
     let prefill = (leaves * PREFILL_PER_LEAF) as u64;
@@ -110,23 +150,43 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             "{refused} of {prefill} prefill inserts refused"
         )));
     }
+    Ok(table)
+}
 
-    let params = |op: &str, group: Option<usize>| {
+/// What every row's params say about the table.
+struct TableShape {
+    leaves: usize,
+    /// The table's region length.
+    bytes: usize,
+    domain: Domain,
+}
+
+impl TableShape {
+    /// A row's params: the op kind, its group size (`None`: no executor)
+    /// and the table's shape.
+    fn params(&self, op: &str, group: Option<usize>) -> serde_json::Value {
         json!({
             "op": op,
             "group": group,
-            "leaves": leaves,
+            "leaves": self.leaves,
             "slots": SLOTS,
-            "table_mib": (bytes >> 20),
+            "table_mib": (self.bytes >> 20),
             "prefill_per_leaf": PREFILL_PER_LEAF,
-            "domain": domain.name(),
+            "domain": self.domain.name(),
         })
-    };
-    let table = RefCell::new(table);
-    let table = &table;
+    }
+}
 
-    // ---- inserts ---------------------------------------------------------------------
-    let full: Vec<Cell<u64>> = GROUPS.iter().map(|_| Cell::new(0)).collect();
+/// The insert variants, one per group size N (`insert-gN`, against
+/// `insert-g1`): each batch inserts fresh keys of stream N; a refusal
+/// because the leaf was full is counted in `full[i]` (the i-th group
+/// size), any other failure panics.
+fn insert_variants<'a>(
+    table: &'a RefCell<FpLeaves>,
+    full: &'a [Cell<u64>],
+    shape: &TableShape,
+    insert_ops: u64,
+) -> Vec<Variant<'a>> {
     let mut variants: Vec<Variant<'_>> = Vec::new();
     for (gi, &g) in GROUPS.iter().enumerate() {
         let full = &full[gi];
@@ -134,7 +194,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         variants.push(
             Variant::new(
                 format!("insert-g{g}"),
-                params("insert", Some(g)),
+                shape.params("insert", Some(g)),
                 insert_ops,
                 move |n| {
                     let first = next;
@@ -162,13 +222,19 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             .baseline("insert-g1"),
         );
     }
-    let mut rows = run_interleaved(ctx, "group", &mut variants);
-    drop(variants);
-    for (r, f) in rows.iter_mut().zip(&full) {
-        r.set_extra("leaf_full", f.get());
-    }
+    variants
+}
 
-    // ---- lookups ---------------------------------------------------------------------
+/// The lookup variants (against `lookup-g1`): `lookup-plain` (no
+/// executor, prefetch or yield), then one per group size N
+/// (`lookup-gN`); each looks up random prefilled keys and panics on a
+/// missing one.
+fn lookup_variants<'a>(
+    table: &'a RefCell<FpLeaves>,
+    prefill: u64,
+    shape: &TableShape,
+    lookup_ops: u64,
+) -> Vec<Variant<'a>> {
     // Random prefilled keys; the order is a function of the op's position
     // in the variant's stream, so `done` can tell what each result must be.
     let pick = move |stream: u64, i: u64| key(0, mix((stream << 40) ^ i) % prefill);
@@ -177,7 +243,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     variants.push(
         Variant::new(
             "lookup-plain",
-            params("lookup-plain", None),
+            shape.params("lookup-plain", None),
             lookup_ops,
             move |n| {
                 let t = table.borrow();
@@ -195,7 +261,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         variants.push(
             Variant::new(
                 format!("lookup-g{g}"),
-                params("lookup", Some(g)),
+                shape.params("lookup", Some(g)),
                 lookup_ops,
                 move |n| {
                     let first = next;
@@ -221,16 +287,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             .baseline("lookup-g1"),
         );
     }
-    rows.extend(run_interleaved(ctx, "group", &mut variants));
-    drop(variants);
-    let mut series_row = fig12_row(&rows);
-    series_row.set_param("leaf_bytes", LEAF_BYTES);
-    series_row.set_extra(
-        "fill_per_leaf_at_end",
-        table.borrow().len() as f64 / leaves as f64,
-    );
-    rows.push(series_row);
-    Ok(rows)
+    variants
 }
 
 /// P0 Fig. 12 as data: ops/s over group size, inserts and lookups.

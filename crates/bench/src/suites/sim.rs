@@ -276,31 +276,51 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     let mut rows: Vec<Row> = Vec::new();
     let table2 = Config::table2(Mode::Global);
 
-    let mut workloads = vec![synthetic_workload(CORES, 1, updates)];
     let recorded = record::all(ctx)?;
-    for r in &recorded {
+    let workloads = main_workloads(&table2, &recorded, updates);
+
+    let per_workload = main_comparison(ctx, &table2, &workloads, cycles, &mut speed, &mut rows)?;
+    if let Some(avg) = average_row(&per_workload, &workloads) {
+        rows.push(avg);
+    }
+    commit_frequency_sweep(ctx, &table2, cycles, updates, &mut speed, &mut rows)?;
+    config_sweeps(ctx, &table2, cycles, updates, &mut speed, &mut rows)?;
+    optane_projection(&table2, &recorded, &mut speed, &mut rows)?;
+    rows.push(model_row(&speed));
+    Ok(rows)
+}
+
+/// The workloads of the main comparison: the synthetic one (a commit per
+/// update) first, then each recorded trace shared by [`CORES`] cores, in
+/// `recorded`'s order.
+fn main_workloads(table2: &Config, recorded: &[Recorded], updates: u32) -> Vec<Workload> {
+    let mut workloads = vec![synthetic_workload(CORES, 1, updates)];
+    for r in recorded {
         workloads.push(Workload::shared(
             r.name,
             Program::from_trace(&r.trace, table2.instr_per_ns, 1),
             CORES,
         ));
     }
+    workloads
+}
 
-    // The main comparison: every workload, every mode, 16 cores, a commit
-    // per update.
+/// The main comparison: every workload, every mode, 16 cores, a commit per
+/// update. Appends the rows to `rows` and returns, per workload whose
+/// fine-grained row has all three, its (IPC, commit cycles, sync reads)
+/// ratios against global, the inputs of [`average_row`].
+fn main_comparison(
+    ctx: &BenchCtx,
+    table2: &Config,
+    workloads: &[Workload],
+    cycles: u64,
+    speed: &mut Speed,
+    rows: &mut Vec<Row>,
+) -> Result<Vec<(f64, f64, f64)>, BenchError> {
     let mut per_workload: Vec<(f64, f64, f64)> = Vec::new();
-    for w in &workloads {
+    for w in workloads {
         ctx.note(format!("sim: {} on {CORES} cores, 4 modes", w.name));
-        let mut g = group(
-            &table2,
-            &Mode::ALL,
-            w,
-            cycles,
-            1,
-            "main",
-            json!({}),
-            &mut speed,
-        )?;
+        let mut g = group(table2, &Mode::ALL, w, cycles, 1, "main", json!({}), speed)?;
         // Determinism, measured: the fine-grained run replayed on the same
         // programs must give the very same statistics.
         if let Some((r, s)) = g.iter_mut().find(|(r, _)| r.variant == "fine-grained") {
@@ -324,65 +344,86 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         }
         rows.extend(g.into_iter().map(|(r, _)| r));
     }
-    if !per_workload.is_empty() {
-        let n = per_workload.len() as f64;
-        let mean = |f: fn(&(f64, f64, f64)) -> f64| per_workload.iter().map(f).sum::<f64>() / n;
-        let mut avg = Row::empty(
-            "sim",
-            "fine-grained",
-            json!({"workload": "average", "cores": CORES, "commit_every": 1, "sweep": "main", "nvm": "pcm"}),
-        );
-        avg.threads = CORES;
-        avg.counters_observed = false;
-        avg.baseline = Some("global".into());
-        avg.set_extra(
-            "summary",
-            "means over the main workloads of fine-grained ÷ global",
-        );
-        avg.set_extra(
-            "workloads",
-            workloads.iter().map(|w| w.name.clone()).collect::<Vec<_>>(),
-        );
-        avg.set_extra("ipc_ratio", mean(|t| t.0));
-        avg.set_extra("commit_cycles_ratio", mean(|t| t.1));
-        avg.set_extra("sync_reads_ratio", mean(|t| t.2));
-        rows.push(avg);
-    }
+    Ok(per_workload)
+}
 
-    // P4 Fig. 10: commit every 1…100 updates (synthetic).
+/// The `workload = average` row: the means of the per-workload ratios of
+/// [`main_comparison`]; `None` when no workload gave all three.
+fn average_row(per_workload: &[(f64, f64, f64)], workloads: &[Workload]) -> Option<Row> {
+    if per_workload.is_empty() {
+        return None;
+    }
+    let n = per_workload.len() as f64;
+    let mean = |f: fn(&(f64, f64, f64)) -> f64| per_workload.iter().map(f).sum::<f64>() / n;
+    let mut avg = Row::empty(
+        "sim",
+        "fine-grained",
+        json!({"workload": "average", "cores": CORES, "commit_every": 1, "sweep": "main", "nvm": "pcm"}),
+    );
+    avg.threads = CORES;
+    avg.counters_observed = false;
+    avg.baseline = Some("global".into());
+    avg.set_extra(
+        "summary",
+        "means over the main workloads of fine-grained ÷ global",
+    );
+    avg.set_extra(
+        "workloads",
+        workloads.iter().map(|w| w.name.clone()).collect::<Vec<_>>(),
+    );
+    avg.set_extra("ipc_ratio", mean(|t| t.0));
+    avg.set_extra("commit_cycles_ratio", mean(|t| t.1));
+    avg.set_extra("sync_reads_ratio", mean(|t| t.2));
+    Some(avg)
+}
+
+/// P4 Fig. 10: the synthetic workload committing every 1…100 updates,
+/// global against fine-grained.
+fn commit_frequency_sweep(
+    ctx: &BenchCtx,
+    table2: &Config,
+    cycles: u64,
+    updates: u32,
+    speed: &mut Speed,
+    rows: &mut Vec<Row>,
+) -> Result<(), BenchError> {
     for every in COMMIT_EVERY {
         ctx.note(format!("sim: commit every {every} updates"));
         let w = synthetic_workload(CORES, every, updates);
         let g = group(
-            &table2,
+            table2,
             &[Mode::Global, Mode::FineGrained],
             &w,
             cycles,
             every,
             "commit-frequency",
             json!({}),
-            &mut speed,
+            speed,
         )?;
         rows.extend(g.into_iter().map(|(r, _)| r));
     }
+    Ok(())
+}
 
-    // Sweeps P4 lacks: sub-queues, media write latency, how concurrent
-    // global commits combine.
+/// Sweeps P4 lacks, global against fine-grained on the synthetic
+/// workload: sub-queues, entries per sub-queue, media write latency, and
+/// how concurrent global commits combine.
+fn config_sweeps(
+    ctx: &BenchCtx,
+    table2: &Config,
+    cycles: u64,
+    updates: u32,
+    speed: &mut Speed,
+    rows: &mut Vec<Row>,
+) -> Result<(), BenchError> {
+    let modes = [Mode::Global, Mode::FineGrained];
     let w = synthetic_workload(CORES, 1, updates);
     for q in SUB_QUEUES {
         ctx.note(format!("sim: {q} sub-queues"));
         let mut cfg = table2.clone();
         cfg.sub_queues = q;
-        let g = group(
-            &cfg,
-            &[Mode::Global, Mode::FineGrained],
-            &w,
-            cycles,
-            1,
-            "sub-queues",
-            json!({ "sub_queues": q }),
-            &mut speed,
-        )?;
+        let params = json!({ "sub_queues": q });
+        let g = group(&cfg, &modes, &w, cycles, 1, "sub-queues", params, speed)?;
         rows.extend(g.into_iter().map(|(r, _)| r));
     }
     // At one write per commit a queue never holds more than a write or two
@@ -392,15 +433,16 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         ctx.note(format!("sim: {n} entries per sub-queue"));
         let mut cfg = table2.clone();
         cfg.queue_entries = n;
+        let params = json!({ "queue_entries": n });
         let g = group(
             &cfg,
-            &[Mode::Global, Mode::FineGrained],
+            &modes,
             &w10,
             cycles,
             10,
             "queue-entries",
-            json!({ "queue_entries": n }),
-            &mut speed,
+            params,
+            speed,
         )?;
         rows.extend(g.into_iter().map(|(r, _)| r));
     }
@@ -409,36 +451,39 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         let mut cfg = table2.clone();
         cfg.nvm.write_ns = ns;
         cfg.nvm.write_busy_ns = ns;
-        let g = group(
-            &cfg,
-            &[Mode::Global, Mode::FineGrained],
-            &w,
-            cycles,
-            1,
-            "write-latency",
-            json!({ "write_ns": ns }),
-            &mut speed,
-        )?;
+        let params = json!({ "write_ns": ns });
+        let g = group(&cfg, &modes, &w, cycles, 1, "write-latency", params, speed)?;
         rows.extend(g.into_iter().map(|(r, _)| r));
     }
     for merge in [false, true] {
         let mut cfg = table2.clone();
         cfg.merge_global_commits = merge;
+        let params = json!({ "merge_global_commits": merge });
         let g = group(
             &cfg,
-            &[Mode::Global, Mode::FineGrained],
+            &modes,
             &w,
             cycles,
             1,
             "global-combining",
-            json!({ "merge_global_commits": merge }),
-            &mut speed,
+            params,
+            speed,
         )?;
         rows.extend(g.into_iter().map(|(r, _)| r));
     }
+    Ok(())
+}
 
-    // What each recorded technique would cost on Optane-like media.
-    for r in &recorded {
+/// What each recorded technique would cost on Optane-like media: each
+/// trace once on one core under `adr`, per media profile, with the
+/// projected time per operation beside the measured one.
+fn optane_projection(
+    table2: &Config,
+    recorded: &[Recorded],
+    speed: &mut Speed,
+    rows: &mut Vec<Row>,
+) -> Result<(), BenchError> {
+    for r in recorded {
         let prog = Program::from_trace(&r.trace, table2.instr_per_ns, 1);
         let ops = r.ops.max(1) as f64;
         let w = Workload::distinct(r.name, vec![prog]);
@@ -452,7 +497,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
                 1,
                 "optane-projection",
                 json!({}),
-                &mut speed,
+                speed,
             )?;
             row.baseline = None;
             let projected = s.cycles as f64 / cfg.ghz / ops;
@@ -463,7 +508,12 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
             rows.push(row);
         }
     }
+    Ok(())
+}
 
+/// The `model` row: discrete events per wall-clock second over the whole
+/// suite (`speed` as tallied by every simulation above).
+fn model_row(speed: &Speed) -> Row {
     let mut m = Row::empty(
         "sim",
         "model",
@@ -482,8 +532,7 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
         "what",
         "discrete events processed by ferrite-sim per wall-clock second, whole suite",
     );
-    rows.push(m);
-    Ok(rows)
+    m
 }
 
 /// A recorded workload.

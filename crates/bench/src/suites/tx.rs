@@ -196,9 +196,18 @@ pub fn run(ctx: &BenchCtx) -> Result<Vec<Row>, BenchError> {
     Ok(all)
 }
 
+/// One group: the YCSB load of structure `s` at `threads` threads under
+/// every logging strategy (each on its own pool) and, where it exists, the
+/// PMDK peer, interleaved; each row then carries the log counts per op
+/// and their ratios to undo's.
 fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<Row>, BenchError> {
     let reps = ctx.reps.max(1) as u64;
-    let per_thread = (keys / (reps + 1) / threads as u64).max(1);
+    let load = Load {
+        s,
+        threads,
+        per_thread: (keys / (reps + 1) / threads as u64).max(1),
+        keys,
+    };
     let baseline = if has_pmdk_peer(s) { PMDK } else { "undo" };
     let strategies = [
         Strategy::Undo,
@@ -243,35 +252,8 @@ fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<
     let pmdk = pmdk_peer(s, threads, keys)?;
     let mut variants: Vec<Variant<'_>> = Vec::new();
     for (i, o) in opened.iter().enumerate() {
-        let (txp, map, acc, seq) = (&o.txp, &maps[i], &accs[i], &seqs[i]);
         let name = o.strategy.name();
-        let v = Variant::threaded(
-            name,
-            json!({
-                "structure": s.name(),
-                "strategy": name,
-                "keys": keys,
-                "value_bytes": VALUE_LEN,
-                "workload": "YCSB load (inserts of new keys)",
-            }),
-            threads,
-            per_thread,
-            move |t, n| {
-                let mut th = txp.thread().expect("a free log slot");
-                let s0 = th.stats();
-                for _ in 0..n {
-                    let q = seq[t].fetch_add(threads as u64, Ordering::Relaxed);
-                    let k = ycsb_key(q);
-                    map.insert(&mut th, k, &value_of(k)).expect("insert");
-                }
-                let d = th.stats().sub(&s0);
-                let mut a = acc.lock().expect("log counts");
-                if a.batches[t] > 0 {
-                    a.stats = a.stats.add(&d);
-                }
-                a.batches[t] += 1;
-            },
-        );
+        let v = strategy_variant(&load, name, &o.txp, maps[i].as_ref(), &accs[i], &seqs[i]);
         variants.push(if name == baseline {
             v
         } else {
@@ -280,31 +262,103 @@ fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<
     }
     #[cfg(feature = "pmdk")]
     if let Some((_, m)) = &pmdk {
-        let seq = &seqs[strategies.len()];
-        variants.push(Variant::threaded(
-            PMDK,
-            json!({
-                "structure": s.name(),
-                "strategy": "pmemobj tx (undo)",
-                "keys": keys,
-                "value_bytes": VALUE_LEN,
-                "workload": "YCSB load (inserts of new keys)",
-                "pmem_is_pmem_forced": true,
-            }),
-            threads,
-            per_thread,
-            move |t, n| {
-                for _ in 0..n {
-                    let q = seq[t].fetch_add(threads as u64, Ordering::Relaxed);
-                    let k = ycsb_key(q);
-                    m.insert(k, &value_of(k)).expect("pmdk insert");
-                }
-            },
-        ));
+        variants.push(pmdk_variant(&load, m, &seqs[strategies.len()]));
     }
 
     let mut rows = run_interleaved(ctx, "tx", &mut variants);
     drop(variants);
+    set_log_counts(&mut rows, &accs, threads);
+    #[cfg(feature = "pmdk")]
+    if let Some((path, m)) = pmdk {
+        drop(m);
+        let _ = std::fs::remove_file(path);
+    }
+    drop(maps);
+    Ok(rows)
+}
+
+/// What every variant of a [`group`] runs: `per_thread` inserts per batch
+/// per thread into structure `s`, out of a YCSB load of `keys` keys.
+struct Load {
+    s: Structure,
+    threads: usize,
+    per_thread: u64,
+    keys: u64,
+}
+
+/// The variant of one logging strategy (`name`): each thread takes a log
+/// slot of `txp` and inserts the next keys of its stream (`seq[t]`,
+/// stepping by the thread count) into `map`; the log counts of every
+/// batch but each thread's first (the warm-up) add up in `acc`.
+fn strategy_variant<'a>(
+    load: &Load,
+    name: &str,
+    txp: &'a TxPool,
+    map: &'a dyn KvMap,
+    acc: &'a Mutex<LogAcc>,
+    seq: &'a [AtomicU64],
+) -> Variant<'a> {
+    let threads = load.threads;
+    Variant::threaded(
+        name,
+        json!({
+            "structure": load.s.name(),
+            "strategy": name,
+            "keys": load.keys,
+            "value_bytes": VALUE_LEN,
+            "workload": "YCSB load (inserts of new keys)",
+        }),
+        threads,
+        load.per_thread,
+        move |t, n| {
+            let mut th = txp.thread().expect("a free log slot");
+            let s0 = th.stats();
+            for _ in 0..n {
+                let q = seq[t].fetch_add(threads as u64, Ordering::Relaxed);
+                let k = ycsb_key(q);
+                map.insert(&mut th, k, &value_of(k)).expect("insert");
+            }
+            let d = th.stats().sub(&s0);
+            let mut a = acc.lock().expect("log counts");
+            if a.batches[t] > 0 {
+                a.stats = a.stats.add(&d);
+            }
+            a.batches[t] += 1;
+        },
+    )
+}
+
+/// The PMDK peer's variant: the same key streams (`seq`) inserted with
+/// pmemobj transactions.
+#[cfg(feature = "pmdk")]
+fn pmdk_variant<'a>(load: &Load, m: &'a PmdkPeer, seq: &'a [AtomicU64]) -> Variant<'a> {
+    let threads = load.threads;
+    Variant::threaded(
+        PMDK,
+        json!({
+            "structure": load.s.name(),
+            "strategy": "pmemobj tx (undo)",
+            "keys": load.keys,
+            "value_bytes": VALUE_LEN,
+            "workload": "YCSB load (inserts of new keys)",
+            "pmem_is_pmem_forced": true,
+        }),
+        threads,
+        load.per_thread,
+        move |t, n| {
+            for _ in 0..n {
+                let q = seq[t].fetch_add(threads as u64, Ordering::Relaxed);
+                let k = ycsb_key(q);
+                m.insert(k, &value_of(k)).expect("pmdk insert");
+            }
+        },
+    )
+}
+
+/// Sets each row's `threads` param and, for Ferrite's rows, its log counts
+/// per timed op (`accs[i]` belongs to `rows[i]`) and their ratios to the
+/// undo row's; PMDK's rows instead say their counters were not observed.
+fn set_log_counts(rows: &mut [Row], accs: &[Mutex<LogAcc>], threads: usize) {
     let timed_ops = |r: &Row| (r.ops * r.reps as u64).max(1) as f64;
     let undo = rows.iter().position(|r| r.variant == "undo").map(|i| {
         let st = accs[i].lock().expect("log counts").stats;
@@ -343,13 +397,6 @@ fn group(ctx: &BenchCtx, s: Structure, threads: usize, keys: u64) -> Result<Vec<
             r.set_extra("records_vs_undo", per(st.records) / records);
         }
     }
-    #[cfg(feature = "pmdk")]
-    if let Some((path, m)) = pmdk {
-        drop(m);
-        let _ = std::fs::remove_file(path);
-    }
-    drop(maps);
-    Ok(rows)
 }
 
 /// Whether structure `s` has a `pmdk-tx` row (and it is every other row's
