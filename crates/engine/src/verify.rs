@@ -212,9 +212,10 @@ pub fn verify_image(image: &[u8], layout: &str) -> EngineCheck {
         out.findings.push(EngineFinding::Walk(e.to_string()));
         return out;
     }
-    // Every record's checksum: an engine that lists damage per record
-    // (InP) names each damaged key; the others' walk below stops at the
-    // first.
+    // Every record's checksum: each engine's scrub lists every damaged
+    // record (InP, CoW) or data block (LSM, with the keys it holds) and
+    // goes on past it; an engine without its own scrub falls back on the
+    // walk below, which stops at the first.
     match store.scrub(&mut |_| {}) {
         Ok(s) if s.per_record && !s.damaged.is_empty() => {
             out.keys = s.records;

@@ -127,7 +127,11 @@
 //!
 //! Open reads the manifest (bounds and CRC checked, every block checked
 //! against the allocator), loads and validates every run (header, index,
-//! bloom and block CRCs, strictly increasing keys), replays the log's valid
+//! bloom and block CRCs, strictly increasing keys; a data block that fails
+//! its CRC is damage on the media, not a torn write — a run is complete
+//! before a manifest names it — so it is listed, not fatal: its keys fail
+//! to read, every other key reads, the scrub names it with its key span,
+//! and no compaction merges that run), replays the log's valid
 //! prefix into the memtable — refusing the store if a later valid record
 //! says its predecessors were durable (the record that ended the prefix
 //! was damaged, not torn: [`format`]'s record docs) — and then *scrubs*
