@@ -131,7 +131,7 @@
 //! its CRC is damage on the media, not a torn write — a run is complete
 //! before a manifest names it — so it is listed, not fatal: its keys fail
 //! to read, every other key reads, the scrub names it with its key span,
-//! and no compaction merges that run), replays the log's valid
+X
 //! prefix into the memtable — refusing the store if a later valid record
 //! says its predecessors were durable (the record that ended the prefix
 //! was damaged, not torn: [`format`]'s record docs) — and then *scrubs*
