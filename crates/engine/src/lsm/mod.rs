@@ -131,7 +131,8 @@
 //! its CRC is damage on the media, not a torn write — a run is complete
 //! before a manifest names it — so it is listed, not fatal: its keys fail
 //! to read, every other key reads, the scrub names it with its key span,
-X
+//! and a compaction that would merge that run fails and is reported
+//! rather than drop the block's keys), replays the log's valid
 //! prefix into the memtable — refusing the store if a later valid record
 //! says its predecessors were durable (the record that ended the prefix
 //! was damaged, not torn: [`format`]'s record docs) — and then *scrubs*
