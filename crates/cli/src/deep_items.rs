@@ -160,13 +160,10 @@ pub fn repair_items(path: &Path, report: &Report) -> Result<(Vec<String>, Vec<St
     let other: Vec<&Finding> = report
         .findings
         .iter()
-        // A byte map's own record check fails on the same items (its
-        // record is the item): removing the item removes that record.
-        .filter(|f| {
-            f.kind != ITEM_DAMAGED
-                && f.kind != "ds-damaged"
-                && !crate::deep::RECOVERABLE.contains(&f.kind)
-        })
+        // The byte map's findings of the items' own records were folded
+        // into the items' ([`server_items`]): a `ds-damaged` one left is
+        // a record no item covers, which deleting items would not remove.
+        .filter(|f| f.kind != ITEM_DAMAGED && !crate::deep::RECOVERABLE.contains(&f.kind))
         .collect();
     if let Some(f) = other.first() {
         return Ok((
