@@ -328,13 +328,23 @@ impl PHashMap {
     ) -> TxResult<Result<u64, String>> {
         let mut entries = 0;
         let mut keys = Vec::new();
+        // Every node of the bucket's chain, damaged ones included: a
+        // damaged `next` can close a cycle through damaged nodes, which
+        // the repeated-key test below (intact nodes only) cannot see.
+        let mut seen = std::collections::HashSet::new();
         for b in from..to.min(self.buckets) {
             let head = self.head_slot(tx, b)?;
             let mut node = tx.load(head)?;
             keys.clear();
+            seen.clear();
             while node != 0 {
                 if !node.is_multiple_of(8) {
                     return Ok(Err(format!("bucket {b}: misaligned node {node:#x}")));
+                }
+                if !seen.insert(node) || seen.len() as u64 > max_chain {
+                    return Ok(Err(format!(
+                        "bucket {b}: the chain meets node {node:#x} twice or is longer than {max_chain} (a damaged link)"
+                    )));
                 }
                 let key = tx.load(node + N_KEY)?;
                 let value = tx.load(node + N_VALUE)?;
