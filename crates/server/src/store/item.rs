@@ -145,28 +145,23 @@ pub fn verify_items(kv: &mut dyn Kv) -> Result<ItemCheck> {
     // Every record, not only the `k` ones: an item whose first key byte
     // was damaged is no longer under `k` and must be reported too.
     kv.scan_checked(&mut |k, v| {
-        let v = match v {
-            Ok(v) => v,
+        let why = match v {
             // The map's own record check failed: the item with it.
-            Err(_) => {
-                c.damaged.push((client_key_shown(k), "checksum mismatch"));
-                c.damaged_keys.push(k.to_vec());
-                return;
-            }
-        };
-        let why = match k.first() {
-            Some(b'k') => match verify_item(k, v) {
-                Ok(()) => {
-                    c.items += 1;
-                    return;
-                }
-                Err(StoreError::Damaged { reason, .. }) => reason,
-                Err(_) => "does not decode",
+            Err(_) => "checksum mismatch",
+            Ok(v) => match k.first() {
+                Some(b'k') => match verify_item(k, v) {
+                    Ok(()) => {
+                        c.items += 1;
+                        return;
+                    }
+                    Err(StoreError::Damaged { reason, .. }) => reason,
+                    Err(_) => "does not decode",
+                },
+                _ if k == META_FORMAT || k == META_CAS => return,
+                _ if k == META_FLUSH && v.len() == 16 => return,
+                _ if k == META_FLUSH => "a flush marker of the wrong length",
+                _ => "a key that is neither an item's nor a server record's (a damaged key byte)",
             },
-            _ if k == META_FORMAT || k == META_CAS => return,
-            _ if k == META_FLUSH && v.len() == 16 => return,
-            _ if k == META_FLUSH => "a flush marker of the wrong length",
-            _ => "a key that is neither an item's nor a server record's (a damaged key byte)",
         };
         c.damaged.push((client_key_shown(k), why));
         c.damaged_keys.push(k.to_vec());
