@@ -1,7 +1,8 @@
-//! CoW reads over one version's root: lookups ([`get_at`]), scans in
-//! either direction ([`scan_at`], [`scan_back_at`]), every node verified
-//! on the way, and the two read-only views over them — a live reader
-//! taking the newest version per read, and a snapshot holding one.
+//! CoW reads over one version's root: lookups ([`get_at`]: a hit
+//! checksums its leaf and value, a miss the whole path), scans in either
+//! direction ([`scan_at`], [`scan_back_at`]), every node verified on the
+//! way, and the two read-only views over them — a live reader taking the
+//! newest version per read, and a snapshot holding one.
 
 use super::*;
 
@@ -92,7 +93,28 @@ impl BackWalk<'_, '_> {
     }
 }
 
-/// Looks `key` up in version `v`.
+/// Looks `key` up in version `v`, verifying lazily.
+///
+/// The descent first checksums only what a hit returns: each branch node
+/// on the way is checked to be the node its parent recorded (the checksum
+/// it stores equals the one in its parent's entry, or the root line's for
+/// the root: a comparison, [`tree::read_node_linked`]), and the leaf that
+/// holds the key is checksummed whole, then a blob value against the
+/// checksum the leaf recorded. Such a hit is what was written: the leaf's
+/// bytes match its own checksum and that is the checksum the entry
+/// followed recorded, and a version's leaves hold disjoint keys, so a
+/// damaged branch (a pointer, a separator, a count) can steer the descent
+/// only to a block whose stored checksum does not match (an error), or to
+/// a leaf of this version that does not hold the key, or to a freed copy
+/// of identical bytes (the same checksum: the same pairs, up to CRC-32C's
+/// one chance in 2³²).
+///
+/// A miss, or an error of the lazy descent, is looked up again with every
+/// node on the path checksummed ([`get_verified`]): its answer is the
+/// one returned, so a damaged branch that steered the lazy descent wrong
+/// is an error, never a false "absent". Reads checksum one 512-byte leaf
+/// instead of the whole path (4 nodes in a million-key tree), and a miss
+/// pays the path twice.
 pub(super) fn get_at(
     pool: &Region,
     nonce: u64,
@@ -101,13 +123,62 @@ pub(super) fn get_at(
     out: &mut Vec<u8>,
     buf: &mut Vec<u8>,
 ) -> Result<bool> {
+    match descend(pool, nonce, v, key, out, buf, Check::Lazy) {
+        Ok(true) => Ok(true),
+        // Not verifying at all (the cost measurement's baseline): the
+        // first answer is the answer.
+        r if !tree::verifying() => r,
+        _ => get_verified(pool, nonce, v, key, out, buf),
+    }
+}
+
+/// [`get_at`] with every node on the path checksummed.
+pub(super) fn get_verified(
+    pool: &Region,
+    nonce: u64,
+    v: &Version,
+    key: &[u8],
+    out: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+) -> Result<bool> {
+    descend(pool, nonce, v, key, out, buf, Check::Whole)
+}
+
+/// What a descent checks of the nodes it reads (leaves are always
+/// checksummed).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Branch nodes: only the link to their parent's entry.
+    Lazy,
+    /// Every node: its checksum.
+    Whole,
+}
+
+fn descend(
+    pool: &Region,
+    nonce: u64,
+    v: &Version,
+    key: &[u8],
+    out: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+    check: Check,
+) -> Result<bool> {
     out.clear();
     let (mut off, mut crc) = (v.root, v.crc);
     if off == 0 {
         return Ok(false);
     }
     for _ in 0..=MAX_HEIGHT {
-        let h = tree::read_node_checked(pool, nonce, off, crc, buf)?;
+        let h = match check {
+            Check::Lazy => {
+                let h = tree::read_node_linked(pool, off, crc, buf)?;
+                if h.kind == KIND_LEAF {
+                    tree::check_read_node(nonce, off, crc, buf)?;
+                }
+                h
+            }
+            Check::Whole => tree::read_node_checked(pool, nonce, off, crc, buf)?,
+        };
         let mut next = None;
         for e in format::Entries::new(&h, buf) {
             match e? {

@@ -219,12 +219,42 @@ pub fn read_node_checked(
     buf: &mut Vec<u8>,
 ) -> Result<Header> {
     let h = read_node(pool, off, buf)?;
+    check_read_node(nonce, off, crc, buf)?;
+    Ok(h)
+}
+
+/// The checksum check of [`read_node_checked`] on a node already read
+/// into `buf` from `off` (a no-op where this thread does not verify).
+pub fn check_read_node(nonce: u64, off: u64, crc: u32, buf: &[u8]) -> Result<()> {
+    if skip_verify() {
+        return Ok(());
+    }
+    format::check_node_crc(buf, nonce, crc)
+        .map_err(|e| EngineError::Corrupt(format!("node {off:#x}: {e}")))
+}
+
+/// [`read_node`], then only the link a lazy lookup checks: the checksum
+/// the node stores must be the one its parent (or the root line)
+/// recorded, `crc` — one comparison, the node's bytes not checksummed
+/// (`read::get_at` says why a hit is still verified).
+pub fn read_node_linked(pool: &Region, off: u64, crc: u32, buf: &mut Vec<u8>) -> Result<Header> {
+    let h = read_node(pool, off, buf)?;
     if skip_verify() {
         return Ok(h);
     }
-    format::check_node_crc(buf, nonce, crc)
-        .map_err(|e| EngineError::Corrupt(format!("node {off:#x}: {e}")))?;
+    let stored = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
+    if stored != crc {
+        return Err(EngineError::Corrupt(format!(
+            "node {off:#x}: stores checksum {stored:#010x}, its parent recorded {crc:#010x}"
+        )));
+    }
     Ok(h)
+}
+
+/// Whether this thread's reads skip verification (a store opened with
+/// `StoreOptions::verify(false)`, for the cost measurement).
+pub fn verifying() -> bool {
+    !skip_verify()
 }
 
 /// [`read_blob`], then the value's checksum against `crc` (what the leaf

@@ -4,7 +4,7 @@
 //! planted faults.
 
 use super::Fault;
-use super::tree::LEAF_BYTES;
+use super::tree::{LEAF_BYTES, TUPLE_HDR};
 use crate::{AllocKind, EngineError, EngineKind, LAYOUT, Op, Store, StoreOptions};
 use ferrite_crash::explorer::{Config, Explorer, SimRun};
 use ferrite_pmem::{Domain, Pool, PoolOptions};
@@ -612,6 +612,40 @@ fn every_read_path_verifies_and_a_write_never_reseals_damage() {
     assert_eq!(sc.damaged.len(), 1, "{:?}", sc.damaged);
     assert_eq!(sc.damaged[0].off, damaged_leaf);
     assert_eq!(sc.records as usize + errs, keys.len() - 1);
+}
+
+#[test]
+fn an_update_in_place_refuses_a_damaged_capacity() {
+    let p = pool(8 << 20);
+    let store = Store::create(&p, &opts(AllocKind::Ferrite)).unwrap();
+    let mut s = store.session().unwrap();
+    for i in 0..50u32 {
+        s.put(format!("k{i:05}").as_bytes(), &[b'v'; 300]).unwrap();
+    }
+    let victim = b"k00017";
+    let mut rec = victim.to_vec();
+    rec.extend([b'v'; 300]);
+    let img = p.image();
+    let key_at = img
+        .windows(rec.len())
+        .position(|w| w == rec.as_slice())
+        .unwrap();
+    // The capacity field (tuple bytes 8..12) grown past the tuple's
+    // block: an update in place trusting it would write into the next
+    // block, and seal the capacity with a fresh checksum. The update
+    // verifies the old tuple first.
+    let cap_at = key_at - TUPLE_HDR + 8;
+    let r = ferrite_pmem::Region::whole(p.medium().clone());
+    r.write(cap_at, &(64u32 << 10).to_le_bytes());
+    let is_damaged =
+        |e: &EngineError| matches!(e, EngineError::DamagedValue { key, .. } if key == victim);
+    let e = s.put(victim, &[b'w'; 300]).unwrap_err();
+    assert!(is_damaged(&e), "{e}");
+    // Nothing was written: the tuple still fails its checksum, and its
+    // neighbours read as they were.
+    assert!(is_damaged(&s.get(victim).unwrap_err()));
+    assert_eq!(s.get(b"k00018").unwrap(), Some(vec![b'v'; 300]));
+    assert_eq!(s.get(b"k00016").unwrap(), Some(vec![b'v'; 300]));
 }
 
 // ---- fences per operation, flushes in flight -----------------------------

@@ -435,11 +435,13 @@ impl Geo {
         if !self.verify {
             return Ok(());
         }
-        // Streamed through a small buffer: a writer verifies before every
-        // update in place, and must not pay an allocation for it.
+        // Streamed through a buffer on the stack: a writer verifies before
+        // every update in place, and must not pay an allocation for it
+        // (one chunk for tuples up to 4 KiB: each chunk sets up the CRC
+        // kernel again).
         let mut c = crc32c::crc32c_append(self.seed, &t.to_le_bytes());
         c = crc32c::crc32c_append(c, &h[..CRC_AT]);
-        let mut chunk = [0u8; 512];
+        let mut chunk = [0u8; 4096];
         let (mut at, end) = (t as usize + TUPLE_HDR, t as usize + TUPLE_HDR + k + v);
         while at < end {
             let n = (end - at).min(chunk.len());
