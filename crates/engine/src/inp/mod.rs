@@ -162,7 +162,8 @@
 //! # Fixed area (little-endian, pool offsets from the area start)
 //!
 //! ```text
-//!  0  8  magic "FRTINP02" (format version 2: checksummed tuples and nodes)
+//!  0  8  magic "FRTINP03" (format version 3: leaves with key fingerprints;
+//!        "FRTINP02", version 2, without them: both are opened)
 //!  8  8  root node (pool offset; 0 = empty tree)
 //! 16  8  retired: records with seq <= this are dead (set by recovery)
 //! 24  8  I: bytes of the intent area (0: no intent protocol; a multiple of 64)
@@ -262,10 +263,14 @@ impl Options {
 /// Fixed-area magic: `FRTINP` and the two-digit format version. Version
 /// 2 added the checksums of tuples and nodes (`inp/tree.rs`); a version-1
 /// store has none where they now lie, and is refused
-/// ([`EngineError::EngineFormat`]).
-const HDR_MAGIC: &[u8; 8] = b"FRTINP02";
+/// ([`EngineError::EngineFormat`]). Version 3, what a store is created
+/// with, adds key fingerprints to the leaves' slots (`inp/tree.rs`, "Leaf");
+/// a version-2 store is read and written as it is, and keeps its format.
+const HDR_MAGIC: &[u8; 8] = b"FRTINP03";
+/// The previous format, still opened (leaves without fingerprints).
+const HDR_MAGIC_V2: &[u8; 8] = b"FRTINP02";
 const HDR_MAGIC_BASE: &[u8; 6] = b"FRTINP";
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 /// Room past a record's length in its overflow block, for the allocator
 /// operations of the block itself (appended once the block is reserved).
 const OVF_SLACK: usize = 1024;
@@ -283,7 +288,7 @@ pub(crate) fn only_retired_changed(before: &[u8], after: &[u8]) -> bool {
     let r = RETIRED_AT as usize;
     before.len() == HDR_BYTES as usize
         && after.len() == before.len()
-        && &before[..8] == HDR_MAGIC
+        && (&before[..8] == HDR_MAGIC || &before[..8] == HDR_MAGIC_V2)
         && before[..r] == after[..r]
         && before[r + 8..] == after[r + 8..]
 }
@@ -446,7 +451,8 @@ fn fixed_layout(ctx: &EngineCtx) -> Result<(u64, usize)> {
     let mut magic = [0u8; 8];
     p.read(a as usize, &mut magic);
     let intent_len = p.load_u64((a + INTENT_BYTES_AT) as usize);
-    if &magic != HDR_MAGIC
+    let known = &magic == HDR_MAGIC || &magic == HDR_MAGIC_V2;
+    if !known
         && &magic[..6] == HDR_MAGIC_BASE
         && let Some(found) = std::str::from_utf8(&magic[6..])
             .ok()
@@ -458,7 +464,7 @@ fn fixed_layout(ctx: &EngineCtx) -> Result<(u64, usize)> {
             supported: FORMAT_VERSION,
         });
     }
-    if &magic != HDR_MAGIC
+    if !known
         || !intent_len.is_multiple_of(64)
         || intent_len > ctx.area_len.saturating_sub(HDR_BYTES)
     {
@@ -481,6 +487,11 @@ impl Inp {
         let (lo, hi) = heap_bounds(&ctx);
         let intent_len = ctx.pool.load_u64((ctx.area_off + INTENT_BYTES_AT) as usize);
         let log_cap = log_cap(ctx.area_len, intent_len);
+        let fingerprints = {
+            let mut magic = [0u8; 8];
+            ctx.pool.read(ctx.area_off as usize, &mut magic);
+            &magic != HDR_MAGIC_V2
+        };
         Inp {
             geo: Geo {
                 pool: ctx.pool,
@@ -488,6 +499,7 @@ impl Inp {
                 hi,
                 seed: log::seed(ctx.sb.nonce),
                 verify: opts.verify,
+                fingerprints,
                 cache: Default::default(),
             },
             area_off: ctx.area_off,

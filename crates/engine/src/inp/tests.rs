@@ -513,13 +513,13 @@ fn a_format_1_store_is_refused_with_a_typed_error() {
     let r = ferrite_pmem::Region::whole(p.medium().clone());
     let mut m = [0u8; 8];
     r.read(area, &mut m);
-    assert_eq!(&m, b"FRTINP02");
+    assert_eq!(&m, b"FRTINP03");
     r.write(area, b"FRTINP01");
     match Store::open(&p, &opts(AllocKind::Ferrite)) {
         Err(
             e @ EngineError::EngineFormat {
                 found: 1,
-                supported: 2,
+                supported: 3,
                 ..
             },
         ) => {
@@ -612,6 +612,87 @@ fn every_read_path_verifies_and_a_write_never_reseals_damage() {
     assert_eq!(sc.damaged.len(), 1, "{:?}", sc.damaged);
     assert_eq!(sc.damaged[0].off, damaged_leaf);
     assert_eq!(sc.records as usize + errs, keys.len() - 1);
+}
+
+/// Keys sharing their first 8 bytes (`user0000…`): every slot of a leaf
+/// ties on the prefix, so lookups go by the fingerprints (format 3) or by
+/// reading the tuples' keys (format 2).
+fn shared_prefix_round_trip(p: &Pool) {
+    let store = Store::open(p, &opts(AllocKind::Ferrite)).unwrap();
+    let key = |i: u32| format!("user{i:012}").into_bytes();
+    let mut s = store.session().unwrap();
+    for i in 0..3000u32 {
+        s.put(&key(i), &i.to_le_bytes()).unwrap();
+    }
+    for i in (0..3000u32).step_by(3) {
+        assert!(s.delete(&key(i)).unwrap());
+    }
+    for i in (1..3000u32).step_by(3) {
+        s.put(&key(i), &[b'x'; 40]).unwrap();
+    }
+    for i in 0..3000u32 {
+        let want = match i % 3 {
+            0 => None,
+            1 => Some(vec![b'x'; 40]),
+            _ => Some(i.to_le_bytes().to_vec()),
+        };
+        assert_eq!(s.get(&key(i)).unwrap(), want, "key {i}");
+    }
+    // Absent keys sharing the prefix, below, between and above.
+    assert_eq!(s.get(b"user").unwrap(), None);
+    assert_eq!(s.get(&key(3000)).unwrap(), None);
+    assert_eq!(s.get(b"user000000000012x").unwrap(), None);
+    assert_eq!(store.len().unwrap(), 2000);
+    assert_eq!(store.walk().unwrap().entries.len(), 2000);
+}
+
+#[test]
+fn keys_sharing_their_prefix_in_a_format_3_store() {
+    let p = pool(16 << 20);
+    drop(Store::create(&p, &opts(AllocKind::Ferrite)).unwrap());
+    shared_prefix_round_trip(&p);
+    // Every leaf carries fingerprints.
+    let store = Store::open(&p, &opts(AllocKind::Ferrite)).unwrap();
+    let w = store.walk().unwrap();
+    let r = ferrite_pmem::Region::whole(p.medium().clone());
+    let mut leaves = 0;
+    for &(off, len) in &w.blocks {
+        if len == LEAF_BYTES as u64 {
+            let mut b = [0u8; LEAF_BYTES];
+            r.read(off as usize, &mut b);
+            if u32::from_le_bytes(b[8..12].try_into().unwrap()) == super::tree::MAGIC_LEAF {
+                assert!(super::tree::leaf_has_fp(&b), "leaf {off:#x}");
+                leaves += 1;
+            }
+        }
+    }
+    assert!(leaves > 10, "{leaves} leaves");
+}
+
+#[test]
+fn a_format_2_store_is_read_written_and_kept_in_its_format() {
+    let p = pool(16 << 20);
+    drop(Store::create(&p, &opts(AllocKind::Ferrite)).unwrap());
+    // An empty store as a format-2 build made it.
+    let area = ferrite_pmem::HEADER_SIZE + crate::superblock::SUPERBLOCK_BYTES;
+    let r = ferrite_pmem::Region::whole(p.medium().clone());
+    r.write(area, b"FRTINP02");
+    shared_prefix_round_trip(&p);
+    let mut m = [0u8; 8];
+    r.read(area, &mut m);
+    assert_eq!(&m, b"FRTINP02");
+    // No leaf has fingerprints: a format-2 build can go on with it.
+    let store = Store::open(&p, &opts(AllocKind::Ferrite)).unwrap();
+    let w = store.walk().unwrap();
+    for &(off, len) in &w.blocks {
+        if len == LEAF_BYTES as u64 {
+            let mut b = [0u8; LEAF_BYTES];
+            r.read(off as usize, &mut b);
+            if u32::from_le_bytes(b[8..12].try_into().unwrap()) == super::tree::MAGIC_LEAF {
+                assert!(!super::tree::leaf_has_fp(&b), "leaf {off:#x}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! readers and writers share.
 //!
 //! Every tuple, leaf and inner node carries a CRC32C of its own bytes
-//! (format version 2, fixed-area magic `FRTINP02`): a read verifies every
+//! (since format version 2; version 3, fixed-area magic `FRTINP03`, adds
+//! the leaves' key fingerprints): a read verifies every
 //! node and tuple it uses before it trusts a byte of it, so a stray write
 //! or a bad media block is an error, never a wrong value. Each checksum is
 //! [`block_crc`]: CRC32C started from the store's seed (`log::seed` of the
@@ -33,14 +34,25 @@
 //!  0  8  bitmap: bit i set = slot i live (bits 32.. zero)
 //!  8  4  magic "LEAF"
 //! 12  4  block_crc(bytes 0..12 ‖ bytes 16..576)
-//! 16 48  zero
+//! 16  1  flags: bit 0 (LEAF_FP) = the slots carry key fingerprints
+//! 17 47  zero
 //! 64 + 16 i  slot i: 8 key prefix (the key's first 8 bytes, zero-padded, as a
-//!            big-endian number, stored LE), 8 tuple pool offset
+//!            big-endian number, stored LE), 8 tuple word: bits 0..48 the
+//!            tuple's pool offset, bits 48..64 the key's fingerprint
+//!            (`fingerprint`: the high 16 bits of its CRC-32C) in a
+//!            LEAF_FP leaf, zero otherwise
 //! ```
 //!
 //! Slots are unsorted: an insert writes a free slot and sets its bit, a
 //! delete clears the bit (small logged writes, no shifting). A lookup
-//! compares prefixes and reads a tuple's full key only on a prefix match.
+//! compares prefixes, then fingerprints, and reads a tuple's full key only
+//! where both match: keys sharing their first 8 bytes (`user0000…`,
+//! counters behind a common prefix) would otherwise cost a tuple read per
+//! slot of the leaf. Every leaf of a format-3 store has LEAF_FP; a
+//! format-2 store's leaves never do (a format-2 binary writing slots
+//! without fingerprints into a LEAF_FP leaf would hide their keys, so
+//! format 3 is refused by it, and format-3 code keeps a format-2 store in
+//! its format).
 //!
 //! # Inner node (INNER_BYTES = 8192)
 //!
@@ -263,6 +275,8 @@ pub(crate) struct Geo {
     /// Verify checksums on reads (always, except for the cost
     /// measurement's switch, `StoreOptions::verify`).
     pub verify: bool,
+    /// New leaves carry key fingerprints (`LEAF_FP`): a format-3 store.
+    pub fingerprints: bool,
     /// Verified copies of inner nodes (see [`InnerCache`]).
     pub cache: std::sync::Arc<InnerCache>,
 }
@@ -738,23 +752,66 @@ pub(crate) fn leaf_bitmap(b: &[u8]) -> Result<u64> {
     Ok(bm)
 }
 
+/// Where a leaf's flags byte lies, and its one flag (module docs).
+const LEAF_FLAGS_AT: usize = 16;
+const LEAF_FP: u8 = 1;
+/// Bits of a slot's tuple word that hold the pool offset.
+const OFF_BITS: u32 = 48;
+/// Pool offsets a slot can hold: below 2⁴⁸ (256 TiB).
+pub(crate) const MAX_TUPLE_OFF: u64 = 1 << OFF_BITS;
+
+/// The fingerprint of `key` a LEAF_FP slot records: the high 16 bits of
+/// its CRC-32C (on media: never change it).
 #[inline]
-pub(crate) fn slot(b: &[u8], i: usize) -> (u64, u64) {
-    (u64_at(b, 64 + 16 * i), u64_at(b, 72 + 16 * i))
+pub(crate) fn fingerprint(key: &[u8]) -> u16 {
+    (crc32c::crc32c(key) >> 16) as u16
 }
 
-pub(crate) fn set_slot(b: &mut [u8], i: usize, kp: u64, t: u64) {
+/// Whether the leaf copy `b` has fingerprints in its slots.
+#[inline]
+pub(crate) fn leaf_has_fp(b: &[u8]) -> bool {
+    b[LEAF_FLAGS_AT] & LEAF_FP != 0
+}
+
+/// Slot `i` of a leaf copy: `(key prefix, tuple offset)`.
+#[inline]
+pub(crate) fn slot(b: &[u8], i: usize) -> (u64, u64) {
+    let w = u64_at(b, 72 + 16 * i);
+    (u64_at(b, 64 + 16 * i), w & (MAX_TUPLE_OFF - 1))
+}
+
+/// The fingerprint slot `i` records (meaningful in a LEAF_FP leaf).
+#[inline]
+fn slot_fp(b: &[u8], i: usize) -> u16 {
+    (u64_at(b, 72 + 16 * i) >> OFF_BITS) as u16
+}
+
+/// Sets slot `i` of a leaf copy to tuple `t` (below [`MAX_TUPLE_OFF`])
+/// holding `key` (prefix `kp`), with the key's fingerprint in a LEAF_FP
+/// leaf.
+pub(crate) fn set_slot(b: &mut [u8], i: usize, kp: u64, t: u64, key: &[u8]) {
+    debug_assert!(t < MAX_TUPLE_OFF);
+    let fp = if leaf_has_fp(b) {
+        u64::from(fingerprint(key)) << OFF_BITS
+    } else {
+        0
+    };
     b[64 + 16 * i..72 + 16 * i].copy_from_slice(&kp.to_le_bytes());
-    b[72 + 16 * i..80 + 16 * i].copy_from_slice(&t.to_le_bytes());
+    b[72 + 16 * i..80 + 16 * i].copy_from_slice(&(t | fp).to_le_bytes());
 }
 
 pub(crate) fn set_bitmap(b: &mut [u8], bm: u64) {
     b[0..8].copy_from_slice(&bm.to_le_bytes());
 }
 
-pub(crate) fn init_leaf(b: &mut [u8]) {
+/// An empty leaf, with fingerprints in its slots when `fingerprints` (a
+/// format-3 store: [`Geo::fingerprints`]).
+pub(crate) fn init_leaf(b: &mut [u8], fingerprints: bool) {
     b.fill(0);
     b[8..12].copy_from_slice(&MAGIC_LEAF.to_le_bytes());
+    if fingerprints {
+        b[LEAF_FLAGS_AT] = LEAF_FP;
+    }
 }
 
 /// The slot and tuple of `key` in the (verified) leaf copy `b`. When the
@@ -781,13 +838,18 @@ pub(crate) fn leaf_find(
     whole: bool,
 ) -> Result<Option<(usize, u64)>> {
     let all = leaf_bitmap(b)?;
+    // A slot whose fingerprint differs holds another key (the leaf was
+    // verified, so the fingerprint is the one written with the key): its
+    // tuple is neither read nor suspected.
+    let fp = leaf_has_fp(b).then(|| fingerprint(key));
+    let candidate = |i: usize, p: u64| p == kp && fp.is_none_or(|f| slot_fp(b, i) == f);
     let mut bm = all;
     let mut shared = false;
     while bm != 0 {
         let i = bm.trailing_zeros() as usize;
         bm &= bm - 1;
         let (p, t) = slot(b, i);
-        if p == kp {
+        if candidate(i, p) {
             if geo.tuple_key_eq(t, key, buf)? {
                 return Ok(Some((i, t)));
             }
@@ -800,7 +862,7 @@ pub(crate) fn leaf_find(
             let i = bm.trailing_zeros() as usize;
             bm &= bm - 1;
             let (p, t) = slot(b, i);
-            if p == kp {
+            if candidate(i, p) {
                 let checked = if whole {
                     geo.tuple_verify(t)
                 } else {

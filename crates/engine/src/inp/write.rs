@@ -104,6 +104,11 @@ impl Writer<'_, '_> {
         let off = r.off().raw();
         let cap = r.usable_size().min(u32::MAX as usize) as u32;
         self.op.res.push(r);
+        if off >= tree::MAX_TUPLE_OFF {
+            return Err(EngineError::Full(format!(
+                "inp: a tuple at {off:#x}, past the 256 TiB a leaf slot addresses"
+            )));
+        }
         self.eng.geo.check(off, len)?;
         let p = self.eng.pool();
         let g = &self.eng.geo;
@@ -150,9 +155,10 @@ impl Writer<'_, '_> {
             None => {
                 let t = self.new_tuple(key, value)?;
                 let leaf = self.new_node(LEAF_BYTES)?;
+                let fingerprints = self.eng.geo.fingerprints;
                 let b = self.stage(leaf, LEAF_BYTES)?;
-                init_leaf(b);
-                set_slot(b, 0, kp, t);
+                init_leaf(b, fingerprints);
+                set_slot(b, 0, kp, t, key);
                 set_bitmap(b, 1);
                 self.op.new_root = Some(leaf);
                 self.op.keys_delta += 1;
@@ -195,7 +201,7 @@ impl Writer<'_, '_> {
                 } else {
                     let t2 = self.new_tuple(key, value)?;
                     let b = self.stage(leaf, LEAF_BYTES)?;
-                    set_slot(b, i, kp, t2);
+                    set_slot(b, i, kp, t2, key);
                     self.free_tuple(t, cap);
                     self.op.outplace += 1;
                 }
@@ -281,7 +287,7 @@ impl Writer<'_, '_> {
         let bm = leaf_bitmap(b)?;
         if bm != FULL {
             let i = (!bm & FULL).trailing_zeros() as usize;
-            set_slot(b, i, kp, t);
+            set_slot(b, i, kp, t, key);
             set_bitmap(b, bm | (1 << i));
             return Ok(());
         }
@@ -304,9 +310,10 @@ impl Writer<'_, '_> {
         let right = self.new_node(LEAF_BYTES)?;
         {
             let rb = self.stage(right, LEAF_BYTES)?;
-            init_leaf(rb);
+            // The new half is of its store's format, as the left one.
+            init_leaf(rb, tree::leaf_has_fp(&copy));
             for (j, e) in ents[m..].iter().enumerate() {
-                set_slot(rb, j, e.1, e.2);
+                set_slot(rb, j, e.1, e.2, &e.0);
             }
             set_bitmap(rb, (1u64 << (ents.len() - m)) - 1);
         }
@@ -321,7 +328,7 @@ impl Writer<'_, '_> {
         let lb = self.stage(leaf, LEAF_BYTES)?;
         if let Some((p, tt)) = new_left {
             let i = (!nbm & FULL).trailing_zeros() as usize;
-            set_slot(lb, i, p, tt);
+            set_slot(lb, i, p, tt, key);
             nbm |= 1 << i;
         }
         set_bitmap(lb, nbm);
