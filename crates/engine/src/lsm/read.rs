@@ -75,38 +75,58 @@ impl Lsm {
         if limit == 0 {
             return Ok(0);
         }
-        let (mem, version) = {
-            let st = self.state.read();
-            (mem_from(&st.mem, from, limit), st.version.clone())
-        };
-        self.merge_from(&mem, &version, from, limit, f)
+        // A batch of the memtable at a time, each with the runs of the
+        // same moment (one lock): every key is read from one consistent
+        // state, and a memtable of tombstones is cloned once per scan,
+        // not whole per call.
+        let mut at = from.to_vec();
+        let mut n = 0;
+        loop {
+            let (mem, cut, version) = {
+                let st = self.state.read();
+                let (mem, cut) = mem_from(&st.mem, &at, limit - n);
+                (mem, cut, st.version.clone())
+            };
+            let (got, stopped) =
+                self.merge_from(&mem, &version, &at, cut.as_deref(), limit - n, f)?;
+            n += got;
+            match cut {
+                Some(c) if n < limit && !stopped => at = c,
+                _ => return Ok(n),
+            }
+        }
     }
 
-    /// Merges `mem` (the memtable's entries from `from` on) with the runs
-    /// of `version`: up to `limit` pairs, ascending.
+    /// Merges `mem` (the memtable's entries from `from` on, all of them
+    /// below `cut`) with the runs of `version`: up to `limit` pairs,
+    /// ascending, below `cut`. Returns the pairs visited and whether `f`
+    /// stopped the scan.
     fn merge_from(
         &self,
         mem: &[Entry],
         version: &Version,
         from: &[u8],
+        cut: Option<&[u8]>,
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<usize> {
+    ) -> Result<(usize, bool)> {
         let mut m = Merge::new(&self.pool, entries_iter(mem), &version.runs, from)?;
         let mut n = 0;
         while n < limit {
             match m.next()? {
                 None => break,
+                // Past the memtable batch: its next entries are unknown.
+                Some((k, _)) if cut.is_some_and(|c| k >= c) => break,
                 Some((k, Some(v))) => {
                     n += 1;
                     if !f(k, v) {
-                        break;
+                        return Ok((n, true));
                     }
                 }
                 Some((_, None)) => {}
             }
         }
-        Ok(n)
+        Ok((n, false))
     }
 
     /// Live keys of (`mem`, `version`): a merge of everything.
@@ -158,23 +178,44 @@ impl Lsm {
         if limit == 0 {
             return Ok(0);
         }
-        let (mem, version) = {
-            let st = self.state.read();
-            (mem_below(&st.mem, upto, limit), st.version.clone())
-        };
-        self.merge_below(&mem, &version, upto, limit, f)
+        // In memtable batches, as `scan`.
+        let mut at: Bound<Vec<u8>> = upto.map(<[u8]>::to_vec);
+        let mut n = 0;
+        loop {
+            let (mem, cut, version) = {
+                let st = self.state.read();
+                let (mem, cut) = mem_below(&st.mem, at.as_ref().map(Vec::as_slice), limit - n);
+                (mem, cut, st.version.clone())
+            };
+            let (got, stopped) = self.merge_below(
+                &mem,
+                &version,
+                at.as_ref().map(Vec::as_slice),
+                cut.as_deref(),
+                limit - n,
+                f,
+            )?;
+            n += got;
+            match cut {
+                Some(c) if n < limit && !stopped => at = Bound::Included(c),
+                _ => return Ok(n),
+            }
+        }
     }
 
-    /// Merges `mem` (the memtable's entries below `upto`, descending) with
-    /// the runs of `version`: up to `limit` pairs, descending.
+    /// Merges `mem` (the memtable's entries below `upto`, descending, all
+    /// of them above `cut`) with the runs of `version`: up to `limit`
+    /// pairs, descending, above `cut`. Returns the pairs visited and
+    /// whether `f` stopped the scan.
     fn merge_below(
         &self,
         mem: &[Entry],
         version: &Version,
         upto: Bound<&[u8]>,
+        cut: Option<&[u8]>,
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<usize> {
+    ) -> Result<(usize, bool)> {
         let mut srcs = Vec::with_capacity(version.runs.len());
         for r in &version.runs {
             srcs.push(RunBackCursor::seek(&self.pool, r, upto)?);
@@ -193,6 +234,10 @@ impl Lsm {
                 }
             }
             let Some((b, key)) = best else { break };
+            // Below the memtable batch: its next entries are unknown.
+            if cut.is_some_and(|c| key <= c) {
+                break;
+            }
             let key = key.to_vec();
             let value = if b == 0 {
                 mem[mem_at].1.clone()
@@ -202,7 +247,7 @@ impl Lsm {
             if let Some(v) = &value {
                 n += 1;
                 if !f(&key, v) {
-                    break;
+                    return Ok((n, true));
                 }
             }
             // The chosen entry and every older version of its key.
@@ -215,45 +260,57 @@ impl Lsm {
                 }
             }
         }
-        Ok(n)
+        Ok((n, false))
     }
 }
 
-/// The memtable's entries from `from` on, ascending, until `limit` of
-/// them are puts (tombstones are kept: they shadow older runs).
-fn mem_from(mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, from: &[u8], limit: usize) -> Vec<Entry> {
-    let mut v = Vec::new();
-    let mut puts = 0;
-    for (k, val) in mem.range::<[u8], _>((Bound::Included(from), Bound::Unbounded)) {
-        v.push((k.clone(), val.clone()));
-        if val.is_some() {
-            puts += 1;
-            if puts >= limit {
-                break;
-            }
-        }
-    }
-    v
+/// Memtable entries a scan clones at a time beyond the `limit` live ones
+/// it wants: a memtable of tombstones (a large delete not yet flushed) is
+/// then cloned in batches as the scan goes, not whole by every call.
+const MEM_BATCH: usize = 256;
+
+/// The memtable's entries from `from` on, ascending: until `limit` of
+/// them are values, or [`MEM_BATCH`] more than `limit` entries were taken;
+/// and the key of the first entry left out (`None`: none was), below
+/// which the merge of this batch must stay.
+fn mem_from(
+    mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    from: &[u8],
+    limit: usize,
+) -> (Vec<Entry>, Option<Vec<u8>>) {
+    take_batch(
+        mem.range::<[u8], _>((Bound::Included(from), Bound::Unbounded)),
+        limit,
+    )
 }
 
-/// [`mem_from`] descending: the entries below `upto`.
+/// [`mem_from`] descending: the entries below `upto`, and the key of the
+/// first one left out, above which the merge must stay.
 fn mem_below(
     mem: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     upto: Bound<&[u8]>,
     limit: usize,
-) -> Vec<Entry> {
+) -> (Vec<Entry>, Option<Vec<u8>>) {
+    take_batch(mem.range::<[u8], _>((Bound::Unbounded, upto)).rev(), limit)
+}
+
+fn take_batch<'m>(
+    entries: impl Iterator<Item = (&'m Vec<u8>, &'m Option<Vec<u8>>)>,
+    limit: usize,
+) -> (Vec<Entry>, Option<Vec<u8>>) {
     let mut v = Vec::new();
     let mut puts = 0;
-    for (k, val) in mem.range::<[u8], _>((Bound::Unbounded, upto)).rev() {
+    let cap = limit.saturating_add(MEM_BATCH);
+    for (k, val) in entries {
+        if puts >= limit || v.len() >= cap {
+            return (v, Some(k.clone()));
+        }
         v.push((k.clone(), val.clone()));
         if val.is_some() {
             puts += 1;
-            if puts >= limit {
-                break;
-            }
         }
     }
-    v
+    (v, None)
 }
 
 /// A read-only view: a copy of the memtable and the run list of one
@@ -325,8 +382,18 @@ impl SnapshotRead for LsmSnapshot<'_> {
         if limit == 0 {
             return Ok(0);
         }
-        let mem = mem_from(&self.mem, from, limit);
-        self.eng.merge_from(&mem, &self.version, from, limit, f)
+        let mut at = from.to_vec();
+        let mut n = 0;
+        loop {
+            let (mem, cut) = mem_from(&self.mem, &at, limit - n);
+            let (got, stopped) =
+                (self.eng).merge_from(&mem, &self.version, &at, cut.as_deref(), limit - n, f)?;
+            n += got;
+            match cut {
+                Some(c) if n < limit && !stopped => at = c,
+                _ => return Ok(n),
+            }
+        }
     }
 
     fn scan_back_with(
@@ -338,8 +405,19 @@ impl SnapshotRead for LsmSnapshot<'_> {
         if limit == 0 {
             return Ok(0);
         }
-        let mem = mem_below(&self.mem, upto, limit);
-        self.eng.merge_below(&mem, &self.version, upto, limit, f)
+        let mut at: Bound<Vec<u8>> = upto.map(<[u8]>::to_vec);
+        let mut n = 0;
+        loop {
+            let upto = at.as_ref().map(Vec::as_slice);
+            let (mem, cut) = mem_below(&self.mem, upto, limit - n);
+            let (got, stopped) =
+                (self.eng).merge_below(&mem, &self.version, upto, cut.as_deref(), limit - n, f)?;
+            n += got;
+            match cut {
+                Some(c) if n < limit && !stopped => at = Bound::Included(c),
+                _ => return Ok(n),
+            }
+        }
     }
 
     fn len(&mut self) -> Result<u64> {

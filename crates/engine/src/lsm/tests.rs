@@ -919,3 +919,85 @@ fn a_damaged_log_record_is_told_from_a_torn_one() {
         }
     }
 }
+
+/// A memtable of tombstones over keys that live in runs (a large delete
+/// not yet flushed): scans take the memtable in batches
+/// (`read::MEM_BATCH`), each merged with the runs below its cut, in both
+/// directions, live and on a snapshot, and return what the model holds.
+#[test]
+fn scans_through_a_memtable_of_tombstones_in_batches() {
+    let pool = new_pool(32);
+    let mut model = BTreeMap::new();
+    {
+        let store = Store::create(&pool, &small(AllocKind::Ferrite)).unwrap();
+        let mut s = store.session().unwrap();
+        for i in 0..3000u32 {
+            let (k, v) = (format!("key{i:05}").into_bytes(), i.to_le_bytes().to_vec());
+            s.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        drop(s);
+        store.quiesce().unwrap();
+    }
+    // Reopened with a memtable that holds every tombstone below.
+    let mut big = small(AllocKind::Ferrite);
+    big.lsm.memtable_bytes = 4 << 20;
+    let store = Store::open(&pool, &big).unwrap();
+    let mut s = store.session().unwrap();
+    // Deleted: long stretches (more than a batch) and every other key.
+    for i in
+        (0..3000u32).filter(|i| (400..1400).contains(i) || (2000..2600).contains(i) || i % 2 == 1)
+    {
+        let k = format!("key{i:05}").into_bytes();
+        assert!(s.delete(&k).unwrap());
+        model.remove(&k);
+    }
+    let mut snap = store.snapshot().unwrap();
+    let want_all: Vec<(Vec<u8>, Vec<u8>)> = model.clone().into_iter().collect();
+    for (from, limit) in [
+        (0u32, 1usize),
+        (0, 10),
+        (390, 10),
+        (390, 300),
+        (0, 5000),
+        (1390, 20),
+        (2590, 1),
+    ] {
+        let from_key = format!("key{from:05}").into_bytes();
+        let want: Vec<_> = model
+            .range(from_key.clone()..)
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(
+            s.scan(&from_key, limit).unwrap(),
+            want,
+            "scan from {from}, {limit}"
+        );
+        let mut got = Vec::new();
+        snap.range_with(&crate::KeyRange::new(from_key.clone()..), &mut |k, v| {
+            got.push((k.to_vec(), v.to_vec()));
+            got.len() < limit
+        })
+        .unwrap();
+        assert_eq!(got, want, "snapshot scan from {from}, {limit}");
+    }
+    let mut rev = want_all.clone();
+    rev.reverse();
+    assert_eq!(s.range(&crate::KeyRange::all().rev()).unwrap(), rev);
+    let below = format!("key{:05}", 2700).into_bytes();
+    let want: Vec<_> = model
+        .range(..below.clone())
+        .rev()
+        .take(700)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut got = Vec::new();
+    snap.range_with(&crate::KeyRange::new(..below).rev(), &mut |k, v| {
+        got.push((k.to_vec(), v.to_vec()));
+        got.len() < 700
+    })
+    .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(s.range(&crate::KeyRange::all()).unwrap(), want_all);
+}
