@@ -449,6 +449,7 @@ impl Inp {
         self.st.inplace.fetch_add(op.inplace, Ordering::Relaxed);
         self.st.outplace.fetch_add(op.outplace, Ordering::Relaxed);
         self.st.splits.fetch_add(op.splits, Ordering::Relaxed);
+        self.st.appends.fetch_add(op.appends, Ordering::Relaxed);
         self.st
             .leaves_freed
             .fetch_add(op.leaves_freed, Ordering::Relaxed);

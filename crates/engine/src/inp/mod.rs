@@ -21,10 +21,13 @@
 //!   update in place logs bytes 4..16 of the tuple: length, capacity,
 //!   checksum). [`Engine::scrub`] lists every damaged record and node.
 //! - **Index**: a persistent B+tree whose nodes are allocator blocks.
-//!   Leaves hold 32 unsorted slots (8-byte key prefix + tuple offset) and a
-//!   bitmap; inner nodes hold their own copies of (shortest) separator keys,
-//!   so a deleted tuple never leaves a dangling separator. Leaves split in
-//!   place (the left half stays, the right half goes to a new leaf); no node
+//!   Leaves hold 32 unsorted slots (8-byte key prefix + tuple offset and,
+//!   format 3, a 16-bit key fingerprint) and a bitmap; inner nodes hold
+//!   their own copies of (shortest) separator keys, so a deleted tuple
+//!   never leaves a dangling separator. Leaves split in place (the left
+//!   half stays, the right half goes to a new leaf), except the rightmost
+//!   leaf under a key past all of it: it stays full and the new leaf starts
+//!   with that key (an append: ascending loads fill their leaves); no node
 //!   is freed except an emptied leaf, which is unlinked from its parent when
 //!   the parent keeps two or more children (inner nodes never merge).
 //! - **Redo log**: one record per operation or batch (format in `inp/log.rs`):
@@ -339,6 +342,7 @@ struct Counters {
     inplace: AtomicU64,
     outplace: AtomicU64,
     splits: AtomicU64,
+    appends: AtomicU64,
     leaves_freed: AtomicU64,
     rotations: AtomicU64,
     intents: AtomicU64,
@@ -652,11 +656,12 @@ impl Engine for Inp {
         EngineStats {
             keys: self.keys.load(Ordering::Relaxed),
             detail: format!(
-                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {}, empty leaves freed {}, free rotations {}, intents {}, allocator publishes {}, records in blocks of their own {}",
+                "commits {}, in-place updates {}, out-of-place updates {}, leaf splits {} ({} of them appends), empty leaves freed {}, free rotations {}, intents {}, allocator publishes {}, records in blocks of their own {}",
                 s.commits.load(Ordering::Relaxed),
                 s.inplace.load(Ordering::Relaxed),
                 s.outplace.load(Ordering::Relaxed),
                 s.splits.load(Ordering::Relaxed),
+                s.appends.load(Ordering::Relaxed),
                 s.leaves_freed.load(Ordering::Relaxed),
                 s.rotations.load(Ordering::Relaxed),
                 s.intents.load(Ordering::Relaxed),
@@ -782,6 +787,8 @@ struct OpState {
     inplace: u64,
     outplace: u64,
     splits: u64,
+    /// Splits of the rightmost leaf by a key past all of it (`appends`).
+    appends: u64,
     leaves_freed: u64,
 }
 
@@ -801,6 +808,7 @@ impl OpState {
         self.inplace = 0;
         self.outplace = 0;
         self.splits = 0;
+        self.appends = 0;
         self.leaves_freed = 0;
     }
 }

@@ -198,6 +198,64 @@ fn sizes_and_refusals() {
     }
 }
 
+/// Leaves of a quiesced store (its walk's blocks of a leaf's size).
+fn leaf_count(store: &Store) -> usize {
+    let w = store.walk().unwrap();
+    w.blocks.iter().filter(|b| b.1 == LEAF_BYTES as u64).count()
+}
+
+#[test]
+fn ascending_inserts_append_full_leaves_and_others_split_in_the_middle() {
+    for a in modes() {
+        let p = pool(32 << 20);
+        let store = Store::create(&p, &opts(a)).unwrap();
+        let mut s = store.session().unwrap();
+        let mut model = BTreeMap::new();
+        // Ascending, one key per transaction and then in one batch.
+        for i in 0..1000u32 {
+            let k = format!("asc{i:06}").into_bytes();
+            s.put(&k, b"v").unwrap();
+            model.insert(k, b"v".to_vec());
+        }
+        let batch: Vec<(Vec<u8>, Vec<u8>)> = (1000..3000u32)
+            .map(|i| (format!("asc{i:06}").into_bytes(), b"w".to_vec()))
+            .collect();
+        let ops: Vec<Op<'_>> = batch
+            .iter()
+            .map(|(k, v)| Op::Put { key: k, value: v })
+            .collect();
+        s.batch(&ops).unwrap();
+        model.extend(batch.iter().cloned());
+        drop(s);
+        store.quiesce().unwrap();
+        // Full leaves: 3000 keys in 32-slot leaves (94), where splits in
+        // the middle leave ~188.
+        let leaves = leaf_count(&store);
+        assert!(leaves <= 3000 / 32 + 1, "{leaves} leaves");
+        assert!(store.stats().detail.contains("of them appends"));
+        check(&store, &model);
+        // Descending and random keys below: splits in the middle, the
+        // order and every key intact.
+        let mut s = store.session().unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for i in (0..1000u32).rev() {
+            let k = format!("a{i:06}").into_bytes();
+            s.put(&k, b"d").unwrap();
+            model.insert(k, b"d".to_vec());
+            let r = format!("asc{:06}x", rng.random_range(0..3000u32)).into_bytes();
+            s.put(&r, b"r").unwrap();
+            model.insert(r, b"r".to_vec());
+        }
+        let all = s.scan(b"", usize::MAX).unwrap();
+        assert!(all.iter().map(|(k, v)| (k, v)).eq(model.iter()));
+        drop(s);
+        check(&store, &model);
+        drop(store);
+        let store = Store::open(&reimage(&p), &opts(a)).unwrap();
+        check(&store, &model);
+    }
+}
+
 #[test]
 fn splits_scan_order_and_reopen() {
     for a in modes() {

@@ -306,7 +306,18 @@ impl Writer<'_, '_> {
         }
         ents.push((key.to_vec(), kp, t, None));
         ents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let m = ents.len() / 2;
+        // An append: the new key is past every key of the rightmost leaf
+        // (ascending inserts). The full leaf stays as it is and the new one
+        // starts with the new key alone, so an ascending load leaves its
+        // leaves full rather than half full, and splits half as often.
+        // Anywhere else, the middle.
+        let greatest = ents.last().is_some_and(|e| e.3.is_none());
+        let m = if greatest && self.rightmost()? {
+            self.op.appends += 1;
+            ents.len() - 1
+        } else {
+            ents.len() / 2
+        };
         let right = self.new_node(LEAF_BYTES)?;
         {
             let rb = self.stage(right, LEAF_BYTES)?;
@@ -337,6 +348,26 @@ impl Writer<'_, '_> {
         let r = self.insert_parent(&mut path, sep, leaf, right, 0);
         *self.path = path;
         r
+    }
+
+    /// Whether the path found by the last [`find`](Self::find) ends in the
+    /// rightmost leaf: the last child at every level.
+    fn rightmost(&mut self) -> Result<bool> {
+        let src = WSrc {
+            geo: &self.eng.geo,
+            staged: &self.op.staged,
+        };
+        for &(p, i) in self.path.iter() {
+            let mut n = 0;
+            src.pick(p, self.nb, &mut |_, k| {
+                n = k;
+                Ok(0)
+            })?;
+            if i + 1 != n {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Inserts separator `sep` and its right child after `left` into the
