@@ -79,14 +79,34 @@ impl Lsm {
         // same moment (one lock): every key is read from one consistent
         // state, and a memtable of tombstones is cloned once per scan,
         // not whole per call.
+        self.scan_batched(
+            from,
+            limit,
+            &mut |at, l| {
+                let st = self.state.read();
+                let (mem, cut) = mem_from(&st.mem, at, l);
+                (mem, cut, st.version.clone())
+            },
+            f,
+        )
+    }
+
+    /// An ascending scan of up to `limit` pairs from `from`, in memtable
+    /// batches: `state(at, l)` gives the memtable's entries from `at` on
+    /// ([`mem_from`]: for `l` values, and the key of the first entry left
+    /// out) and the runs of the same moment, merged below that key before
+    /// the next batch is asked for.
+    pub(super) fn scan_batched(
+        &self,
+        from: &[u8],
+        limit: usize,
+        state: &mut dyn FnMut(&[u8], usize) -> MemBatch,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
         let mut at = from.to_vec();
         let mut n = 0;
         loop {
-            let (mem, cut, version) = {
-                let st = self.state.read();
-                let (mem, cut) = mem_from(&st.mem, &at, limit - n);
-                (mem, cut, st.version.clone())
-            };
+            let (mem, cut, version) = state(&at, limit - n);
             let (got, stopped) =
                 self.merge_from(&mem, &version, &at, cut.as_deref(), limit - n, f)?;
             n += got;
@@ -179,22 +199,34 @@ impl Lsm {
             return Ok(0);
         }
         // In memtable batches, as `scan`.
+        self.scan_back_batched(
+            upto,
+            limit,
+            &mut |at, l| {
+                let st = self.state.read();
+                let (mem, cut) = mem_below(&st.mem, at, l);
+                (mem, cut, st.version.clone())
+            },
+            f,
+        )
+    }
+
+    /// [`scan_batched`](Self::scan_batched) descending: `state(at, l)`
+    /// gives the memtable's entries below `at` ([`mem_below`]).
+    pub(super) fn scan_back_batched(
+        &self,
+        upto: Bound<&[u8]>,
+        limit: usize,
+        state: &mut dyn FnMut(Bound<&[u8]>, usize) -> MemBatch,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
         let mut at: Bound<Vec<u8>> = upto.map(<[u8]>::to_vec);
         let mut n = 0;
         loop {
-            let (mem, cut, version) = {
-                let st = self.state.read();
-                let (mem, cut) = mem_below(&st.mem, at.as_ref().map(Vec::as_slice), limit - n);
-                (mem, cut, st.version.clone())
-            };
-            let (got, stopped) = self.merge_below(
-                &mem,
-                &version,
-                at.as_ref().map(Vec::as_slice),
-                cut.as_deref(),
-                limit - n,
-                f,
-            )?;
+            let upto = at.as_ref().map(Vec::as_slice);
+            let (mem, cut, version) = state(upto, limit - n);
+            let (got, stopped) =
+                self.merge_below(&mem, &version, upto, cut.as_deref(), limit - n, f)?;
             n += got;
             match cut {
                 Some(c) if n < limit && !stopped => at = Bound::Included(c),
@@ -263,6 +295,10 @@ impl Lsm {
         Ok((n, false))
     }
 }
+
+/// One batch of a scan: memtable entries, the key of the first entry left
+/// out, and the runs of the same moment.
+pub(super) type MemBatch = (Vec<Entry>, Option<Vec<u8>>, Arc<Version>);
 
 /// Memtable entries a scan clones at a time beyond the `limit` live ones
 /// it wants: a memtable of tombstones (a large delete not yet flushed) is
@@ -382,18 +418,16 @@ impl SnapshotRead for LsmSnapshot<'_> {
         if limit == 0 {
             return Ok(0);
         }
-        let mut at = from.to_vec();
-        let mut n = 0;
-        loop {
-            let (mem, cut) = mem_from(&self.mem, &at, limit - n);
-            let (got, stopped) =
-                (self.eng).merge_from(&mem, &self.version, &at, cut.as_deref(), limit - n, f)?;
-            n += got;
-            match cut {
-                Some(c) if n < limit && !stopped => at = c,
-                _ => return Ok(n),
-            }
-        }
+        let (mem, version) = (&self.mem, &self.version);
+        self.eng.scan_batched(
+            from,
+            limit,
+            &mut |at, l| {
+                let (m, cut) = mem_from(mem, at, l);
+                (m, cut, version.clone())
+            },
+            f,
+        )
     }
 
     fn scan_back_with(
@@ -405,19 +439,16 @@ impl SnapshotRead for LsmSnapshot<'_> {
         if limit == 0 {
             return Ok(0);
         }
-        let mut at: Bound<Vec<u8>> = upto.map(<[u8]>::to_vec);
-        let mut n = 0;
-        loop {
-            let upto = at.as_ref().map(Vec::as_slice);
-            let (mem, cut) = mem_below(&self.mem, upto, limit - n);
-            let (got, stopped) =
-                (self.eng).merge_below(&mem, &self.version, upto, cut.as_deref(), limit - n, f)?;
-            n += got;
-            match cut {
-                Some(c) if n < limit && !stopped => at = Bound::Included(c),
-                _ => return Ok(n),
-            }
-        }
+        let (mem, version) = (&self.mem, &self.version);
+        self.eng.scan_back_batched(
+            upto,
+            limit,
+            &mut |at, l| {
+                let (m, cut) = mem_below(mem, at, l);
+                (m, cut, version.clone())
+            },
+            f,
+        )
     }
 
     fn len(&mut self) -> Result<u64> {
