@@ -166,7 +166,10 @@ impl Inp {
                 Ok(kl) => {
                     let k = &bufs.kbuf[..kl];
                     out.bytes += (TUPLE_HDR + kl + bufs.val.len()) as u64;
-                    if prefix(k) != p || lo.is_some_and(|l| k < l) || hi.is_some_and(|h| k >= h) {
+                    if !tree::slot_matches(leaf, i, k)
+                        || lo.is_some_and(|l| k < l)
+                        || hi.is_some_and(|h| k >= h)
+                    {
                         let k = k.to_vec();
                         out.damaged.push(tuple(
                             Some(k),
@@ -226,10 +229,12 @@ impl Inp {
             while bm != 0 {
                 let i = bm.trailing_zeros() as usize;
                 bm &= bm - 1;
-                let (p, t) = slot(&b[..], i);
+                let (_, t) = slot(&b[..], i);
                 let mut kb = [0u8; MAX_KEY];
-                if prefix(g.tuple_key(t, &mut kb)?) != p {
-                    return Err(corrupt(format!("leaf {n:#x} slot {i}: wrong prefix")));
+                if !tree::slot_matches(&b[..], i, g.tuple_key(t, &mut kb)?) {
+                    return Err(corrupt(format!(
+                        "leaf {n:#x} slot {i}: its prefix or fingerprint is not its key's"
+                    )));
                 }
             }
             for (k, t) in ents {

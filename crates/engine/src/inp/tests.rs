@@ -727,6 +727,49 @@ fn keys_sharing_their_prefix_in_a_format_3_store() {
     assert!(leaves > 10, "{leaves} leaves");
 }
 
+/// A slot whose fingerprint is not its key's (a bug: the leaf's checksum
+/// seals it) hides the key from lookups; the walk and the scrub, which
+/// check every slot against its tuple's key, report it.
+#[test]
+fn the_walk_and_the_scrub_check_each_slots_fingerprint() {
+    let p = pool(8 << 20);
+    let store = Store::create(&p, &opts(AllocKind::Ferrite)).unwrap();
+    let mut s = store.session().unwrap();
+    for i in 0..100u32 {
+        s.put(format!("user{i:08}").as_bytes(), b"v").unwrap();
+    }
+    drop(s);
+    store.quiesce().unwrap();
+    let leaf = store
+        .walk()
+        .unwrap()
+        .blocks
+        .iter()
+        .find(|b| b.1 == LEAF_BYTES as u64)
+        .unwrap()
+        .0;
+    let r = ferrite_pmem::Region::whole(p.medium().clone());
+    let mut b = [0u8; LEAF_BYTES];
+    r.read(leaf as usize, &mut b);
+    let i = u64::from_le_bytes(b[..8].try_into().unwrap()).trailing_zeros() as usize;
+    let at = 72 + 16 * i;
+    let w = u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) ^ (1 << 50);
+    b[at..at + 8].copy_from_slice(&w.to_le_bytes());
+    super::tree::seal_node(super::log::seed(7), leaf, &mut b).unwrap();
+    r.write(leaf as usize, &b);
+    let t = super::tree::slot(&b, i).1;
+    let mut key = vec![0u8; 12];
+    r.read(t as usize + TUPLE_HDR, &mut key);
+    drop(store);
+    let store = Store::open(&reimage(&p), &opts(AllocKind::Ferrite)).unwrap();
+    assert_eq!(store.get(&key).unwrap(), None, "the lookup misses it");
+    let e = store.walk().unwrap_err().to_string();
+    assert!(e.contains("fingerprint"), "{e}");
+    let sc = store.scrub(&mut |_| {}).unwrap();
+    assert_eq!(sc.damaged.len(), 1, "{:?}", sc.damaged);
+    assert_eq!(sc.damaged[0].key.as_deref(), Some(key.as_slice()));
+}
+
 #[test]
 fn a_format_2_store_is_read_written_and_kept_in_its_format() {
     let p = pool(16 << 20);

@@ -780,6 +780,14 @@ pub(crate) fn slot(b: &[u8], i: usize) -> (u64, u64) {
     (u64_at(b, 64 + 16 * i), w & (MAX_TUPLE_OFF - 1))
 }
 
+/// Whether slot `i` of the leaf copy `b` is the one `key` belongs in:
+/// its prefix, and in a LEAF_FP leaf its fingerprint, are the key's (the
+/// walk and the scrub check every slot's tuple against its slot: a wrong
+/// fingerprint would hide the key from lookups while scans still saw it).
+pub(crate) fn slot_matches(b: &[u8], i: usize, key: &[u8]) -> bool {
+    slot(b, i).0 == prefix(key) && (!leaf_has_fp(b) || slot_fp(b, i) == fingerprint(key))
+}
+
 /// The fingerprint slot `i` records (meaningful in a LEAF_FP leaf).
 #[inline]
 fn slot_fp(b: &[u8], i: usize) -> u16 {
