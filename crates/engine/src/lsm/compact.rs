@@ -59,6 +59,15 @@ impl Lsm {
         Ok(())
     }
 
+    /// True while the background compactor has work pending or running.
+    pub(super) fn compactor_active(&self) -> bool {
+        if !self.background.load(Ordering::Relaxed) {
+            return false;
+        }
+        let f = self.bg.lock();
+        (f.pending || f.busy) && !f.stop
+    }
+
     /// Waits until the background compactor has nothing left to do; its
     /// last error, if any.
     pub(super) fn wait_compactor(&self) -> Result<()> {

@@ -181,16 +181,29 @@ impl Lsm {
         at: &mut dyn AllocThread,
         mut f: impl FnMut(&mut Writer, &mut dyn AllocThread) -> Result<T>,
     ) -> Result<T> {
-        let mut retried = false;
+        let (mut retried, mut waited) = (false, false);
         loop {
             let mut w = self.lock_writer();
             let held = LockHeld::enter();
             let r = f(&mut w, at);
-            if !matches!(r, Err(EngineError::Full(_)))
-                || retried
-                || w.man.gen_ == w.full_tried_gen
-                || w.man.runs.is_empty()
-            {
+            if !matches!(r, Err(EngineError::Full(_))) {
+                return r;
+            }
+            // A background compaction in flight holds the room of its
+            // output until it installs and frees its inputs: a write that
+            // finds the store full then waits for it (without the writer
+            // lock, which the install takes) and tries again, rather than
+            // failing on room about to come back.
+            if !waited && self.compactor_active() {
+                waited = true;
+                drop(held);
+                drop(w);
+                // Its error, if any, is the compactor's to report
+                // (`quiesce`, the stats); this write tries again.
+                let _ = self.wait_compactor();
+                continue;
+            }
+            if retried || w.man.gen_ == w.full_tried_gen || w.man.runs.is_empty() {
                 return r;
             }
             w.full_tried_gen = w.man.gen_;
