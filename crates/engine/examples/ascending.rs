@@ -7,7 +7,9 @@
 //! keys per second. A store that appends (every new key lands in the
 //! last leaf) should take them about as fast as a random batch of M.
 
-use ferrite_engine::{Domain, EngineKind, Op, Store, StoreOptions};
+mod common;
+
+use ferrite_engine::{Domain, Op, Store, StoreOptions};
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -45,11 +47,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             k
         })
         .collect();
-    let only = std::env::args().nth(5).and_then(|e| EngineKind::parse(&e));
-    for kind in EngineKind::ALL
-        .into_iter()
-        .filter(|k| only.is_none_or(|o| o == *k))
-    {
+    let kinds = common::engines(std::env::args().nth(5).as_deref());
+    for kind in kinds {
         let dir = tempfile::tempdir_in("/dev/shm")?;
         let store = Store::create_new(
             dir.path().join("p"),

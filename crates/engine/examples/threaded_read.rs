@@ -8,7 +8,6 @@
 mod common;
 
 use common::key;
-use ferrite_engine::EngineKind;
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,12 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = num(0, 1_000_000)?;
     let threads = num(1, 4)?;
     let reads = num(2, 250_000)?;
-    let only = args.get(3).and_then(|e| EngineKind::parse(e));
+    let kinds = common::engines(args.get(3).map(String::as_str));
     let keys: Vec<[u8; 24]> = (0..n).map(key).collect();
-    for kind in EngineKind::ALL
-        .into_iter()
-        .filter(|k| only.is_none_or(|o| o == *k))
-    {
+    for kind in kinds {
         let (_dir, store) = common::loaded(kind, &keys)?;
         let mut rounds = Vec::new();
         for _ in 0..5 {

@@ -8,18 +8,14 @@
 mod common;
 
 use common::key;
-use ferrite_engine::EngineKind;
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n: u64 = args.first().map_or(Ok(1_000_000), |s| s.parse())?;
-    let only = args.get(1).and_then(|e| EngineKind::parse(e));
+    let kinds = common::engines(args.get(1).map(String::as_str));
     let keys: Vec<[u8; 24]> = (0..n).map(key).collect();
-    for kind in EngineKind::ALL
-        .into_iter()
-        .filter(|k| only.is_none_or(|o| o == *k))
-    {
+    for kind in kinds {
         let (_dir, store) = common::loaded(kind, &keys)?;
         let t = Instant::now();
         let mut txn = store.write()?;

@@ -63,18 +63,12 @@ fn key(i: u32) -> Vec<u8> {
     format!("user{i:010}").into_bytes()
 }
 
-/// Bytes of every value (the fifth argument).
-static VALUE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-
-fn value_len() -> usize {
-    *VALUE.get().unwrap_or(&1000)
-}
-
-fn fill(path: &Path, kind: EngineKind, verify: bool, keys: u32) {
+/// Fills a new store at `path` with `keys` values of `value` bytes.
+fn fill(path: &Path, kind: EngineKind, verify: bool, keys: u32, value: usize) {
     let _ = std::fs::remove_file(path);
     let store = Store::create_file(path, 512 << 20, &opts(kind, verify)).unwrap();
     let mut s = store.session().unwrap();
-    let v = vec![7u8; value_len()];
+    let v = vec![7u8; value];
     for i in 0..keys {
         s.put(&key(i), &v).unwrap();
     }
@@ -105,11 +99,11 @@ fn reads(path: &Path, kind: EngineKind, verify: bool, keys: u32, ops: u32, seed:
 }
 
 /// (ns, fences, lines flushed) per random update of the open `store`.
-fn writes(store: &Store, keys: u32, ops: u32, seed: u64) -> (f64, f64, f64) {
+fn writes(store: &Store, keys: u32, ops: u32, seed: u64, value: usize) -> (f64, f64, f64) {
     let mut s = store.session().unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let ks: Vec<Vec<u8>> = (0..ops).map(|_| key(rng.random_range(0..keys))).collect();
-    let v = vec![(seed % 251) as u8; value_len()];
+    let v = vec![(seed % 251) as u8; value];
     let c0 = Counters::snapshot();
     let t = Instant::now();
     for k in &ks {
@@ -154,22 +148,20 @@ fn main() {
             .collect(),
         None => EngineKind::ALL.to_vec(),
     };
-    if let Some(v) = raw.get(4) {
-        VALUE
-            .set(v.parse().expect("VALUE: bytes"))
-            .expect("set once");
-    }
+    let value: usize = raw
+        .get(4)
+        .map_or(1000, |v| v.parse().expect("VALUE: bytes"));
     let keys = args.first().copied().unwrap_or(20_000);
     let rounds = args.get(1).copied().unwrap_or(11);
     let ops = args.get(2).copied().unwrap_or(50_000);
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     println!(
         "{keys} keys of {} B, {rounds} rounds x {ops} ops, interleaved; medians (min..max) in ns/op",
-        value_len()
+        value
     );
     for kind in kinds {
         let p = dir.path().join(format!("{kind}-r.pool"));
-        fill(&p, kind, true, keys);
+        fill(&p, kind, true, keys, value);
         let (mut on, mut off) = (Vec::new(), Vec::new());
         for r in 0..rounds {
             let seed = u64::from(r) + 1;
@@ -198,8 +190,8 @@ fn main() {
         );
         let pa = dir.path().join(format!("{kind}-wa.pool"));
         let pb = dir.path().join(format!("{kind}-wb.pool"));
-        fill(&pa, kind, true, keys);
-        fill(&pb, kind, false, keys);
+        fill(&pa, kind, true, keys, value);
+        fill(&pb, kind, false, keys, value);
         let a = Store::open_file(&pa, &opts(kind, true)).unwrap();
         let b = Store::open_file(&pb, &opts(kind, false)).unwrap();
         let (mut won, mut woff) = (Vec::new(), Vec::new());
@@ -212,7 +204,7 @@ fn main() {
                 [false, true]
             };
             for v in order {
-                let (ns, f, l) = writes(if v { &a } else { &b }, keys, ops / 5, seed);
+                let (ns, f, l) = writes(if v { &a } else { &b }, keys, ops / 5, seed, value);
                 if v {
                     won.push(ns);
                     fon += f;

@@ -21,8 +21,9 @@
 //!
 //! `--quick`: mixes 95/5 and 5/95, 2 s runs, 2 reps, restart at 64 MiB
 //! and 1 GiB (the bar, so the quick run judges it too). `--full`:
-//! P1's four mixes, 10 s runs, 5 reps, restart at 64, 256 and 1024 MiB. Tools missing (memcaslap, memcached, cc, the runtime library):
-//! the parts that need them print one line and yield no rows.
+//! P1's four mixes, 10 s runs, 5 reps, restart at 64, 256 and 1024 MiB.
+//! Tools missing (memcaslap, memcached, cc, the runtime library): the
+//! parts that need them print one line and yield no rows.
 
 use crate::ctx::BenchCtx;
 use crate::error::BenchError;

@@ -16,6 +16,15 @@ pub fn key(i: u64) -> [u8; 24] {
     k
 }
 
+/// The engines an example runs: the one `arg` names, or all three (no
+/// name, or a name that is none of them).
+pub fn engines(arg: Option<&str>) -> Vec<EngineKind> {
+    match arg.and_then(EngineKind::parse) {
+        Some(k) => vec![k],
+        None => EngineKind::ALL.to_vec(),
+    }
+}
+
 /// A new store of `kind` in a temporary directory of /dev/shm (ADR
 /// domain), loaded with `keys` (value [`VALUE`]) in one batch. Keep the
 /// directory alive as long as the store.

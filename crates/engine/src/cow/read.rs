@@ -110,7 +110,7 @@ impl BackWalk<'_, '_> {
 /// one chance in 2³²).
 ///
 /// A miss, or an error of the lazy descent, is looked up again with every
-/// node on the path checksummed ([`get_verified`]): its answer is the
+/// node on the path checksummed ([`Check::Whole`]): its answer is the
 /// one returned, so a damaged branch that steered the lazy descent wrong
 /// is an error, never a false "absent". Reads checksum one 512-byte leaf
 /// instead of the whole path (4 nodes in a million-key tree), and a miss
@@ -128,20 +128,8 @@ pub(super) fn get_at(
         // Not verifying at all (the cost measurement's baseline): the
         // first answer is the answer.
         r if !tree::verifying() => r,
-        _ => get_verified(pool, nonce, v, key, out, buf),
+        _ => descend(pool, nonce, v, key, out, buf, Check::Whole),
     }
-}
-
-/// [`get_at`] with every node on the path checksummed.
-pub(super) fn get_verified(
-    pool: &Region,
-    nonce: u64,
-    v: &Version,
-    key: &[u8],
-    out: &mut Vec<u8>,
-    buf: &mut Vec<u8>,
-) -> Result<bool> {
-    descend(pool, nonce, v, key, out, buf, Check::Whole)
 }
 
 /// What a descent checks of the nodes it reads (leaves are always

@@ -711,20 +711,27 @@ fn keys_sharing_their_prefix_in_a_format_3_store() {
     shared_prefix_round_trip(&p);
     // Every leaf carries fingerprints.
     let store = Store::open(&p, &opts(AllocKind::Ferrite)).unwrap();
-    let w = store.walk().unwrap();
+    let leaves = leaf_copies(&store, &p);
+    for (off, b) in &leaves {
+        assert!(super::tree::leaf_has_fp(b), "leaf {off:#x}");
+    }
+    assert!(leaves.len() > 10, "{} leaves", leaves.len());
+}
+
+/// Every leaf the walk of `store` (on `p`) reaches: offset and bytes.
+fn leaf_copies(store: &Store, p: &Pool) -> Vec<(u64, [u8; LEAF_BYTES])> {
     let r = ferrite_pmem::Region::whole(p.medium().clone());
-    let mut leaves = 0;
-    for &(off, len) in &w.blocks {
+    let mut leaves = Vec::new();
+    for &(off, len) in &store.walk().unwrap().blocks {
         if len == LEAF_BYTES as u64 {
             let mut b = [0u8; LEAF_BYTES];
             r.read(off as usize, &mut b);
             if u32::from_le_bytes(b[8..12].try_into().unwrap()) == super::tree::MAGIC_LEAF {
-                assert!(super::tree::leaf_has_fp(&b), "leaf {off:#x}");
-                leaves += 1;
+                leaves.push((off, b));
             }
         }
     }
-    assert!(leaves > 10, "{leaves} leaves");
+    leaves
 }
 
 /// A slot whose fingerprint is not its key's (a bug: the leaf's checksum
@@ -784,15 +791,8 @@ fn a_format_2_store_is_read_written_and_kept_in_its_format() {
     assert_eq!(&m, b"FRTINP02");
     // No leaf has fingerprints: a format-2 build can go on with it.
     let store = Store::open(&p, &opts(AllocKind::Ferrite)).unwrap();
-    let w = store.walk().unwrap();
-    for &(off, len) in &w.blocks {
-        if len == LEAF_BYTES as u64 {
-            let mut b = [0u8; LEAF_BYTES];
-            r.read(off as usize, &mut b);
-            if u32::from_le_bytes(b[8..12].try_into().unwrap()) == super::tree::MAGIC_LEAF {
-                assert!(!super::tree::leaf_has_fp(&b), "leaf {off:#x}");
-            }
-        }
+    for (off, b) in leaf_copies(&store, &p) {
+        assert!(!super::tree::leaf_has_fp(&b), "leaf {off:#x}");
     }
 }
 
