@@ -493,7 +493,7 @@ pub const fn available() -> bool {
 }
 
 #[cfg(feature = "trace")]
-pub use recorder::{is_recording, start, start_with_limit, stop};
+pub use recorder::{is_recording, start, start_with_limit, stop, stop_with_caller};
 
 #[cfg(feature = "trace")]
 pub(crate) use recorder::note;
@@ -641,28 +641,50 @@ mod recorder {
     /// Ends the recording and returns every thread's events (threads with
     /// none are left out), in the order threads first recorded.
     pub fn stop() -> Trace {
+        stop_with_caller().0
+    }
+
+    /// [`stop`], also saying which of the returned threads is the calling
+    /// one (`None` if it recorded nothing). Recording is process-wide: in a
+    /// process where unrelated threads touch pools (a test binary), the
+    /// caller's index is the only way to tell its events from theirs.
+    pub fn stop_with_caller() -> (Trace, Option<usize>) {
         RECORDING.store(false, Ordering::SeqCst);
         let generation = GENERATION.load(Ordering::SeqCst);
         let buffers = BUFFERS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut got: Vec<(u64, ThreadTrace)> = Vec::new();
+        let mine = MINE.with(|m| m.clone());
+        let mut got: Vec<(u64, bool, ThreadTrace)> = Vec::new();
         for b in buffers {
+            let caller = Arc::ptr_eq(&b, &mine);
             let mut b = b.lock().unwrap_or_else(|p| p.into_inner());
             if b.generation == generation && !b.events.is_empty() {
                 let events = std::mem::take(&mut b.events);
-                got.push((b.first, ThreadTrace { events }));
+                got.push((b.first, caller, ThreadTrace { events }));
             }
         }
-        got.sort_by_key(|(first, _)| *first);
-        Trace {
-            threads: got.into_iter().map(|(_, t)| t).collect(),
+        got.sort_by_key(|(first, _, _)| *first);
+        let caller = got.iter().position(|(_, c, _)| *c);
+        let trace = Trace {
+            threads: got.into_iter().map(|(_, _, t)| t).collect(),
             truncated: DROPPED.load(Ordering::SeqCst),
-        }
+        };
+        (trace, caller)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Recording is process-wide and `start` forgets every thread's events:
+    /// the tests that record take turns.
+    #[cfg(feature = "trace")]
+    static ONE_RECORDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[cfg(feature = "trace")]
+    fn one_recording() -> std::sync::MutexGuard<'static, ()> {
+        ONE_RECORDING.lock().unwrap_or_else(|p| p.into_inner())
+    }
 
     fn sample() -> Trace {
         Trace {
@@ -770,6 +792,7 @@ mod tests {
     #[cfg(feature = "trace")]
     #[test]
     fn records_through_the_door() {
+        let _one = one_recording();
         use crate::{Domain, Pool, PoolOptions};
         let pool =
             Pool::create_in_memory(&PoolOptions::new("trace-test", 1 << 20).domain(Domain::Eadr))
@@ -818,6 +841,7 @@ mod tests {
     #[cfg(feature = "trace")]
     #[test]
     fn only_the_outermost_scope_marks() {
+        let _one = one_recording();
         // Commit events only, on this thread: count them by a marker store.
         use crate::{Domain, Pool, PoolOptions};
         let pool =
@@ -854,5 +878,26 @@ mod tests {
             })
             .expect("this thread was recorded");
         assert_eq!(mine.count(EventKind::Commit), 3);
+    }
+
+    /// A busier thread recording at the same time (another test's, in a
+    /// test binary) does not pass for the caller.
+    #[cfg(feature = "trace")]
+    #[test]
+    fn stop_names_the_calling_thread() {
+        let _one = one_recording();
+        start();
+        commit_point();
+        std::thread::spawn(|| {
+            for _ in 0..5 {
+                commit_point();
+            }
+        })
+        .join()
+        .unwrap();
+        let (t, caller) = stop_with_caller();
+        let i = caller.expect("this thread recorded");
+        assert_eq!(t.threads[i].count(EventKind::Commit), 1);
+        assert!(t.threads.iter().any(|th| th.count(EventKind::Commit) == 5));
     }
 }

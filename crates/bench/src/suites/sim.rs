@@ -568,7 +568,7 @@ pub mod record {
     use ferrite_blocks::log::{Algorithm, Log, LogError};
     use ferrite_ds::{self as ds, DsOptions, Structure};
     use ferrite_engine::{EngineKind, LAYOUT, Store, StoreOptions};
-    use ferrite_pmem::trace::{self, EventKind, ThreadTrace};
+    use ferrite_pmem::trace::{self, ThreadTrace};
     use ferrite_pmem::{Domain, FlushKind, Pool, PoolOptions};
     use ferrite_tx::{Strategy, TxOptions, TxPool};
 
@@ -591,7 +591,8 @@ pub mod record {
         recording: bool,
         started: Option<Instant>,
         elapsed_ns: f64,
-        trace: Option<trace::Trace>,
+        /// The recording and which of its threads is this one.
+        trace: Option<(trace::Trace, Option<usize>)>,
     }
 
     impl Phase {
@@ -607,7 +608,7 @@ pub mod record {
                 self.elapsed_ns = t.elapsed().as_nanos() as f64;
             }
             if self.recording {
-                self.trace = Some(trace::stop());
+                self.trace = Some(trace::stop_with_caller());
             }
         }
     }
@@ -643,7 +644,7 @@ pub mod record {
             rec.end();
         }
         res?;
-        if rec.trace.as_ref().is_some_and(|t| t.truncated) {
+        if rec.trace.as_ref().is_some_and(|(t, _)| t.truncated) {
             // A cut trace would replay a different workload than it says.
             return Err(bad(
                 "trace",
@@ -653,14 +654,13 @@ pub mod record {
                 ),
             ));
         }
-        // This thread's trace is the one with the commit points.
-        let mine = rec
-            .trace
-            .unwrap_or_default()
-            .threads
-            .into_iter()
-            .max_by_key(|th| th.count(EventKind::Commit))
-            .unwrap_or_default();
+        // This thread's trace is the one with the commit points. Not the
+        // busiest thread's: in a test binary, other tests' threads record
+        // too (CI once replayed a neighbour's 299 commits as this one's).
+        let mine = match rec.trace {
+            Some((mut t, Some(i))) => t.threads.swap_remove(i),
+            _ => ThreadTrace::default(),
+        };
         Ok((mine, timed.elapsed_ns / ops.max(1) as f64, d.name()))
     }
 
@@ -951,19 +951,17 @@ mod tests {
     }
 
     /// Records `work` on this thread (one recording at a time) and returns
-    /// this thread's events: the busiest thread's, as no other thread of
-    /// the work persists anything.
+    /// this thread's events (other tests' threads record too).
     #[cfg(feature = "trace")]
     fn record_here(work: impl FnOnce()) -> ferrite_pmem::trace::ThreadTrace {
         use ferrite_pmem::trace;
         let _one = record::RECORDING.lock().unwrap_or_else(|p| p.into_inner());
         trace::start();
         work();
-        trace::stop()
-            .threads
-            .into_iter()
-            .max_by_key(|t| t.events.len())
-            .unwrap_or_default()
+        match trace::stop_with_caller() {
+            (mut t, Some(i)) => t.threads.swap_remove(i),
+            _ => trace::ThreadTrace::default(),
+        }
     }
 
     /// Each component marks its own commits, once per durable commit of the
