@@ -790,10 +790,17 @@ struct OpState {
     /// Splits of the rightmost leaf by a key past all of it (`appends`).
     appends: u64,
     leaves_freed: u64,
+    /// The leaf the last look-up of this operation descended to, while the
+    /// tree's shape is as that descent saw it (the session's path still
+    /// leads to it): a next key inside its span skips the descent (a batch
+    /// is applied in key order, so most keys land in the leaf before).
+    /// Cleared by every change of shape: a node made or unlinked.
+    finger: Option<u64>,
 }
 
 impl OpState {
     fn clear(&mut self) {
+        self.finger = None;
         self.staged.clear();
         debug_assert!(self.res.is_empty());
         self.fresh_tuples.clear();

@@ -648,6 +648,29 @@ pub(crate) fn inner_child(
     Ok((lo, inner_child_at(b, lo)))
 }
 
+/// Whether `key` lies inside child `i`'s span in the inner node copy `b`
+/// (at `off`, `n` children): `(lower, upper)`, each `None` where this node
+/// gives the child no such bound (the first child has no lower one, the
+/// last no upper one), else whether `key` respects it.
+pub(crate) fn child_span(
+    b: &[u8],
+    off: u64,
+    n: usize,
+    i: usize,
+    key: &[u8],
+    kp: u64,
+) -> Result<(Option<bool>, Option<bool>)> {
+    let lower = match i {
+        0 => None,
+        _ => Some(sep_cmp(b, off, i - 1, key, kp)? != Ordering::Greater),
+    };
+    let upper = match i + 1 < n {
+        true => Some(sep_cmp(b, off, i, key, kp)? == Ordering::Greater),
+        false => None,
+    };
+    Ok((lower, upper))
+}
+
 /// Child `i` of the inner node copy `b`.
 #[inline]
 pub(crate) fn inner_child_at(b: &[u8], i: usize) -> u64 {

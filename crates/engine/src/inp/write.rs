@@ -84,6 +84,8 @@ impl Writer<'_, '_> {
     }
 
     fn new_node(&mut self, size: usize) -> Result<u64> {
+        // A split or a new root: the path the finger relies on changes.
+        self.op.finger = None;
         let r = self.th.reserve(size)?;
         let off = r.off().raw();
         self.op.res.push(r);
@@ -132,11 +134,25 @@ impl Writer<'_, '_> {
         if root == 0 {
             return Ok(None);
         }
-        let src = WSrc {
-            geo: &self.eng.geo,
-            staged: &self.op.staged,
+        let finger = self.op.finger;
+        let leaf = match finger {
+            Some(leaf) if self.finger_holds(key)? => {
+                let src = WSrc {
+                    geo: &self.eng.geo,
+                    staged: &self.op.staged,
+                };
+                src.load(leaf, self.nb)?;
+                leaf
+            }
+            _ => {
+                let src = WSrc {
+                    geo: &self.eng.geo,
+                    staged: &self.op.staged,
+                };
+                descend(&src, root, key, self.path, self.nb)?
+            }
         };
-        let leaf = descend(&src, root, key, self.path, self.nb)?;
+        self.op.finger = Some(leaf);
         let hit = leaf_find(
             &self.eng.geo,
             &self.nb[..LEAF_BYTES],
@@ -146,6 +162,35 @@ impl Writer<'_, '_> {
             false,
         )?;
         Ok(Some((leaf, hit)))
+    }
+
+    /// Whether `key` lies in the span of the finger's leaf: the tightest
+    /// bounds on the path to it, the deepest parent giving a lower one
+    /// and the deepest giving an upper one (spans nest down a tree). The
+    /// rightmost leaf has no upper bound: ascending keys stay in it with
+    /// no comparison past the first level.
+    fn finger_holds(&mut self, key: &[u8]) -> Result<bool> {
+        let src = WSrc {
+            geo: &self.eng.geo,
+            staged: &self.op.staged,
+        };
+        let kp = prefix(key);
+        let (mut lower, mut upper) = (None, None);
+        for &(p, i) in self.path.iter().rev() {
+            src.pick(p, self.nb, &mut |b, n| {
+                let (lo, hi) = tree::child_span(b, p, n, i, key, kp)?;
+                lower = lower.or(lo);
+                upper = upper.or(hi);
+                Ok(i.min(n - 1))
+            })?;
+            if lower == Some(false) || upper == Some(false) {
+                return Ok(false);
+            }
+            if lower.is_some() && upper.is_some() {
+                break;
+            }
+        }
+        Ok(true)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -274,6 +319,7 @@ impl Writer<'_, '_> {
         // (the right one, for the first child).
         d.seps.remove(i.saturating_sub(1));
         d.encode(b);
+        self.op.finger = None;
         self.op.frees.push(POff::new(leaf));
         self.op.free_ranges.push((leaf, leaf + LEAF_BYTES as u64));
         self.op.leaves_freed += 1;
@@ -291,9 +337,25 @@ impl Writer<'_, '_> {
             set_bitmap(b, bm | (1 << i));
             return Ok(());
         }
-        // Split: the lower half stays in place, the upper half moves.
         let copy = b.clone();
         self.op.splits += 1;
+        // An append: the new key is past every key of the rightmost leaf
+        // (ascending inserts). The full leaf stays as it is and the new one
+        // starts with the new key alone, so an ascending load leaves its
+        // leaves full rather than half full, splits half as often, and
+        // reads one key of the full leaf (its greatest), not all of them.
+        if let Some(top) = self.greatest_below(&copy, key, kp)?
+            && self.rightmost()?
+        {
+            self.op.appends += 1;
+            let right = self.new_node(LEAF_BYTES)?;
+            let rb = self.stage(right, LEAF_BYTES)?;
+            init_leaf(rb, tree::leaf_has_fp(&copy));
+            set_slot(rb, 0, kp, t, key);
+            set_bitmap(rb, 1);
+            return self.split_parent(shortest_sep(&top, key), leaf, right);
+        }
+        // Split: the lower half stays in place, the upper half moves.
         let geo = &self.eng.geo;
         let mut ents: Vec<(Vec<u8>, u64, u64, Option<usize>)> = Vec::with_capacity(SLOTS + 1);
         for i in 0..SLOTS {
@@ -306,18 +368,7 @@ impl Writer<'_, '_> {
         }
         ents.push((key.to_vec(), kp, t, None));
         ents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        // An append: the new key is past every key of the rightmost leaf
-        // (ascending inserts). The full leaf stays as it is and the new one
-        // starts with the new key alone, so an ascending load leaves its
-        // leaves full rather than half full, and splits half as often.
-        // Anywhere else, the middle.
-        let greatest = ents.last().is_some_and(|e| e.3.is_none());
-        let m = if greatest && self.rightmost()? {
-            self.op.appends += 1;
-            ents.len() - 1
-        } else {
-            ents.len() / 2
-        };
+        let m = ents.len() / 2;
         let right = self.new_node(LEAF_BYTES)?;
         {
             let rb = self.stage(right, LEAF_BYTES)?;
@@ -344,10 +395,40 @@ impl Writer<'_, '_> {
         }
         set_bitmap(lb, nbm);
         let sep = shortest_sep(&ents[m - 1].0, &ents[m].0);
+        self.split_parent(sep, leaf, right)
+    }
+
+    /// Links `right`, split off `leaf` at `sep`, into the parent on the
+    /// path of the last look-up.
+    fn split_parent(&mut self, sep: Vec<u8>, leaf: u64, right: u64) -> Result<()> {
         let mut path = std::mem::take(self.path);
         let r = self.insert_parent(&mut path, sep, leaf, right, 0);
         *self.path = path;
         r
+    }
+
+    /// The greatest key of the full leaf copy `b`, verified, when `key`
+    /// (prefix `kp`) is past it, else `None`. The prefixes order the
+    /// slots: only those sharing the greatest prefix have their keys read.
+    fn greatest_below(&mut self, b: &[u8], key: &[u8], kp: u64) -> Result<Option<Vec<u8>>> {
+        let top_p = (0..SLOTS).map(|i| slot(b, i).0).max().unwrap_or(0);
+        if kp < top_p {
+            return Ok(None);
+        }
+        let geo = &self.eng.geo;
+        let mut top: Option<Vec<u8>> = None;
+        for i in (0..SLOTS).filter(|&i| slot(b, i).0 == top_p) {
+            let t = slot(b, i).1;
+            // The keys decide the separator: only verified ones may.
+            if geo.verify {
+                geo.tuple_verify(t)?;
+            }
+            let k = geo.tuple_key(t, self.kbuf)?;
+            if top.as_deref().is_none_or(|g| k > g) {
+                top = Some(k.to_vec());
+            }
+        }
+        Ok(top.filter(|g| key > g.as_slice()))
     }
 
     /// Whether the path found by the last [`find`](Self::find) ends in the

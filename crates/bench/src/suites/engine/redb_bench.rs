@@ -30,7 +30,9 @@
 //! | `redb-sorted` | N inserts of ascending keys past every key (`[0xFF;24]` + a big-endian counter), one transaction | 1 000 000 | 10 000 |
 //!
 //! `FERRITE_REDB_FRACTION=N` ([`FRACTION_ENV`]) runs 1/N of redb's
-//! counts instead, whatever the scale ([`Counts::fraction`]).
+//! counts instead, whatever the scale ([`Counts::fraction`]);
+//! `FERRITE_REDB_SYSTEMS=inp,lmdb` ([`SYSTEMS_ENV`]) runs those systems
+//! only (to profile one; the ratios need LMDB among them).
 //!
 //! After the nosync phase every system goes back to durable commits as
 //! redb's benchmark does (`set_sync(true)`: untimed, no sync of its own;
@@ -646,9 +648,49 @@ struct Tally {
     digest: Option<(u64, u64)>,
 }
 
-/// Runs the workload at `counts` on every system and returns its rows.
+/// Environment variable naming the systems to run, comma-separated
+/// variants (`FERRITE_REDB_SYSTEMS=inp,lmdb`); unset or empty: all. An
+/// unknown name is reported and ignored.
+pub const SYSTEMS_ENV: &str = "FERRITE_REDB_SYSTEMS";
+
+/// The systems [`SYSTEMS_ENV`] names (all when it is unset), and the names
+/// it gives that are no system.
+pub fn systems_from_env() -> (Vec<Peer>, Vec<String>) {
+    let all = Peer::all();
+    let Some(list) = std::env::var(SYSTEMS_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return (all, Vec::new());
+    };
+    let mut unknown = Vec::new();
+    let mut picked = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match all.iter().find(|p| p.variant() == name) {
+            Some(p) if !picked.contains(p) => picked.push(*p),
+            Some(_) => {}
+            None => unknown.push(name.to_string()),
+        }
+    }
+    (picked, unknown)
+}
+
+/// Runs the workload at `counts` on every system ([`SYSTEMS_ENV`] may
+/// narrow them) and returns its rows.
 pub fn run(ctx: &BenchCtx, counts: &Counts) -> Vec<Row> {
-    run_peers(ctx, counts, &Peer::all())
+    let (peers, unknown) = systems_from_env();
+    if !unknown.is_empty() {
+        ctx.note(format!(
+            "[engine] {SYSTEMS_ENV}: no system named {} (known: {})",
+            unknown.join(", "),
+            Peer::all()
+                .iter()
+                .map(|p| p.variant())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    run_peers(ctx, counts, &peers)
 }
 
 /// As [`run`], on `peers` only (LMDB among them is the baseline).
