@@ -13,8 +13,11 @@
 //! The writes live in an ordered map, except where a workload would pay
 //! for order it never reads: blind puts, the removals of `retain` /
 //! `extract_if` / `delete_range`, and pops stay in plain lists (oldest
-//! first) until a read needs them merged or the commit sorts the batch
-//! once. Pops read the store ahead at each end (`PopEnd`), so a run of
+//! first), and point reads and deletes go through a hash map, until a
+//! range read needs them ordered or the commit sorts the batch once (a
+//! transaction of random deletes, each reading its key first, costs a
+//! hash look-up per key rather than two searches of an ordered map whose
+//! keys are each a cache miss). Pops read the store ahead at each end (`PopEnd`), so a run of
 //! `pop_first` / `pop_last` costs neither an index descent nor an ordered
 //! insert per pair.
 //!
@@ -35,6 +38,7 @@ use crate::{
     Durability, KeyRange, Op, Result, SnapshotRead, Store, StoreSession, check_key, check_value,
 };
 use parking_lot::{ArcRwLockWriteGuard, RawRwLock};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -44,8 +48,13 @@ use std::sync::Arc;
 pub struct WriteTxn {
     store: Store,
     session: Option<StoreSession>,
-    /// Key → new value (`None`: deleted), the transaction's writes.
+    /// Key → new value (`None`: deleted): the transaction's oldest writes,
+    /// ordered for range reads.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Key → new value, newer than `writes` and older than the lists
+    /// below: the writes point reads settled (the lists moved here) and
+    /// [`delete`](Self::delete)'s. A range read moves them to `writes`.
+    point: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
     /// Puts not yet sorted into `writes`, in the order made: a
     /// transaction that only writes (a bulk load) never pays for an
     /// ordered map — the engine's batch orders them itself. The first
@@ -72,7 +81,10 @@ pub struct WriteTxn {
 impl std::fmt::Debug for WriteTxn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteTxn")
-            .field("writes", &(self.writes.len() + self.unsorted.len()))
+            .field(
+                "writes",
+                &(self.writes.len() + self.point.len() + self.unsorted.len()),
+            )
             .finish()
     }
 }
@@ -148,6 +160,7 @@ impl WriteTxn {
             store,
             session: Some(session),
             writes: BTreeMap::new(),
+            point: FxHashMap::default(),
             unsorted: Vec::new(),
             removed: Vec::new(),
             scratch: Vec::new(),
@@ -164,27 +177,43 @@ impl WriteTxn {
             .expect("a live transaction has its session")
     }
 
-    /// Moves the unsorted puts and the popped keys into `writes` (later
-    /// puts win), before a read of the transaction's own writes.
-    fn settle(&mut self) {
-        // Oldest first: pops and removals, then the puts made after them.
+    /// Moves the lists (popped keys, removals, unsorted puts, oldest
+    /// first: later writes win) into `point`, before a point read of the
+    /// transaction's own writes.
+    fn settle_point(&mut self) {
         self.settle_pops();
-        self.settle_removed();
-        self.settle_puts();
-    }
-
-    fn settle_removed(&mut self) {
         for k in self.removed.drain(..) {
-            self.writes.insert(k, None);
+            self.point.insert(k, None);
+        }
+        for (k, v) in self.unsorted.drain(..) {
+            self.point.insert(k, Some(v));
         }
     }
 
-    fn settle_puts(&mut self) {
+    /// Moves every write into `writes`, oldest first, before a read of
+    /// the transaction's own writes in key order.
+    fn settle(&mut self) {
+        self.settle_ordered(true);
+    }
+
+    /// `point`, then the removals and the unsorted puts (and, with
+    /// `pops`, before them the popped keys) into `writes`.
+    fn settle_ordered(&mut self, pops: bool) {
+        if pops {
+            self.settle_pops();
+        }
+        self.writes.extend(self.point.drain());
+        for k in self.removed.drain(..) {
+            self.writes.insert(k, None);
+        }
         for (k, v) in self.unsorted.drain(..) {
             self.writes.insert(k, Some(v));
         }
     }
 
+    /// Moves the popped keys into `point`: they have no other write of
+    /// the transaction (a write at or behind a cursor settles them
+    /// first), so where they go among the older writes does not matter.
     fn settle_pops(&mut self) {
         for k in self
             .front
@@ -192,7 +221,7 @@ impl WriteTxn {
             .drain(..)
             .chain(self.back.popped.drain(..))
         {
-            self.writes.insert(k, None);
+            self.point.insert(k, None);
         }
     }
 
@@ -228,9 +257,9 @@ impl WriteTxn {
     /// first); false when absent.
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
-        self.settle();
+        self.settle_point();
         out.clear();
-        if let Some(v) = self.writes.get(key) {
+        if let Some(v) = self.point.get(key).or_else(|| self.writes.get(key)) {
             if let Some(v) = v {
                 out.extend_from_slice(v);
             }
@@ -258,7 +287,7 @@ impl WriteTxn {
         let existed = existed?;
         if existed {
             self.wrote(key);
-            self.writes.insert(key.to_vec(), None);
+            self.point.insert(key.to_vec(), None);
         }
         Ok(existed)
     }
@@ -369,7 +398,7 @@ impl WriteTxn {
         let p = if rev { self.last()? } else { self.first()? };
         if let Some((k, _)) = &p {
             self.wrote(k);
-            self.writes.insert(k.clone(), None);
+            self.point.insert(k.clone(), None);
             // Every key up to `k` is deleted now (`k` came first).
             self.end(rev).0.cursor = Some(k.clone());
         }
@@ -380,8 +409,7 @@ impl WriteTxn {
     /// after its cursor, before the first write of the transaction beyond
     /// it and before the other end's cursor.
     fn refill(&mut self, rev: bool) -> Result<()> {
-        self.settle_removed();
-        self.settle_puts();
+        self.settle_ordered(false);
         let (end, other) = if rev {
             (&self.back, &self.front)
         } else {
@@ -478,6 +506,7 @@ impl WriteTxn {
     /// nothing was applied (and the transaction is gone).
     pub fn commit(mut self) -> Result<()> {
         let writes = std::mem::take(&mut self.writes);
+        let point = std::mem::take(&mut self.point);
         let removed = std::mem::take(&mut self.removed);
         let unsorted = std::mem::take(&mut self.unsorted);
         let popped: Vec<Vec<u8>> = std::mem::take(&mut self.front.popped)
@@ -485,7 +514,7 @@ impl WriteTxn {
             .chain(std::mem::take(&mut self.back.popped))
             .collect();
         let sources = [
-            !writes.is_empty(),
+            !writes.is_empty() || !point.is_empty(),
             !removed.is_empty(),
             !popped.is_empty(),
             !unsorted.is_empty(),
@@ -493,13 +522,14 @@ impl WriteTxn {
         if !sources.contains(&true) {
             return Ok(());
         }
-        // Oldest first — the ordered writes, then the removals and pops
-        // (a removal may follow a put of `writes`; a write after a removal
-        // or a pop settled it into `writes` first), then the puts made
-        // after them — so the batch's rule, the last operation on a key
-        // wins, gives each key its final state.
+        // Oldest first — the ordered writes, the point ones, then the
+        // removals and pops (a removal may follow a put of `writes`; a
+        // write after a removal or a pop settled it first), then the puts
+        // made after them — so the batch's rule, the last operation on a
+        // key wins, gives each key its final state.
         let mut ops: Vec<Op<'_>> = writes
             .iter()
+            .chain(point.iter())
             .map(|(k, v)| match v {
                 Some(v) => Op::Put { key: k, value: v },
                 None => Op::Delete { key: k },
@@ -511,7 +541,7 @@ impl WriteTxn {
         // of sorted runs is linear), stable so that later still wins;
         // blind puts alone go as made (the engine orders them itself).
         if sources != [false, false, false, true] {
-            ops.sort_by(|a, b| a.key().cmp(b.key()));
+            sort_ops(&mut ops);
         }
         let d = self.durability;
         self.session().batch_in_txn(&ops, d)
@@ -519,6 +549,32 @@ impl WriteTxn {
 
     /// Drops every write (the same as dropping the transaction).
     pub fn abort(self) {}
+}
+
+/// Sorts `ops` by key, stably (of two operations on a key the later
+/// stays later). Each is tagged with its key's first 8 bytes as a
+/// big-endian number and its position: most comparisons are of those
+/// integers, in the vector itself, rather than of keys that each live in
+/// an allocation of their own (a cache miss per comparison in a batch of
+/// random keys).
+fn sort_ops(ops: &mut Vec<Op<'_>>) {
+    let prefix = |k: &[u8]| {
+        let mut b = [0u8; 8];
+        let n = k.len().min(8);
+        b[..n].copy_from_slice(&k[..n]);
+        u64::from_be_bytes(b)
+    };
+    let mut tagged: Vec<(u64, usize, Op<'_>)> = ops
+        .drain(..)
+        .enumerate()
+        .map(|(i, op)| (prefix(op.key()), i, op))
+        .collect();
+    tagged.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| a.2.key().cmp(b.2.key()))
+            .then(a.1.cmp(&b.1))
+    });
+    ops.extend(tagged.into_iter().map(|(_, _, op)| op));
 }
 
 /// One buffered write: key and new value (`None`: deleted).

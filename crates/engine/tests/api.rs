@@ -1019,3 +1019,85 @@ fn relaxed_commits_are_visible_at_once_and_durable_after_sync_or_close() {
         assert_eq!(store.get(b"from-txn").unwrap().as_deref(), Some(&b"x"[..]));
     }
 }
+
+/// Transactions of random puts, deletes (each reading its key), gets,
+/// retains, extract_ifs and ranges, committed or aborted: every read
+/// matches a model of the transaction's view, and after each commit the
+/// store is the model. The writes of a transaction sit in several
+/// buffers (unsorted puts, point writes, removals, the ordered map)
+/// until a read or the commit merges them; the last write of a key must
+/// win whatever buffers its writes went through.
+#[test]
+fn random_transactions_of_point_and_range_writes_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in EngineKind::ALL {
+        let store = small_store(dir.path(), &format!("mixed-{kind}.pool"), kind);
+        let mut committed = Model::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        for t in 0..40 {
+            let mut m = committed.clone();
+            let mut tx = store.write().unwrap();
+            for step in 0..rng.random_range(1..200) {
+                let i = rng.random_range(0..60u32);
+                let what = format!("{kind} txn {t} step {step}");
+                match rng.random_range(0..12) {
+                    0..=3 => {
+                        let v = format!("{t}.{step}").into_bytes();
+                        tx.put(&key(i), &v).unwrap();
+                        m.insert(key(i), v);
+                    }
+                    4..=6 => {
+                        assert_eq!(
+                            tx.delete(&key(i)).unwrap(),
+                            m.remove(&key(i)).is_some(),
+                            "{what}"
+                        );
+                    }
+                    7 | 8 => {
+                        assert_eq!(tx.get(&key(i)).unwrap(), m.get(&key(i)).cloned(), "{what}")
+                    }
+                    9 => {
+                        let cut = rng.random_range(0..13u8);
+                        let gone = tx
+                            .retain(&KeyRange::between(key(i), key(i + 12)), |k, _| {
+                                k[k.len() - 1] % 13 != cut
+                            })
+                            .unwrap();
+                        let before = m.len();
+                        m.retain(|k, _| {
+                            !(k >= &key(i) && k < &key(i + 12) && k[k.len() - 1] % 13 == cut)
+                        });
+                        assert_eq!(gone, before - m.len(), "{what}");
+                    }
+                    10 => {
+                        let out = tx
+                            .extract_if(&KeyRange::between(key(i), key(i + 8)), |k, _| {
+                                k[k.len() - 1] % 3 == 0
+                            })
+                            .unwrap();
+                        let want: Vec<_> = m
+                            .range(key(i)..key(i + 8))
+                            .filter(|(k, _)| k[k.len() - 1] % 3 == 0)
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect();
+                        for (k, _) in &want {
+                            m.remove(k);
+                        }
+                        assert_eq!(out, want, "{what}");
+                    }
+                    _ => {
+                        let r = KeyRange::between(key(i), key(i + 10));
+                        assert_eq!(tx.range(&r).unwrap(), model_range(&m, &r), "{what}");
+                    }
+                }
+            }
+            if rng.random_range(0..5) == 0 {
+                tx.abort();
+            } else {
+                tx.commit().unwrap();
+                committed = m;
+            }
+            assert_store_is(&store, &committed, &format!("{kind} after txn {t}"));
+        }
+    }
+}

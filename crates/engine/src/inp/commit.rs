@@ -35,6 +35,7 @@ impl Inp {
         // in the copy the record logs (or the fresh block it writes): the
         // checksum is stored, flushed and replayed with the node's other
         // bytes, under the same fence.
+        op.staged.sort();
         if self.geo.verify {
             for (&base, st) in op.staged.iter_mut() {
                 tree::seal_node(self.seed, base, &mut st.buf)?;

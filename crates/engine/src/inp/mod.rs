@@ -202,7 +202,7 @@ use log::{Item, REC_HDR, RecBuf};
 use parking_lot::{Mutex, RwLock};
 use read::{InpReader, InpSnapshot, get_locked, scan_back_locked, scan_locked};
 pub(crate) use recovery::open;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -766,11 +766,81 @@ struct Staged {
     fresh: bool,
 }
 
+/// A writer's staged node copies by node base: a hash index over a list,
+/// so that the look-ups of every level of every descent of a large batch
+/// (thousands of staged nodes) cost a hash, not an ordered search.
+/// [`Staging::sort`] puts the list in address order once, at commit: the
+/// record writes the nodes in that order (deterministic records, and
+/// neighbouring nodes flushed together).
+#[derive(Default)]
+struct Staging {
+    index: rustc_hash::FxHashMap<u64, usize>,
+    nodes: Vec<(u64, Staged)>,
+}
+
+impl Staging {
+    fn get(&self, base: &u64) -> Option<&Staged> {
+        self.index.get(base).map(|&i| &self.nodes[i].1)
+    }
+
+    fn get_mut(&mut self, base: &u64) -> Option<&mut Staged> {
+        self.index.get(base).map(|&i| &mut self.nodes[i].1)
+    }
+
+    fn contains_key(&self, base: &u64) -> bool {
+        self.index.contains_key(base)
+    }
+
+    /// Stages `st` for `base` (replacing an earlier copy).
+    fn insert(&mut self, base: u64, st: Staged) {
+        match self.index.get(&base) {
+            Some(&i) => self.nodes[i].1 = st,
+            None => {
+                self.index.insert(base, self.nodes.len());
+                self.nodes.push((base, st));
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.nodes.clear();
+    }
+
+    /// Address order (the index follows).
+    fn sort(&mut self) {
+        self.nodes.sort_unstable_by_key(|(base, _)| *base);
+        for (i, (base, _)) in self.nodes.iter().enumerate() {
+            self.index.insert(*base, i);
+        }
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&u64, &mut Staged)> {
+        self.nodes.iter_mut().map(|(b, s)| (&*b, s))
+    }
+}
+
+impl<'a> IntoIterator for &'a Staging {
+    type Item = (&'a u64, &'a Staged);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (u64, Staged)>,
+        fn(&'a (u64, Staged)) -> (&'a u64, &'a Staged),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.nodes.iter().map(|(b, s)| (b, s))
+    }
+}
+
 /// One operation (or batch) being built.
 #[derive(Default)]
 struct OpState {
-    /// Node base → its staged copy (ordered: deterministic records).
-    staged: BTreeMap<u64, Staged>,
+    /// Node base → its staged copy.
+    staged: Staging,
     res: Vec<Reservation>,
     fresh_tuples: Vec<(u64, usize, u32)>,
     frees: Vec<POff<u8>>,

@@ -13,7 +13,7 @@ type Found = Option<(u64, Option<(usize, u64)>)>;
 /// Nodes as a writer sees them: its staged copies over the pool.
 struct WSrc<'x> {
     geo: &'x Geo,
-    staged: &'x BTreeMap<u64, Staged>,
+    staged: &'x Staging,
 }
 
 impl Src for WSrc<'_> {
