@@ -58,8 +58,9 @@ pub struct WriteTxn {
     /// Puts not yet sorted into `writes`, in the order made: a
     /// transaction that only writes (a bulk load) never pays for an
     /// ordered map — the engine's batch orders them itself. The first
-    /// read [settles](Self::settle) them into `writes`.
-    unsorted: Vec<(Vec<u8>, Vec<u8>)>,
+    /// point read [settles](Self::settle_point) them into `point`, the
+    /// first range read into `writes`.
+    unsorted: Unsorted,
     /// Keys removed by [`retain`](Self::retain), [`extract_if`](Self::extract_if)
     /// and [`delete_range`](Self::delete_range), not yet in `writes`: each
     /// was live when removed, and all are older than every unsorted put
@@ -161,7 +162,7 @@ impl WriteTxn {
             session: Some(session),
             writes: BTreeMap::new(),
             point: FxHashMap::default(),
-            unsorted: Vec::new(),
+            unsorted: Unsorted::default(),
             removed: Vec::new(),
             scratch: Vec::new(),
             front: PopEnd::default(),
@@ -185,9 +186,10 @@ impl WriteTxn {
         for k in self.removed.drain(..) {
             self.point.insert(k, None);
         }
-        for (k, v) in self.unsorted.drain(..) {
-            self.point.insert(k, Some(v));
+        for (k, v) in self.unsorted.iter() {
+            self.point.insert(k.to_vec(), Some(v.to_vec()));
         }
+        self.unsorted.clear();
     }
 
     /// Moves every write into `writes`, oldest first, before a read of
@@ -206,9 +208,10 @@ impl WriteTxn {
         for k in self.removed.drain(..) {
             self.writes.insert(k, None);
         }
-        for (k, v) in self.unsorted.drain(..) {
-            self.writes.insert(k, Some(v));
+        for (k, v) in self.unsorted.iter() {
+            self.writes.insert(k.to_vec(), Some(v.to_vec()));
         }
+        self.unsorted.clear();
     }
 
     /// Moves the popped keys into `point`: they have no other write of
@@ -273,7 +276,7 @@ impl WriteTxn {
         check_key(key)?;
         check_value(value)?;
         self.wrote(key);
-        self.unsorted.push((key.to_vec(), value.to_vec()));
+        self.unsorted.push(key, value);
         Ok(())
     }
 
@@ -549,6 +552,47 @@ impl WriteTxn {
 
     /// Drops every write (the same as dropping the transaction).
     pub fn abort(self) {}
+}
+
+/// Puts in the order made, their keys and values packed in one buffer:
+/// a bulk load of blind puts costs no allocation per pair.
+#[derive(Default)]
+struct Unsorted {
+    bytes: Vec<u8>,
+    /// Per put: where its key starts in `bytes`, its key's and its
+    /// value's length (the value follows the key).
+    puts: Vec<(usize, u32, u32)>,
+}
+
+impl Unsorted {
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        // Checked by the caller: a key and a value fit u32 (MAX_KEY,
+        // MAX_VALUE).
+        self.puts
+            .push((self.bytes.len(), key.len() as u32, value.len() as u32));
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.puts.iter().map(|&(at, k, v)| {
+            let (k, v) = (k as usize, v as usize);
+            (&self.bytes[at..at + k], &self.bytes[at + k..at + k + v])
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.puts.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.puts.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.puts.clear();
+        self.bytes.clear();
+    }
 }
 
 /// Sorts `ops` by key, stably (of two operations on a key the later

@@ -444,6 +444,17 @@ impl Geo {
         Ok(())
     }
 
+    /// CRC-32C `c` extended over pool bytes `at..end`, read through `chunk`.
+    fn crc_stream(&self, mut c: u32, mut at: usize, end: usize, chunk: &mut [u8]) -> u32 {
+        while at < end {
+            let n = (end - at).min(chunk.len());
+            self.pool.read(at, &mut chunk[..n]);
+            c = crc32c::crc32c_append(c, &chunk[..n]);
+            at += n;
+        }
+        c
+    }
+
     pub fn tuple_verify(&self, t: u64) -> Result<()> {
         let (k, v, _, h) = self.tuple_hdr_crc(t)?;
         if !self.verify {
@@ -452,17 +463,16 @@ impl Geo {
         // Streamed through a buffer on the stack: a writer verifies before
         // every update in place, and must not pay an allocation for it
         // (one chunk for tuples up to 4 KiB: each chunk sets up the CRC
-        // kernel again).
-        let mut c = crc32c::crc32c_append(self.seed, &t.to_le_bytes());
-        c = crc32c::crc32c_append(c, &h[..CRC_AT]);
-        let mut chunk = [0u8; 4096];
-        let (mut at, end) = (t as usize + TUPLE_HDR, t as usize + TUPLE_HDR + k + v);
-        while at < end {
-            let n = (end - at).min(chunk.len());
-            self.pool.read(at, &mut chunk[..n]);
-            c = crc32c::crc32c_append(c, &chunk[..n]);
-            at += n;
-        }
+        // kernel again). A small tuple gets a small buffer: zeroing 4 KiB
+        // cost more than its checksum.
+        let c = crc32c::crc32c_append(self.seed, &t.to_le_bytes());
+        let c = crc32c::crc32c_append(c, &h[..CRC_AT]);
+        let (at, end) = (t as usize + TUPLE_HDR, t as usize + TUPLE_HDR + k + v);
+        let c = if k + v <= 512 {
+            self.crc_stream(c, at, end, &mut [0u8; 512])
+        } else {
+            self.crc_stream(c, at, end, &mut [0u8; 4096])
+        };
         let stored = u32_at(&h, CRC_AT);
         if stored != c {
             let mut kbuf = vec![0u8; k];

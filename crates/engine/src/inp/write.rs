@@ -407,9 +407,13 @@ impl Writer<'_, '_> {
         r
     }
 
-    /// The greatest key of the full leaf copy `b`, verified, when `key`
-    /// (prefix `kp`) is past it, else `None`. The prefixes order the
-    /// slots: only those sharing the greatest prefix have their keys read.
+    /// The greatest key of the full leaf copy `b` when `key` (prefix
+    /// `kp`) is past it, else `None`. The prefixes order the slots: only
+    /// those sharing the greatest prefix have their keys read (all of
+    /// them, for keys that share their first 8 bytes), each checked
+    /// against its key check (the keys decide the separator: only
+    /// verified ones may; the values play no part, and the leaf keeps
+    /// its tuples untouched).
     fn greatest_below(&mut self, b: &[u8], key: &[u8], kp: u64) -> Result<Option<Vec<u8>>> {
         let top_p = (0..SLOTS).map(|i| slot(b, i).0).max().unwrap_or(0);
         if kp < top_p {
@@ -419,10 +423,7 @@ impl Writer<'_, '_> {
         let mut top: Option<Vec<u8>> = None;
         for i in (0..SLOTS).filter(|&i| slot(b, i).0 == top_p) {
             let t = slot(b, i).1;
-            // The keys decide the separator: only verified ones may.
-            if geo.verify {
-                geo.tuple_verify(t)?;
-            }
+            geo.tuple_key_verify(t, self.kbuf)?;
             let k = geo.tuple_key(t, self.kbuf)?;
             if top.as_deref().is_none_or(|g| k > g) {
                 top = Some(k.to_vec());
