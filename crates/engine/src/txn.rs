@@ -17,9 +17,9 @@
 //! range read needs them ordered or the commit sorts the batch once (a
 //! transaction of random deletes, each reading its key first, costs a
 //! hash look-up per key rather than two searches of an ordered map whose
-//! keys are each a cache miss). Pops read the store ahead at each end (`PopEnd`), so a run of
-//! `pop_first` / `pop_last` costs neither an index descent nor an ordered
-//! insert per pair.
+//! keys are each a cache miss). Pops read the store ahead at each end
+//! (`PopEnd`), so a run of `pop_first` / `pop_last` costs neither an
+//! index descent nor an ordered insert per pair.
 //!
 //! The batch has any size the heap has room for (an InP record larger
 //! than its log area is stored in a heap block of its own; an LSM record
@@ -183,13 +183,7 @@ impl WriteTxn {
     /// transaction's own writes.
     fn settle_point(&mut self) {
         self.settle_pops();
-        for k in self.removed.drain(..) {
-            self.point.insert(k, None);
-        }
-        for (k, v) in self.unsorted.iter() {
-            self.point.insert(k.to_vec(), Some(v.to_vec()));
-        }
-        self.unsorted.clear();
+        drain_lists(&mut self.removed, &mut self.unsorted, &mut self.point);
     }
 
     /// Moves every write into `writes`, oldest first, before a read of
@@ -205,13 +199,7 @@ impl WriteTxn {
             self.settle_pops();
         }
         self.writes.extend(self.point.drain());
-        for k in self.removed.drain(..) {
-            self.writes.insert(k, None);
-        }
-        for (k, v) in self.unsorted.iter() {
-            self.writes.insert(k.to_vec(), Some(v.to_vec()));
-        }
-        self.unsorted.clear();
+        drain_lists(&mut self.removed, &mut self.unsorted, &mut self.writes);
     }
 
     /// Moves the popped keys into `point`: they have no other write of
@@ -552,6 +540,18 @@ impl WriteTxn {
 
     /// Drops every write (the same as dropping the transaction).
     pub fn abort(self) {}
+}
+
+/// Moves the removals, then the unsorted puts made after them, into `map`
+/// (the point map or the ordered one), in that order: later writes win.
+fn drain_lists(
+    removed: &mut Vec<Vec<u8>>,
+    unsorted: &mut Unsorted,
+    map: &mut impl Extend<(Vec<u8>, Option<Vec<u8>>)>,
+) {
+    map.extend(removed.drain(..).map(|k| (k, None)));
+    map.extend(unsorted.iter().map(|(k, v)| (k.to_vec(), Some(v.to_vec()))));
+    unsorted.clear();
 }
 
 /// Puts in the order made, their keys and values packed in one buffer:

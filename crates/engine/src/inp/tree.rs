@@ -428,20 +428,18 @@ impl Geo {
         u16::from_le_bytes([h[2], h[3]]) == key_check(self.seed, t, key)
     }
 
-    /// Verifies the key stored in tuple `t` against its key check (read
-    /// into `buf`): the key, not the value.
-    pub fn tuple_key_verify(&self, t: u64, buf: &mut [u8; MAX_KEY]) -> Result<()> {
-        if !self.verify {
-            return Ok(());
-        }
+    /// The key stored in tuple `t`, read into `buf` and, with
+    /// verification on, checked against its key check (the key, not the
+    /// value).
+    pub fn tuple_key_verify<'b>(&self, t: u64, buf: &'b mut [u8; MAX_KEY]) -> Result<&'b [u8]> {
         let k = self.tuple_key(t, buf)?;
-        if !self.tuple_key_ok(t, k) {
+        if self.verify && !self.tuple_key_ok(t, k) {
             return Err(EngineError::DamagedValue {
                 key: k.to_vec(),
                 detail: format!("inp: tuple {t:#x}: its key fails its key check"),
             });
         }
-        Ok(())
+        Ok(k)
     }
 
     /// CRC-32C `c` extended over pool bytes `at..end`, read through `chunk`.
@@ -674,9 +672,10 @@ pub(crate) fn child_span(
         0 => None,
         _ => Some(sep_cmp(b, off, i - 1, key, kp)? != Ordering::Greater),
     };
-    let upper = match i + 1 < n {
-        true => Some(sep_cmp(b, off, i, key, kp)? == Ordering::Greater),
-        false => None,
+    let upper = if i + 1 < n {
+        Some(sep_cmp(b, off, i, key, kp)? == Ordering::Greater)
+    } else {
+        None
     };
     Ok((lower, upper))
 }
@@ -907,7 +906,7 @@ pub(crate) fn leaf_find(
                 let checked = if whole {
                     geo.tuple_verify(t)
                 } else {
-                    geo.tuple_key_verify(t, buf)
+                    geo.tuple_key_verify(t, buf).map(drop)
                 };
                 checked.map_err(|e| match e {
                     EngineError::DamagedValue { detail, .. } => EngineError::DamagedValue {

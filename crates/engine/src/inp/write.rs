@@ -135,22 +135,20 @@ impl Writer<'_, '_> {
             return Ok(None);
         }
         let finger = self.op.finger;
-        let leaf = match finger {
-            Some(leaf) if self.finger_holds(key)? => {
-                let src = WSrc {
-                    geo: &self.eng.geo,
-                    staged: &self.op.staged,
-                };
+        let near = match finger {
+            Some(leaf) if self.finger_holds(key)? => Some(leaf),
+            _ => None,
+        };
+        let src = WSrc {
+            geo: &self.eng.geo,
+            staged: &self.op.staged,
+        };
+        let leaf = match near {
+            Some(leaf) => {
                 src.load(leaf, self.nb)?;
                 leaf
             }
-            _ => {
-                let src = WSrc {
-                    geo: &self.eng.geo,
-                    staged: &self.op.staged,
-                };
-                descend(&src, root, key, self.path, self.nb)?
-            }
+            None => descend(&src, root, key, self.path, self.nb)?,
         };
         self.op.finger = Some(leaf);
         let hit = leaf_find(
@@ -422,9 +420,7 @@ impl Writer<'_, '_> {
         let geo = &self.eng.geo;
         let mut top: Option<Vec<u8>> = None;
         for i in (0..SLOTS).filter(|&i| slot(b, i).0 == top_p) {
-            let t = slot(b, i).1;
-            geo.tuple_key_verify(t, self.kbuf)?;
-            let k = geo.tuple_key(t, self.kbuf)?;
+            let k = geo.tuple_key_verify(slot(b, i).1, self.kbuf)?;
             if top.as_deref().is_none_or(|g| k > g) {
                 top = Some(k.to_vec());
             }
