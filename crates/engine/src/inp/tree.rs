@@ -840,6 +840,13 @@ pub(crate) fn set_slot(b: &mut [u8], i: usize, kp: u64, t: u64, key: &[u8]) {
     b[72 + 16 * i..80 + 16 * i].copy_from_slice(&(t | fp).to_le_bytes());
 }
 
+/// Copies slot `i` of leaf copy `src` (prefix, tuple and fingerprint as
+/// they are) into slot `j` of leaf copy `dst`, of the same format.
+pub(crate) fn copy_slot(src: &[u8], i: usize, dst: &mut [u8], j: usize) {
+    debug_assert_eq!(leaf_has_fp(src), leaf_has_fp(dst));
+    dst[64 + 16 * j..80 + 16 * j].copy_from_slice(&src[64 + 16 * i..80 + 16 * i]);
+}
+
 pub(crate) fn set_bitmap(b: &mut [u8], bm: u64) {
     b[0..8].copy_from_slice(&bm.to_le_bytes());
 }

@@ -337,62 +337,81 @@ impl Writer<'_, '_> {
         }
         let copy = b.clone();
         self.op.splits += 1;
-        // An append: the new key is past every key of the rightmost leaf
-        // (ascending inserts). The full leaf stays as it is and the new one
-        // starts with the new key alone, so an ascending load leaves its
-        // leaves full rather than half full, splits half as often, and
-        // reads one key of the full leaf (its greatest), not all of them.
-        if let Some(top) = self.greatest_below(&copy, key, kp)?
-            && self.rightmost()?
-        {
-            self.op.appends += 1;
-            let right = self.new_node(LEAF_BYTES)?;
-            let rb = self.stage(right, LEAF_BYTES)?;
-            init_leaf(rb, tree::leaf_has_fp(&copy));
-            set_slot(rb, 0, kp, t, key);
-            set_bitmap(rb, 1);
-            return self.split_parent(shortest_sep(&top, key), leaf, right);
-        }
-        // Split: the lower half stays in place, the upper half moves.
+        // The leaf's 32 entries and the new key's, in key order where it
+        // matters: by prefix (the leaf's own, verified bytes), keys read
+        // only to order entries that share a prefix and to cut the
+        // separator — two key reads for random keys, not 32 tuples.
         let geo = &self.eng.geo;
-        let mut ents: Vec<(Vec<u8>, u64, u64, Option<usize>)> = Vec::with_capacity(SLOTS + 1);
-        for i in 0..SLOTS {
-            let (p, tt) = slot(&copy, i);
-            // The keys decide the separator: only verified ones may.
-            if geo.verify {
-                geo.tuple_verify(tt)?;
-            }
-            ents.push((geo.tuple_key(tt, self.kbuf)?.to_vec(), p, tt, Some(i)));
-        }
-        ents.push((key.to_vec(), kp, t, None));
-        ents.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let m = ents.len() / 2;
+        let mut ents: Vec<SplitEnt> = (0..SLOTS)
+            .map(|i| {
+                let (p, tt) = slot(&copy, i);
+                SplitEnt {
+                    prefix: p,
+                    slot: Some(i),
+                    tuple: tt,
+                    key: None,
+                }
+            })
+            .collect();
+        ents.push(SplitEnt {
+            prefix: kp,
+            slot: None,
+            tuple: t,
+            key: Some(key.to_vec()),
+        });
+        ents.sort_by_key(|e| e.prefix);
+        let n = ents.len();
+        // An append: the new key is past every key of the rightmost leaf
+        // (ascending inserts). The full leaf keeps 7/8 of its slots and
+        // the new one takes the rest with the new key: an ascending load
+        // leaves its leaves 7/8 full rather than half full, and a random
+        // put after it finds room rather than splitting each leaf it
+        // lands in (PostgreSQL's B-tree leaves a rightmost split
+        // fillfactor full for the same reason).
+        let append = ents[n - 1].prefix == kp
+            && order_group(geo, self.kbuf, &mut ents, n - 1)?
+            && ents[n - 1].slot.is_none()
+            && self.rightmost()?;
+        let m = if append {
+            self.op.appends += 1;
+            APPEND_KEEP
+        } else {
+            n / 2
+        };
+        order_group(geo, self.kbuf, &mut ents, m - 1)?;
+        order_group(geo, self.kbuf, &mut ents, m)?;
         let right = self.new_node(LEAF_BYTES)?;
         {
             let rb = self.stage(right, LEAF_BYTES)?;
             // The new half is of its store's format, as the left one.
             init_leaf(rb, tree::leaf_has_fp(&copy));
             for (j, e) in ents[m..].iter().enumerate() {
-                set_slot(rb, j, e.1, e.2, &e.0);
+                match e.slot {
+                    Some(s) => tree::copy_slot(&copy, s, rb, j),
+                    None => set_slot(rb, j, kp, t, key),
+                }
             }
-            set_bitmap(rb, (1u64 << (ents.len() - m)) - 1);
+            set_bitmap(rb, (1u64 << (n - m)) - 1);
         }
         let mut nbm = 0u64;
-        let mut new_left = None;
+        let mut new_left = false;
         for e in &ents[..m] {
-            match e.3 {
+            match e.slot {
                 Some(s) => nbm |= 1 << s,
-                None => new_left = Some((e.1, e.2)),
+                None => new_left = true,
             }
         }
         let lb = self.stage(leaf, LEAF_BYTES)?;
-        if let Some((p, tt)) = new_left {
+        if new_left {
             let i = (!nbm & FULL).trailing_zeros() as usize;
-            set_slot(lb, i, p, tt, key);
+            set_slot(lb, i, kp, t, key);
             nbm |= 1 << i;
         }
         set_bitmap(lb, nbm);
-        let sep = shortest_sep(&ents[m - 1].0, &ents[m].0);
+        let (Some(lo), Some(hi)) = (&ents[m - 1].key, &ents[m].key) else {
+            unreachable!("order_group read the keys on both sides of the cut")
+        };
+        let sep = shortest_sep(lo, hi);
         self.split_parent(sep, leaf, right)
     }
 
@@ -403,29 +422,6 @@ impl Writer<'_, '_> {
         let r = self.insert_parent(&mut path, sep, leaf, right, 0);
         *self.path = path;
         r
-    }
-
-    /// The greatest key of the full leaf copy `b` when `key` (prefix
-    /// `kp`) is past it, else `None`. The prefixes order the slots: only
-    /// those sharing the greatest prefix have their keys read (all of
-    /// them, for keys that share their first 8 bytes), each checked
-    /// against its key check (the keys decide the separator: only
-    /// verified ones may; the values play no part, and the leaf keeps
-    /// its tuples untouched).
-    fn greatest_below(&mut self, b: &[u8], key: &[u8], kp: u64) -> Result<Option<Vec<u8>>> {
-        let top_p = (0..SLOTS).map(|i| slot(b, i).0).max().unwrap_or(0);
-        if kp < top_p {
-            return Ok(None);
-        }
-        let geo = &self.eng.geo;
-        let mut top: Option<Vec<u8>> = None;
-        for i in (0..SLOTS).filter(|&i| slot(b, i).0 == top_p) {
-            let k = geo.tuple_key_verify(slot(b, i).1, self.kbuf)?;
-            if top.as_deref().is_none_or(|g| k > g) {
-                top = Some(k.to_vec());
-            }
-        }
-        Ok(top.filter(|g| key > g.as_slice()))
     }
 
     /// Whether the path found by the last [`find`](Self::find) ends in the
@@ -491,6 +487,48 @@ impl Writer<'_, '_> {
             right = rn;
         }
     }
+}
+
+/// Slots a rightmost leaf keeps when a key past all of it splits it
+/// (an append, [`Writer::leaf_insert`]): 7/8, so a bulk load leaves room
+/// for later random puts.
+const APPEND_KEEP: usize = SLOTS - SLOTS / 8;
+
+/// One entry of a leaf being split: a slot of the full leaf (`slot`) or
+/// the new key (`None`), its key read only when [`order_group`] needs it.
+struct SplitEnt {
+    prefix: u64,
+    slot: Option<usize>,
+    tuple: u64,
+    key: Option<Vec<u8>>,
+}
+
+/// Puts the entries sharing entry `at`'s prefix (a run of `ents`, which
+/// are ordered by prefix) in key order, reading the keys it lacks, each
+/// checked against its key check: the keys decide the split and the
+/// separator, so only verified ones may. Always returns `true` (for use
+/// in a condition).
+fn order_group(
+    geo: &Geo,
+    kbuf: &mut [u8; MAX_KEY],
+    ents: &mut [SplitEnt],
+    at: usize,
+) -> Result<bool> {
+    let p = ents[at].prefix;
+    let lo = ents[..at]
+        .iter()
+        .rposition(|e| e.prefix != p)
+        .map_or(0, |i| i + 1);
+    let hi = ents[at..]
+        .iter()
+        .position(|e| e.prefix != p)
+        .map_or(ents.len(), |i| at + i);
+    let group = &mut ents[lo..hi];
+    for e in group.iter_mut().filter(|e| e.key.is_none()) {
+        e.key = Some(geo.tuple_key_verify(e.tuple, kbuf)?.to_vec());
+    }
+    group.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(true)
 }
 
 pub(super) struct InpSession<'e> {

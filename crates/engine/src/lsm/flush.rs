@@ -30,17 +30,28 @@ impl Lsm {
     /// reading runs that a major flush then merged away would otherwise
     /// wait for itself). Blocks the caller reads need not outlive its own
     /// reservation: it is done reading them by then.
+    ///
+    /// The graveyard's lock is held only to look and to clear, never while
+    /// waiting: the compactor waits here holding its version, and a writer
+    /// that spun holding the lock (for the compactor's references to go)
+    /// while the compactor blocked on that lock (to see that only its own
+    /// references remain) waited forever.
     pub(super) fn wait_graveyard_holding(&self, mine: Option<&Version>) {
-        let mut g = self.graveyard.lock();
         let held = |r: &Arc<Run>| {
             1 + mine.map_or(0, |v| v.runs.iter().filter(|m| Arc::ptr_eq(m, r)).count())
         };
         let mut round = 0;
-        while g.iter().any(|r| Arc::strong_count(r) > held(r)) {
+        loop {
+            {
+                let mut g = self.graveyard.lock();
+                if !g.iter().any(|r| Arc::strong_count(r) > held(r)) {
+                    g.clear();
+                    return;
+                }
+            }
             self.pool.medium().wait_hint(round);
             round += 1;
         }
-        g.clear();
     }
 
     /// True while the allocator has room for a flush and then a merge of
