@@ -766,6 +766,28 @@ pub fn check_value(value: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A key's first 8 bytes as a big-endian number (zero-padded): ordering
+/// by it agrees with the keys' order wherever it differs.
+#[inline]
+pub(crate) fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// The positions of `ops` in key order, stably: of two operations on one
+/// key the later comes later (a batch's rule: the last one wins). A batch
+/// already in key order (a write transaction's commit sorts its own) is
+/// checked in one pass, not sorted again.
+pub(crate) fn key_order(ops: &[Op<'_>]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..ops.len()).collect();
+    if !ops.windows(2).all(|w| w[0].key() <= w[1].key()) {
+        idx.sort_by(|&a, &b| ops[a].key().cmp(ops[b].key()));
+    }
+    idx
+}
+
 /// Refuses a batch any of whose keys or values is out of bounds.
 pub fn check_ops(ops: &[Op<'_>]) -> Result<()> {
     for op in ops {

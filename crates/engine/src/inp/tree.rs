@@ -241,10 +241,7 @@ fn check_crc(what: &str, off: u64, stored: u32, computed: u32) -> Result<()> {
 /// prefix means a smaller key; equal prefixes need the full keys.
 #[inline]
 pub(crate) fn prefix(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
+    crate::key_prefix(key)
 }
 
 /// The shortest separator `s` with `a < s <= b` (requires `a < b`).

@@ -655,8 +655,7 @@ impl Session for InpSession<'_> {
         // (a large batch in arrival order touches the whole tree at
         // random). Later operations on a key win: only the last one per key
         // is applied, so that no tuple is touched twice in a record.
-        let mut idx: Vec<usize> = (0..ops.len()).collect();
-        idx.sort_unstable_by(|&a, &b| ops[a].key().cmp(ops[b].key()).then(a.cmp(&b)));
+        let idx = crate::key_order(ops);
         self.write(|w| {
             for (n, &i) in idx.iter().enumerate() {
                 let op = &ops[i];

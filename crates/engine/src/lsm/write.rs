@@ -244,8 +244,7 @@ impl Lsm {
                 self.flush(w, at, 0, false)?;
             }
         }
-        let mut idx: Vec<usize> = (0..ops.len()).collect();
-        idx.sort_unstable_by(|&a, &b| ops[a].key().cmp(ops[b].key()).then(a.cmp(&b)));
+        let idx = crate::key_order(ops);
         let version = self.state.read().version.clone();
         // With no older data anywhere, tombstones shadow nothing.
         let oldest = version.runs.is_empty() && w.pos == 0;
