@@ -1569,3 +1569,26 @@ fn engine_checks_on_the_intent_protocol() {
         assert!(caught > 0, "planted {f:?} not caught");
     }
 }
+
+/// An operation after a huge one starts from small tables: clearing a
+/// hash map costs its capacity, and a staging left at a 5 M-key batch's
+/// size made every later single put pay it.
+#[test]
+fn a_cleared_operation_state_gives_back_a_huge_batchs_room() {
+    let mut op = super::OpState::default();
+    for base in 0..100_000u64 {
+        op.staged.insert(
+            base * 64,
+            super::Staged {
+                buf: Vec::new(),
+                fresh: true,
+            },
+        );
+        op.frees.push(ferrite_pmem::POff::new(base * 64));
+    }
+    op.clear();
+    assert!(op.staged.is_empty());
+    assert!(op.staged.index.capacity() <= 2 * super::KEEP_ENTRIES);
+    assert!(op.staged.nodes.capacity() <= super::KEEP_ENTRIES);
+    assert!(op.frees.capacity() <= super::KEEP_ENTRIES);
+}
