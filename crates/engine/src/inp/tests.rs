@@ -1592,3 +1592,28 @@ fn a_cleared_operation_state_gives_back_a_huge_batchs_room() {
     assert!(op.staged.nodes.capacity() <= super::KEEP_ENTRIES);
     assert!(op.frees.capacity() <= super::KEEP_ENTRIES);
 }
+
+/// The put after a large batch flushes what a put flushes, not the
+/// batch's in-place stores: a large record settles its own.
+#[test]
+fn a_put_after_a_large_batch_flushes_only_its_own_lines() {
+    let p = pool(64 << 20);
+    let store = Store::create(&p, &opts(AllocKind::Ferrite)).unwrap();
+    let mut s = store.session().unwrap();
+    let keys: Vec<Vec<u8>> = (0..20_000u32)
+        .map(|i| format!("bulk{:08}", i.wrapping_mul(2_654_435_761)).into_bytes())
+        .collect();
+    let ops: Vec<Op<'_>> = keys
+        .iter()
+        .map(|k| Op::Put {
+            key: k,
+            value: &[7u8; 150],
+        })
+        .collect();
+    s.batch(&ops).unwrap();
+    let c0 = ferrite_pmem::Counters::snapshot();
+    s.put(b"after", &[1u8; 150]).unwrap();
+    let c = ferrite_pmem::Counters::snapshot() - c0;
+    assert!(c.lines_flushed < 32, "{} lines", c.lines_flushed);
+    assert_eq!(s.get(b"after").unwrap().as_deref(), Some(&[1u8; 150][..]));
+}
