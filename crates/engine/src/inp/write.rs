@@ -368,10 +368,12 @@ impl Writer<'_, '_> {
         // put after it finds room rather than splitting each leaf it
         // lands in (PostgreSQL's B-tree leaves a rightmost split
         // fillfactor full for the same reason).
-        let append = ents[n - 1].prefix == kp
-            && order_group(geo, self.kbuf, &mut ents, n - 1)?
-            && ents[n - 1].slot.is_none()
-            && self.rightmost()?;
+        // Keys are read only when the new key ties the greatest prefix;
+        // a greater prefix last is an old slot's: no append.
+        if ents[n - 1].prefix == kp {
+            order_group(geo, self.kbuf, &mut ents, n - 1)?;
+        }
+        let append = ents[n - 1].slot.is_none() && self.rightmost()?;
         let m = if append {
             self.op.appends += 1;
             APPEND_KEEP
@@ -506,14 +508,13 @@ struct SplitEnt {
 /// Puts the entries sharing entry `at`'s prefix (a run of `ents`, which
 /// are ordered by prefix) in key order, reading the keys it lacks, each
 /// checked against its key check: the keys decide the split and the
-/// separator, so only verified ones may. Always returns `true` (for use
-/// in a condition).
+/// separator, so only verified ones may.
 fn order_group(
     geo: &Geo,
     kbuf: &mut [u8; MAX_KEY],
     ents: &mut [SplitEnt],
     at: usize,
-) -> Result<bool> {
+) -> Result<()> {
     let p = ents[at].prefix;
     let lo = ents[..at]
         .iter()
@@ -528,7 +529,7 @@ fn order_group(
         e.key = Some(geo.tuple_key_verify(e.tuple, kbuf)?.to_vec());
     }
     group.sort_by(|a, b| a.key.cmp(&b.key));
-    Ok(true)
+    Ok(())
 }
 
 pub(super) struct InpSession<'e> {
